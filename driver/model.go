@@ -1,0 +1,135 @@
+package driver
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/retryhost/retryhost/abi"
+)
+
+// The stream vocabulary, re-exported from package abi so that users of the
+// driver need one import.
+type (
+	Part         = abi.Part
+	PartKind     = abi.PartKind
+	Finish       = abi.Finish
+	FinishReason = abi.FinishReason
+	Usage        = abi.Usage
+	Attempt      = abi.Attempt
+	Decision     = abi.Decision
+	RefusalError = abi.RefusalError
+)
+
+// Model is an LLM the driver can call: a provider adapter, a fake in a test,
+// or a retryable model built by this package (which is itself a Model).
+//
+// Implementations must be safe for concurrent use.
+type Model interface {
+	// Key identifies the model as "provider/model-id". Attempt budgets and
+	// condition decisions refer to models by key, so it must be stable.
+	Key() string
+	// Generate makes one non-streaming call.
+	Generate(ctx context.Context, req *Request) (*Response, error)
+	// Stream opens one streaming call. The stream is bound to ctx: when ctx
+	// is done, Recv returns promptly and the upstream connection is closed.
+	Stream(ctx context.Context, req *Request) (Stream, error)
+}
+
+// Stream is a pulled sequence of parts: the caller's pace drives the
+// provider. It is not safe for concurrent use; one goroutine reads it.
+type Stream interface {
+	// Recv returns the next part, or io.EOF after the last one. Any other
+	// error ends the stream. Recv after an error or io.EOF returns it again.
+	Recv() (Part, error)
+	// Close releases the stream and its connection. It may be called at any
+	// time, also concurrently with a blocked Recv (which then returns), and
+	// more than once.
+	Close() error
+}
+
+// Role is the author of a message.
+type Role string
+
+// The message roles.
+const (
+	RoleSystem    Role = "system"
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// Message is one turn of the conversation.
+type Message struct {
+	Role    Role
+	Content []Content
+}
+
+// Content is one element of a message: text, a tool call (assistant) or a
+// tool result (tool).
+type Content struct {
+	Text       string
+	ToolCallID string // tool calls and results
+	ToolName   string // tool calls
+	ToolInput  string // tool calls: input as JSON text
+	ToolResult string // tool results: result as text or JSON
+}
+
+// Tool declares a function the model may call.
+type Tool struct {
+	Name        string
+	Description string
+	// Schema is the JSON Schema of the input, as JSON text.
+	Schema string
+}
+
+// Request is a provider-neutral chat request. Adapters translate it to their
+// SDK's request type. Fields left zero are not sent.
+type Request struct {
+	System          string
+	Messages        []Message
+	Tools           []Tool
+	MaxOutputTokens int
+	Temperature     *float64
+	TopP            *float64
+	StopSequences   []string
+	Seed            *int64
+	// Headers are added to the HTTP request.
+	Headers http.Header
+	// ProviderOptions passes provider-specific settings through, keyed by
+	// provider name; adapters document what they read.
+	ProviderOptions map[string]any
+}
+
+// Response is the result of a non-streaming call.
+type Response struct {
+	// Content holds the output in order: text and reasoning as one
+	// KindTextDelta / KindReasoningDelta part per block, tool calls as
+	// KindToolCall parts, and files and sources as theirs.
+	Content  []Part
+	Finish   FinishReason
+	Usage    Usage
+	Meta     abi.ResponseMeta
+	Warnings []abi.Warning
+	// Headers are the HTTP response headers, when the adapter has them.
+	Headers http.Header
+}
+
+// Text returns the concatenated text of the response's text parts.
+func (r *Response) Text() string {
+	var n int
+	for i := range r.Content {
+		if r.Content[i].Kind == abi.KindTextDelta {
+			n += len(r.Content[i].Delta)
+		}
+	}
+	b := make([]byte, 0, n)
+	for i := range r.Content {
+		if r.Content[i].Kind == abi.KindTextDelta {
+			b = append(b, r.Content[i].Delta...)
+		}
+	}
+	return string(b)
+}
+
+// Transformer is a stream transform (see package abi for the contract).
+type Transformer = abi.Transformer

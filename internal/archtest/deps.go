@@ -1,0 +1,2 @@
+// Package archtest holds the test that enforces the layering of DESIGN.md.
+package archtest

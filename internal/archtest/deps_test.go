@@ -1,0 +1,91 @@
+package archtest
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/retryhost/retryhost"
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+}
+
+// listPackages returns every non-test package of the module with its full
+// dependency closure, as `go list -deps` sees it for the given GOOS/GOARCH.
+func listPackages(t *testing.T, env ...string) map[string]pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Deps", module+"/...")
+	cmd.Dir = "../.."
+	cmd.Env = append(cmd.Environ(), env...)
+	out, err := cmd.Output()
+	require.NoError(t, err, "go list failed")
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	pkgs := map[string]pkg{}
+	for dec.More() {
+		var p pkg
+		require.NoError(t, dec.Decode(&p))
+		pkgs[p.ImportPath] = p
+	}
+	return pkgs
+}
+
+func isStd(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
+func under(path, dir string) bool {
+	p := module + "/" + dir
+	return path == p || strings.HasPrefix(path, p+"/")
+}
+
+// TestImportRules enforces DESIGN.md's layering: abi is stdlib-only; driver
+// never reaches host or wazero; host never reaches driver; the core (abi,
+// host, driver, plugins) depends on nothing but the standard library, wazero
+// and itself.
+func TestImportRules(t *testing.T) {
+	pkgs := listPackages(t)
+	require.Contains(t, pkgs, module+"/abi")
+
+	for path, p := range pkgs {
+		switch {
+		case under(path, "abi"):
+			for _, d := range p.Deps {
+				require.Truef(t, isStd(d), "%s must use the standard library only, but depends on %s", path, d)
+			}
+		case under(path, "driver"):
+			for _, d := range p.Deps {
+				require.Falsef(t, under(d, "host"), "%s must not depend on host (via %s)", path, d)
+				require.Falsef(t, strings.HasPrefix(d, "github.com/tetratelabs/wazero"), "%s must not depend on wazero", path)
+			}
+		case under(path, "host"):
+			for _, d := range p.Deps {
+				require.Falsef(t, under(d, "driver"), "%s must not depend on driver (via %s)", path, d)
+			}
+		}
+		if under(path, "abi") || under(path, "host") || under(path, "driver") || under(path, "plugins") {
+			for _, d := range p.Deps {
+				ok := isStd(d) || strings.HasPrefix(d, module+"/") ||
+					strings.HasPrefix(d, "github.com/tetratelabs/wazero") ||
+					strings.HasPrefix(d, "golang.org/x/sys") // wazero's own dependency
+				require.Truef(t, ok, "core package %s must not depend on %s", path, d)
+			}
+		}
+	}
+}
+
+// TestABIBuildsForWasip1 proves Go guests can share the abi codec.
+func TestABIBuildsForWasip1(t *testing.T) {
+	cmd := exec.Command("go", "build", module+"/abi/...")
+	cmd.Dir = "../.."
+	cmd.Env = append(cmd.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "abi must build for GOOS=wasip1 GOARCH=wasm:\n%s", out)
+}
