@@ -213,7 +213,9 @@ func TestPartsBatch(t *testing.T) {
 
 type withPolicy struct{ upper }
 
-func (withPolicy) Policy() abi.TransformPolicy { return abi.TransformPolicy{Fail: abi.FailClosed, MaxHeldParts: 3} }
+func (withPolicy) Policy() abi.TransformPolicy {
+	return abi.TransformPolicy{Fail: abi.FailClosed, MaxHeldParts: 3}
+}
 
 func TestPolicyDeclared(t *testing.T) {
 	calls := 0
