@@ -12,9 +12,12 @@ import (
 	"github.com/retryhost/retryhost/plugins/sdk"
 )
 
-func load(t *testing.T, config string) *sdk.Plugin {
+// backends run every test natively and on the built refusal.wasm.
+var backends = []plugintest.Backend{plugintest.Native("refusal"), plugintest.Wasm("refusal", "wasm", "refusal.wasm")}
+
+func load(t *testing.T, b plugintest.Backend, config string) plugintest.Plugin {
 	t.Helper()
-	p, err := sdk.Load("refusal", []byte(config))
+	p, err := b.Load(t, []byte(config))
 	require.NoError(t, err)
 	return p
 }
@@ -38,16 +41,18 @@ func TestConfig(t *testing.T) {
 		{name: "negative cap", config: `{"max_held_parts":-1}`, err: "negative"},
 		{name: "not json", config: `phrases=x`, err: "config:"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p, err := sdk.Load("refusal", []byte(tc.config))
-			if tc.err != "" {
-				require.ErrorIs(t, err, sdk.ErrConfigRejected)
-				require.ErrorContains(t, err, tc.err)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tc.want, p.Policy())
-		})
+		for _, b := range backends {
+			t.Run(b.Name+"/"+tc.name, func(t *testing.T) {
+				p, err := b.Load(t, []byte(tc.config))
+				if tc.err != "" {
+					require.ErrorIs(t, err, sdk.ErrConfigRejected)
+					require.ErrorContains(t, err, tc.err)
+					return
+				}
+				require.NoError(t, err)
+				require.Equal(t, tc.want, p.Policy())
+			})
+		}
 	}
 }
 
@@ -77,23 +82,24 @@ func TestStreams(t *testing.T) {
 		{name: "custom list drops defaults", config: `{"phrases":["Nope."]}`,
 			parts: plugintest.TextStream("I'm sorry, but I can't", 50), calls: 4},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := load(t, tc.config)
-			r, err := plugintest.Run(ctx, p, info, tc.parts)
-			require.NoError(t, err)
-			require.Equal(t, tc.calls, r.Calls, "actions %v", r.Actions)
-			require.Zero(t, p.OpenStreams(), "the stream was closed")
-			if tc.phrase == "" {
-				require.NoError(t, r.Err)
-				require.Equal(t, tc.parts, r.Out, "every part passes, once, in order")
-				return
-			}
-			var re *abi.RefusalError
-			require.ErrorAs(t, r.Err, &re)
-			require.Equal(t, tc.phrase, re.Phrase)
-			require.Equal(t, "refusal", re.Transform)
-			require.Empty(t, r.Out, "nothing of a refusal reaches the caller")
-		})
+		for _, b := range backends {
+			t.Run(b.Name+"/"+tc.name, func(t *testing.T) {
+				p := load(t, b, tc.config)
+				r, err := plugintest.Run(ctx, p, info, tc.parts)
+				require.NoError(t, err)
+				require.Equal(t, tc.calls, r.Calls, "actions %v", r.Actions)
+				if tc.phrase == "" {
+					require.NoError(t, r.Err)
+					require.Equal(t, tc.parts, r.Out, "every part passes, once, in order")
+					return
+				}
+				var re *abi.RefusalError
+				require.ErrorAs(t, r.Err, &re)
+				require.Equal(t, tc.phrase, re.Phrase)
+				require.Equal(t, "refusal", re.Transform)
+				require.Empty(t, r.Out, "nothing of a refusal reaches the caller")
+			})
+		}
 	}
 }
 
@@ -101,7 +107,8 @@ func TestStreams(t *testing.T) {
 // one instance serves many streams whose calls interleave.
 func TestManyStreamsInterleaved(t *testing.T) {
 	ctx := context.Background()
-	p := load(t, "")
+	p := load(t, backends[0], "")
+	native := p.(*sdk.Plugin)
 	refuse := plugintest.TextStream("I'm sorry, but I cannot do it", 2)
 	answer := plugintest.TextStream("I'm glad to help", 2)
 	a, err := p.Open(ctx, abi.StreamInfo{ID: 1})
@@ -127,8 +134,8 @@ func TestManyStreamsInterleaved(t *testing.T) {
 	require.ErrorAs(t, errA, &re)
 	require.Equal(t, "I'm sorry, but I cannot ", re.Text, "the text held when it matched, as sent")
 	require.True(t, detachedB)
-	require.Equal(t, 2, p.OpenStreams())
+	require.Equal(t, 2, native.OpenStreams())
 	a.Close()
 	b.Close()
-	require.Zero(t, p.OpenStreams())
+	require.Zero(t, native.OpenStreams())
 }
