@@ -284,7 +284,8 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 		if !q.budgetAt.IsZero() && !now.Add(next.delay).Before(q.budgetAt) {
 			return step{}, false, &DeadlineError{Deadline: abi.DeadlineTotal, Limit: r.cfg.budget}
 		}
-		if dl, ok := ctx.Deadline(); ok && next.delay > 0 && !now.Add(next.delay).Before(dl) {
+		// ctx deadlines are on the real clock, whatever r.cfg.now is.
+		if dl, ok := ctx.Deadline(); ok && next.delay > 0 && time.Until(dl) <= next.delay {
 			return step{}, false, fmt.Errorf("retryhost: a backoff of %v would outlive the caller's deadline: %w",
 				next.delay, context.DeadlineExceeded)
 		}

@@ -368,3 +368,11 @@ func (r *Rule) Decide(_ context.Context, a *Attempt) (Decision, error) {
 	d, _ := r.decision(a)
 	return d, nil
 }
+
+// ConditionFunc adapts a function to [Condition], for conditions that are
+// easier to write as code than as a [Match] (and for tests). A switch
+// decision names its model by key; declare the model with [WithModels].
+type ConditionFunc func(ctx context.Context, a *Attempt) (Decision, error)
+
+// Decide calls f.
+func (f ConditionFunc) Decide(ctx context.Context, a *Attempt) (Decision, error) { return f(ctx, a) }
