@@ -76,8 +76,8 @@ type request struct {
 	deadline   *DeadlineError // the cause installed on the current attempt's ctx
 	records    []AttemptRecord
 	counts     []keyCount
-	a          abi.Attempt // the latest judged attempt, handed to conditions and callbacks
-	callv      Call
+	a          *abi.Attempt // the latest judged attempt, handed to conditions and callbacks
+	callv      *Call        // reused between attempts; separate so q itself can stay on the stack
 }
 
 // start begins the request and returns its first step.
@@ -98,8 +98,11 @@ func (q *request) start(ctx context.Context, r *Runner) step {
 
 // call returns the *Call describing st; it is reused between attempts.
 func (q *request) call() *Call {
-	q.callv = Call{Model: q.cur.model, Number: q.cur.number, Timeout: q.cur.timeout, Overrides: q.cur.overrides}
-	return &q.callv
+	if q.callv == nil {
+		q.callv = new(Call)
+	}
+	*q.callv = Call{Model: q.cur.model, Number: q.cur.number, Timeout: q.cur.timeout, Overrides: q.cur.overrides}
+	return q.callv
 }
 
 // attemptContext marks the start of the attempt st and derives its ctx:
@@ -156,12 +159,15 @@ func (q *request) record(err error, finish FinishReason, usage Usage) {
 	for i, rec := range q.records {
 		earlier[i] = abi.AttemptSummary{Model: rec.Model.Key(), Class: rec.Class, Status: rec.Status, Duration: rec.Duration}
 	}
-	q.a = abi.Attempt{
+	if q.a == nil {
+		q.a = new(abi.Attempt)
+	}
+	*q.a = abi.Attempt{
 		Number: q.cur.number, Model: q.cur.model.Key(),
 		Elapsed: now.Sub(q.begun), Duration: now.Sub(q.attemptAt),
 		Finish: finish, Usage: usage, Earlier: earlier,
 	}
-	classify(err, &q.a, now, q.r.cfg.retryAfterCap)
+	classify(err, q.a, now, q.r.cfg.retryAfterCap)
 	q.records = append(q.records, AttemptRecord{
 		Number: q.cur.number, Model: q.cur.model, Err: err, Finish: finish,
 		Class: q.a.Class, Status: q.a.Status, Duration: q.a.Duration,
@@ -177,7 +183,7 @@ func (q *request) fail(ctx context.Context, err error) (step, error) {
 	}
 	q.record(err, FinishReason{}, Usage{})
 	if f := q.r.cfg.onError; f != nil {
-		f(ctx, &q.a)
+		f(ctx, q.a)
 	}
 	if ctx.Err() != nil {
 		return step{}, q.final(ctx, context.Cause(ctx))
@@ -223,12 +229,12 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 		var d abi.Decision
 		rule := r.rules[i]
 		if rule != nil {
-			if d, ok = rule.decision(&q.a); !ok {
+			if d, ok = rule.decision(q.a); !ok {
 				continue
 			}
 		} else {
 			var err error
-			if d, err = safeDecide(ctx, c, &q.a); err != nil {
+			if d, err = safeDecide(ctx, c, q.a); err != nil {
 				if fp, ok := c.(FailPolicyer); ok && fp.FailPolicy() == abi.FailClosed {
 					return step{}, false, fmt.Errorf("retryhost: condition %d failed (fail-closed): %w", i, err)
 				}
@@ -364,7 +370,7 @@ func (q *request) advance(ctx context.Context, next *step) error {
 		}
 	}
 	if f := q.r.cfg.onRetry; f != nil {
-		ov := f(ctx, RetryInfo{Failed: &q.a, Next: next.model, Number: next.number, Delay: next.delay})
+		ov := f(ctx, RetryInfo{Failed: q.a, Next: next.model, Number: next.number, Delay: next.delay})
 		next.overrides = next.overrides.over(ov)
 	}
 	if ctx.Err() != nil {
