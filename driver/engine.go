@@ -256,9 +256,9 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 				maxAttempts = 2
 			}
 		case abi.ActionSwitch:
-			if rule != nil {
-				target = rule.target
-			} else if target = r.models[d.Model]; target == nil {
+			// Native rules' keys were checked by New; a foreign
+			// condition's may be unknown.
+			if target = r.models[d.Model]; target == nil {
 				r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: condition named an unknown model; skipped",
 					slog.Int("condition", i), slog.String("model", d.Model))
 				continue

@@ -137,6 +137,10 @@ func Retryable(flag bool) Match {
 
 // OnFinish matches a result attempt whose unified finish reason is one of
 // reasons, such as OnFinish(abi.ReasonContentFilter).
+//
+// Result predicates apply where the driver sees a result's finish reason
+// (the stream driver, before commit). [Do] treats a result as final and
+// never judges it: its results are opaque.
 func OnFinish(reasons ...abi.Reason) Match {
 	reasons = slices.Clone(reasons)
 	return Match{name: fmt.Sprintf("finish %v", reasons), f: func(a *Attempt) bool {
@@ -206,7 +210,8 @@ func joinNames(op string, ms []Match) string {
 type Rule struct {
 	match         Match
 	action        abi.Action
-	target        Model // ActionSwitch
+	target        Model  // ActionSwitch by Switch; nil for SwitchKey
+	targetKey     string // ActionSwitch
 	maxAttempts   int
 	delay         time.Duration
 	factor        float64
@@ -223,6 +228,20 @@ func (m Match) Switch(model Model) *Rule {
 	r := &Rule{match: m, action: abi.ActionSwitch, target: model, maxAttempts: 1}
 	if model == nil {
 		r.err = fmt.Errorf("retryhost: rule %q switches to a nil model", m.name)
+	} else {
+		r.targetKey = model.Key()
+	}
+	return r
+}
+
+// SwitchKey is [Match.Switch] for a model named by its key, as in a
+// configuration file. The key must name a model the [Runner] knows (the
+// base, a model of another rule, or one declared with [WithModels]);
+// otherwise [New] fails.
+func (m Match) SwitchKey(key string) *Rule {
+	r := &Rule{match: m, action: abi.ActionSwitch, targetKey: key, maxAttempts: 1}
+	if key == "" {
+		r.err = fmt.Errorf("retryhost: rule %q switches to an empty model key", m.name)
 	}
 	return r
 }
@@ -330,8 +349,8 @@ func (r *Rule) UseRetryAfter() *Rule {
 
 // String describes the rule.
 func (r *Rule) String() string {
-	if r.action == abi.ActionSwitch && r.target != nil {
-		return fmt.Sprintf("%s → switch %s", r.match.name, r.target.Key())
+	if r.action == abi.ActionSwitch {
+		return fmt.Sprintf("%s → switch %s", r.match.name, r.targetKey)
 	}
 	return fmt.Sprintf("%s → %s", r.match.name, r.action)
 }
@@ -357,7 +376,7 @@ func (r *Rule) decision(a *Attempt) (abi.Decision, bool) {
 		BackoffFactor: r.factor, Timeout: r.timeout, UseRetryAfter: r.useRetryAfter,
 	}
 	if r.action == abi.ActionSwitch {
-		d.Model = r.target.Key()
+		d.Model = r.targetKey
 	}
 	return d, true
 }

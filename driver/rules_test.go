@@ -124,6 +124,8 @@ func TestNew_BadInput(t *testing.T) {
 		{name: "two models share a key", base: base, opts: []Option{WithRules(Fallback(fb), Fallback(dup))}, want: `share the key "test/fb"`},
 		{name: "nil extra model", base: base, opts: []Option{WithModels(nil)}, want: "nil model"},
 		{name: "empty key", base: &fakeModel{""}, want: "empty key"},
+		{name: "unknown key in a native rule", base: base, opts: []Option{WithRules(AnyError().SwitchKey("nope/x"))}, want: `unknown model key "nope/x"`},
+		{name: "empty key in a native rule", base: base, opts: []Option{WithRules(AnyError().SwitchKey(""))}, want: "empty model key"},
 		{name: "nil logger", base: base, opts: []Option{WithLogger(nil)}, want: "nil logger"},
 		{name: "nil option", base: base, opts: []Option{nil}, want: "nil option"},
 	}
@@ -182,6 +184,8 @@ func TestDo_ForeignConditions(t *testing.T) {
 		wantErr    string
 	}{
 		{name: "a key declared with WithModels", rules: []Condition{switchTo("test/fb2")},
+			wantModels: []string{"test/base", "test/fb2"}},
+		{name: "a native rule by key", rules: []Condition{AnyError().SwitchKey("test/fb2")},
 			wantModels: []string{"test/base", "test/fb2"}},
 		{name: "a key known from a native rule", rules: []Condition{switchTo("test/fb"), OnStatus(999).Switch(fb)},
 			wantModels: []string{"test/base", "test/fb"}},

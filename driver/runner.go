@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/retryhost/retryhost/abi"
 )
 
 // defaultMaxAttempts is the total attempt cap per request unless
@@ -99,6 +101,12 @@ func New(base Model, opts ...Option) (*Runner, error) {
 		}
 		if err := r.addModel(m); err != nil {
 			return nil, err
+		}
+	}
+	for _, rule := range r.rules {
+		if rule != nil && rule.action == abi.ActionSwitch && r.models[rule.targetKey] == nil {
+			return nil, fmt.Errorf("retryhost: rule %q switches to unknown model key %q (declare it with WithModels)",
+				rule.match.name, rule.targetKey)
 		}
 	}
 	return r, nil
