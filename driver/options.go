@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// Option configures a [Runner] at [New].
+// Option configures a [Runner] at [New]. An Option is a plain function value,
+// safe to reuse for several Runners.
 type Option func(*config) error
 
 // Jitter says how a backoff delay is randomised, so that many clients
