@@ -49,7 +49,7 @@ func (e *DeadlineError) Timeout() bool { return true }
 func (e *DeadlineError) Recoverable() bool { return e.Deadline != abi.DeadlineTotal }
 
 // AttemptRecord is one finished attempt of a request, as kept in a
-// [RetryError] and handed to the outcome callbacks.
+// [RetryError] and handed to the outcome callbacks. It is a plain value.
 type AttemptRecord struct {
 	Number int   // 1-based
 	Model  Model // the model the attempt ran on

@@ -15,7 +15,7 @@ import (
 type Option func(*config) error
 
 // Jitter says how a backoff delay is randomised, so that many clients
-// failing together do not retry together.
+// failing together do not retry together. It is a plain value.
 type Jitter uint8
 
 const (
@@ -30,6 +30,7 @@ const (
 // Backoff holds the request-wide backoff settings. Rules set their own
 // delay and factor; these are the defaults for rules (and Wasm decisions)
 // that leave them zero, plus the cap and jitter that no rule can escape.
+// It is a plain value; the Runner keeps its own copy.
 type Backoff struct {
 	// Delay is the base wait before an attempt chosen by a rule that sets
 	// none. Default 0: no wait.
@@ -54,7 +55,7 @@ type Backoff struct {
 //
 // Sticky state is shared by the requests of one Runner, but each request
 // reads it once, when it starts, and keeps its own current model: a request
-// never redirects another that is in flight.
+// never redirects another that is in flight. A Sticky is an immutable value.
 type Sticky struct {
 	requests int
 	period   time.Duration
@@ -108,16 +109,19 @@ func (s Sticky) validate() error {
 }
 
 // RetryInfo is what the OnRetry callback receives before an attempt other
-// than the first.
+// than the first. It is valid only during the callback.
 type RetryInfo struct {
-	// Failed is the attempt that failed (or whose result a rule rejected).
+	// Failed is the attempt that failed (or whose result a rule rejected);
+	// the driver reuses it, so copy what you keep.
 	Failed *Attempt
 	Next   Model         // the model the next attempt runs on
 	Number int           // the next attempt's number
 	Delay  time.Duration // the wait that was just observed
 }
 
-// Outcome is what the OnSuccess and OnFailure callbacks receive.
+// Outcome is what the OnSuccess and OnFailure callbacks receive. Its
+// Attempts slice is shared with the request's *RetryError: read it, do not
+// modify it.
 type Outcome struct {
 	// Model is the model of the last attempt: the one that answered on success.
 	Model Model

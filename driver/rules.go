@@ -391,6 +391,7 @@ func (r *Rule) Decide(_ context.Context, a *Attempt) (Decision, error) {
 // ConditionFunc adapts a function to [Condition], for conditions that are
 // easier to write as code than as a [Match] (and for tests). A switch
 // decision names its model by key; declare the model with [WithModels].
+// The function must be safe for concurrent use.
 type ConditionFunc func(ctx context.Context, a *Attempt) (Decision, error)
 
 // Decide calls f.

@@ -127,7 +127,8 @@ func (r *Runner) addModel(m Model) error {
 // Base returns the model every request starts on (unless a sticky fallback is active).
 func (r *Runner) Base() Model { return r.base }
 
-// Call describes one attempt to the function [Do] runs.
+// Call describes one attempt to the function [Do] runs. The driver reuses
+// it for the next attempt: it is valid only until the function returns.
 type Call struct {
 	// Model is the model to call for this attempt.
 	Model Model
