@@ -226,23 +226,18 @@ func (q *request) judge(ctx context.Context, finish FinishReason, usage Usage) (
 func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 	r := q.r
 	for i, c := range r.cfg.rules {
-		var d abi.Decision
-		rule := r.rules[i]
-		if rule != nil {
-			if d, ok = rule.decision(q.a); !ok {
-				continue
+		// Native rules and foreign conditions alike run under a panic
+		// guard: a user's predicate must not take the request down.
+		d, err := safeDecide(ctx, c, q.a)
+		if err != nil {
+			if fp, ok := c.(FailPolicyer); ok && fp.FailPolicy() == abi.FailClosed {
+				return step{}, false, fmt.Errorf("retryhost: condition %d failed (fail-closed): %w", i, err)
 			}
-		} else {
-			var err error
-			if d, err = safeDecide(ctx, c, q.a); err != nil {
-				if fp, ok := c.(FailPolicyer); ok && fp.FailPolicy() == abi.FailClosed {
-					return step{}, false, fmt.Errorf("retryhost: condition %d failed (fail-closed): %w", i, err)
-				}
-				r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: condition failed; treated as no opinion",
-					slog.Int("condition", i), slog.String("error", err.Error()))
-				continue
-			}
+			r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: condition failed; treated as no opinion",
+				slog.Int("condition", i), slog.String("error", err.Error()))
+			continue
 		}
+		rule := r.rules[i] // non-nil for a native rule: its overrides apply
 		var target Model
 		maxAttempts := d.MaxAttempts
 		switch d.Action {
@@ -416,16 +411,16 @@ func (q *request) final(ctx context.Context, cause error) error {
 // stickyStart returns the model a request starting at now begins on.
 func (r *Runner) stickyStart(now time.Time) Model {
 	s := r.cfg.sticky
-	if s.requests == 0 {
+	if s.kind == stickyNone {
 		return r.base // after-request: never sticky, no lock
 	}
 	r.stickyMu.Lock()
 	defer r.stickyMu.Unlock()
 	switch {
 	case r.stickyM == nil:
-	case s.requests == -2 && now.Sub(r.stickyAt) < s.period:
+	case s.kind == stickyPeriod && now.Sub(r.stickyAt) < s.period:
 		return r.stickyM
-	case s.requests > 0 && r.stickyReq > 0:
+	case s.kind == stickyCount && r.stickyReq > 0:
 		r.stickyReq--
 		return r.stickyM
 	default:
@@ -437,10 +432,10 @@ func (r *Runner) stickyStart(now time.Time) Model {
 // stickySet records that a request succeeded on m, which it did not start on.
 func (r *Runner) stickySet(m Model, now time.Time) {
 	s := r.cfg.sticky
-	if s.requests == 0 {
+	if s.kind == stickyNone {
 		return
 	}
 	r.stickyMu.Lock()
-	r.stickyM, r.stickyAt, r.stickyReq = m, now, max(s.requests, 0)
+	r.stickyM, r.stickyAt, r.stickyReq = m, now, s.requests
 	r.stickyMu.Unlock()
 }

@@ -57,17 +57,26 @@ type Backoff struct {
 // reads it once, when it starts, and keeps its own current model: a request
 // never redirects another that is in flight. A Sticky is an immutable value.
 type Sticky struct {
+	kind     stickyKind
 	requests int
 	period   time.Duration
 }
 
+type stickyKind uint8
+
+const (
+	stickyNone stickyKind = iota // after-request
+	stickyCount
+	stickyPeriod
+)
+
 // StickyRequests keeps a successful fallback as the start model of the
-// next n requests ("after-n-requests").
-func StickyRequests(n int) Sticky { return Sticky{requests: max(n, -1)} }
+// next n requests ("after-n-requests"); n must be at least 1.
+func StickyRequests(n int) Sticky { return Sticky{kind: stickyCount, requests: n} }
 
 // StickyFor keeps a successful fallback as the start model of the requests
-// that start within d of its success ("after-d-seconds").
-func StickyFor(d time.Duration) Sticky { return Sticky{period: d, requests: -2} }
+// that start within d of its success ("after-d-seconds"); d must be positive.
+func StickyFor(d time.Duration) Sticky { return Sticky{kind: stickyPeriod, period: d} }
 
 // ParseSticky reads the reference's spelling: "after-request",
 // "after-N-requests" or "after-N-seconds".
@@ -91,18 +100,19 @@ func ParseSticky(s string) (Sticky, error) {
 	return Sticky{}, fmt.Errorf("retryhost: unknown sticky policy %q (want after-request, after-N-requests or after-N-seconds)", s)
 }
 
+// String returns the policy's name, such as "after-3-requests" or "after-30s".
 func (s Sticky) String() string {
-	switch {
-	case s.requests == -2:
+	switch s.kind {
+	case stickyPeriod:
 		return "after-" + s.period.String()
-	case s.requests > 0:
+	case stickyCount:
 		return fmt.Sprintf("after-%d-requests", s.requests)
 	}
 	return "after-request"
 }
 
 func (s Sticky) validate() error {
-	if s.requests == -1 || (s.requests == -2 && s.period <= 0) {
+	if (s.kind == stickyCount && s.requests < 1) || (s.kind == stickyPeriod && s.period <= 0) {
 		return fmt.Errorf("retryhost: invalid sticky policy %s: need a positive count or duration", s)
 	}
 	return nil

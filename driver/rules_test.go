@@ -256,3 +256,14 @@ func TestDo_ConditionSeesTheAttempt(t *testing.T) {
 	require.Equal(t, 2*time.Second, a.RetryAfter)
 	require.Equal(t, []abi.AttemptSummary{{Model: "test/base", Class: abi.ClassRateLimit, Status: 429, Duration: time.Second}}, a.Earlier)
 }
+
+func TestDo_PanickingPredicateIsNoOpinion(t *testing.T) {
+	var logs bytes.Buffer
+	r := mustNew(t, base, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+		WithRules(OnError(func(error) bool { panic("oops") }).Switch(fb2), Fallback(fb)))
+	fn, log := script(errors.New("boom"))
+	_, err := Do(context.Background(), r, fn)
+	require.NoError(t, err)
+	require.Equal(t, []string{"test/base", "test/fb"}, models(*log))
+	require.Contains(t, logs.String(), "oops")
+}
