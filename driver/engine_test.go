@@ -299,3 +299,61 @@ func TestOverrides_Apply(t *testing.T) {
 	c := &Call{Overrides: Overrides{MaxOutputTokens: 5}}
 	require.Equal(t, 5, c.Request(req).MaxOutputTokens)
 }
+
+// Defect 12.8: in the reference, a rule that throws on a later failure
+// fires onFailure with the previous attempt as "current". Here the outcome
+// always ends with the attempt that failed last.
+func TestDefect12_8_FailingConditionReportsTheCurrentAttempt(t *testing.T) {
+	broken := failClosed{ConditionFunc(func(_ context.Context, a *Attempt) (Decision, error) {
+		if a.Number == 2 {
+			return Decision{}, errors.New("plugin trapped")
+		}
+		return Decision{}, nil
+	})}
+	var got Outcome
+	r := mustNew(t, base, WithRules(broken, Fallback(fb)),
+		WithOnFailure(func(_ context.Context, o Outcome) { got = o }))
+	fn, _ := script(errN(1), errN(2))
+	_, err := Do(context.Background(), r, fn)
+	require.ErrorContains(t, err, "plugin trapped")
+	require.Equal(t, fb, got.Model)
+	require.Len(t, got.Attempts, 2)
+	require.Equal(t, "failure 2", got.Attempts[1].Err.Error())
+	require.Same(t, err, got.Err)
+}
+
+func TestSleepCtx(t *testing.T) {
+	require.NoError(t, sleepCtx(context.Background(), time.Microsecond))
+	require.NoError(t, sleepCtx(context.Background(), 0))
+
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stop := errors.New("caller left")
+	go func() { time.Sleep(time.Millisecond); cancel(stop) }()
+	require.ErrorIs(t, sleepCtx(ctx, time.Hour), stop, "a long backoff ends with the caller")
+	require.ErrorIs(t, sleepCtx(ctx, 0), context.Canceled)
+}
+
+func TestOverrides_Precedence(t *testing.T) {
+	s1, s2 := "s1", "s2"
+	t1, t2 := 0.1, 0.2
+	p1 := 0.9
+	seed := int64(7)
+	rule := Overrides{System: &s1, MaxOutputTokens: 10, Temperature: &t1, TopP: &p1,
+		StopSequences: []string{"a"}, Seed: &seed, Headers: http.Header{"X": {"1"}},
+		ProviderOptions: map[string]any{"openai": 1}}
+	hook := &Overrides{System: &s2, Temperature: &t2, Headers: http.Header{"Y": {"2"}}}
+	got := rule.over(hook)
+	require.Equal(t, Overrides{System: &s2, MaxOutputTokens: 10, Temperature: &t2, TopP: &p1,
+		StopSequences: []string{"a"}, Seed: &seed, Headers: http.Header{"Y": {"2"}},
+		ProviderOptions: map[string]any{"openai": 1}}, got)
+	require.Equal(t, rule, rule.over(nil))
+	require.Equal(t, rule, Overrides{}.over(&rule), "every field can be overridden")
+
+	req := &Request{System: "orig", Temperature: &t2}
+	applied := rule.Apply(req)
+	require.Equal(t, &Request{System: "s1", MaxOutputTokens: 10, Temperature: &t1, TopP: &p1,
+		StopSequences: []string{"a"}, Seed: &seed, Headers: http.Header{"X": {"1"}},
+		ProviderOptions: map[string]any{"openai": 1}}, applied)
+	require.True(t, (*Overrides)(nil).IsZero())
+	require.Nil(t, rule.Apply(nil))
+}
