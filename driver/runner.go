@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -127,6 +128,8 @@ func (r *Runner) addModel(m Model) error {
 // Base returns the model every request starts on (unless a sticky fallback is active).
 func (r *Runner) Base() Model { return r.base }
 
+var errNilDo = errors.New("retryhost: Do needs a Runner from New and a function")
+
 // Call describes one attempt to the function [Do] runs. The driver reuses
 // it for the next attempt: it is valid only until the function returns.
 type Call struct {
@@ -164,6 +167,10 @@ func (c *Call) Request(req *Request) *Request { return c.Overrides.Apply(req) }
 // The caller's cancellation (ctx done) is a hard stop: no rule is asked, no
 // backoff waits, no further attempt starts.
 func Do[R any](ctx context.Context, r *Runner, fn func(ctx context.Context, c *Call) (R, error)) (R, error) {
+	if r == nil || fn == nil {
+		var zero R
+		return zero, errNilDo
+	}
 	var q request
 	st := q.start(ctx, r)
 	for {

@@ -330,3 +330,10 @@ func TestDo_Disabled(t *testing.T) {
 	require.Equal(t, []string{"test/base", "test/fb"}, models(*log))
 	require.Equal(t, []string{"error", "success"}, events)
 }
+
+func TestDo_NilArguments(t *testing.T) {
+	_, err := Do[string](context.Background(), nil, func(context.Context, *Call) (string, error) { return "", nil })
+	require.ErrorContains(t, err, "needs a Runner")
+	_, err = Do[string](context.Background(), mustNew(t, base), nil)
+	require.ErrorContains(t, err, "needs a Runner from New and a function")
+}
