@@ -93,6 +93,7 @@ func (q *request) start(ctx context.Context, r *Runner) step {
 		q.budgetAt = q.begun.Add(r.cfg.budget)
 	}
 	q.cur = step{model: q.startModel, number: 1, timeout: r.cfg.attemptTimeout}
+	q.attemptAt = q.begun // the first attempt starts now: one clock read fewer
 	return q.cur
 }
 
@@ -110,7 +111,9 @@ func (q *request) call() *Call {
 // a *DeadlineError as the cause. Without either it returns ctx itself.
 func (q *request) attemptContext(ctx context.Context, st *step) (context.Context, context.CancelFunc) {
 	q.cur = *st
-	q.attemptAt = q.r.cfg.now()
+	if len(q.records) > 0 {
+		q.attemptAt = q.r.cfg.now()
+	}
 	q.deadline = nil
 	limit := st.timeout
 	if limit > 0 {
@@ -380,11 +383,15 @@ func (q *request) succeed(ctx context.Context) {
 	if q.disabled {
 		return
 	}
+	switched, f := q.cur.model != q.startModel, q.r.cfg.onSuccess
+	if !switched && f == nil {
+		return // the common case reads no clock
+	}
 	now := q.r.cfg.now()
-	if q.cur.model != q.startModel {
+	if switched {
 		q.r.stickySet(q.cur.model, now)
 	}
-	if f := q.r.cfg.onSuccess; f != nil {
+	if f != nil {
 		q.records = append(q.records, AttemptRecord{
 			Number: q.cur.number, Model: q.cur.model, Duration: now.Sub(q.attemptAt),
 		})
