@@ -11,7 +11,7 @@ import (
 )
 
 // A call that switches to another model when the first answers HTTP 429.
-func Example_switchOn429() {
+func ExampleDo() {
 	primary := &fakeModel{key: "openai/gpt-4o", err: &driver.ProviderError{
 		Provider: "openai", Status: 429, Message: "Rate limit reached"}}
 	fallback := &fakeModel{key: "anthropic/claude-sonnet-4", answer: "Paris."}
@@ -44,7 +44,7 @@ func Example_switchOn429() {
 
 // A per-attempt deadline: the first model hangs, its attempt times out
 // after 20ms, and the request fails over to a faster model.
-func Example_timeoutSwitch() {
+func ExampleDo_timeoutSwitch() {
 	slow := &fakeModel{key: "slow/model", hang: true}
 	fast := &fakeModel{key: "fast/model", answer: "done"}
 
