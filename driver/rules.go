@@ -138,9 +138,9 @@ func Retryable(flag bool) Match {
 // OnFinish matches a result attempt whose unified finish reason is one of
 // reasons, such as OnFinish(abi.ReasonContentFilter).
 //
-// Result predicates apply where the driver sees a result's finish reason
-// (the stream driver, before commit). [Do] treats a result as final and
-// never judges it: its results are opaque.
+// Result predicates apply where the driver sees a result's finish reason:
+// [Runner.Generate] and the stream driver (before commit). [Do] treats a
+// result as final and never judges it: its results are opaque.
 func OnFinish(reasons ...abi.Reason) Match {
 	reasons = slices.Clone(reasons)
 	return Match{name: fmt.Sprintf("finish %v", reasons), f: func(a *Attempt) bool {

@@ -193,3 +193,45 @@ func Do[R any](ctx context.Context, r *Runner, fn func(ctx context.Context, c *C
 		}
 	}
 }
+
+// Generate makes one non-streaming call with retry and fail-over: each
+// attempt calls the attempt's model with req and the attempt's overrides
+// applied. Unlike [Do], it judges each response: a result rule (such as
+// OnFinish(abi.ReasonContentFilter).Switch(m)) may reject it and try
+// another model. A rejected response whose rules have no model left is
+// returned as the answer, as the reference does.
+//
+// Errors are as for [Do]. req is not modified.
+func (r *Runner) Generate(ctx context.Context, req *Request) (*Response, error) {
+	if req == nil {
+		return nil, errors.New("retryhost: Generate needs a request")
+	}
+	var q request
+	st := q.start(ctx, r)
+	for {
+		actx, cancel := q.attemptContext(ctx, &st)
+		c := q.call()
+		resp, err := c.Model.Generate(actx, c.Request(req))
+		err = q.attemptErr(actx, err)
+		cancel()
+		var final error
+		if err == nil && resp == nil {
+			err = fmt.Errorf("retryhost: %s returned neither a response nor an error", c.Model.Key())
+		}
+		if err == nil {
+			var retry bool
+			if st, retry, final = q.judge(ctx, resp.Finish, resp.Usage); final != nil {
+				return nil, final
+			}
+			if !retry {
+				q.succeed(ctx)
+				return resp, nil
+			}
+		} else if st, final = q.fail(ctx, err); final != nil {
+			return nil, final
+		}
+		if final = q.advance(ctx, &st); final != nil {
+			return nil, final
+		}
+	}
+}
