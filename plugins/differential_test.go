@@ -239,3 +239,31 @@ func TestCStatusMatchesErrMatch(t *testing.T) {
 		require.ErrorContains(t, err, "config", "%q", bad)
 	}
 }
+
+// TestGoGuestHeapBounded: the SDK yields often enough for the Go guest's
+// GC to keep up: many streams through one instance leave its memory
+// bounded (without yields it grows by megabytes per thousand streams).
+func TestGoGuestHeapBounded(t *testing.T) {
+	ctx := context.Background()
+	in := load(t, "refusal", plugins.Refusal, "", false)
+	run := func(n int) {
+		for i := 0; i < n; i++ {
+			parts := refusalStreamParts
+			if i%2 == 1 {
+				parts = answerStreamParts
+			}
+			r, err := plugintest.Run(ctx, in, abi.StreamInfo{ID: uint64(i)}, parts)
+			require.NoError(t, err)
+			require.Equal(t, i%2 == 0, r.Err != nil)
+		}
+	}
+	run(2000)
+	warm := in.MemoryBytes()
+	run(20000)
+	require.LessOrEqual(t, in.MemoryBytes(), warm+8<<20, "memory grew from %d to %d bytes", warm, in.MemoryBytes())
+}
+
+var (
+	refusalStreamParts = plugintest.TextStream("I'm sorry, but I can't help with that request.", 3)
+	answerStreamParts  = plugintest.TextStream("Sure! Here is the code you asked for.", 3)
+)

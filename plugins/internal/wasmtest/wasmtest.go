@@ -195,6 +195,13 @@ func (in *Instance) hostPolicy(_ context.Context, m api.Module, s []uint64) {
 // Close releases the instance and its runtime.
 func (in *Instance) Close(ctx context.Context) error { return in.rt.Close(ctx) }
 
+// MemoryBytes is the size of the instance's linear memory.
+func (in *Instance) MemoryBytes() uint32 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.mem.Size()
+}
+
 // Name returns the instance's name.
 func (in *Instance) Name() string { return in.name }
 

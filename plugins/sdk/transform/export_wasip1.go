@@ -3,17 +3,15 @@
 package transform
 
 import (
-	"runtime"
-
 	"github.com/retryhost/retryhost/plugins/sdk/internal/guest"
 )
 
-// Every export ends with runtime.Gosched() so the guest's GC can run
-// (DESIGN.md, measured facts).
+// The hot exports yield every guest.YieldEvery calls so the guest's GC
+// runs (DESIGN.md, measured facts).
 
 //go:wasmexport retryhost_open
 func retryhostOpen(stream int64, infoLen int32) int32 {
-	defer runtime.Gosched()
+	defer guest.MaybeYield()
 	if guest.G == nil {
 		return -1
 	}
@@ -22,7 +20,7 @@ func retryhostOpen(stream int64, infoLen int32) int32 {
 
 //go:wasmexport retryhost_part
 func retryhostPart(stream int64, partLen int32) int64 {
-	defer runtime.Gosched()
+	defer guest.MaybeYield()
 	if guest.G == nil {
 		return int64(guest.FailVerdict)
 	}
@@ -31,7 +29,7 @@ func retryhostPart(stream int64, partLen int32) int64 {
 
 //go:wasmexport retryhost_parts
 func retryhostParts(count, inLen int32) int32 {
-	defer runtime.Gosched()
+	defer guest.MaybeYield()
 	if guest.G == nil {
 		return -1
 	}
@@ -40,7 +38,7 @@ func retryhostParts(count, inLen int32) int32 {
 
 //go:wasmexport retryhost_end
 func retryhostEnd(stream int64) int64 {
-	defer runtime.Gosched()
+	defer guest.MaybeYield()
 	if guest.G == nil {
 		return int64(guest.FailVerdict)
 	}
@@ -49,7 +47,7 @@ func retryhostEnd(stream int64) int64 {
 
 //go:wasmexport retryhost_close
 func retryhostClose(stream int64) {
-	defer runtime.Gosched()
+	defer guest.MaybeYield()
 	if guest.G != nil {
 		guest.G.Close(stream)
 	}

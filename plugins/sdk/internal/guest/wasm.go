@@ -47,6 +47,26 @@ func Log(level int32, msg string) {
 	hostLog(level, unsafe.Pointer(unsafe.StringData(msg)), int32(len(msg)))
 }
 
+// YieldEvery is how many hot-path exports (part, parts, end, close) run
+// between two yields. The guest's GC only makes progress when the guest
+// yields (nothing preempts it between exports), so without yields the heap
+// grows without bound; but one runtime.Gosched costs microseconds, far
+// more than a part. Once a yield lets the GC's worker run, it finishes the
+// cycle in that yield, so a yield every few dozen calls bounds the heap's
+// overshoot by what those calls allocate (a few KiB for the refusal
+// detector) at a fraction of the cost.
+const YieldEvery = 32
+
+var calls uint32
+
+// MaybeYield yields every YieldEvery calls. Defer it in hot exports.
+func MaybeYield() {
+	calls++
+	if calls%YieldEvery == 0 {
+		runtime.Gosched()
+	}
+}
+
 //go:wasmexport retryhost_abi_v1
 func abiV1() {}
 
