@@ -8,8 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/plugins/internal/plugintest"
 	"github.com/retryhost/retryhost/plugins/sdk"
 )
+
+// backends run every test natively and on the built module.
+var backends = []plugintest.Backend{plugintest.Native("errmatch"), plugintest.Wasm("errmatch", "wasm", "errmatch.wasm")}
 
 const exampleConfig = `{
   "rules": [
@@ -25,37 +29,39 @@ const exampleConfig = `{
 }`
 
 func TestDecide(t *testing.T) {
-	p, err := sdk.Load("errmatch", []byte(exampleConfig))
-	require.NoError(t, err)
-	ctx := context.Background()
-	retry429 := abi.Decision{Action: abi.ActionRetry, Delay: time.Second, BackoffFactor: 2, MaxAttempts: 3, UseRetryAfter: true}
-	for _, tc := range []struct {
-		name string
-		a    abi.Attempt
-		want abi.Decision
-	}{
-		{"429 retries honouring Retry-After", abi.Attempt{Number: 1, Status: 429, Class: abi.ClassRateLimit, RetryAfter: 3 * time.Second}, retry429},
-		{"429 on attempt 3 is past max_attempt", abi.Attempt{Number: 3, Status: 429, Class: abi.ClassRateLimit}, abi.Decision{}},
-		{"503 overloaded on openai switches", abi.Attempt{Number: 1, Model: "openai/gpt-4o", Status: 503, Class: abi.ClassOverloaded},
-			abi.Decision{Action: abi.ActionSwitch, Model: "anthropic/claude-sonnet", Timeout: 30 * time.Second}},
-		{"503 elsewhere: model glob fails", abi.Attempt{Number: 1, Model: "x/y", Status: 503, Class: abi.ClassOverloaded}, abi.Decision{}},
-		{"status range AND class: 500 network is not matched", abi.Attempt{Number: 1, Model: "openai/a", Status: 500, Class: abi.ClassNetwork}, abi.Decision{}},
-		{"context length", abi.Attempt{Number: 1, Status: 400, Class: abi.ClassContextLength},
-			abi.Decision{Action: abi.ActionSwitch, Model: "google/gemini-long", MaxAttempts: 1}},
-		{"message pattern", abi.Attempt{Number: 1, Class: abi.ClassClient, Status: 402, Message: "Monthly QUOTA exceeded"},
-			abi.Decision{Action: abi.ActionSwitch, Model: "local/llama"}},
-		{"refusal by error name", abi.Attempt{Number: 1, Class: abi.ClassRefusal, ErrorName: "RefusalError"},
-			abi.Decision{Action: abi.ActionSwitch, Model: "b/m"}},
-		{"timeout on first attempt: no opinion", abi.Attempt{Number: 1, Class: abi.ClassTimeout, Deadline: abi.DeadlineFirstContent}, abi.Decision{}},
-		{"timeout on second attempt gives up", abi.Attempt{Number: 2, Class: abi.ClassTimeout}, abi.Decision{Action: abi.ActionGiveUp}},
-		{"canceled gives up first", abi.Attempt{Number: 1, Status: 429, Class: abi.ClassCanceled}, abi.Decision{Action: abi.ActionGiveUp}},
-		{"a result attempt is not an error", abi.Attempt{Number: 1, Status: 200, Finish: abi.FinishReason{Unified: abi.ReasonStop}}, abi.Decision{}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := p.Decide(ctx, &tc.a)
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
-		})
+	for _, b := range backends {
+		p, err := b.Load(t, []byte(exampleConfig))
+		require.NoError(t, err)
+		ctx := context.Background()
+		retry429 := abi.Decision{Action: abi.ActionRetry, Delay: time.Second, BackoffFactor: 2, MaxAttempts: 3, UseRetryAfter: true}
+		for _, tc := range []struct {
+			name string
+			a    abi.Attempt
+			want abi.Decision
+		}{
+			{"429 retries honouring Retry-After", abi.Attempt{Number: 1, Status: 429, Class: abi.ClassRateLimit, RetryAfter: 3 * time.Second}, retry429},
+			{"429 on attempt 3 is past max_attempt", abi.Attempt{Number: 3, Status: 429, Class: abi.ClassRateLimit}, abi.Decision{}},
+			{"503 overloaded on openai switches", abi.Attempt{Number: 1, Model: "openai/gpt-4o", Status: 503, Class: abi.ClassOverloaded},
+				abi.Decision{Action: abi.ActionSwitch, Model: "anthropic/claude-sonnet", Timeout: 30 * time.Second}},
+			{"503 elsewhere: model glob fails", abi.Attempt{Number: 1, Model: "x/y", Status: 503, Class: abi.ClassOverloaded}, abi.Decision{}},
+			{"status range AND class: 500 network is not matched", abi.Attempt{Number: 1, Model: "openai/a", Status: 500, Class: abi.ClassNetwork}, abi.Decision{}},
+			{"context length", abi.Attempt{Number: 1, Status: 400, Class: abi.ClassContextLength},
+				abi.Decision{Action: abi.ActionSwitch, Model: "google/gemini-long", MaxAttempts: 1}},
+			{"message pattern", abi.Attempt{Number: 1, Class: abi.ClassClient, Status: 402, Message: "Monthly QUOTA exceeded"},
+				abi.Decision{Action: abi.ActionSwitch, Model: "local/llama"}},
+			{"refusal by error name", abi.Attempt{Number: 1, Class: abi.ClassRefusal, ErrorName: "RefusalError"},
+				abi.Decision{Action: abi.ActionSwitch, Model: "b/m"}},
+			{"timeout on first attempt: no opinion", abi.Attempt{Number: 1, Class: abi.ClassTimeout, Deadline: abi.DeadlineFirstContent}, abi.Decision{}},
+			{"timeout on second attempt gives up", abi.Attempt{Number: 2, Class: abi.ClassTimeout}, abi.Decision{Action: abi.ActionGiveUp}},
+			{"canceled gives up first", abi.Attempt{Number: 1, Status: 429, Class: abi.ClassCanceled}, abi.Decision{Action: abi.ActionGiveUp}},
+			{"a result attempt is not an error", abi.Attempt{Number: 1, Status: 200, Finish: abi.FinishReason{Unified: abi.ReasonStop}}, abi.Decision{}},
+		} {
+			t.Run(b.Name+"/"+tc.name, func(t *testing.T) {
+				got, err := p.Decide(ctx, &tc.a)
+				require.NoError(t, err)
+				require.Equal(t, tc.want, got)
+			})
+		}
 	}
 }
 
@@ -78,13 +84,17 @@ func TestConfigErrors(t *testing.T) {
 		{"bad attempts", `{"rules":[{"min_attempt":3,"max_attempt":2,"give_up":true}]}`, "min_attempt"},
 		{"bad fail", `{"fail":"sideways","rules":[{"give_up":true}]}`, "fail must be"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := sdk.Load("errmatch", []byte(tc.config))
-			require.ErrorIs(t, err, sdk.ErrConfigRejected)
-			require.ErrorContains(t, err, tc.err)
-		})
+		for _, b := range backends {
+			t.Run(b.Name+"/"+tc.name, func(t *testing.T) {
+				_, err := b.Load(t, []byte(tc.config))
+				require.ErrorIs(t, err, sdk.ErrConfigRejected)
+				require.ErrorContains(t, err, tc.err)
+			})
+		}
 	}
-	p, err := sdk.Load("errmatch", []byte(`{"fail":"closed","rules":[{"give_up":true}]}`))
-	require.NoError(t, err)
-	require.Equal(t, abi.FailClosed, p.Policy().Fail)
+	for _, b := range backends {
+		p, err := b.Load(t, []byte(`{"fail":"closed","rules":[{"give_up":true}]}`))
+		require.NoError(t, err)
+		require.Equal(t, abi.FailClosed, p.Policy().Fail)
+	}
 }
