@@ -117,8 +117,8 @@ func TestRefusalBatch(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"go", "c"} {
 		wasm := map[string][]byte{"go": plugins.Refusal, "c": plugins.CRefusal}[name]
+		in := load(t, "refusal", wasm, "", false)
 		for _, text := range []string{"I'm sorry, but I can't help", "Sure, here it is", "I"} {
-			in := load(t, "refusal", wasm, "", false)
 			parts := plugintest.TextStream(text, 2)
 			one, err := in.Open(ctx, abi.StreamInfo{ID: 1})
 			require.NoError(t, err)

@@ -66,7 +66,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	for _, tc := range []struct{ name, config, err string }{
+	for i, tc := range []struct{ name, config, err string }{
 		{"empty", ``, "no rules"},
 		{"no rules", `{"rules":[]}`, "no rules"},
 		{"unknown field", `{"rules":[{"code":429,"give_up":true}]}`, "unknown field"},
@@ -85,6 +85,9 @@ func TestConfigErrors(t *testing.T) {
 		{"bad fail", `{"fail":"sideways","rules":[{"give_up":true}]}`, "fail must be"},
 	} {
 		for _, b := range backends {
+			if b.Name != "native" && plugintest.Race && i%4 != 0 {
+				continue // under -race, a sample of the rejections crosses the boundary
+			}
 			t.Run(b.Name+"/"+tc.name, func(t *testing.T) {
 				_, err := b.Load(t, []byte(tc.config))
 				require.ErrorIs(t, err, sdk.ErrConfigRejected)

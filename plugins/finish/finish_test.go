@@ -46,7 +46,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	for _, tc := range []struct{ name, config, err string }{
+	for i, tc := range []struct{ name, config, err string }{
 		{"empty", ``, "nothing to do"},
 		{"unknown reason", `{"switch":{"censored":"a/b"}}`, `unknown finish reason "censored"`},
 		{"unknown as reason", `{"switch":{"unknown":"a/b"}}`, "unknown finish reason"},
@@ -56,6 +56,9 @@ func TestConfigErrors(t *testing.T) {
 		{"typo", `{"swich":{"length":"a/b"}}`, "unknown field"},
 	} {
 		for _, b := range backends {
+			if b.Name != "native" && plugintest.Race && i%4 != 0 {
+				continue // under -race, a sample of the rejections crosses the boundary
+			}
 			t.Run(b.Name+"/"+tc.name, func(t *testing.T) {
 				_, err := b.Load(t, []byte(tc.config))
 				require.ErrorIs(t, err, sdk.ErrConfigRejected)
