@@ -62,23 +62,92 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
 )
 
-// DecodeJSON parses a JSON config into v, strictly: unknown fields and
-// trailing data are errors, so an operator's typo fails the load instead of
-// being ignored. An empty or blank config leaves v as it is (the defaults).
-// Use it in a factory, at load only: encoding/json allocates.
+// DecodeJSON parses a JSON config into v (a pointer to a struct),
+// strictly: unknown fields are errors, so an operator's typo fails the
+// load instead of being ignored. An empty or blank config leaves v as it
+// is (the defaults). Use it in a factory, at load only: it allocates.
+//
+// It is built on json.Unmarshal rather than json.Decoder on purpose: a
+// Decoder reads through an io.Reader, which makes the linker keep
+// os.(*File).Read and with it the WASI import fd_read, which the host
+// forbids.
 func DecodeJSON(config []byte, v any) error {
 	if len(bytes.TrimSpace(config)) == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(config))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := json.Unmarshal(config, v); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	if dec.More() {
-		return fmt.Errorf("config: trailing data after the JSON value")
+	var tree any
+	if err := json.Unmarshal(config, &tree); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := checkFields(tree, reflect.TypeOf(v), ""); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	return nil
+}
+
+// checkFields reports the first object key in tree that t has no field for.
+func checkFields(tree any, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch x := tree.(type) {
+	case map[string]any:
+		switch t.Kind() {
+		case reflect.Map:
+			for k, sub := range x {
+				if err := checkFields(sub, t.Elem(), path+"."+k); err != nil {
+					return err
+				}
+			}
+		case reflect.Struct:
+			for k, sub := range x {
+				f, ok := field(t, k)
+				if !ok {
+					return fmt.Errorf("json: unknown field %q", strings.TrimPrefix(path+"."+k, "."))
+				}
+				if err := checkFields(sub, f.Type, path+"."+k); err != nil {
+					return err
+				}
+			}
+		}
+	case []any:
+		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			for i, sub := range x {
+				if err := checkFields(sub, t.Elem(), path+"["+strconv.Itoa(i)+"]"); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// field finds the struct field encoding/json would fill for key: its json
+// tag name, else its name, case-insensitively.
+func field(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if strings.EqualFold(name, key) {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
 }
