@@ -311,15 +311,20 @@ RH_EXPORT("retryhost_part") i64 rh_part(i64 h, i32 len) {
 	return (i64)part(st, rh_buf, (u32)len, rh_buf, RH_BUF_CAP);
 }
 
+/* retryhost_parts: entries judged in order, results from align8(in_len);
+ * it returns the number judged, stopping before an entry whose result might
+ * not fit (the host sends the rest again). */
 RH_EXPORT("retryhost_parts") i32 rh_parts(i32 count, i32 in_len) {
 	if (count < 0 || in_len < 0 || in_len > RH_BUF_CAP) return -1;
-	u32 at = ((u32)in_len + 7) & ~7u, start = at, off = 0;
+	u32 reserve = 8 + 20 + max_len + TEXT_CAP; /* the largest result: a refusal */
+	u32 at = ((u32)in_len + 7) & ~7u, off = 0;
 	for (i32 e = 0; e < count; e++) {
+		if (at + reserve > RH_BUF_CAP) return e;
 		if (off + 12 > (u32)in_len) return -1;
 		i64 h = (i64)rd64(rh_buf + off);
 		u32 n = rd32(rh_buf + off + 8);
 		off += 12;
-		if (n > (u32)in_len - off || at + 8 > RH_BUF_CAP) return -1;
+		if (n > (u32)in_len - off) return -1;
 		struct slot *st = lookup(h);
 		if (!st) return -1;
 		u64 v = part(st, rh_buf + off, n, rh_buf + at + 8, RH_BUF_CAP - at - 8);
@@ -328,7 +333,7 @@ RH_EXPORT("retryhost_parts") i32 rh_parts(i32 count, i32 in_len) {
 		at += 8 + (u32)(v >> 32);
 		off += n;
 	}
-	return (i32)(at - start);
+	return count;
 }
 
 RH_EXPORT("retryhost_end") i64 rh_end(i64 h) { return lookup(h) ? RH_PASS : (i64)RH_FAIL_VERDICT; }

@@ -320,8 +320,9 @@ func (s *Stream) Close() {
 	}
 }
 
-// PartsBatch runs retryhost_parts over parts of this one stream and
-// returns their verdicts (for benchmarks of the batched path).
+// PartsBatch runs retryhost_parts once over parts of this one stream and
+// returns the verdicts of the entries the guest judged (it may judge fewer
+// than all: ABI.md §6.3).
 func (s *Stream) PartsBatch(ctx context.Context, parts []abi.Part) ([]abi.Verdict, error) {
 	in := s.in
 	in.mu.Lock()
@@ -343,19 +344,19 @@ func (s *Stream) PartsBatch(ctx context.Context, parts []abi.Part) ([]abi.Verdic
 	if err != nil {
 		return nil, err
 	}
-	n := int32(r)
-	at := (uint32(len(buf)) + 7) &^ 7
-	if n < 0 || at+uint32(n) > in.bufCap {
-		return nil, fmt.Errorf("%w: parts returned %d", ErrPluginFailed, n)
+	k := int32(r)
+	if k < 0 || int(k) > len(parts) {
+		return nil, fmt.Errorf("%w: parts returned %d for %d entries", ErrPluginFailed, k, len(parts))
 	}
-	out, _ := in.mem.Read(in.bufPtr+at, uint32(n))
+	at := (uint32(len(buf)) + 7) &^ 7
 	vs := make([]abi.Verdict, 0, len(parts))
-	for off := uint32(0); len(vs) < len(parts); {
-		if off+8 > uint32(len(out)) {
-			return nil, fmt.Errorf("%w: short batch result", ErrPluginFailed)
+	for off := at; len(vs) < int(k); {
+		b, ok := in.mem.Read(in.bufPtr+off, 8)
+		if !ok || off+8 > in.bufCap {
+			return nil, fmt.Errorf("%w: batch result past the buffer", ErrPluginFailed)
 		}
-		packed := binary.LittleEndian.Uint64(out[off:])
-		v, err := in.verdict(packed, in.bufPtr+at+off+8)
+		packed := binary.LittleEndian.Uint64(b)
+		v, err := in.verdict(packed, in.bufPtr+off+8)
 		if err != nil {
 			return nil, err
 		}

@@ -16,7 +16,9 @@ import (
 // not a verdict. A Decider that also has a Policy() abi.TransformPolicy
 // method declares that policy (only its Fail field applies to conditions).
 //
-// The host calls one Decide at a time per instance, and runs several
+// The Attempt, and every string in it, is valid only during the call (the
+// SDK decodes it in place, without allocating): copy what you keep. The
+// host calls one Decide at a time per instance, and runs several
 // instances: keep no state between calls (ABI.md §2).
 type Decider interface {
 	Decide(a *abi.Attempt) (abi.Decision, error)

@@ -3,14 +3,12 @@
 package condition
 
 import (
-	"runtime"
-
 	"github.com/retryhost/retryhost/plugins/sdk/internal/guest"
 )
 
 //go:wasmexport retryhost_decide
 func retryhostDecide(attemptLen int32) int32 {
-	defer runtime.Gosched() // let the guest's GC run (DESIGN.md, measured facts)
+	defer guest.MaybeYield() // let the guest's GC run (DESIGN.md, measured facts)
 	if guest.G == nil {
 		return -1
 	}

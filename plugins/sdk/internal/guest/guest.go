@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
+	"time"
 	"unsafe"
 
 	"github.com/retryhost/retryhost/abi"
@@ -77,9 +78,10 @@ type Guest struct {
 	tr      Transform
 	streams map[int64]Stream
 
-	in  []byte   // the input when it did not fit Buf
-	out []byte   // encode buffer, reused
-	p   abi.Part // the part handed to Stream.Part, reused
+	in  []byte      // the input when it did not fit Buf
+	out []byte      // encode buffer, reused
+	p   abi.Part    // the part handed to Stream.Part, reused
+	a   abi.Attempt // the attempt handed to Decide, reused
 	// done lists the streams that answered ERROR or DETACH in the current batch.
 	done []int64
 }
@@ -171,11 +173,11 @@ func (g *Guest) Decide(n int32) int32 {
 	if in == nil {
 		return -1
 	}
-	a, err := abi.DecodeAttempt(in)
-	if err != nil {
+	if !g.decodeAttempt(in) {
 		return -1
 	}
-	d, err := g.dec.Decide(&a)
+	d, err := g.dec.Decide(&g.a)
+	g.a = abi.Attempt{Earlier: g.a.Earlier[:0]}
 	if err != nil {
 		return -1
 	}
@@ -255,17 +257,27 @@ func (g *Guest) Close(h int64) {
 // Streams is the number of open streams (for tests).
 func (g *Guest) Streams() int { return len(g.streams) }
 
+// BatchReserve is the room a batch keeps for the next result's payload:
+// Parts stops before an entry when less than 8 + BatchReserve bytes are
+// left, and the host sends the rest again (ABI.md §6.3). A payload larger
+// than that (a REPLACE of many parts) fails the batch, since the stream's
+// state has already moved; such transforms should not rely on batches.
+const BatchReserve = 4096
+
 // Parts answers retryhost_parts: count entries of (u64 stream, u32 len,
-// Part) in Buf[:inLen]; the results go from align8(inLen) on.
+// Part) in Buf[:inLen], judged in order, their results written from
+// align8(inLen) on. It returns the number of entries judged.
 func (g *Guest) Parts(count, inLen int32) int32 {
 	if count < 0 || inLen < 0 || int(inLen) > len(g.Buf) {
 		return -1
 	}
 	g.done = g.done[:0]
 	at := (int(inLen) + 7) &^ 7
-	start := at
 	off := 0
 	for i := int32(0); i < count; i++ {
+		if at+8+BatchReserve > len(g.Buf) {
+			return i // the host sends entries i… again
+		}
 		if off+12 > int(inLen) {
 			return -1
 		}
@@ -296,19 +308,16 @@ func (g *Guest) Parts(count, inLen int32) int32 {
 				g.done = append(g.done, h)
 			}
 		}
-		// The payload goes to g.out first: rec may alias the bytes it
-		// would overwrite, and later entries are still unread.
+		// The payload goes through g.out: rec may alias the bytes it
+		// would overwrite.
 		packed := g.verdict(&v, at+8)
 		if packed == FailVerdict {
-			return -1
-		}
-		if at+8 > len(g.Buf) {
 			return -1
 		}
 		binary.LittleEndian.PutUint64(g.Buf[at:], packed)
 		at += 8 + int(packed>>32)
 	}
-	return int32(at - start)
+	return count
 }
 
 // verdict encodes v, writes its payload at Buf[off:] and returns it packed.
@@ -382,4 +391,58 @@ func str(b []byte, off *int) (string, bool) {
 		return "", true
 	}
 	return unsafe.String(&s[0], len(s)), true
+}
+
+// decodeAttempt fills g.a from rec in place: its strings alias rec, so a
+// decision costs no allocation (the Attempt is valid only during the
+// call). It follows abi.DecodeAttempt: trailing bytes are ignored.
+func (g *Guest) decodeAttempt(rec []byte) bool {
+	if len(rec) < abi.AttemptHeaderSize {
+		return false
+	}
+	le := binary.LittleEndian
+	a := &g.a
+	a.Number = int(le.Uint32(rec))
+	a.Status = int(le.Uint16(rec[4:]))
+	a.Class = abi.ErrorClass(rec[6])
+	a.Deadline = abi.Deadline(rec[7])
+	a.Retryable = rec[8]&1 != 0
+	a.Finish.Unified = abi.Reason(rec[9])
+	n := le.Uint32(rec[12:])
+	a.Elapsed = time.Duration(le.Uint64(rec[16:]))
+	a.Duration = time.Duration(le.Uint64(rec[24:]))
+	a.RetryAfter = time.Duration(le.Uint64(rec[32:]))
+	a.Usage = abi.Usage{InputTokens: int64(le.Uint64(rec[40:])), OutputTokens: int64(le.Uint64(rec[48:])),
+		CacheReadTokens: int64(le.Uint64(rec[56:])), CacheWriteTokens: int64(le.Uint64(rec[64:])),
+		ReasoningTokens: int64(le.Uint64(rec[72:]))}
+	off := abi.AttemptHeaderSize
+	var ok [4]bool
+	a.Model, ok[0] = str(rec, &off)
+	a.ErrorName, ok[1] = str(rec, &off)
+	a.Message, ok[2] = str(rec, &off)
+	a.Finish.Raw, ok[3] = str(rec, &off)
+	if !ok[0] || !ok[1] || !ok[2] || !ok[3] {
+		return false
+	}
+	if uint64(n)*20 > uint64(len(rec)-off) {
+		return false
+	}
+	a.Earlier = a.Earlier[:0]
+	for range n {
+		if len(rec)-off < 16 {
+			return false
+		}
+		e := abi.AttemptSummary{Class: abi.ErrorClass(rec[off]), Status: int(le.Uint16(rec[off+2:])),
+			Duration: time.Duration(le.Uint64(rec[off+8:]))}
+		off += 16
+		var okm bool
+		if e.Model, okm = str(rec, &off); !okm {
+			return false
+		}
+		a.Earlier = append(a.Earlier, e)
+	}
+	if len(a.Earlier) == 0 {
+		a.Earlier = nil
+	}
+	return true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -186,14 +187,14 @@ func TestPartsBatch(t *testing.T) {
 		in = append(in, rec...)
 	}
 	calls = 0
-	n := h.g.Parts(int32(len(entries)), h.put(in))
-	require.Positive(t, n)
+	k := h.g.Parts(int32(len(entries)), h.put(in))
+	require.EqualValues(t, len(entries), k, "every entry judged")
 	require.Equal(t, 4, calls, "stream 2 detached: its later entry is answered PASS without a call")
 
 	at := (len(in) + 7) &^ 7
-	out := h.g.Buf[at : at+int(n)]
+	out := h.g.Buf[at:]
 	var got []string
-	for len(out) > 0 {
+	for len(got) < int(k) {
 		a, pn, err := abi.UnpackVerdict(binary.LittleEndian.Uint64(out))
 		require.NoError(t, err)
 		out = out[8:]
@@ -211,6 +212,27 @@ func TestPartsBatch(t *testing.T) {
 	require.Equal(t, int32(-1), h.g.Parts(2, h.put(in[:20])), "a truncated batch fails")
 }
 
+// TestPartsBatchStopsEarly: when the buffer has no room left for the next
+// result, the batch stops and says how many entries it judged, leaving the
+// rest unjudged for the host to send again.
+func TestPartsBatchStopsEarly(t *testing.T) {
+	calls := 0
+	h, rc := newHarness(t, 2*BatchReserve, nil, func([]byte) (Transform, error) { return upper{&calls}, nil }, "")
+	require.Zero(t, rc)
+	require.Zero(t, h.g.Open(1, h.put(abi.AppendStreamInfo(nil, &abi.StreamInfo{}))))
+	var in []byte
+	rec := abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta, ID: "t", Delta: strings.Repeat("d", 300)})
+	for range 10 {
+		in = binary.LittleEndian.AppendUint64(in, 1)
+		in = binary.LittleEndian.AppendUint32(in, uint32(len(rec)))
+		in = append(in, rec...)
+	}
+	k := h.g.Parts(10, h.put(in))
+	require.Positive(t, k)
+	require.Less(t, k, int32(10))
+	require.Equal(t, int(k), calls, "only the judged entries reached the transform")
+}
+
 type withPolicy struct{ upper }
 
 func (withPolicy) Policy() abi.TransformPolicy {
@@ -224,4 +246,41 @@ func TestPolicyDeclared(t *testing.T) {
 	p, err := abi.DecodePolicy(h.pol)
 	require.NoError(t, err)
 	require.Equal(t, abi.TransformPolicy{Fail: abi.FailClosed, MaxHeldParts: 3}, p)
+}
+
+// TestDecodeAttemptMatchesCodec: the in-place decoder reads what
+// abi.DecodeAttempt reads, and rejects what it rejects.
+func TestDecodeAttemptMatchesCodec(t *testing.T) {
+	g := New(make([]byte, 1024), Env{})
+	for _, a := range []abi.Attempt{
+		{},
+		{Number: 3, Model: "openai/gpt-4o", Class: abi.ClassRateLimit, Status: 429, ErrorName: "*openai.Error",
+			Message: "slow down", RetryAfter: 2 * time.Second, Deadline: abi.DeadlineGap, Retryable: true,
+			Finish: abi.FinishReason{Unified: abi.ReasonLength, Raw: "max_tokens"}, Elapsed: time.Minute, Duration: time.Second,
+			Usage:   abi.Usage{InputTokens: 1, OutputTokens: 2, CacheReadTokens: 3, CacheWriteTokens: 4, ReasoningTokens: 5},
+			Earlier: []abi.AttemptSummary{{Model: "a/b", Class: abi.ClassServer, Status: 500, Duration: 3}, {Model: "c/d"}}},
+	} {
+		rec := abi.EncodeAttempt(&a)
+		want, err := abi.DecodeAttempt(rec)
+		require.NoError(t, err)
+		require.True(t, g.decodeAttempt(rec))
+		require.Equal(t, want, g.a)
+		for cut := 0; cut < len(rec); cut++ {
+			_, err := abi.DecodeAttempt(rec[:cut])
+			require.Equal(t, err == nil, g.decodeAttempt(rec[:cut]), "cut at %d", cut)
+		}
+	}
+}
+
+func FuzzDecodeAttempt(f *testing.F) {
+	f.Add(abi.EncodeAttempt(&abi.Attempt{Number: 1, Model: "m", Earlier: []abi.AttemptSummary{{Model: "x"}}}))
+	g := New(make([]byte, 1024), Env{})
+	f.Fuzz(func(t *testing.T, rec []byte) {
+		want, err := abi.DecodeAttempt(rec)
+		ok := g.decodeAttempt(rec)
+		require.Equal(t, err == nil, ok)
+		if ok {
+			require.Equal(t, want, g.a)
+		}
+	})
 }

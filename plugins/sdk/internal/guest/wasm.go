@@ -47,7 +47,7 @@ func Log(level int32, msg string) {
 	hostLog(level, unsafe.Pointer(unsafe.StringData(msg)), int32(len(msg)))
 }
 
-// YieldEvery is how many hot-path exports (part, parts, end, close) run
+// YieldEvery is how many exports (decide, open, part, parts, end, close) run
 // between two yields. The guest's GC only makes progress when the guest
 // yields (nothing preempts it between exports), so without yields the heap
 // grows without bound; but one runtime.Gosched costs microseconds, far
