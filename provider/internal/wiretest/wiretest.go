@@ -153,9 +153,12 @@ type Server struct {
 }
 
 // Serve starts a loopback server replaying tr and closes it when the test
-// ends.
+// ends. It fails the test if tr is invalid (and fills in defaults).
 func Serve(t testing.TB, tr *Transcript) *Server {
 	t.Helper()
+	if err := tr.validate(); err != nil {
+		t.Fatalf("wiretest: %v", err)
+	}
 	s := &Server{tr: tr, done: make(chan Result, 16)}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.handle))
 	t.Cleanup(s.Close)
