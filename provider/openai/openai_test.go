@@ -120,6 +120,14 @@ func TestStream(t *testing.T) {
 			tool:   &abi.ToolInfo{Name: "get_weather", Input: `{"location":"Paris, France"}`},
 		},
 		{
+			name:      "reasoning_compatible",
+			kinds:     "stream-start response-metadata reasoning-start reasoning-delta*2 reasoning-end text-start text-delta*2 text-end finish",
+			text:      "Hi!",
+			reasoning: "The user says hi.",
+			finish:    abi.FinishReason{Unified: abi.ReasonStop, Raw: "stop"},
+			usage:     abi.Usage{InputTokens: 8, OutputTokens: 12, ReasoningTokens: 9},
+		},
+		{
 			name:    "refusal_field",
 			kinds:   "stream-start response-metadata",
 			recvErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"},
@@ -176,6 +184,7 @@ func TestStream(t *testing.T) {
 			parts, err := wiretest.Collect(st, 1000)
 			require.Equal(t, tt.kinds, wiretest.Kinds(parts))
 			require.Equal(t, tt.text, wiretest.Text(parts, abi.KindTextDelta))
+			require.Equal(t, tt.reasoning, wiretest.Text(parts, abi.KindReasoningDelta))
 			if tt.recvErr != nil {
 				checkErr(t, err, tt.recvErr)
 				require.Nil(t, wiretest.Finish(parts))
@@ -187,6 +196,10 @@ func TestStream(t *testing.T) {
 			require.Equal(t, tt.finish, f.Reason)
 			require.Equal(t, tt.usage, f.Usage)
 			meta := parts[1].Meta
+			if tt.name == "reasoning_compatible" {
+				require.Equal(t, "deepseek-reasoner", meta.ModelID)
+				return
+			}
 			require.Equal(t, "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT", meta.ID)
 			require.Equal(t, "gpt-4o-mini-2024-07-18", meta.ModelID)
 			require.Equal(t, time.Unix(1741569952, 0).UTC(), meta.Timestamp)

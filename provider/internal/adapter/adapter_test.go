@@ -26,6 +26,7 @@ func TestClassify(t *testing.T) {
 		{429, "", "", "", abi.ClassRateLimit},
 		{503, "server_error", "", "", abi.ClassOverloaded},
 		{529, "overloaded_error", "", "", abi.ClassOverloaded},
+		{529, "", "", "", abi.ClassOverloaded},
 		{500, "", "", "", abi.ClassServer},
 		{502, "", "", "", abi.ClassServer},
 		{401, "", "", "", abi.ClassAuth},
