@@ -167,7 +167,7 @@ func TestStream(t *testing.T) {
 			if tt.openErr != nil {
 				require.Nil(t, st)
 				checkErr(t, err, tt.openErr)
-				require.Len(t, srv.Results(), 1, "the SDK must not retry")
+				require.Len(t, srv.Requests(), 1, "the SDK must not retry")
 				return
 			}
 			require.NoError(t, err)
@@ -241,7 +241,7 @@ func TestGenerate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := wiretest.ServeFile(t, wire(tt.name))
 			resp, err := model(t, srv).Generate(context.Background(), request())
-			require.Len(t, srv.Results(), 1, "the SDK must not retry")
+			require.Len(t, srv.Requests(), 1, "the SDK must not retry")
 			if tt.wantErr != nil {
 				require.Nil(t, resp)
 				checkErr(t, err, tt.wantErr)
@@ -362,11 +362,11 @@ func TestRequestTranslation(t *testing.T) {
 	parts, err := wiretest.Collect(st, 100)
 	require.NoError(t, err)
 	require.Equal(t, []abi.Warning{{Type: "unsupported", Feature: "seed", Message: "the Messages API has no seed; it was not sent"}}, parts[0].Warnings)
-	got := srv.Results()[0]
+	got := srv.Requests()[0]
 	require.Equal(t, "abc", got.Header.Get("X-Trace"))
 	require.Equal(t, "Bearer sk-ant-test", got.Header.Get("Authorization"))
 	var body map[string]any
-	require.NoError(t, json.Unmarshal(got.Request, &body))
+	require.NoError(t, json.Unmarshal(got.Body, &body))
 	require.Equal(t, "claude-sonnet-4-5", body["model"])
 	require.Equal(t, true, body["stream"])
 	require.EqualValues(t, anthropic.DefaultMaxTokens, body["max_tokens"])
@@ -397,13 +397,13 @@ func TestRetriesOptIn(t *testing.T) {
 		srv := wiretest.Serve(t, tr)
 		_, err := model(t, srv).Generate(context.Background(), request())
 		require.Error(t, err)
-		require.Len(t, srv.Results(), 1)
+		require.Len(t, srv.Requests(), 1)
 	})
 	t.Run("WithMaxRetries", func(t *testing.T) {
 		srv := wiretest.Serve(t, tr)
 		_, err := model(t, srv, anthropic.WithMaxRetries(2)).Generate(context.Background(), request())
 		require.Error(t, err)
-		require.Len(t, srv.Results(), 3)
+		require.Len(t, srv.Requests(), 3)
 	})
 }
 

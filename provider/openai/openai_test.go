@@ -177,7 +177,7 @@ func TestStream(t *testing.T) {
 			if tt.openErr != nil {
 				require.Nil(t, st)
 				checkErr(t, err, tt.openErr)
-				require.Len(t, srv.Results(), 1, "the SDK must not retry")
+				require.Len(t, srv.Requests(), 1, "the SDK must not retry")
 				return
 			}
 			require.NoError(t, err)
@@ -259,7 +259,7 @@ func TestGenerate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := wiretest.ServeFile(t, wire(tt.name))
 			resp, err := model(t, srv).Generate(context.Background(), request())
-			require.Len(t, srv.Results(), 1, "the SDK must not retry")
+			require.Len(t, srv.Requests(), 1, "the SDK must not retry")
 			if tt.wantErr != nil {
 				require.Nil(t, resp)
 				checkErr(t, err, tt.wantErr)
@@ -392,11 +392,11 @@ func TestRequestTranslation(t *testing.T) {
 	require.NoError(t, err)
 	_, err = wiretest.Collect(st, 100)
 	require.NoError(t, err)
-	got := srv.Results()[0]
+	got := srv.Requests()[0]
 	require.Equal(t, "abc", got.Header.Get("X-Trace"))
 	require.Equal(t, "Bearer sk-test", got.Header.Get("Authorization"))
 	var body map[string]any
-	require.NoError(t, json.Unmarshal(got.Request, &body))
+	require.NoError(t, json.Unmarshal(got.Body, &body))
 	require.Equal(t, "gpt-4o-mini", body["model"])
 	require.Equal(t, true, body["stream"])
 	require.Equal(t, map[string]any{"include_usage": true}, body["stream_options"])
@@ -424,13 +424,13 @@ func TestRetriesOptIn(t *testing.T) {
 		srv := wiretest.Serve(t, tr)
 		_, err := model(t, srv).Generate(context.Background(), request())
 		require.Error(t, err)
-		require.Len(t, srv.Results(), 1)
+		require.Len(t, srv.Requests(), 1)
 	})
 	t.Run("WithMaxRetries", func(t *testing.T) {
 		srv := wiretest.Serve(t, tr)
 		_, err := model(t, srv, openai.WithMaxRetries(2)).Generate(context.Background(), request())
 		require.Error(t, err)
-		require.Len(t, srv.Results(), 3)
+		require.Len(t, srv.Requests(), 3)
 	})
 }
 
@@ -461,5 +461,5 @@ func TestBadRequestFailsBeforeNetwork(t *testing.T) {
 	require.ErrorContains(t, err, "schema")
 	_, err = m.Generate(context.Background(), &driver.Request{ProviderOptions: map[string]any{"openai": 3}})
 	require.ErrorContains(t, err, "ProviderOptions")
-	require.Empty(t, srv.Results())
+	require.Empty(t, srv.Requests())
 }

@@ -127,18 +127,21 @@ func (e *Event) line() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Result is what the server observed of one request.
+// Request is a request the server received.
+type Request struct {
+	Body   []byte
+	Header http.Header
+}
+
+// Result is what the server observed of one request once it handled it.
 type Result struct {
+	Request
 	// Finished reports that the whole transcript was written (for EndCut:
 	// up to the cut).
 	Finished bool
 	// ClientGone reports that the client closed the connection (or its
 	// request context ended) before the transcript finished.
 	ClientGone bool
-	// Request is the request body the client sent.
-	Request []byte
-	// Header is the request's headers.
-	Header http.Header
 }
 
 // Server replays one transcript for every request it receives.
@@ -147,9 +150,9 @@ type Server struct {
 	*httptest.Server
 	tr *Transcript
 
-	mu      sync.Mutex
-	results []Result
-	done    chan Result
+	mu       sync.Mutex
+	requests []Request
+	done     chan Result
 }
 
 // Serve starts a loopback server replaying tr and closes it when the test
@@ -187,20 +190,22 @@ func (s *Server) Wait(d time.Duration) (Result, bool) {
 	}
 }
 
-// Results returns the results of the requests handled so far.
-func (s *Server) Results() []Result {
+// Requests returns the requests received so far. A request is recorded
+// before its response is written, so a client that got a response finds its
+// request here.
+func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Result(nil), s.results...)
+	return append([]Request(nil), s.requests...)
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	res := Result{Request: body, Header: r.Header.Clone()}
-	res.Finished, res.ClientGone = s.replay(w, r)
+	res := Result{Request: Request{Body: body, Header: r.Header.Clone()}}
 	s.mu.Lock()
-	s.results = append(s.results, res)
+	s.requests = append(s.requests, res.Request)
 	s.mu.Unlock()
+	res.Finished, res.ClientGone = s.replay(w, r)
 	select {
 	case s.done <- res:
 	default:

@@ -72,7 +72,7 @@ func TestReplayNormal(t *testing.T) {
 	require.True(t, ok)
 	require.True(t, res.Finished)
 	require.False(t, res.ClientGone)
-	require.Equal(t, `{"q":1}`, string(res.Request))
+	require.Equal(t, `{"q":1}`, string(res.Body))
 }
 
 func TestReplayCut(t *testing.T) {
