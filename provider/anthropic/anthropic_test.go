@@ -426,3 +426,29 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "anthropic/claude-haiku-4-5", m.Key())
 }
+
+// One Model serves concurrent streams (run with -race).
+func TestConcurrentStreams(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	m := model(t, srv)
+	const n = 8
+	errs := make(chan error, n)
+	texts := make(chan string, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			st, err := m.Stream(context.Background(), request())
+			if err != nil {
+				errs <- err
+				return
+			}
+			parts, err := wiretest.Collect(st, 1000)
+			errs <- err
+			texts <- wiretest.Text(parts, abi.KindTextDelta)
+		}()
+	}
+	for i := 0; i < n; i++ {
+		require.NoError(t, <-errs)
+		require.Equal(t, "Hello! How can I help you today?", <-texts)
+	}
+	require.Len(t, srv.Requests(), n)
+}
