@@ -489,3 +489,22 @@ func TestConcurrentStreams(t *testing.T) {
 	}
 	require.Len(t, srv.Requests(), n)
 }
+
+// A server that is not there is a retryable network error, not a hang.
+func TestConnectionRefused(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	m := model(t, srv)
+	srv.Close()
+	for name, call := range map[string]func() error{
+		"stream":   func() error { _, err := m.Stream(context.Background(), request()); return err },
+		"generate": func() error { _, err := m.Generate(context.Background(), request()); return err },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var pe *driver.ProviderError
+			require.ErrorAs(t, call(), &pe)
+			require.Equal(t, abi.ClassNetwork, pe.Class)
+			require.True(t, pe.Retryable)
+			require.Zero(t, pe.Status)
+		})
+	}
+}
