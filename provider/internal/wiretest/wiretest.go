@@ -46,7 +46,8 @@ const (
 	EndStall  = "stall" // nothing more is written until the client leaves
 )
 
-// Transcript is one recorded HTTP response. See the package doc for the file format.
+// Transcript is one recorded HTTP response. See the package doc for the file
+// format. A Transcript must not be modified while a Server replays it.
 type Transcript struct {
 	Description        string            `json:"description"`
 	Status             int               `json:"status"`
