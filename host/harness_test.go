@@ -2,9 +2,9 @@ package host
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
