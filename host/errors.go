@@ -84,6 +84,9 @@ type PluginError struct {
 }
 
 func (e *PluginError) Error() string {
+	if errors.Is(e.Err, e.Kind) {
+		return fmt.Sprintf("host: plugin %q: %s: %v", e.Plugin, e.Op, e.Err)
+	}
 	if e.Err == nil {
 		return fmt.Sprintf("host: plugin %q: %s: %v", e.Plugin, e.Op, e.Kind)
 	}

@@ -36,7 +36,9 @@ func engines(t *testing.T, f func(t *testing.T, opts ...Option)) {
 
 func newRuntime(t testing.TB, opts ...Option) *Runtime {
 	t.Helper()
-	rt, err := New(context.Background(), opts...)
+	// A generous per-call timeout: a test that is not about timeouts must
+	// not fail because the race detector made a call slow.
+	rt, err := New(context.Background(), append([]Option{WithCallTimeout(5 * time.Second)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, rt.Close(context.Background())) })
 	return rt
@@ -44,8 +46,9 @@ func newRuntime(t testing.TB, opts ...Option) *Runtime {
 
 // logBuffer is a concurrency-safe slog sink for assertions on logs.
 type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	msgs []string
 }
 
 func (l *logBuffer) Write(b []byte) (int, error) {
@@ -60,7 +63,42 @@ func (l *logBuffer) String() string {
 	return l.buf.String()
 }
 
-func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+func (l *logBuffer) logger() *slog.Logger { return slog.New(&recorder{l: l}) }
+
+// recorder is a slog.Handler that keeps each record's message, one per
+// line, with its attributes' keys and values.
+type recorder struct {
+	l     *logBuffer
+	attrs []slog.Attr
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	r.l.mu.Lock()
+	defer r.l.mu.Unlock()
+	r.l.msgs = append(r.l.msgs, rec.Message)
+	fmt.Fprintf(&r.l.buf, "level=%s msg=%q", rec.Level, rec.Message)
+	rec.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&r.l.buf, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	r.l.buf.WriteByte('\n')
+	return nil
+}
+
+func (r *recorder) WithAttrs(as []slog.Attr) slog.Handler {
+	return &recorder{l: r.l, attrs: append(append([]slog.Attr(nil), r.attrs...), as...)}
+}
+
+func (r *recorder) WithGroup(string) slog.Handler { return r }
+
+// messages returns the messages logged so far.
+func (l *logBuffer) messages() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.msgs...)
+}
 
 // textStream is a small stream: start, text-start, the deltas, text-end, finish.
 func textStream(deltas ...string) []abi.Part {

@@ -1,4 +1,4 @@
-;; membomb.wat (hostile): every part grows memory by 16 pages until growth
+;; membomb.wat (hostile): every part grows memory by 16 pages (1 MiB) until growth
 ;; fails, then traps (what a Go guest does when it runs out of memory).
 ;; Expected: growth stops at the host's memory limit; the trap discards the
 ;; instance (ErrTrap).
