@@ -140,6 +140,15 @@ func (in *instance) call(f api.Function, timeout time.Duration) error {
 	if timeout == 0 {
 		timeout = rt.cfg.callTimeout
 	}
+	if rt.cfg.ctxGuard {
+		ctx, cancel := context.WithTimeout(in.ctx, timeout)
+		err := f.CallWithStack(ctx, in.stack)
+		cancel()
+		if err != nil {
+			return classify(err, false)
+		}
+		return nil
+	}
 	in.deadline.Store(rt.now() + int64(timeout))
 	err := f.CallWithStack(in.ctx, in.stack)
 	claimed := in.deadline.Swap(0) < 0

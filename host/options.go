@@ -28,6 +28,9 @@ type config struct {
 	breakerSpan  time.Duration
 	outputCap    int
 	logLineLimit int
+	// ctxGuard makes calls use wazero's own guard (a context with a timeout
+	// per call) instead of the watchdog; benchmarks compare the two.
+	ctxGuard bool
 }
 
 func defaultConfig() config {
