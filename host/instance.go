@@ -27,9 +27,9 @@ type instance struct {
 	mem api.Memory
 	ctx context.Context // carries the instance for host functions; never cancelled
 
-	fnDecide, fnOpen, fnPart, fnEnd, fnClose api.Function
-	stack                                    []uint64
-	scratch                                  []byte
+	fnDecide, fnOpen, fnPart, fnEnd, fnClose, fnParts api.Function
+	stack                                             []uint64
+	scratch                                           []byte
 
 	bufPtr, bufCap uint32
 	input          []byte
@@ -123,6 +123,7 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 	in.fnPart = mod.ExportedFunction(abi.ExportPart)
 	in.fnEnd = mod.ExportedFunction(abi.ExportEnd)
 	in.fnClose = mod.ExportedFunction(abi.ExportClose)
+	in.fnParts = mod.ExportedFunction(abi.ExportParts)
 	return in, nil
 }
 
@@ -191,12 +192,15 @@ func (in *instance) writeInput(rec []byte) {
 	}
 }
 
-// output copies n bytes from the start of the scratch buffer.
-func (in *instance) output(n uint32) ([]byte, error) {
-	if n > in.bufCap {
-		return nil, fmt.Errorf("%w: output of %d bytes exceeds the %d-byte buffer", ErrABIViolation, n, in.bufCap)
+// output returns a view of n bytes from the start of the scratch buffer.
+func (in *instance) output(n uint32) ([]byte, error) { return in.outputAt(0, n) }
+
+// outputAt returns a view of n bytes at offset off of the scratch buffer.
+func (in *instance) outputAt(off, n uint32) ([]byte, error) {
+	if uint64(off)+uint64(n) > uint64(in.bufCap) {
+		return nil, fmt.Errorf("%w: output of %d bytes at %d exceeds the %d-byte buffer", ErrABIViolation, n, off, in.bufCap)
 	}
-	b, ok := in.mem.Read(in.bufPtr, n)
+	b, ok := in.mem.Read(in.bufPtr+off, n)
 	if !ok {
 		return nil, fmt.Errorf("%w: buffer outside memory", ErrABIViolation)
 	}

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -30,7 +31,7 @@ type Plugin struct {
 	config   []byte
 	policy   abi.TransformPolicy
 
-	isCondition, isTransform bool
+	isCondition, isTransform, hasBatch bool
 
 	slots   []*slot
 	rr      atomic.Uint32
@@ -52,6 +53,22 @@ type slot struct {
 	mu   sync.Mutex
 	inst *instance
 	gen  uint64
+
+	// Parts waiting for this instance, combined into one retryhost_parts
+	// call by whichever waiter gets mu first (flat combining).
+	qmu   sync.Mutex
+	queue []*request
+	spare []*request
+}
+
+// request is one stream's part waiting to be judged in a batch. It is owned
+// by its stream; the combiner fills in the outcome under slot.mu.
+type request struct {
+	st   *stream
+	rec  []byte
+	v    abi.Verdict
+	err  error
+	done bool
 }
 
 // Name returns the name the plugin was loaded under.
@@ -347,6 +364,7 @@ type stream struct {
 	handle uint32
 	err    error // sticky: after a failure every call returns it
 	closed bool
+	req    request
 }
 
 // live returns the stream's instance, or the error that lost it. The caller
@@ -368,6 +386,9 @@ func (st *stream) Part(ctx context.Context, part *abi.Part) (abi.Verdict, error)
 	}
 	if err := ctx.Err(); err != nil {
 		return abi.Verdict{}, err
+	}
+	if st.p.hasBatch {
+		return st.partCombined(part)
 	}
 	s := st.slot
 	s.mu.Lock()
@@ -418,29 +439,7 @@ func (st *stream) verdict(in *instance, op string, callErr error) (abi.Verdict, 
 		st.err = p.perr(op, kindOf(callErr), callErr)
 		return abi.Verdict{}, st.err
 	}
-	a, n, err := abi.UnpackVerdict(in.stack[0])
-	v := abi.Verdict{Action: a}
-	if err == nil {
-		switch a {
-		case abi.PartError:
-			if n == 0 {
-				v.Err = &abi.TransformError{Transform: p.name, Class: abi.ClassTransform}
-				break
-			}
-			var b []byte
-			if b, err = in.output(n); err == nil {
-				var e error
-				if e, err = abi.DecodeError(b, p.name); err == nil {
-					v.Err = e
-				}
-			}
-		case abi.PartReplace:
-			var b []byte
-			if b, err = in.output(n); err == nil {
-				v.Replace, err = abi.DecodeParts(b)
-			}
-		}
-	}
+	v, _, err := in.decodeVerdict(p.name, in.stack[0], 0)
 	if err != nil {
 		if !errors.Is(err, ErrABIViolation) {
 			err = fmt.Errorf("%w: %w", ErrABIViolation, err)
@@ -500,4 +499,164 @@ func (b *breaker) fail(now int64) bool {
 		return true
 	}
 	return false
+}
+
+// decodeVerdict decodes a packed verdict whose payload sits at offset off of
+// the scratch buffer, and returns the payload's length. An error is an ABI
+// violation.
+func (in *instance) decodeVerdict(name string, packed uint64, off uint32) (abi.Verdict, uint32, error) {
+	a, n, err := abi.UnpackVerdict(packed)
+	v := abi.Verdict{Action: a}
+	if err == nil {
+		switch a {
+		case abi.PartError:
+			if n == 0 {
+				v.Err = &abi.TransformError{Transform: name, Class: abi.ClassTransform}
+				break
+			}
+			var b []byte
+			if b, err = in.outputAt(off, n); err == nil {
+				var e error
+				if e, err = abi.DecodeError(b, name); err == nil {
+					v.Err = e
+				}
+			}
+		case abi.PartReplace:
+			var b []byte
+			if b, err = in.outputAt(off, n); err == nil {
+				v.Replace, err = abi.DecodeParts(b)
+			}
+		}
+	}
+	if err != nil && !errors.Is(err, ErrABIViolation) {
+		err = fmt.Errorf("%w: %w", ErrABIViolation, err)
+	}
+	return v, n, err
+}
+
+// partCombined judges a part through retryhost_parts: the stream queues its
+// part on its slot, then waits for the slot. Whoever gets the slot first
+// judges every queued part in one call, so under load one guarded call
+// serves many streams; alone, a stream pays one call as before.
+func (st *stream) partCombined(part *abi.Part) (abi.Verdict, error) {
+	s := st.slot
+	r := &st.req
+	r.st, r.rec, r.done, r.v, r.err = st, abi.AppendPart(r.rec[:0], part), false, abi.Verdict{}, nil
+	s.qmu.Lock()
+	s.queue = append(s.queue, r)
+	s.qmu.Unlock()
+	s.mu.Lock()
+	if !r.done {
+		s.combine(st.p)
+	}
+	s.mu.Unlock()
+	v, err := r.v, r.err
+	r.v, r.err = abi.Verdict{}, nil
+	if err != nil {
+		st.err = err
+	}
+	return v, err
+}
+
+// combine judges every queued request; the caller holds s.mu.
+func (s *slot) combine(p *Plugin) {
+	s.qmu.Lock()
+	all := s.queue
+	s.queue, s.spare = s.spare[:0], nil
+	s.qmu.Unlock()
+	for batch := all; len(batch) > 0; {
+		n := s.combineOnce(p, batch)
+		batch = batch[n:]
+	}
+	clear(all) // drop the references to the streams
+	s.qmu.Lock()
+	s.spare = all[:0] // the two slices alternate: no allocation per call
+	s.qmu.Unlock()
+}
+
+// combineOnce judges a prefix of batch and returns its length (≥ 1).
+func (s *slot) combineOnce(p *Plugin, batch []*request) int {
+	const op = "part"
+	first := batch[0]
+	if _, err := first.st.live(op); err != nil {
+		first.err, first.done = err, true
+		return 1
+	}
+	in := s.inst
+	// Pack as many entries as fit: align8(in_len) + 8×count ≤ cap.
+	in.scratch = in.scratch[:0]
+	count := 0
+	for _, r := range batch {
+		if r.st.gen != s.gen {
+			break // lost its instance: judged alone above on the next round
+		}
+		need := len(in.scratch) + 12 + len(r.rec)
+		if uint64(need+7)&^7+8*uint64(count+1) > uint64(in.bufCap) {
+			break
+		}
+		in.scratch = binary.LittleEndian.AppendUint64(in.scratch, uint64(r.st.handle))
+		in.scratch = binary.LittleEndian.AppendUint32(in.scratch, uint32(len(r.rec)))
+		in.scratch = append(in.scratch, r.rec...)
+		count++
+	}
+	if count == 0 {
+		// Too big for the buffer: one retryhost_part call, input import.
+		first.v, first.err = first.st.partSingle(in, first.rec)
+		first.done = true
+		return 1
+	}
+	inLen := len(in.scratch)
+	in.writeInput(in.scratch)
+	in.stack[0], in.stack[1] = uint64(count), uint64(inLen)
+	err := in.call(in.fnParts, 0)
+	in.hasInput = false
+	k := int32(in.stack[0])
+	if err == nil && (k < 0 || int(k) > count) {
+		err = fmt.Errorf("%w: retryhost_parts returned %d for %d entries", ErrABIViolation, k, count)
+	}
+	if err != nil {
+		p.discard(s, op, err)
+		e := p.perr(op, kindOf(err), err)
+		for _, r := range batch[:count] {
+			r.err, r.done = e, true
+		}
+		return count
+	}
+	off := uint32(inLen+7) &^ 7
+	for i, r := range batch[:k] {
+		b, err := in.outputAt(off, 8)
+		var v abi.Verdict
+		var n uint32
+		if err == nil {
+			v, n, err = in.decodeVerdict(p.name, binary.LittleEndian.Uint64(b), off+8)
+		}
+		if err != nil {
+			p.discard(s, op, err)
+			e := p.perr(op, ErrABIViolation, err)
+			for _, r := range batch[i:count] {
+				r.err, r.done = e, true
+			}
+			return count
+		}
+		r.v, r.done = v, true
+		off += 8 + n
+	}
+	if k == 0 {
+		// No progress: judge the first entry alone.
+		first.v, first.err = first.st.partSingle(in, first.rec)
+		first.done = true
+		return 1
+	}
+	return int(k)
+}
+
+// partSingle judges one encoded part with retryhost_part; the caller holds
+// the slot and has checked the stream is live.
+func (st *stream) partSingle(in *instance, rec []byte) (abi.Verdict, error) {
+	in.scratch = append(in.scratch[:0], rec...)
+	in.writeInput(in.scratch)
+	in.stack[0], in.stack[1] = uint64(st.handle), uint64(len(in.scratch))
+	err := in.call(in.fnPart, 0)
+	in.hasInput = false
+	return st.verdict(in, "part", err)
 }

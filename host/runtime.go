@@ -355,6 +355,7 @@ func (p *Plugin) verify() error {
 		return loadErr(p.name, ErrBadExport, fmt.Errorf("no %s export", abi.ExportInit))
 	}
 	_, p.isCondition = exports[abi.ExportDecide]
+	_, p.hasBatch = exports[abi.ExportParts]
 	n := 0
 	for _, name := range transformExports {
 		if _, ok := exports[name]; ok {
