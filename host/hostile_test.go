@@ -227,3 +227,17 @@ func TestClose_GracefulWhenIdle(t *testing.T) {
 	st.Close()
 	require.NoError(t, <-done)
 }
+
+func TestHostile_OutOfBoundsPointersAtCallTime(t *testing.T) {
+	engines(t, func(t *testing.T, opts ...Option) {
+		rt := newRuntime(t, opts...)
+		p, err := rt.Load(context.Background(), "oobinput", fixture(t, "oobinput"))
+		require.NoError(t, err)
+		_, err = p.Decide(context.Background(), &abi.Attempt{Number: 1})
+		require.ErrorIs(t, err, ErrPluginFailed)
+		require.ErrorIs(t, err, abi.StatusFault)
+		// The buffer was not moved: the plugin still works.
+		_, err = p.Decide(context.Background(), &abi.Attempt{Number: 2})
+		require.ErrorIs(t, err, abi.StatusFault)
+	})
+}
