@@ -278,3 +278,77 @@ func Benchmark10kStreams(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGoGuest measures the Go wasip1 guest (testdata/goguest, ~2 MB):
+// what loading, instantiating and calling a standard Go plugin costs.
+func BenchmarkGoGuest(b *testing.B) {
+	wasm := buildGoGuest(b)
+	ctx := context.Background()
+	cfg := WithConfig([]byte("anthropic/claude"))
+	a := &abi.Attempt{Number: 1, Model: "openai/gpt-5", Status: 429, Class: abi.ClassRateLimit, Message: "slow down"}
+	for _, m := range modes {
+		b.Run("decide/"+m.name, func(b *testing.B) {
+			rt := benchRuntime(b, m.ctx, m.opts...)
+			p, err := rt.Load(ctx, "go", wasm, cfg, WithInstances(1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if d, err := p.Decide(ctx, a); err != nil || d.Action != abi.ActionRetry {
+					b.Fatal(d, err)
+				}
+			}
+		})
+	}
+	load := func(b *testing.B, opts ...Option) {
+		for b.Loop() {
+			rt, err := New(ctx, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := rt.Load(ctx, "go", wasm, cfg, WithInstances(1)); err != nil {
+				b.Fatal(err)
+			}
+			_ = rt.Close(ctx)
+		}
+	}
+	b.Run("load/cold", func(b *testing.B) { load(b) })
+	b.Run("load/from-disk-cache", func(b *testing.B) {
+		dir := filepath.Join(b.TempDir(), "cache")
+		load(b, WithCacheDir(dir)) // the first iteration warms the cache
+	})
+	b.Run("instantiate", func(b *testing.B) {
+		rt := newRuntime(b)
+		p, err := rt.Load(ctx, "go", wasm, cfg, WithInstances(1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var linear uint32
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		kept := make([]*instance, 0, 8)
+		for b.Loop() {
+			in, err := p.instantiate(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			linear = in.mem.Size()
+			if len(kept) < cap(kept) {
+				kept = append(kept, in)
+			} else {
+				in.close()
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(linear)/(1<<20), "MiB-linear/instance")
+		if len(kept) > 0 {
+			b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/float64(len(kept))/(1<<20), "MiB-heap/instance")
+		}
+		for _, in := range kept {
+			in.close()
+		}
+	})
+}
