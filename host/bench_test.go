@@ -316,7 +316,15 @@ func BenchmarkGoGuest(b *testing.B) {
 	b.Run("load/cold", func(b *testing.B) { load(b) })
 	b.Run("load/from-disk-cache", func(b *testing.B) {
 		dir := filepath.Join(b.TempDir(), "cache")
-		load(b, WithCacheDir(dir)) // the first iteration warms the cache
+		rt, err := New(ctx, WithCacheDir(dir)) // warm the cache
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := rt.Load(ctx, "go", wasm, cfg, WithInstances(1)); err != nil {
+			b.Fatal(err)
+		}
+		_ = rt.Close(ctx)
+		load(b, WithCacheDir(dir))
 	})
 	b.Run("instantiate", func(b *testing.B) {
 		rt := newRuntime(b)
