@@ -326,6 +326,9 @@ func (p *Plugin) Open(ctx context.Context, info abi.StreamInfo) (abi.StreamTrans
 	return st, nil
 }
 
+// TODO(next): open and close are one guarded call each and are not
+// combined like parts; under load they dominate a short stream's cost
+// (Benchmark10kStreams). A batch form for them needs an ABI minor version.
 func (p *Plugin) open(ctx context.Context, info abi.StreamInfo) (*stream, error) {
 	if p.breaker.tripped.Load() {
 		return nil, p.perr("open", ErrDisabled, nil)
