@@ -32,7 +32,7 @@ func benchCases() []benchCase {
 		return func(b *testing.B) abi.Transformer { return load(b, "refusal", bin, "", guarded) }
 	}
 	return []benchCase{
-		{"native", func(*testing.B) abi.Transformer { return newReference() }},
+		{"native", func(*testing.B) abi.Transformer { return plugintest.NativeRefusal() }},
 		{"go/trusted", wasm(plugins.Refusal, false)},
 		{"c/trusted", wasm(plugins.CRefusal, false)},
 		{"go/guarded", wasm(plugins.Refusal, true)},

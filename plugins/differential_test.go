@@ -52,7 +52,7 @@ func TestEveryBuiltinLoads(t *testing.T) {
 // one, the Go guest and the C guest.
 func refusals(tb testing.TB) map[string]abi.Transformer {
 	return map[string]abi.Transformer{
-		"native": newReference(),
+		"native": plugintest.NativeRefusal(),
 		"go":     load(tb, "refusal", plugins.Refusal, "", false),
 		"c":      load(tb, "refusal", plugins.CRefusal, "", false),
 	}

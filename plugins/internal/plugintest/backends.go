@@ -36,12 +36,16 @@ var (
 // instances.
 func Engine() *wasmtest.Engine {
 	engineOnce.Do(func() {
-		// A compilation cache on disk, shared by the test binaries of a run
-		// and by later runs: a Go guest takes seconds to compile under -race.
-		dir := filepath.Join(os.TempDir(), "retryhost-wasmtest-"+runtime.Version())
-		engine = wasmtest.NewEngine(os.Getenv("WASMTEST_INTERPRETER") != "", dir)
+		engine = wasmtest.NewEngine(os.Getenv("WASMTEST_INTERPRETER") != "", CacheDir())
 	})
 	return engine
+}
+
+// CacheDir is a compilation cache directory shared by the test binaries
+// of a run and by later runs: a Go guest takes seconds to compile, tens of
+// seconds under -race.
+func CacheDir() string {
+	return filepath.Join(os.TempDir(), "retryhost-wasmtest-"+runtime.Version())
 }
 
 // Native is the backend running the plugin registered in this test binary

@@ -1,4 +1,4 @@
-package plugins_test
+package plugintest
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 	"github.com/retryhost/retryhost/plugins/refusalcore"
 )
 
-// reference is the native refusal detector's state machine over
-// refusalcore, as driver.RefusalDetector implements it.
+// NativeRefusal returns the native refusal detector's state machine over
+// refusalcore, as driver.RefusalDetector implements it, for differential
+// tests of the Wasm plugins.
 // TODO(next): once the stream driver is on main, compare against
 // driver.NewRefusalDetector itself instead of this copy.
 type reference struct{ m *refusalcore.Matcher }
 
-func newReference(phrases ...string) *reference {
+func NativeRefusal(phrases ...string) abi.Transformer {
 	if len(phrases) == 0 {
 		phrases = refusalcore.DefaultPhrases()
 	}
