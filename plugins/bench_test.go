@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/plugins/internal/plugintest"
 	"github.com/retryhost/retryhost/plugins/internal/wasmtest"
@@ -18,9 +19,12 @@ import (
 //
 //	go test ./plugins -run '^$' -bench Refusal -benchmem
 //
-// The Wasm rows go through the plugins' test host (package
-// internal/wasmtest: cached function handles, preallocated stacks), not
-// the product's host, so they measure the guest and wazero's call cost.
+// The go/… and c/… rows without "host" go through the plugins' test host
+// (package internal/wasmtest: cached function handles, preallocated stacks;
+// "guarded" there is wazero's WithCloseOnContextDone with a per-call
+// context deadline, a goroutine per call). The host-… rows go through the
+// product's host: "host-guarded" is its default mode (one watchdog per
+// runtime), "host-trusted" has no guard.
 
 type benchCase struct {
 	name string
@@ -31,12 +35,27 @@ func benchCases() []benchCase {
 	wasm := func(bin []byte, guarded bool) func(b *testing.B) abi.Transformer {
 		return func(b *testing.B) abi.Transformer { return load(b, "refusal", bin, "", guarded) }
 	}
+	viaHost := func(bin []byte, opts ...host.Option) func(b *testing.B) abi.Transformer {
+		return func(b *testing.B) abi.Transformer {
+			ctx := context.Background()
+			rt, err := host.New(ctx, append(opts, host.WithCacheDir(plugintest.CacheDir()))...)
+			require.NoError(b, err)
+			b.Cleanup(func() { _ = rt.Close(ctx) })
+			p, err := rt.Load(ctx, "refusal", bin, host.WithInstances(1))
+			require.NoError(b, err)
+			return p
+		}
+	}
 	return []benchCase{
 		{"native", func(*testing.B) abi.Transformer { return plugintest.NativeRefusal() }},
 		{"go/trusted", wasm(plugins.Refusal, false)},
 		{"c/trusted", wasm(plugins.CRefusal, false)},
 		{"go/guarded", wasm(plugins.Refusal, true)},
 		{"c/guarded", wasm(plugins.CRefusal, true)},
+		{"go/host-trusted", viaHost(plugins.Refusal, host.WithTrusted())},
+		{"c/host-trusted", viaHost(plugins.CRefusal, host.WithTrusted())},
+		{"go/host-guarded", viaHost(plugins.Refusal)},
+		{"c/host-guarded", viaHost(plugins.CRefusal)},
 	}
 }
 

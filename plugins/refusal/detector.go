@@ -14,6 +14,7 @@ package main
 import (
 	"errors"
 	"time"
+	"unsafe"
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/plugins/refusalcore"
@@ -122,7 +123,10 @@ func (s *stream) Part(p *abi.Part) (abi.Verdict, error) {
 		return abi.Verdict{Action: abi.PartDetach}, nil
 	}
 	s.text = append(s.text, p.Delta...)
-	s.norm = refusalcore.AppendNormalized(s.norm[:0], string(s.text))
+	// unsafe.String: AppendNormalized only reads the text, so the bytes
+	// need not be copied into a string (an allocation per part in a guest
+	// where each allocation is GC work).
+	s.norm = refusalcore.AppendNormalized(s.norm[:0], unsafe.String(unsafe.SliceData(s.text), len(s.text)))
 	switch o, phrase := s.m.Decide(s.norm); o {
 	case refusalcore.Match:
 		return abi.Verdict{Action: abi.PartError, Err: &abi.RefusalError{Phrase: phrase, Text: string(s.text)}}, nil
