@@ -160,6 +160,8 @@ func TestCRefusalConfig(t *testing.T) {
 
 	_, err = plugintest.Engine().Load(ctx, "refusal", plugins.CRefusal, wasmtest.Options{Config: []byte("ok\n \u3000 x\n\t\u00a0\n")})
 	require.ErrorContains(t, err, "empty phrase")
+	_, err = plugintest.Engine().Load(ctx, "refusal", plugins.CRefusal, wasmtest.Options{Config: []byte(strings.Repeat("x", 201))})
+	require.ErrorContains(t, err, "longer than 200 bytes")
 
 	// Undecided text past the C guest's 1000 bytes fails the plugin (its
 	// fail policy applies) instead of overflowing.

@@ -92,12 +92,21 @@ static u32 put_rune(u8 *d, u32 r) {
 	return 4;
 }
 
-/* normalize writes the normalised form of s[0:n] to d, stopping once it
- * has limit bytes (the decision never looks further), and returns its
- * length. d must hold limit + 4 bytes. */
-static u32 normalize(const u8 *s, u32 n, u8 *d, u32 limit) {
-	u32 o = 0, i = 0;
-	int space = 0;
+/* norm_state is where a normalisation stopped: the next input byte, the
+ * output length, and a pending space. The scan is a left-to-right state
+ * machine, so resuming from it over a longer input gives exactly the
+ * output of normalising the whole input again. */
+struct norm_state {
+	u32 i, o;
+	int space;
+};
+
+/* normalize_from continues the normalised form of s[0:n] into d from *st,
+ * stopping once it has limit bytes (the decision never looks further) or at
+ * a rune split at the end. d must hold limit + 4 bytes. */
+static void normalize_from(const u8 *s, u32 n, u8 *d, u32 limit, struct norm_state *st) {
+	u32 o = st->o, i = st->i;
+	int space = st->space;
 	while (i < n && o < limit) {
 		u32 r = s[i], size = 1;
 		if (r < 0x80) {
@@ -116,17 +125,30 @@ static u32 normalize(const u8 *s, u32 n, u8 *d, u32 limit) {
 		space = 0;
 		o += put_rune(d + o, r);
 	}
-	return o;
+	st->i = i;
+	st->o = o;
+	st->space = space;
+}
+
+static u32 normalize(const u8 *s, u32 n, u8 *d, u32 limit) {
+	struct norm_state st = {0, 0, 0};
+	normalize_from(s, n, d, limit, &st);
+	return st.o;
 }
 
 /* ---- per-stream state ---- */
 
 #define TEXT_CAP 1000
+#define NORM_CAP 208 /* MAX_PHRASE + 1 + 4 */
+#define MAX_PHRASE 200
 struct slot {
-	u32 next_free; /* free list link, index + 1 */
-	u16 len;       /* bytes of text */
-	u8 decided;    /* answered ERROR or DETACH: later parts (in a batch) pass */
+	u32 next_free;         /* free list link, index + 1 */
+	u16 len;               /* bytes of text */
+	u8 decided;            /* answered ERROR or DETACH: later parts (in a batch) pass */
 	u8 pad;
+	struct norm_state ns;  /* where the normalisation of text stopped */
+	u64 dead[2];           /* phrases the normalised text can no longer become */
+	u8 norm[NORM_CAP];     /* the normalised text, up to max_len + 1 bytes */
 	u8 text[TEXT_CAP];
 };
 #define SLOTS_PER_PAGE (65536 / sizeof(struct slot))
@@ -180,6 +202,7 @@ static i32 add_phrase(const u8 *s, u32 n) {
 	if (nphr == MAX_PHRASES || phr_used + n + 4 > PHRASE_BYTES) return rh_reject("config: too many phrases");
 	u32 len = normalize(s, n, phr + phr_used, PHRASE_BYTES - phr_used - 4);
 	if (len == 0) return rh_reject("config: empty phrase");
+	if (len > MAX_PHRASE) return rh_reject("config: phrase longer than 200 bytes once normalised");
 	phr_off[nphr] = phr_used;
 	phr_len[nphr] = len;
 	phr_used += len;
@@ -224,6 +247,9 @@ RH_EXPORT("retryhost_open") i32 rh_open(i64 h, i32 info_len) {
 	struct slot *st = slot_at(s - 1);
 	st->len = 0;
 	st->decided = 0;
+	st->ns.i = st->ns.o = 0;
+	st->ns.space = 0;
+	st->dead[0] = st->dead[1] = 0;
 	u32 i = home(h);
 	while (tab_s[i] != 0) i = (i + 1) & (TABLE_CAP - 1);
 	tab_h[i] = h;
@@ -256,9 +282,13 @@ RH_EXPORT("retryhost_close") void rh_close(i64 h) {
 	}
 }
 
-static u8 norm[TEXT_CAP * 3 + 8];
-
-/* part judges one Part record; a payload goes to out. */
+/* part judges one Part record; a payload goes to out. Per text delta it
+ * costs O(delta + live phrases × new bytes): the normalisation resumes
+ * where it stopped, and a phrase the text diverged from is never looked at
+ * again (the normalised text only grows, so a divergence is final). The
+ * outcome is refusalcore's: the first phrase in list order the text starts
+ * with is a match; else any phrase the text is a prefix of is a hold; else
+ * a divergence. */
 static u64 part(struct slot *st, const u8 *rec, u32 len, u8 *out, u32 room) {
 	if (st->decided) return RH_PASS;
 	if (len < 12) return RH_FAIL_VERDICT;
@@ -278,13 +308,20 @@ static u64 part(struct slot *st, const u8 *rec, u32 len, u8 *out, u32 room) {
 	if (dn > TEXT_CAP - st->len) return RH_FAIL_VERDICT;
 	rh_copy(st->text + st->len, rec + 12 + idn, dn);
 	st->len += dn;
-	u32 n = normalize(st->text, st->len, norm, max_len + 1);
+	u32 prev = st->ns.o;
+	normalize_from(st->text, st->len, st->norm, max_len + 1, &st->ns);
+	u32 n = st->ns.o;
 	int prefix = 0;
 	for (u32 k = 0; k < nphr; k++) {
+		if (st->dead[k >> 6] >> (k & 63) & 1) continue;
 		const u8 *p = phr + phr_off[k];
-		u32 pl = phr_len[k], m = n < pl ? n : pl, c = 0;
-		while (c < m && norm[c] == p[c]) c++;
-		if (c == m && n >= pl) {
+		u32 pl = phr_len[k], m = n < pl ? n : pl, c = prev < m ? prev : m;
+		while (c < m && st->norm[c] == p[c]) c++;
+		if (c < m) {
+			st->dead[k >> 6] |= 1ull << (k & 63);
+			continue;
+		}
+		if (n >= pl) {
 			/* Error record (ABI.md §8.5): a refusal with phrase and text. */
 			u32 sz = 8 + 4 + 4 + pl + 4 + st->len;
 			if (sz > room) return RH_FAIL_VERDICT;
@@ -298,7 +335,7 @@ static u64 part(struct slot *st, const u8 *rec, u32 len, u8 *out, u32 room) {
 			st->decided = 1;
 			return (u64)sz << 32 | RH_ERROR;
 		}
-		if (c == m) prefix = 1;
+		prefix = 1;
 	}
 	if (prefix) return RH_HOLD;
 	st->decided = 1;
