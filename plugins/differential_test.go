@@ -96,6 +96,27 @@ func TestRefusalDifferential(t *testing.T) {
 	}
 }
 
+// TestRefusalDifferentialInterpreter repeats the differential test under
+// wazero's interpreter: the compiler has an open miscompile report
+// (wazero #2516), so the guests must agree with the native detector on
+// both engines.
+func TestRefusalDifferentialInterpreter(t *testing.T) {
+	ctx := context.Background()
+	eng := wasmtest.NewEngine(true, "")
+	t.Cleanup(func() { eng.Close(ctx) })
+	ts := map[string]abi.Transformer{"native": plugintest.NativeRefusal()}
+	for name, bin := range map[string][]byte{"go": plugins.Refusal, "c": plugins.CRefusal} {
+		in, err := eng.Load(ctx, "refusal", bin, wasmtest.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = in.Close(ctx) })
+		ts[name] = in
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := 0; i < 100; i++ {
+		requireSame(t, ts, plugintest.RandomStream(rng))
+	}
+}
+
 // FuzzRefusalDifferential extends the differential test to fuzzed text
 // and cuts (go test ./plugins -fuzz FuzzRefusalDifferential).
 func FuzzRefusalDifferential(f *testing.F) {
