@@ -1,0 +1,250 @@
+package driver
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
+)
+
+func verdict(a abi.PartAction) abi.Verdict { return abi.Verdict{Action: a} }
+
+// byDelta scripts a transform by the delta of each text part; other parts pass.
+func byDelta(name string, vs map[string]abi.Verdict) *funcTransform {
+	return &funcTransform{name: name, part: func(_ int, p *Part) (abi.Verdict, error) {
+		if v, ok := vs[p.Delta]; ok {
+			return v, nil
+		}
+		return abi.Verdict{}, nil
+	}}
+}
+
+func texts(ds ...string) []step {
+	out := make([]step, len(ds))
+	for i, d := range ds {
+		out[i] = pText(d)
+	}
+	return out
+}
+
+func TestChain_partActions(t *testing.T) {
+	verdictErr := errors.New("not allowed")
+	for _, tc := range []struct {
+		name  string
+		vs    map[string]abi.Verdict
+		want  []string
+		err   error
+		class abi.ErrorClass // for a *TransformError
+	}{
+		{"pass", map[string]abi.Verdict{}, []string{"a", "b", "c"}, nil, 0},
+		{"hold then pass releases in order, then the part", map[string]abi.Verdict{"a": verdict(abi.PartHold), "b": verdict(abi.PartHold)},
+			[]string{"a", "b", "c"}, nil, 0},
+		{"drop keeps the queue", map[string]abi.Verdict{"a": verdict(abi.PartHold), "b": verdict(abi.PartDrop)},
+			[]string{"a", "c"}, nil, 0},
+		{"replace discards the queue and the part", map[string]abi.Verdict{"a": verdict(abi.PartHold),
+			"b": {Action: abi.PartReplace, Replace: []Part{{Kind: abi.KindTextDelta, Delta: "X"}, {Kind: abi.KindTextDelta, Delta: "Y"}}}},
+			[]string{"X", "Y", "c"}, nil, 0},
+		{"replace with nothing", map[string]abi.Verdict{"b": verdict(abi.PartReplace)}, []string{"a", "c"}, nil, 0},
+		{"detach releases and stops asking", map[string]abi.Verdict{"a": verdict(abi.PartHold), "b": verdict(abi.PartDetach),
+			"c": verdict(abi.PartDrop)}, []string{"a", "b", "c"}, nil, 0},
+		{"error with its own error", map[string]abi.Verdict{"a": {Action: abi.PartError, Err: verdictErr}}, nil, verdictErr, 0},
+		{"error without one", map[string]abi.Verdict{"a": verdict(abi.PartError)}, nil, nil, abi.ClassTransform},
+		{"an invalid action is a transform failure (fail-open)", map[string]abi.Verdict{"a": verdict(abi.PartHold), "b": verdict(99),
+			"c": verdict(abi.PartDrop)}, []string{"a", "b", "c"}, nil, 0},
+		{"an invalid replacement is a transform failure", map[string]abi.Verdict{"b": {Action: abi.PartReplace, Replace: []Part{{}}}},
+			[]string{"a", "b", "c"}, nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ft := byDelta("t1", tc.vs)
+			m := &fakeModel{key: "p/a", scripts: [][]step{texts("a", "b", "c")}}
+			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{ft}})
+			switch {
+			case tc.err != nil:
+				require.ErrorIs(t, r.err, tc.err)
+			case tc.class != 0:
+				var te *abi.TransformError
+				require.ErrorAs(t, r.err, &te)
+				require.Equal(t, tc.class, te.Class)
+				require.Equal(t, "t1", te.Transform)
+			default:
+				require.NoError(t, r.err)
+				parts, err := drain(r.stream)
+				require.NoError(t, err)
+				var got []string
+				for _, p := range parts {
+					got = append(got, p.Delta)
+				}
+				require.Equal(t, tc.want, got)
+			}
+			opened, closed := ft.counts()
+			require.Equal(t, 1, opened)
+			require.Equal(t, 1, closed, "Close exactly once")
+		})
+	}
+}
+
+func TestChain_composesInOrder(t *testing.T) {
+	// t1 upper-cases "a"; t2 holds "A" (which it sees only because t1 ran
+	// first) until "c"; t2's queue is released before "c".
+	t1 := byDelta("t1", map[string]abi.Verdict{"a": {Action: abi.PartReplace, Replace: []Part{{Kind: abi.KindTextDelta, Delta: "A"}}}})
+	t2 := byDelta("t2", map[string]abi.Verdict{"A": verdict(abi.PartHold), "b": verdict(abi.PartHold)})
+	m := &fakeModel{key: "p/a", scripts: [][]step{texts("a", "b", "c")}}
+	r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{t1, t2}})
+	require.NoError(t, r.err)
+	parts, err := drain(r.stream)
+	require.NoError(t, err)
+	require.Equal(t, []string{"text-delta:A", "text-delta:b", "text-delta:c"}, kinds(parts))
+}
+
+func TestChain_endResolvesHeld(t *testing.T) {
+	holdAll := func(end abi.Verdict) *funcTransform {
+		return &funcTransform{name: "h", part: func(int, *Part) (abi.Verdict, error) { return verdict(abi.PartHold), nil },
+			end: func() (abi.Verdict, error) { return end, nil }}
+	}
+	for _, tc := range []struct {
+		name string
+		end  abi.Verdict
+		want []string
+		err  bool
+	}{
+		{"hold at end is a pass", verdict(abi.PartHold), []string{"a", "b"}, false},
+		{"pass", verdict(abi.PartPass), []string{"a", "b"}, false},
+		{"drop discards", verdict(abi.PartDrop), nil, false},
+		{"replace", abi.Verdict{Action: abi.PartReplace, Replace: []Part{{Kind: abi.KindTextDelta, Delta: "Z"}}}, []string{"Z"}, false},
+		{"error fails the attempt", verdict(abi.PartError), nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ft := holdAll(tc.end)
+			m := &fakeModel{key: "p/a", scripts: [][]step{texts("a", "b")}}
+			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{ft}})
+			if tc.err {
+				require.Error(t, r.err)
+				return
+			}
+			require.NoError(t, r.err)
+			parts, err := drain(r.stream)
+			require.NoError(t, err)
+			var got []string
+			for _, p := range parts {
+				got = append(got, p.Delta)
+			}
+			require.Equal(t, tc.want, got)
+			require.Equal(t, len(tc.want) == 0, r.empty)
+			_, closed := ft.counts()
+			require.Equal(t, 1, closed)
+		})
+	}
+}
+
+func TestChain_holdCaps(t *testing.T) {
+	clk := newFakeClock()
+	holdAll := func(p abi.TransformPolicy) *funcTransform {
+		return &funcTransform{name: "h", policy: p, part: func(int, *Part) (abi.Verdict, error) { return verdict(abi.PartHold), nil }}
+	}
+	tick := step{do: func() { clk.Advance(2 * time.Second) }, part: Part{Kind: abi.KindTextDelta, Delta: "c"}}
+	for _, tc := range []struct {
+		name   string
+		policy abi.TransformPolicy
+		sc     []step
+		cap    string
+	}{
+		{"parts", abi.TransformPolicy{MaxHeldParts: 2}, texts("a", "b", "c", "d"), "parts"},
+		{"bytes", abi.TransformPolicy{MaxHeldBytes: 4}, texts("a", "b", "c", "d"), "bytes"},
+		{"time", abi.TransformPolicy{MaxHoldTime: time.Second}, script(texts("a", "b"), tick, pText("d")), "time"},
+	} {
+		t.Run(tc.name+" flush", func(t *testing.T) {
+			ft := holdAll(tc.policy)
+			m := &fakeModel{key: "p/a", clock: clk, scripts: [][]step{tc.sc}}
+			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{ft}})
+			require.NoError(t, r.err)
+			parts, err := drain(r.stream)
+			require.NoError(t, err)
+			require.Equal(t, []string{"text-delta:a", "text-delta:b", "text-delta:c", "text-delta:d"}, kinds(parts))
+			_, closed := ft.counts()
+			require.Equal(t, 1, closed, "a cap flush detaches the transform")
+		})
+		t.Run(tc.name+" fail", func(t *testing.T) {
+			p := tc.policy
+			p.OnCap = abi.CapFail
+			m := &fakeModel{key: "p/a", clock: clk, scripts: [][]step{tc.sc}}
+			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{holdAll(p)}})
+			var ce *abi.HoldCapError
+			require.ErrorAs(t, r.err, &ce)
+			require.Equal(t, tc.cap, ce.Cap)
+			require.Equal(t, 2, ce.Parts)
+			require.True(t, m.stream(0).isClosed())
+		})
+	}
+}
+
+func TestChain_transformFailureIsContained(t *testing.T) {
+	panicky := func(fail abi.FailPolicy, where string) *funcTransform {
+		return &funcTransform{name: "bad", policy: abi.TransformPolicy{Fail: fail},
+			open: func() error {
+				if where == "open" {
+					panic("open exploded")
+				}
+				return nil
+			},
+			part: func(n int, p *Part) (abi.Verdict, error) {
+				switch {
+				case where == "part" && n == 1:
+					panic("part exploded")
+				case where == "error" && n == 1:
+					return abi.Verdict{}, errors.New("plugin trapped")
+				}
+				return verdict(abi.PartHold), nil
+			}}
+	}
+	for _, where := range []string{"open", "part", "error"} {
+		t.Run(where+" fail-open passes the stream on untouched", func(t *testing.T) {
+			m := &fakeModel{key: "p/a", scripts: [][]step{texts("a", "b", "c")}}
+			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{panicky(abi.FailOpen, where)}})
+			require.NoError(t, r.err)
+			parts, err := drain(r.stream)
+			require.NoError(t, err)
+			require.Equal(t, []string{"text-delta:a", "text-delta:b", "text-delta:c"}, kinds(parts))
+		})
+		t.Run(where+" fail-closed fails the attempt with a clear error", func(t *testing.T) {
+			m := &fakeModel{key: "p/a", scripts: [][]step{texts("a", "b", "c")}}
+			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{panicky(abi.FailClosed, where)}})
+			var te *abi.TransformError
+			require.ErrorAs(t, r.err, &te)
+			require.Equal(t, abi.ClassPlugin, te.Class)
+			require.Equal(t, "bad", te.Transform)
+			if where != "error" {
+				require.Contains(t, te.Error(), "exploded")
+			}
+		})
+	}
+}
+
+func TestCommitRule(t *testing.T) {
+	for _, tc := range []struct {
+		p              Part
+		output, legacy bool
+	}{
+		{Part{Kind: abi.KindTextDelta, Delta: "x"}, true, true},
+		{Part{Kind: abi.KindTextDelta}, false, true},
+		{Part{Kind: abi.KindReasoningDelta, Delta: "x"}, true, true},
+		{Part{Kind: abi.KindToolInputStart}, true, true},
+		{Part{Kind: abi.KindToolInputDelta, Delta: "{"}, true, true},
+		{Part{Kind: abi.KindToolCall}, true, true},
+		{Part{Kind: abi.KindToolResult}, true, true},
+		{Part{Kind: abi.KindFile}, true, false},
+		{Part{Kind: abi.KindSource}, false, true},
+		{Part{Kind: abi.KindRaw}, false, true},
+		{Part{Kind: abi.KindStreamStart}, false, false},
+		{Part{Kind: abi.KindResponseMeta}, false, false},
+		{Part{Kind: abi.KindTextStart}, false, false},
+		{Part{Kind: abi.KindFinish}, false, false},
+	} {
+		t.Run(tc.p.Kind.String(), func(t *testing.T) {
+			require.Equal(t, tc.output, CommitOnOutput.IsContent(&tc.p))
+			require.Equal(t, tc.legacy, CommitLegacy.IsContent(&tc.p))
+		})
+	}
+}
