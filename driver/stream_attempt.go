@@ -171,11 +171,12 @@ type attemptStream struct {
 	firstT, gapT stopper
 	stopAF       func() bool
 
-	mu     sync.Mutex // Recv vs a concurrent Close
+	mu     sync.Mutex // the slow path of Recv vs a concurrent Close
 	out    []Part
 	head   int
-	upDone bool  // the upstream ended cleanly and the chain was resolved
-	err    error // terminal: io.EOF or the stream's error
+	upDone bool        // the upstream ended cleanly and the chain was resolved
+	fast   atomic.Bool // nothing queued, every transform detached, no gap deadline
+	err    error       // terminal: io.EOF or the stream's error
 	onEnd  func(error)
 }
 
@@ -216,11 +217,48 @@ func (s *attemptStream) release() {
 
 // Recv returns the next part, io.EOF after the last, or the error that
 // ended the stream.
-func (s *attemptStream) Recv() (Part, error) {
+func (s *attemptStream) Recv() (p Part, err error) {
+	if s.fast.Load() {
+		// The common case after an early detach: nothing queued, no
+		// transform, no gap timer; the part goes straight through. This path
+		// touches no state of its own, so it needs no lock: a concurrent
+		// Close only closes the upstream (which the Stream contract allows)
+		// and the error that follows takes the locked path below.
+		p, err = s.up.Recv()
+		if err == nil && p.Kind != abi.KindError {
+			return p, nil
+		}
+		s.mu.Lock()
+		s.fast.Store(false)
+		if s.err == nil {
+			p, err = s.recvSlow(p, err)
+		} else {
+			p, err = Part{}, s.err
+		}
+		s.mu.Unlock()
+		return p, err
+	}
 	s.mu.Lock()
-	p, err := s.recv()
+	p, err = s.recv()
 	s.mu.Unlock()
 	return p, err
+}
+
+// recvSlow handles what the fast path handed back: an error or an error part.
+func (s *attemptStream) recvSlow(p Part, err error) (Part, error) {
+	if err == nil {
+		return s.deliver(p)
+	}
+	if err == io.EOF {
+		s.upDone = true
+		s.end(io.EOF)
+		return Part{}, io.EOF
+	}
+	if s.ctx.Err() != nil {
+		err = s.cause()
+	}
+	s.end(err)
+	return Part{}, s.err
 }
 
 func (s *attemptStream) recv() (Part, error) {
@@ -236,6 +274,15 @@ func (s *attemptStream) recv() (Part, error) {
 		}
 		if s.head != 0 {
 			s.out, s.head = s.out[:0], 0
+		}
+		if !s.upDone && s.ch.active == 0 && s.gapT == nil {
+			s.fast.Store(true) // from the next Recv on
+			p, err := s.up.Recv()
+			if err != nil || p.Kind == abi.KindError {
+				s.fast.Store(false)
+				return s.recvSlow(p, err)
+			}
+			return p, nil
 		}
 		if s.upDone {
 			s.end(io.EOF)
@@ -285,6 +332,7 @@ func (s *attemptStream) end(err error) {
 		return
 	}
 	s.err = err
+	s.fast.Store(false)
 	s.release()
 	if s.onEnd != nil {
 		if err == io.EOF {
