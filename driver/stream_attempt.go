@@ -177,7 +177,8 @@ type attemptStream struct {
 	upDone bool        // the upstream ended cleanly and the chain was resolved
 	fast   atomic.Bool // nothing queued, every transform detached, no gap deadline
 	err    error       // terminal: io.EOF or the stream's error
-	onEnd  func(error)
+	onEnd  func(error) // the request's outcome: nil when drained
+	fired  atomic.Bool
 }
 
 // commitNow stops the pre-commit deadline and arms the gap deadline.
@@ -236,11 +237,16 @@ func (s *attemptStream) Recv() (p Part, err error) {
 			p, err = Part{}, s.err
 		}
 		s.mu.Unlock()
+		s.fireOutcome()
 		return p, err
 	}
 	s.mu.Lock()
 	p, err = s.recv()
+	ended := s.err != nil
 	s.mu.Unlock()
+	if ended {
+		s.fireOutcome()
+	}
 	return p, err
 }
 
@@ -325,8 +331,8 @@ func (s *attemptStream) deliver(p Part) (Part, error) {
 	return p, nil
 }
 
-// end records the stream's terminal state, releases the attempt and fires
-// the outcome hook exactly once.
+// end records the stream's terminal state and releases the attempt. The
+// outcome hook fires later, outside the lock (see fireOutcome).
 func (s *attemptStream) end(err error) {
 	if s.err != nil {
 		return
@@ -334,12 +340,20 @@ func (s *attemptStream) end(err error) {
 	s.err = err
 	s.fast.Store(false)
 	s.release()
-	if s.onEnd != nil {
-		if err == io.EOF {
-			err = nil
-		}
-		s.onEnd(err)
+}
+
+// fireOutcome calls the outcome hook exactly once, after the stream ended.
+// It runs without the lock, so a hook may call Close. The caller must have
+// observed the end under the lock (s.err never changes once set).
+func (s *attemptStream) fireOutcome() {
+	if s.onEnd == nil || s.err == nil || !s.fired.CompareAndSwap(false, true) {
+		return
 	}
+	err := s.err
+	if err == io.EOF {
+		err = nil
+	}
+	s.onEnd(err)
 }
 
 // Close abandons the stream: the upstream is closed at once (also when a
@@ -354,5 +368,6 @@ func (s *attemptStream) Close() error {
 		s.end(ErrStreamClosed)
 	}
 	s.mu.Unlock()
+	s.fireOutcome()
 	return nil
 }
