@@ -1,3 +1,5 @@
+//go:build !retryengine
+
 package driver
 
 // TODO(next): delete this file when the call engine (branch call, which

@@ -20,9 +20,9 @@ type attemptOpts struct {
 	commit       CommitRule
 }
 
-func runOne(ctx context.Context, m *fakeModel, o attemptOpts) attemptResult {
+func runOne(ctx context.Context, m *scriptModel, o attemptOpts) attemptResult {
 	if m.clock == nil {
-		m.clock = newFakeClock()
+		m.clock = newManualClock()
 	}
 	return runAttempt(ctx, &attemptSpec{
 		model: m, req: &Request{}, number: 1, transformers: o.ts, commit: o.commit,
@@ -40,7 +40,7 @@ func mustRefusal(t *testing.T) *RefusalDetector {
 var errBoom = &ProviderError{Provider: "fake", Status: 503, Message: "overloaded"}
 
 func TestRunAttempt_commit(t *testing.T) {
-	m := &fakeModel{key: "p/a", scripts: [][]step{script(preamble(), pText("Hi"), pText(" there"),
+	m := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(preamble(), pText("Hi"), pText(" there"),
 		pKind(abi.KindTextEnd), pFinish(abi.ReasonStop))}}
 	r := runOne(t.Context(), m, attemptOpts{})
 	require.NoError(t, r.err)
@@ -60,16 +60,16 @@ func TestRunAttempt_failsBeforeContent(t *testing.T) {
 	partErr := errors.New("in-stream overloaded")
 	for _, tc := range []struct {
 		name string
-		sc   []step
+		sc   []sstep
 		want error
 	}{
-		{"provider error", script(preamble(), pErr(errBoom)), errBoom},
-		{"error part", script(preamble(), step{part: Part{Kind: abi.KindError, Err: partErr}}), partErr},
-		{"error part without an error", script(step{part: Part{Kind: abi.KindError}}), errEmptyErrorPart},
-		{"empty deltas do not commit", script(preamble(), pText(""), pErr(errBoom)), errBoom},
+		{"provider error", sscript(preamble(), pErr(errBoom)), errBoom},
+		{"error part", sscript(preamble(), sstep{part: Part{Kind: abi.KindError, Err: partErr}}), partErr},
+		{"error part without an error", sscript(sstep{part: Part{Kind: abi.KindError}}), errEmptyErrorPart},
+		{"empty deltas do not commit", sscript(preamble(), pText(""), pErr(errBoom)), errBoom},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &fakeModel{key: "p/a", scripts: [][]step{tc.sc}}
+			m := &scriptModel{key: "p/a", scripts: [][]sstep{tc.sc}}
 			r := runOne(t.Context(), m, attemptOpts{})
 			require.ErrorIs(t, r.err, tc.want)
 			require.Nil(t, r.stream)
@@ -77,7 +77,7 @@ func TestRunAttempt_failsBeforeContent(t *testing.T) {
 		})
 	}
 	t.Run("open error", func(t *testing.T) {
-		m := &fakeModel{key: "p/a", openErr: []error{errBoom}, scripts: [][]step{nil}}
+		m := &scriptModel{key: "p/a", openErr: []error{errBoom}, scripts: [][]sstep{nil}}
 		r := runOne(t.Context(), m, attemptOpts{})
 		require.ErrorIs(t, r.err, errBoom)
 	})
@@ -87,14 +87,14 @@ func TestRunAttempt_errorAfterContentSurfaces(t *testing.T) {
 	partErr := errors.New("in-stream error")
 	for _, tc := range []struct {
 		name string
-		last step
+		last sstep
 		want error
 	}{
 		{"provider error", pErr(errBoom), errBoom},
-		{"error part", step{part: Part{Kind: abi.KindError, Err: partErr}}, partErr},
+		{"error part", sstep{part: Part{Kind: abi.KindError, Err: partErr}}, partErr},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &fakeModel{key: "p/a", scripts: [][]step{script(preamble(), pText("Hi"), pText("!"), tc.last, pText("never"))}}
+			m := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(preamble(), pText("Hi"), pText("!"), tc.last, pText("never"))}}
 			r := runOne(t.Context(), m, attemptOpts{})
 			require.NoError(t, r.err)
 			parts, err := drain(r.stream)
@@ -110,16 +110,16 @@ func TestRunAttempt_errorAfterContentSurfaces(t *testing.T) {
 func TestRunAttempt_emptyStreamCommits(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		sc     []step
+		sc     []sstep
 		kinds  []string
 		finish abi.Reason
 	}{
 		{"nothing at all", nil, []string{}, 0},
-		{"preamble and a content-filter finish", script(preamble(), pKind(abi.KindTextEnd), pFinish(abi.ReasonContentFilter)),
+		{"preamble and a content-filter finish", sscript(preamble(), pKind(abi.KindTextEnd), pFinish(abi.ReasonContentFilter)),
 			[]string{"stream-start", "response-metadata", "text-start", "text-end", "finish"}, abi.ReasonContentFilter},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &fakeModel{key: "p/a", scripts: [][]step{tc.sc}}
+			m := &scriptModel{key: "p/a", scripts: [][]sstep{tc.sc}}
 			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{mustRefusal(t)}})
 			require.NoError(t, r.err)
 			require.True(t, r.empty)
@@ -136,7 +136,7 @@ func TestRunAttempt_emptyStreamCommits(t *testing.T) {
 }
 
 func TestRunAttempt_refusal(t *testing.T) {
-	m := &fakeModel{key: "p/a", scripts: [][]step{script(preamble(), pText("I’m sorry, "), pText("but I  can't"),
+	m := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(preamble(), pText("I’m sorry, "), pText("but I  can't"),
 		pText(" help with that."), pText("never pulled"))}}
 	r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{mustRefusal(t)}})
 	var re *RefusalError
@@ -149,7 +149,7 @@ func TestRunAttempt_refusal(t *testing.T) {
 }
 
 func TestRunAttempt_divergenceFlushesInOrder(t *testing.T) {
-	m := &fakeModel{key: "p/a", scripts: [][]step{script(preamble(), pText("I'm "), pText("happy"), pText(" to help"))}}
+	m := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(preamble(), pText("I'm "), pText("happy"), pText(" to help"))}}
 	r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{mustRefusal(t)}})
 	require.NoError(t, r.err)
 	parts, err := drain(r.stream)
@@ -161,9 +161,9 @@ func TestRunAttempt_divergenceFlushesInOrder(t *testing.T) {
 func TestRunAttempt_toolCallIsNeverBufferedToTheEnd(t *testing.T) {
 	// The upstream stalls for good after the tool input starts: a detector
 	// that buffered to the end would hang here.
-	m := &fakeModel{key: "p/a", scripts: [][]step{script(pKind(abi.KindStreamStart), pKind(abi.KindResponseMeta),
-		step{part: Part{Kind: abi.KindToolInputStart, ID: "c1", Tool: &abi.ToolInfo{Name: "get"}}},
-		step{part: Part{Kind: abi.KindToolInputDelta, ID: "c1", Delta: `{"q":1}`}}, pStall(0))}}
+	m := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(pKind(abi.KindStreamStart), pKind(abi.KindResponseMeta),
+		sstep{part: Part{Kind: abi.KindToolInputStart, ID: "c1", Tool: &abi.ToolInfo{Name: "get"}}},
+		sstep{part: Part{Kind: abi.KindToolInputDelta, ID: "c1", Delta: `{"q":1}`}}, pStall(0))}}
 	r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{mustRefusal(t)}})
 	require.NoError(t, r.err)
 	require.Equal(t, 3, m.stream(0).pulledParts())
@@ -178,7 +178,7 @@ func TestRunAttempt_toolCallIsNeverBufferedToTheEnd(t *testing.T) {
 }
 
 func TestRunAttempt_firstContentDeadline(t *testing.T) {
-	m := &fakeModel{key: "p/a", scripts: [][]step{script(preamble(), pStall(2*time.Second))}}
+	m := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(preamble(), pStall(2*time.Second))}}
 	r := runOne(t.Context(), m, attemptOpts{firstContent: time.Second})
 	var de *DeadlineError
 	require.ErrorAs(t, r.err, &de)
@@ -188,9 +188,9 @@ func TestRunAttempt_firstContentDeadline(t *testing.T) {
 }
 
 func TestRunAttempt_firstContentDeadlineStopsAtCommit(t *testing.T) {
-	m := &fakeModel{key: "p/a", scripts: [][]step{script(preamble(), pText("Hi"),
-		step{do: func() {}, part: Part{Kind: abi.KindTextDelta, Delta: "!"}})}}
-	clk := newFakeClock()
+	m := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(preamble(), pText("Hi"),
+		sstep{do: func() {}, part: Part{Kind: abi.KindTextDelta, Delta: "!"}})}}
+	clk := newManualClock()
 	m.clock = clk
 	r := runOne(t.Context(), m, attemptOpts{firstContent: time.Second})
 	require.NoError(t, r.err)
@@ -201,7 +201,7 @@ func TestRunAttempt_firstContentDeadlineStopsAtCommit(t *testing.T) {
 }
 
 func TestRunAttempt_gapDeadlineTruncates(t *testing.T) {
-	m := &fakeModel{key: "p/a", scripts: [][]step{script(preamble(), pText("Hi"), pText("!"), pStall(2*time.Second), pText("never"))}}
+	m := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(preamble(), pText("Hi"), pText("!"), pStall(2*time.Second), pText("never"))}}
 	r := runOne(t.Context(), m, attemptOpts{gap: time.Second})
 	require.NoError(t, r.err)
 	parts, err := drain(r.stream)
@@ -217,7 +217,7 @@ func TestRunAttempt_callerCancelIsItsCause(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(t.Context())
 	defer cancel(nil)
 	t.Run("before commit", func(t *testing.T) {
-		m := &fakeModel{key: "p/a", scripts: [][]step{script(preamble(), pDo(func() { cancel(cause) }))}}
+		m := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(preamble(), pDo(func() { cancel(cause) }))}}
 		r := runOne(ctx, m, attemptOpts{firstContent: time.Second})
 		require.ErrorIs(t, r.err, cause)
 		var de *DeadlineError
@@ -227,7 +227,7 @@ func TestRunAttempt_callerCancelIsItsCause(t *testing.T) {
 }
 
 func TestRunAttempt_closeUnblocksRecv(t *testing.T) {
-	m := &fakeModel{key: "p/a", scripts: [][]step{script(pText("Hi"), pStall(0))}}
+	m := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(pText("Hi"), pStall(0))}}
 	r := runOne(t.Context(), m, attemptOpts{})
 	require.NoError(t, r.err)
 	_, err := r.stream.Recv()

@@ -11,38 +11,38 @@ import (
 	"github.com/retryhost/retryhost/abi"
 )
 
-// fakeClock is a manual clock: timers fire only when Advance passes them,
+// manualClock is a manual clock: timers fire only when Advance passes them,
 // synchronously, on the goroutine that advances.
-type fakeClock struct {
+type manualClock struct {
 	mu     sync.Mutex
 	now    time.Time
-	timers []*fakeTimer
+	timers []*manualTimer
 }
 
-type fakeTimer struct {
-	c    *fakeClock
+type manualTimer struct {
+	c    *manualClock
 	at   time.Time
 	f    func()
 	live bool
 }
 
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+func newManualClock() *manualClock { return &manualClock{now: time.Unix(1_700_000_000, 0)} }
 
-func (c *fakeClock) Now() time.Time {
+func (c *manualClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) stopper {
+func (c *manualClock) AfterFunc(d time.Duration, f func()) stopper {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f, live: true}
+	t := &manualTimer{c: c, at: c.now.Add(d), f: f, live: true}
 	c.timers = append(c.timers, t)
 	return t
 }
 
-func (t *fakeTimer) Stop() bool {
+func (t *manualTimer) Stop() bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
 	was := t.live
@@ -50,7 +50,7 @@ func (t *fakeTimer) Stop() bool {
 	return was
 }
 
-func (t *fakeTimer) Reset(d time.Duration) bool {
+func (t *manualTimer) Reset(d time.Duration) bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
 	was := t.live
@@ -59,10 +59,10 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 }
 
 // Advance moves the clock on by d and runs every timer that came due, in order.
-func (c *fakeClock) Advance(d time.Duration) {
+func (c *manualClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
-	var due []*fakeTimer
+	var due []*manualTimer
 	for _, t := range c.timers {
 		if t.live && !t.at.After(c.now) {
 			t.live = false
@@ -76,39 +76,39 @@ func (c *fakeClock) Advance(d time.Duration) {
 	}
 }
 
-// step is one scripted event of a fake stream.
-type step struct {
+// sstep is one scripted event of a fake stream.
+type sstep struct {
 	part Part
 	err  error // Recv returns it (io.EOF ends the stream cleanly)
 	// wait advances the model's fake clock by wait, then (like a stalled
 	// provider) blocks until the stream's ctx is done or it is closed.
 	wait  time.Duration
 	stall bool
-	do    func() // runs when the step is reached, before anything else
+	do    func() // runs when the sstep is reached, before anything else
 }
 
-func pText(s string) step   { return step{part: Part{Kind: abi.KindTextDelta, ID: "t", Delta: s}} }
-func pKind(k PartKind) step { return step{part: Part{Kind: k, ID: "t"}} }
-func pErr(err error) step   { return step{err: err} }
-func pStall(d time.Duration) step {
-	return step{wait: d, stall: true}
+func pText(s string) sstep   { return sstep{part: Part{Kind: abi.KindTextDelta, ID: "t", Delta: s}} }
+func pKind(k PartKind) sstep { return sstep{part: Part{Kind: k, ID: "t"}} }
+func pErr(err error) sstep   { return sstep{err: err} }
+func pStall(d time.Duration) sstep {
+	return sstep{wait: d, stall: true}
 }
-func pFinish(r abi.Reason) step {
-	return step{part: Part{Kind: abi.KindFinish, Finish: &abi.Finish{Reason: abi.FinishReason{Unified: r}}}}
+func pFinish(r abi.Reason) sstep {
+	return sstep{part: Part{Kind: abi.KindFinish, Finish: &abi.Finish{Reason: abi.FinishReason{Unified: r}}}}
 }
 
 // preamble is what a provider sends before its first text.
-func preamble() []step {
-	return []step{pKind(abi.KindStreamStart), pKind(abi.KindResponseMeta), pKind(abi.KindTextStart)}
+func preamble() []sstep {
+	return []sstep{pKind(abi.KindStreamStart), pKind(abi.KindResponseMeta), pKind(abi.KindTextStart)}
 }
 
-func script(parts ...any) []step {
-	var out []step
+func sscript(parts ...any) []sstep {
+	var out []sstep
 	for _, p := range parts {
 		switch v := p.(type) {
-		case step:
+		case sstep:
 			out = append(out, v)
-		case []step:
+		case []sstep:
 			out = append(out, v...)
 		default:
 			panic("script: bad element")
@@ -117,23 +117,23 @@ func script(parts ...any) []step {
 	return out
 }
 
-// fakeModel replays one script per attempt (Stream call); calls past the
+// scriptModel replays one script per attempt (Stream call); calls past the
 // last script replay the last one. It records every stream it opened.
-type fakeModel struct {
+type scriptModel struct {
 	key     string
-	clock   *fakeClock
-	scripts [][]step
+	clock   *manualClock
+	scripts [][]sstep
 	openErr []error // per call; nil entries open normally
 
 	mu      sync.Mutex
-	streams []*fakeStream
+	streams []*scriptStream
 	gens    int
 	genResp []*Response
 }
 
-func (m *fakeModel) Key() string { return m.key }
+func (m *scriptModel) Key() string { return m.key }
 
-func (m *fakeModel) Generate(ctx context.Context, _ *Request) (*Response, error) {
+func (m *scriptModel) Generate(ctx context.Context, _ *Request) (*Response, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	i := min(m.gens, len(m.genResp)-1)
@@ -144,7 +144,7 @@ func (m *fakeModel) Generate(ctx context.Context, _ *Request) (*Response, error)
 	return m.genResp[i], nil
 }
 
-func (m *fakeModel) Stream(ctx context.Context, _ *Request) (Stream, error) {
+func (m *scriptModel) Stream(ctx context.Context, _ *Request) (Stream, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := len(m.streams)
@@ -153,28 +153,28 @@ func (m *fakeModel) Stream(ctx context.Context, _ *Request) (Stream, error) {
 		return nil, m.openErr[n]
 	}
 	sc := m.scripts[min(n, len(m.scripts)-1)]
-	s := &fakeStream{ctx: ctx, clock: m.clock, script: sc, closed: make(chan struct{})}
+	s := &scriptStream{ctx: ctx, clock: m.clock, script: sc, closed: make(chan struct{})}
 	m.streams = append(m.streams, s)
 	return s, nil
 }
 
-func (m *fakeModel) opened() int {
+func (m *scriptModel) opened() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.streams)
 }
 
-func (m *fakeModel) stream(i int) *fakeStream {
+func (m *scriptModel) stream(i int) *scriptStream {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.streams[i]
 }
 
-// fakeStream honours the Stream contract: bound to ctx, Close unblocks Recv.
-type fakeStream struct {
+// scriptStream honours the Stream contract: bound to ctx, Close unblocks Recv.
+type scriptStream struct {
 	ctx    context.Context
-	clock  *fakeClock
-	script []step
+	clock  *manualClock
+	script []sstep
 
 	mu       sync.Mutex
 	i        int
@@ -186,7 +186,7 @@ type fakeStream struct {
 
 var errFakeClosed = errors.New("fake stream closed")
 
-func (s *fakeStream) Recv() (Part, error) {
+func (s *scriptStream) Recv() (Part, error) {
 	s.mu.Lock()
 	if s.err != nil {
 		defer s.mu.Unlock()
@@ -237,12 +237,12 @@ func (s *fakeStream) Recv() (Part, error) {
 	return st.part, nil
 }
 
-func (s *fakeStream) Close() error {
+func (s *scriptStream) Close() error {
 	s.closeOne.Do(func() { close(s.closed) })
 	return nil
 }
 
-func (s *fakeStream) isClosed() bool {
+func (s *scriptStream) isClosed() bool {
 	select {
 	case <-s.closed:
 		return true
@@ -251,7 +251,7 @@ func (s *fakeStream) isClosed() bool {
 	}
 }
 
-func (s *fakeStream) pulledParts() int {
+func (s *scriptStream) pulledParts() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pulled
@@ -284,7 +284,7 @@ func kinds(ps []Part) []string {
 	return out
 }
 
-func pDo(f func()) step { return step{do: f, stall: true} }
+func pDo(f func()) sstep { return sstep{do: f, stall: true} }
 
 // funcTransform is a transform scripted by functions; it counts its
 // instances' lifecycles.
@@ -349,7 +349,7 @@ func (s *funcStream) Close() {
 }
 
 // reached is the number of script steps Recv has started.
-func (s *fakeStream) reached() int {
+func (s *scriptStream) reached() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.i

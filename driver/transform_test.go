@@ -22,8 +22,8 @@ func byDelta(name string, vs map[string]abi.Verdict) *funcTransform {
 	}}
 }
 
-func texts(ds ...string) []step {
-	out := make([]step, len(ds))
+func texts(ds ...string) []sstep {
+	out := make([]sstep, len(ds))
 	for i, d := range ds {
 		out[i] = pText(d)
 	}
@@ -59,7 +59,7 @@ func TestChain_partActions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ft := byDelta("t1", tc.vs)
-			m := &fakeModel{key: "p/a", scripts: [][]step{texts("a", "b", "c")}}
+			m := &scriptModel{key: "p/a", scripts: [][]sstep{texts("a", "b", "c")}}
 			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{ft}})
 			switch {
 			case tc.err != nil:
@@ -91,7 +91,7 @@ func TestChain_composesInOrder(t *testing.T) {
 	// first) until "c"; t2's queue is released before "c".
 	t1 := byDelta("t1", map[string]abi.Verdict{"a": {Action: abi.PartReplace, Replace: []Part{{Kind: abi.KindTextDelta, Delta: "A"}}}})
 	t2 := byDelta("t2", map[string]abi.Verdict{"A": verdict(abi.PartHold), "b": verdict(abi.PartHold)})
-	m := &fakeModel{key: "p/a", scripts: [][]step{texts("a", "b", "c")}}
+	m := &scriptModel{key: "p/a", scripts: [][]sstep{texts("a", "b", "c")}}
 	r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{t1, t2}})
 	require.NoError(t, r.err)
 	parts, err := drain(r.stream)
@@ -118,7 +118,7 @@ func TestChain_endResolvesHeld(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ft := holdAll(tc.end)
-			m := &fakeModel{key: "p/a", scripts: [][]step{texts("a", "b")}}
+			m := &scriptModel{key: "p/a", scripts: [][]sstep{texts("a", "b")}}
 			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{ft}})
 			if tc.err {
 				require.Error(t, r.err)
@@ -140,24 +140,24 @@ func TestChain_endResolvesHeld(t *testing.T) {
 }
 
 func TestChain_holdCaps(t *testing.T) {
-	clk := newFakeClock()
+	clk := newManualClock()
 	holdAll := func(p abi.TransformPolicy) *funcTransform {
 		return &funcTransform{name: "h", policy: p, part: func(int, *Part) (abi.Verdict, error) { return verdict(abi.PartHold), nil }}
 	}
-	tick := step{do: func() { clk.Advance(2 * time.Second) }, part: Part{Kind: abi.KindTextDelta, Delta: "c"}}
+	tick := sstep{do: func() { clk.Advance(2 * time.Second) }, part: Part{Kind: abi.KindTextDelta, Delta: "c"}}
 	for _, tc := range []struct {
 		name   string
 		policy abi.TransformPolicy
-		sc     []step
+		sc     []sstep
 		cap    string
 	}{
 		{"parts", abi.TransformPolicy{MaxHeldParts: 2}, texts("a", "b", "c", "d"), "parts"},
 		{"bytes", abi.TransformPolicy{MaxHeldBytes: 4}, texts("a", "b", "c", "d"), "bytes"},
-		{"time", abi.TransformPolicy{MaxHoldTime: time.Second}, script(texts("a", "b"), tick, pText("d")), "time"},
+		{"time", abi.TransformPolicy{MaxHoldTime: time.Second}, sscript(texts("a", "b"), tick, pText("d")), "time"},
 	} {
 		t.Run(tc.name+" flush", func(t *testing.T) {
 			ft := holdAll(tc.policy)
-			m := &fakeModel{key: "p/a", clock: clk, scripts: [][]step{tc.sc}}
+			m := &scriptModel{key: "p/a", clock: clk, scripts: [][]sstep{tc.sc}}
 			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{ft}})
 			require.NoError(t, r.err)
 			parts, err := drain(r.stream)
@@ -169,7 +169,7 @@ func TestChain_holdCaps(t *testing.T) {
 		t.Run(tc.name+" fail", func(t *testing.T) {
 			p := tc.policy
 			p.OnCap = abi.CapFail
-			m := &fakeModel{key: "p/a", clock: clk, scripts: [][]step{tc.sc}}
+			m := &scriptModel{key: "p/a", clock: clk, scripts: [][]sstep{tc.sc}}
 			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{holdAll(p)}})
 			var ce *abi.HoldCapError
 			require.ErrorAs(t, r.err, &ce)
@@ -201,7 +201,7 @@ func TestChain_transformFailureIsContained(t *testing.T) {
 	}
 	for _, where := range []string{"open", "part", "error"} {
 		t.Run(where+" fail-open passes the stream on untouched", func(t *testing.T) {
-			m := &fakeModel{key: "p/a", scripts: [][]step{texts("a", "b", "c")}}
+			m := &scriptModel{key: "p/a", scripts: [][]sstep{texts("a", "b", "c")}}
 			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{panicky(abi.FailOpen, where)}})
 			require.NoError(t, r.err)
 			parts, err := drain(r.stream)
@@ -209,7 +209,7 @@ func TestChain_transformFailureIsContained(t *testing.T) {
 			require.Equal(t, []string{"text-delta:a", "text-delta:b", "text-delta:c"}, kinds(parts))
 		})
 		t.Run(where+" fail-closed fails the attempt with a clear error", func(t *testing.T) {
-			m := &fakeModel{key: "p/a", scripts: [][]step{texts("a", "b", "c")}}
+			m := &scriptModel{key: "p/a", scripts: [][]sstep{texts("a", "b", "c")}}
 			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{panicky(abi.FailClosed, where)}})
 			var te *abi.TransformError
 			require.ErrorAs(t, r.err, &te)
