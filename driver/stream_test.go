@@ -64,7 +64,9 @@ func newHarness(t *testing.T, scripts [3][]sstep, rules func(a, b, c Model) []Co
 
 func fallbacks(_, b, c Model) []Condition { return []Condition{Fallback(b), Fallback(c)} }
 
-func answer(words ...string) []sstep { return sscript(preamble(), texts(words...), pKind(abi.KindTextEnd), pFinish(abi.ReasonStop)) }
+func answer(words ...string) []sstep {
+	return sscript(preamble(), texts(words...), pKind(abi.KindTextEnd), pFinish(abi.ReasonStop))
+}
 
 func TestRetryableModel_errorBeforeContentFailsOver(t *testing.T) {
 	h := newHarness(t, [3][]sstep{
