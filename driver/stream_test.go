@@ -320,3 +320,37 @@ func TestNewRetryableModel_rejectsBadOptions(t *testing.T) {
 	_, err = NewRetryableModel(nil)
 	require.Error(t, err)
 }
+
+func TestRetryableModel_concurrentRequests(t *testing.T) {
+	det := mustRefusal(t)
+	a := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(preamble(), pText("I'm sorry, but I can't"))}}
+	b := &scriptModel{key: "p/b", scripts: [][]sstep{answer("ok")}}
+	r, err := New(a, WithRules(OnErrorAs[*RefusalError]().Switch(b)))
+	require.NoError(t, err)
+	rm, err := NewRetryableModel(r, WithTransforms(det), WithFirstContentTimeout(time.Minute), WithGapTimeout(time.Minute))
+	require.NoError(t, err)
+	const n = 32
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	got := make([][]string, n)
+	for i := range n {
+		wg.Go(func() {
+			s, err := rm.Stream(t.Context(), &Request{})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			parts, err := drain(s)
+			errs[i], got[i] = err, kinds(parts)
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		require.NoError(t, errs[i])
+		require.Equal(t, []string{"stream-start", "response-metadata", "text-start", "text-delta:ok", "text-end", "finish"}, got[i])
+	}
+	require.Equal(t, n, a.opened())
+	for i := range n {
+		require.True(t, a.stream(i).isClosed())
+	}
+}
