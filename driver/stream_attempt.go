@@ -44,10 +44,9 @@ type attemptResult struct {
 	// empty reports a commit at the end of a stream that carried no
 	// content; finish is its finish part, if it had one, for result
 	// conditions to judge.
-	empty    bool
-	finish   *abi.Finish
-	err      error
-	duration time.Duration
+	empty  bool
+	finish *abi.Finish
+	err    error
 }
 
 // runAttempt opens the model's stream and pulls it through the transform
@@ -57,7 +56,6 @@ type attemptResult struct {
 // deadlines are causes of it); the first-content and gap deadlines are
 // added here.
 func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
-	start := sp.clock.Now()
 	actx, cancel := context.WithCancelCause(ctx)
 	s := &attemptStream{
 		ctx:    actx,
@@ -74,7 +72,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 			err = s.cause()
 		}
 		s.release()
-		return attemptResult{err: err, duration: sp.clock.Now().Sub(start)}
+		return attemptResult{err: err}
 	}
 
 	info := abi.StreamInfo{ID: streamIDs.Add(1), Model: sp.model.Key(), Attempt: sp.number}
@@ -112,12 +110,17 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 				return fail(partError(q))
 			}
 			if sp.commit.IsContent(q) {
+				if actx.Err() != nil {
+					// A deadline fired as the content arrived: still
+					// before commit, so still recoverable.
+					return fail(context.Cause(actx))
+				}
 				s.commitNow()
-				return attemptResult{stream: s, duration: sp.clock.Now().Sub(start)}
+				return attemptResult{stream: s}
 			}
 		}
 		if s.upDone {
-			r := attemptResult{stream: s, empty: true, duration: sp.clock.Now().Sub(start)}
+			r := attemptResult{stream: s, empty: true}
 			for i := range s.out {
 				if s.out[i].Kind == abi.KindFinish {
 					r.finish = s.out[i].Finish
