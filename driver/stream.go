@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -207,7 +208,7 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 // outcome to the stream's end.
 func (m *RetryableModel) commit(ctx context.Context, q *request, res attemptResult, cancel context.CancelFunc) Stream {
 	if f := m.cfg.onCommit; f != nil {
-		f(ctx, CommitInfo{Model: q.cur.model, Number: q.cur.number, Failed: q.records,
+		f(ctx, CommitInfo{Model: q.cur.model, Number: q.cur.number, Failed: slices.Clone(q.records),
 			Empty: res.empty, Elapsed: q.r.cfg.now().Sub(q.begun)})
 	}
 	res.stream.onEnd = func(err error) {
