@@ -354,3 +354,59 @@ func TestRetryableModel_concurrentRequests(t *testing.T) {
 		require.True(t, a.stream(i).isClosed())
 	}
 }
+
+// FuzzRetryableModel_chaos fails model a's stream at a random point with a
+// random kind of failure, and checks the caller never sees a duplicated or
+// dropped part: before content the request fails over to b and the caller
+// gets exactly b's stream; after it, a's parts up to the failure, then the error.
+func FuzzRetryableModel_chaos(f *testing.F) {
+	f.Add(uint8(0), uint8(0), uint8(5))
+	f.Add(uint8(3), uint8(1), uint8(5))
+	f.Add(uint8(4), uint8(2), uint8(2))
+	f.Add(uint8(9), uint8(0), uint8(9))
+	f.Fuzz(func(t *testing.T, at, how, words uint8) {
+		ws := make([]string, int(words)%8)
+		for i := range ws {
+			ws[i] = string(rune('a' + i))
+		}
+		full := answer(ws...)
+		failAt := int(at) % (len(full) + 1)
+		var fail sstep
+		switch how % 3 {
+		case 0:
+			fail = pErr(errBoom)
+		case 1:
+			fail = sstep{part: Part{Kind: abi.KindError, Err: errBoom}}
+		default:
+			fail = pStall(2 * time.Second) // the first-content or the gap deadline
+		}
+		a := sscript(full[:failAt], fail)
+		b := answer("from", " b")
+		h := newHarness(t, [3][]sstep{a, b, nil}, fallbacks, nil,
+			WithFirstContentTimeout(time.Second), WithGapTimeout(time.Second))
+		contentBefore := false
+		for _, st := range full[:failAt] {
+			if CommitOnOutput.IsContent(&st.part) {
+				contentBefore = true
+			}
+		}
+		s, err := h.rm.Stream(t.Context(), &Request{})
+		require.NoError(t, err)
+		parts, err := drain(s)
+		want := b
+		if contentBefore {
+			want = full[:failAt]
+			require.Error(t, err)
+			require.Equal(t, 0, h.models[1].opened())
+		} else {
+			require.NoError(t, err)
+		}
+		require.Len(t, parts, len(want))
+		for i := range want {
+			require.Equal(t, want[i].part, parts[i])
+		}
+		require.True(t, h.models[0].stream(0).isClosed())
+		_, success, failure := h.out.counts()
+		require.Equal(t, 1, success+failure)
+	})
+}
