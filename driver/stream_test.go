@@ -1,5 +1,3 @@
-//go:build retryengine
-
 package driver
 
 import (

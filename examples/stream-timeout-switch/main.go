@@ -1,5 +1,3 @@
-//go:build retryengine
-
 // Command stream-timeout-switch shows the stream driver's deadlines. A
 // model that opens its stream but sends no content within the
 // first-content deadline fails over to another model before the caller sees
@@ -7,7 +5,7 @@
 // model's. Once content has reached the caller nothing is re-run: a model
 // that then falls silent past the gap deadline truncates the stream.
 //
-//	go run -tags retryengine ./examples/stream-timeout-switch
+//	go run ./examples/stream-timeout-switch
 package main
 
 import (

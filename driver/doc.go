@@ -1,0 +1,42 @@
+// Package driver runs LLM calls with retry and model fail-over.
+//
+// A [Runner] holds a base model and an ordered list of conditions: native
+// rules built with this package ([OnStatus], [OnClass], [Timeout],
+// [OnFinish], [Fallback] …, combined with [And], [Or], [Not]) and Wasm
+// condition plugins loaded by the host, which satisfy the same [Condition]
+// interface. [Do] runs one request: it calls a function once per attempt
+// with that attempt's model, number, deadline and request overrides, and
+// after each failure asks the conditions, in order, what to do next.
+//
+// The semantics follow the TypeScript library ai-retry (per-model attempt
+// budgets counting the first attempt, first matching rule with attempts
+// left wins, Retry-After aware retries, sticky fallbacks) and fix its known
+// defects: per-request state (concurrent requests never redirect each
+// other), backoff that starts at the configured delay, a cap, jitter, a
+// total attempt cap and an overall budget, the caller's cancellation as a
+// hard stop, and a typed final error that works with errors.Is and
+// errors.As. RATIONALE.md at the repository root explains the choices.
+//
+// # Choosing the next attempt
+//
+// After a failed attempt the conditions are asked in order. The first that
+// names a model with attempts left in this request wins; attempts are
+// counted per model key and include the first, so Fallback(m) tries m once
+// and Retry() tries the same model twice in all. A match whose model is
+// exhausted falls through to the next condition; a give-up stops at once.
+// When nothing matches, the request fails. [WithMaxAttempts] (default 10)
+// and [WithBudget] bound every request whatever the conditions say.
+//
+// # Callbacks
+//
+// All callbacks run synchronously on the request's goroutine, in this
+// order for each failed attempt: OnError (every failed attempt, before the
+// conditions), then the conditions, then the backoff wait, then OnRetry
+// (which may return overrides for the next attempt), then the attempt.
+// Exactly one of OnSuccess and OnFailure ends every request (none when
+// [WithDisabled] is in force), with every attempt and, for a failure, the
+// error the caller receives.
+//
+// Nothing in this package panics on bad configuration at request time:
+// [New] reports every mistake.
+package driver
