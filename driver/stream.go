@@ -110,6 +110,25 @@ func withStreamClock(k clock) StreamOption {
 // inner layer recovers refusals and content filters per model, the outer
 // layer adds its own deadlines and fallbacks), or call its Stream directly.
 //
+// # Deadlines
+//
+// Each deadline fails with a *[DeadlineError] naming it (abi.Deadline), so
+// a rule can tell them apart from each other and from the caller's
+// cancellation, which surfaces as the caller context's cause and never as a
+// DeadlineError. First-content and gap deadlines are the stream's own
+// ([WithFirstContentTimeout], [WithGapTimeout]); attempt and total are the
+// Runner's ([WithAttemptTimeout], [WithBudget]). Every attempt gets fresh
+// first-content, attempt and gap deadlines. Whether one is recoverable (the
+// rules may fail over) depends on when it fires (reference §7.5):
+//
+//	deadline       fires                          recoverable
+//	first content  before the first content part  yes: the attempt fails, the rules decide
+//	attempt        before commit                  yes
+//	attempt        after commit                   no: the stream ends with it (truncated)
+//	total          any time                       no: the request ends with it
+//	gap            after commit only              no: the stream ends with it (truncated)
+//	caller cancel  any time                       no: a hard stop, its cause is returned as is
+//
 // # Outcome callbacks
 //
 // Exactly one of the Runner's OnSuccess and OnFailure fires per request. For
