@@ -20,3 +20,14 @@ func (e *HoldCapError) Error() string {
 	return fmt.Sprintf("transform %s hit its hold cap on %s (%d parts, %d bytes, oldest %v)",
 		e.Transform, e.Cap, e.Parts, e.Bytes, e.Held)
 }
+
+// As lets errors.As see a HoldCapError as a *TransformError of class
+// ClassTransform, so code (and the driver's classification) that handles
+// transform failures handles hold caps too.
+func (e *HoldCapError) As(target any) bool {
+	t, ok := target.(**TransformError)
+	if ok {
+		*t = &TransformError{Transform: e.Transform, Class: ClassTransform, Message: e.Error()}
+	}
+	return ok
+}

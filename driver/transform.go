@@ -183,7 +183,10 @@ func (c *chain) end(out *[]Part) error {
 }
 
 // hold appends p to stage i's queue, unless a cap would be exceeded: then
-// the stage's OnCap decides (flush and detach, or fail the attempt).
+// the stage's OnCap decides (flush and detach, or fail the attempt). The
+// time cap is checked as parts arrive, without a timer of its own: an
+// upstream that stalls while parts are held is the first-content and
+// attempt deadlines' business.
 func (c *chain) hold(i int, p Part, out *[]Part) error {
 	s := &c.stages[i]
 	now := c.clock.Now()

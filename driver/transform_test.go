@@ -174,6 +174,9 @@ func TestChain_holdCaps(t *testing.T) {
 			var ce *abi.HoldCapError
 			require.ErrorAs(t, r.err, &ce)
 			require.Equal(t, tc.cap, ce.Cap)
+			var a abi.Attempt
+			classify(r.err, &a, clk.Now(), 0)
+			require.Equal(t, abi.ClassTransform, a.Class, "a hold cap is a transform failure to the rules")
 			require.Equal(t, 2, ce.Parts)
 			require.True(t, m.stream(0).isClosed())
 		})
