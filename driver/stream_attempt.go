@@ -171,14 +171,15 @@ type attemptStream struct {
 	clock  clock
 	gap    time.Duration
 
-	firstT, gapT stopper
-	stopAF       func() bool
+	firstT stopper
+	gapW   *gapWatch
+	stopAF func() bool
 
 	mu     sync.Mutex // the slow path of Recv vs a concurrent Close
 	out    []Part
 	head   int
 	upDone bool        // the upstream ended cleanly and the chain was resolved
-	fast   atomic.Bool // nothing queued, every transform detached, no gap deadline
+	fast   atomic.Bool // nothing queued, every transform detached
 	err    error       // terminal: io.EOF or the stream's error
 	onEnd  func(error) // the request's outcome: nil when drained
 	fired  atomic.Bool
@@ -189,7 +190,7 @@ func (s *attemptStream) commitNow() {
 	stop(s.firstT)
 	s.firstT = nil
 	if s.gap > 0 && !s.upDone {
-		s.gapT = armDeadline(s.clock, s.gap, abi.DeadlineGap, s.cancel)
+		s.gapW = startGapWatch(s.clock, s.gap, s.cancel)
 	}
 }
 
@@ -206,7 +207,7 @@ func (s *attemptStream) cause() error {
 // release ends the attempt: timers, upstream and transforms. Idempotent.
 func (s *attemptStream) release() {
 	stop(s.firstT)
-	stop(s.gapT)
+	s.gapW.stop()
 	if s.stopAF != nil {
 		s.stopAF()
 	}
@@ -224,12 +225,15 @@ func (s *attemptStream) release() {
 func (s *attemptStream) Recv() (p Part, err error) {
 	if s.fast.Load() {
 		// The common case after an early detach: nothing queued, no
-		// transform, no gap timer; the part goes straight through. This path
+		// transform; the part goes straight through. This path
 		// touches no state of its own, so it needs no lock: a concurrent
 		// Close only closes the upstream (which the Stream contract allows)
 		// and the error that follows takes the locked path below.
 		p, err = s.up.Recv()
 		if err == nil && p.Kind != abi.KindError {
+			if s.gapW != nil && s.commit.IsContent(&p) {
+				s.gapW.seq.Add(1) // gapW is set before commit and never changes
+			}
 			return p, nil
 		}
 		s.mu.Lock()
@@ -284,14 +288,14 @@ func (s *attemptStream) recv() (Part, error) {
 		if s.head != 0 {
 			s.out, s.head = s.out[:0], 0
 		}
-		if !s.upDone && s.ch.active == 0 && s.gapT == nil {
+		if !s.upDone && s.ch.active == 0 {
 			s.fast.Store(true) // from the next Recv on
 			p, err := s.up.Recv()
 			if err != nil || p.Kind == abi.KindError {
 				s.fast.Store(false)
 				return s.recvSlow(p, err)
 			}
-			return p, nil
+			return s.deliver(p)
 		}
 		if s.upDone {
 			s.end(io.EOF)
@@ -328,8 +332,8 @@ func (s *attemptStream) deliver(p Part) (Part, error) {
 		s.end(partError(&p))
 		return Part{}, s.err
 	}
-	if s.gapT != nil && s.commit.IsContent(&p) {
-		s.gapT.Reset(s.gap)
+	if s.gapW != nil && s.commit.IsContent(&p) {
+		s.gapW.seq.Add(1)
 	}
 	return p, nil
 }

@@ -245,3 +245,33 @@ func TestRunAttempt_closeUnblocksRecv(t *testing.T) {
 	require.ErrorIs(t, recvErr, ErrStreamClosed)
 	require.True(t, m.stream(0).isClosed())
 }
+
+func TestRunAttempt_gapDeadlinePrecision(t *testing.T) {
+	spaced := func(clk *manualClock, every time.Duration, n int) []sstep {
+		out := preamble()
+		for i := range n {
+			out = append(out, sstep{do: func() { clk.Advance(every) }, part: Part{Kind: abi.KindTextDelta, Delta: string(rune('a' + i))}})
+		}
+		return out
+	}
+	t.Run("content every 0.9 gap keeps the stream alive", func(t *testing.T) {
+		clk := newManualClock()
+		m := &scriptModel{key: "p/a", clock: clk, scripts: [][]sstep{spaced(clk, 900*time.Millisecond, 12)}}
+		r := runOne(t.Context(), m, attemptOpts{gap: time.Second})
+		require.NoError(t, r.err)
+		parts, err := drain(r.stream)
+		require.NoError(t, err)
+		require.Len(t, parts, 15)
+	})
+	t.Run("silence past 1.25 gap truncates", func(t *testing.T) {
+		clk := newManualClock()
+		m := &scriptModel{key: "p/a", clock: clk, scripts: [][]sstep{spaced(clk, 1300*time.Millisecond, 5)}}
+		r := runOne(t.Context(), m, attemptOpts{gap: time.Second})
+		require.NoError(t, r.err)
+		parts, err := drain(r.stream)
+		var de *DeadlineError
+		require.ErrorAs(t, err, &de)
+		require.Equal(t, abi.DeadlineGap, de.Deadline)
+		require.Len(t, parts, 4, "the preamble and the first content, then the gap")
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/retryhost/retryhost/abi"
 )
@@ -182,11 +183,15 @@ func BenchmarkStreamAfterCommit(b *testing.B) {
 	}{
 		{"driver", nil, false},
 		{"driver+refusal", []abi.Transformer{det}, false},
+		{"driver+gap", nil, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			inf := &loopStream{parts: parts[3:998]}
 			m := &fixedModel{s: inf}
 			sp := &attemptSpec{model: m, req: &Request{}, number: 1, transformers: tc.ts, clock: realClock{}}
+			if tc.gap {
+				sp.gap = time.Minute
+			}
 			r := runAttempt(context.Background(), sp)
 			if r.err != nil {
 				b.Fatal(r.err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"sort"
 	"sync"
 	"time"
 
@@ -58,21 +57,32 @@ func (t *manualTimer) Reset(d time.Duration) bool {
 	return was
 }
 
-// Advance moves the clock on by d and runs every timer that came due, in order.
+// Advance moves the clock on by d, running every timer that comes due on
+// the way, in order, each at its own time (so a timer that re-arms itself
+// ticks as it would in real time).
 func (c *manualClock) Advance(d time.Duration) {
 	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []*manualTimer
-	for _, t := range c.timers {
-		if t.live && !t.at.After(c.now) {
-			t.live = false
-			due = append(due, t)
-		}
-	}
+	target := c.now.Add(d)
 	c.mu.Unlock()
-	sort.Slice(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
-	for _, t := range due {
-		t.f()
+	for {
+		c.mu.Lock()
+		var next *manualTimer
+		for _, t := range c.timers {
+			if t.live && !t.at.After(target) && (next == nil || t.at.Before(next.at)) {
+				next = t
+			}
+		}
+		if next == nil {
+			c.now = target
+			c.mu.Unlock()
+			return
+		}
+		next.live = false
+		if next.at.After(c.now) {
+			c.now = next.at
+		}
+		c.mu.Unlock()
+		next.f()
 	}
 }
 
@@ -210,6 +220,11 @@ func (s *scriptStream) Recv() (Part, error) {
 		s.mu.Unlock()
 		st.do()
 		s.mu.Lock()
+	}
+	if err := s.ctx.Err(); err != nil && !st.stall {
+		s.err = err // bound to ctx: a done ctx ends the stream
+		s.mu.Unlock()
+		return Part{}, err
 	}
 	if st.stall {
 		s.mu.Unlock()
