@@ -1,0 +1,19 @@
+.DEFAULT_GOAL := help
+GO  ?= go
+WAT := $(wildcard host/testdata/*.wat testdata/abi/*.wat)
+
+.PHONY: help
+help: ## list targets
+	@grep -E '^[a-z.]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "%-12s %s\n",$$1,$$2}'
+
+.PHONY: wasm
+wasm: ## rebuild every committed .wasm built from WAT (needs wabt's wat2wasm)
+	@for f in $(WAT); do wat2wasm -o $${f%.wat}.wasm $$f || exit 1; done
+
+.PHONY: test
+test: ## tests with the race detector
+	$(GO) test -race ./...
+
+.PHONY: bench
+bench: ## host benchmarks, side by side with the native baseline
+	$(GO) test -run '^$$' -bench . -benchmem ./host/

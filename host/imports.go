@@ -1,0 +1,120 @@
+package host
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/retryhost/retryhost/abi"
+)
+
+// instKey carries the calling *instance in the context every call into the
+// guest receives, so host functions find their state without a lookup.
+type instKey struct{}
+
+func instanceOf(ctx context.Context) *instance {
+	in, _ := ctx.Value(instKey{}).(*instance)
+	return in
+}
+
+// inRange reports whether [ptr, ptr+n) lies inside memory of size size.
+func inRange(ptr, n uint32, size uint32) bool {
+	return uint64(ptr)+uint64(n) <= uint64(size)
+}
+
+// instantiateABI registers the retryhost_v1 host module (ABI.md §4). Every
+// function bounds-checks its ranges and answers a Status; none traps.
+func (rt *Runtime) instantiateABI(ctx context.Context) error {
+	b := rt.wr.NewHostModuleBuilder(abi.ModuleName)
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(hostBuffer),
+		[]api.ValueType{i32, i32}, []api.ValueType{i32}).Export(abi.ImportBuffer)
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(hostInput),
+		[]api.ValueType{i32, i32}, []api.ValueType{i32}).Export(abi.ImportInput)
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(hostPolicy),
+		[]api.ValueType{i32, i32}, []api.ValueType{i32}).Export(abi.ImportPolicy)
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(hostLog),
+		[]api.ValueType{i32, i32, i32}, nil).Export(abi.ImportLog)
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+func status(s abi.Status) uint64 { return uint64(uint32(int32(s))) }
+
+func hostBuffer(ctx context.Context, m api.Module, stack []uint64) {
+	in := instanceOf(ctx)
+	ptr, n := uint32(stack[0]), uint32(stack[1])
+	switch {
+	case in == nil:
+		stack[0] = status(abi.StatusPhase)
+	case int32(n) < 0 || !inRange(ptr, n, m.Memory().Size()):
+		stack[0] = status(abi.StatusFault)
+	case n < abi.MinBufferSize:
+		stack[0] = status(abi.StatusTooSmall)
+	default:
+		in.bufPtr, in.bufCap = ptr, n
+		stack[0] = status(abi.StatusOK)
+	}
+}
+
+func hostInput(ctx context.Context, m api.Module, stack []uint64) {
+	in := instanceOf(ctx)
+	ptr, n := uint32(stack[0]), uint32(stack[1])
+	switch {
+	case in == nil || !in.hasInput:
+		stack[0] = status(abi.StatusPhase)
+	case int32(n) < 0:
+		stack[0] = status(abi.StatusFault)
+	case int(n) >= len(in.input):
+		if !m.Memory().Write(ptr, in.input) {
+			stack[0] = status(abi.StatusFault)
+			return
+		}
+		stack[0] = uint64(uint32(len(in.input)))
+	default:
+		stack[0] = uint64(uint32(len(in.input)))
+	}
+}
+
+func hostPolicy(ctx context.Context, m api.Module, stack []uint64) {
+	in := instanceOf(ctx)
+	ptr, n := uint32(stack[0]), uint32(stack[1])
+	if in == nil || !in.initing {
+		stack[0] = status(abi.StatusPhase)
+		return
+	}
+	b, ok := m.Memory().Read(ptr, n)
+	if !ok || int32(n) < 0 {
+		stack[0] = status(abi.StatusFault)
+		return
+	}
+	pol, err := abi.DecodePolicy(b)
+	if err != nil {
+		stack[0] = status(abi.StatusInvalid)
+		return
+	}
+	in.declared = &pol
+	stack[0] = status(abi.StatusOK)
+}
+
+func hostLog(ctx context.Context, m api.Module, stack []uint64) {
+	in := instanceOf(ctx)
+	level, ptr, n := int32(stack[0]), uint32(stack[1]), uint32(stack[2])
+	if in == nil || int32(n) < 0 {
+		return
+	}
+	if in.logLines >= in.p.rt.cfg.logLineLimit {
+		if in.logLines == in.p.rt.cfg.logLineLimit {
+			in.logLines++
+			in.p.rt.cfg.logger.Warn("plugin log limit reached; dropping further lines of this instance", "plugin", in.p.name)
+		}
+		return
+	}
+	in.logLines++
+	cut := min(n, abi.MaxLogLine)
+	b, ok := m.Memory().Read(ptr, cut)
+	if !ok {
+		return
+	}
+	in.p.rt.cfg.logger.Log(ctx, slog.Level(level), string(b), "plugin", in.p.name, "truncated", cut < n)
+}

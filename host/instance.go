@@ -1,0 +1,236 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/retryhost/retryhost/abi"
+)
+
+// exitTimeout is the exit code the watchdog closes a runaway module with.
+const exitTimeout = 0xEFFFFFFE
+
+// instance is one live module of a plugin version with its cached function
+// handles, call stack and ABI state. Its owner (a slot) serialises use.
+type instance struct {
+	p   *Plugin
+	mod api.Module
+	mem api.Memory
+	ctx context.Context // carries the instance for host functions; never cancelled
+
+	fnDecide, fnOpen, fnPart, fnEnd, fnClose, fnParts api.Function
+	stack                                             []uint64
+	scratch                                           []byte
+
+	bufPtr, bufCap uint32
+	input          []byte
+	hasInput       bool
+	initing        bool
+	declared       *abi.TransformPolicy
+	logLines       int
+
+	// deadline is the running call's monotonic deadline (0 idle, -1 claimed
+	// by the watchdog); see Runtime.watchdog.
+	deadline atomic.Int64
+
+	// stream handles: dense, reused (ABI.md §6.3).
+	free    []uint32
+	next    uint32
+	streams int
+}
+
+// capWriter is a guest's stdout or stderr: lines go to the logger until a
+// per-instance byte budget is spent.
+type capWriter struct {
+	mu     sync.Mutex
+	p      *Plugin
+	stream string
+	left   int
+	warned bool
+}
+
+func (w *capWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.left <= 0 {
+		if !w.warned {
+			w.warned = true
+			w.p.rt.cfg.logger.Warn("plugin output limit reached; dropping the rest", "plugin", w.p.name, "stream", w.stream)
+		}
+		return len(b), nil
+	}
+	out := b[:min(len(b), w.left, abi.MaxLogLine)]
+	w.left -= len(b)
+	w.p.rt.cfg.logger.Info(string(out), "plugin", w.p.name, "stream", w.stream)
+	return len(b), nil
+}
+
+// instantiate creates, initialises and checks one instance (ABI.md §1).
+func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
+	rt := p.rt
+	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().
+		WithStdout(&capWriter{p: p, stream: "stdout", left: rt.cfg.outputCap}).
+		WithStderr(&capWriter{p: p, stream: "stderr", left: rt.cfg.outputCap})
+	mod, err := rt.wr.InstantiateModule(ctx, p.compiled, cfg)
+	if err != nil {
+		return nil, loadErr(p.name, ErrInit, err)
+	}
+	in := &instance{p: p, mod: mod, mem: mod.Memory(), stack: make([]uint64, 2), next: 1}
+	in.ctx = context.WithValue(context.Background(), instKey{}, in)
+	rt.watch(in)
+	fail := func(reason error, err error) (*instance, error) {
+		in.close()
+		return nil, loadErr(p.name, reason, err)
+	}
+	if f := mod.ExportedFunction("_initialize"); f != nil {
+		if err := in.call(f, rt.cfg.initTimeout); err != nil {
+			return fail(ErrInit, fmt.Errorf("_initialize: %w", err))
+		}
+	}
+	in.input, in.hasInput, in.initing = p.config, true, true
+	in.stack[0] = uint64(len(p.config))
+	err = in.call(mod.ExportedFunction(abi.ExportInit), rt.cfg.initTimeout)
+	in.hasInput, in.initing = false, false
+	if err != nil {
+		return fail(ErrInit, fmt.Errorf("%s: %w", abi.ExportInit, err))
+	}
+	if r := int32(in.stack[0]); r != 0 {
+		var reason error
+		if r > 0 && in.bufCap > 0 {
+			if b, ok := in.mem.Read(in.bufPtr, min(uint32(r), in.bufCap, abi.MaxLogLine)); ok {
+				reason = errors.New(string(b))
+			}
+		}
+		if reason == nil {
+			reason = fmt.Errorf("status %d", r)
+		}
+		return fail(ErrConfigRejected, reason)
+	}
+	if in.bufCap == 0 {
+		return fail(ErrNoBuffer, fmt.Errorf("call %s.%s with ≥ %d bytes during %s", abi.ModuleName, abi.ImportBuffer, abi.MinBufferSize, abi.ExportInit))
+	}
+	in.fnDecide = mod.ExportedFunction(abi.ExportDecide)
+	in.fnOpen = mod.ExportedFunction(abi.ExportOpen)
+	in.fnPart = mod.ExportedFunction(abi.ExportPart)
+	in.fnEnd = mod.ExportedFunction(abi.ExportEnd)
+	in.fnClose = mod.ExportedFunction(abi.ExportClose)
+	in.fnParts = mod.ExportedFunction(abi.ExportParts)
+	return in, nil
+}
+
+// call runs f with in.stack under the deadline guard (timeout; 0 means the
+// runtime's per-call timeout) and classifies any failure as ErrTrap,
+// ErrTimeout or ErrExit. After an error the instance must be discarded.
+func (in *instance) call(f api.Function, timeout time.Duration) error {
+	rt := in.p.rt
+	if rt.cfg.trusted {
+		if err := f.CallWithStack(in.ctx, in.stack); err != nil {
+			return classify(err, false)
+		}
+		return nil
+	}
+	if timeout == 0 {
+		timeout = rt.cfg.callTimeout
+	}
+	if rt.cfg.ctxGuard {
+		ctx, cancel := context.WithTimeout(in.ctx, timeout)
+		err := f.CallWithStack(ctx, in.stack)
+		cancel()
+		if err != nil {
+			return classify(err, false)
+		}
+		return nil
+	}
+	in.deadline.Store(rt.now() + int64(timeout))
+	err := f.CallWithStack(in.ctx, in.stack)
+	claimed := in.deadline.Swap(0) < 0
+	if err != nil || claimed {
+		return classify(err, claimed)
+	}
+	return nil
+}
+
+// classify maps a wazero call error to ErrTrap, ErrTimeout or ErrExit.
+// wazero has no exported trap type: an *sys.ExitError means the module was
+// closed or exited; anything else is a trap.
+func classify(err error, claimed bool) error {
+	var ee *sys.ExitError
+	switch {
+	case claimed:
+		return fmt.Errorf("%w: %w", ErrTimeout, errOr(err))
+	case errors.As(err, &ee) && (ee.ExitCode() == exitTimeout || ee.ExitCode() == sys.ExitCodeDeadlineExceeded):
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	case errors.As(err, &ee):
+		return fmt.Errorf("%w: %w", ErrExit, err)
+	default:
+		return fmt.Errorf("%w: %w", ErrTrap, err)
+	}
+}
+
+func errOr(err error) error {
+	if err == nil {
+		return errors.New("deadline passed as the call returned")
+	}
+	return err
+}
+
+// writeInput makes rec the current input: in the scratch buffer when it
+// fits (ABI.md §2), and through the input import always.
+func (in *instance) writeInput(rec []byte) {
+	in.input, in.hasInput = rec, true
+	if uint32(len(rec)) <= in.bufCap {
+		in.mem.Write(in.bufPtr, rec)
+	}
+}
+
+// output returns a view of n bytes from the start of the scratch buffer.
+func (in *instance) output(n uint32) ([]byte, error) { return in.outputAt(0, n) }
+
+// outputAt returns a view of n bytes at offset off of the scratch buffer.
+func (in *instance) outputAt(off, n uint32) ([]byte, error) {
+	if uint64(off)+uint64(n) > uint64(in.bufCap) {
+		return nil, fmt.Errorf("%w: output of %d bytes at %d exceeds the %d-byte buffer", ErrABIViolation, n, off, in.bufCap)
+	}
+	b, ok := in.mem.Read(in.bufPtr+off, n)
+	if !ok {
+		return nil, fmt.Errorf("%w: buffer outside memory", ErrABIViolation)
+	}
+	return b, nil // a view: the caller decodes (copies) before the next call
+}
+
+// handle returns a free stream handle (dense, lowest reused first-ish).
+func (in *instance) handle() uint32 {
+	in.streams++
+	if n := len(in.free); n > 0 {
+		h := in.free[n-1]
+		in.free = in.free[:n-1]
+		return h
+	}
+	h := in.next
+	in.next++
+	return h
+}
+
+func (in *instance) release(h uint32) {
+	in.streams--
+	in.free = append(in.free, h)
+}
+
+// close discards the instance.
+func (in *instance) close() {
+	in.p.rt.unwatch(in)
+	_ = in.mod.Close(context.Background())
+}
+
+func (in *instance) logDiscard(op string, err error) {
+	in.p.rt.cfg.logger.Warn("plugin instance discarded", slog.String("plugin", in.p.name), slog.String("op", op), slog.Any("error", err))
+}

@@ -1,0 +1,177 @@
+package host
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
+)
+
+// TestRegistry_HotSwapUnderLoad replaces a transform back and forth while
+// streams run: every stream completes, no request fails, and each stream's
+// output is consistent with exactly one version (upper-cased throughout, or
+// untouched throughout).
+func TestRegistry_HotSwapUnderLoad(t *testing.T) {
+	ctx := context.Background()
+	rt := newRuntime(t)
+	reg := NewRegistry(rt)
+	defer func() { require.NoError(t, reg.Close(ctx)) }()
+	v1, v2 := fixture(t, "upper"), fixture(t, "refusal")
+	named, err := reg.Load(ctx, "xf", v1)
+	require.NoError(t, err)
+
+	var (
+		done, nUpper, nPlain atomic.Int64
+		stop                 = make(chan struct{})
+		wg                   sync.WaitGroup
+		failures             = make(chan string, 100)
+	)
+	for w := range 20 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				deltas := []string{"hello ", "from ", "worker ", "and ", "stream"}
+				in := textStream(deltas...)
+				r := run(ctx, named, uint64(w*1_000_000+i), in)
+				switch got := render(r.out); {
+				case r.fail != nil || r.err != nil:
+					failures <- "stream failed: " + errText(r.fail) + errText(r.err)
+				case got == render(textStream("HELLO ", "FROM ", "WORKER ", "AND ", "STREAM")):
+					nUpper.Add(1)
+				case got == render(in):
+					nPlain.Add(1)
+				default:
+					failures <- "stream mixes versions or lost parts"
+				}
+				done.Add(1)
+			}
+		})
+	}
+	waitDone := func(n int64) {
+		target := done.Load() + n
+		waitFor(t, func() bool { return done.Load() >= target || len(failures) > 0 }, "streams to complete")
+	}
+	waitDone(20)
+	for i := range 6 {
+		next := v2
+		if i%2 == 1 {
+			next = v1
+		}
+		_, err := reg.Load(ctx, "xf", next)
+		require.NoError(t, err)
+		// A failed load in between leaves the serving version in place.
+		before := named.Version()
+		_, err = reg.Load(ctx, "xf", []byte("not wasm"))
+		require.ErrorIs(t, err, ErrInvalidModule)
+		require.Equal(t, before, named.Version())
+		waitDone(20)
+	}
+	close(stop)
+	wg.Wait()
+	close(failures)
+	for f := range failures {
+		t.Error(f)
+	}
+	require.Positive(t, nUpper.Load(), "streams ran on v1")
+	require.Positive(t, nPlain.Load(), "streams ran on v2")
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// TestRegistry_StreamFinishesOnItsVersion: a stream opened before a swap
+// keeps its version; the old version is released when that stream closes.
+func TestRegistry_StreamFinishesOnItsVersion(t *testing.T) {
+	ctx := context.Background()
+	rt := newRuntime(t)
+	reg := NewRegistry(rt)
+	defer func() { require.NoError(t, reg.Close(ctx)) }()
+	named, err := reg.Load(ctx, "xf", fixture(t, "upper"))
+	require.NoError(t, err)
+	old := named.cur.Load()
+	st, err := named.Open(ctx, abi.StreamInfo{ID: 1})
+	require.NoError(t, err)
+
+	_, err = reg.Load(ctx, "xf", fixture(t, "refusal"))
+	require.NoError(t, err)
+	require.NotEqual(t, old.SHA256(), named.Version())
+
+	v, err := st.Part(ctx, &abi.Part{Kind: abi.KindTextDelta, ID: "t0", Delta: "hi"})
+	require.NoError(t, err)
+	require.Equal(t, abi.PartReplace, v.Action, "the old version (upper) still serves this stream")
+	require.False(t, old.released.Load())
+	st.Close()
+	require.True(t, old.released.Load(), "the old version is released with its last stream")
+
+	st, err = named.Open(ctx, abi.StreamInfo{ID: 2})
+	require.NoError(t, err)
+	v, err = st.Part(ctx, &abi.Part{Kind: abi.KindTextDelta, ID: "t0", Delta: "hi"})
+	require.NoError(t, err)
+	require.Equal(t, abi.PartDetach, v.Action, "new streams run on the new version (refusal)")
+	st.Close()
+}
+
+func TestRegistry_ScanAndWatch(t *testing.T) {
+	ctx := context.Background()
+	var logs logBuffer
+	rt := newRuntime(t, WithLogger(logs.logger()))
+	reg := NewRegistry(rt)
+	defer func() { require.NoError(t, reg.Close(ctx)) }()
+	dir := t.TempDir()
+	write := func(name string, b []byte) {
+		t.Helper()
+		tmp := filepath.Join(dir, name+".tmp")
+		require.NoError(t, os.WriteFile(tmp, b, 0o644))
+		require.NoError(t, os.Rename(tmp, filepath.Join(dir, name)))
+	}
+	write("cond.wasm", fixture(t, "condition"))
+	write("cond.config", []byte("anthropic/claude"))
+	write("xf.wasm", fixture(t, "upper"))
+
+	require.NoError(t, reg.Scan(ctx, dir))
+	cond, ok := reg.Get("cond")
+	require.True(t, ok)
+	d, err := cond.Decide(ctx, &abi.Attempt{Status: 503})
+	require.NoError(t, err)
+	require.Equal(t, "anthropic/claude", d.Model, "the .config file is the plugin's config")
+	xf, ok := reg.Get("xf")
+	require.True(t, ok)
+	require.Equal(t, sha(fixture(t, "upper")), xf.Version())
+
+	t.Run("a broken file is reported and the old version keeps serving", func(t *testing.T) {
+		write("xf.wasm", []byte("broken"))
+		err := reg.Scan(ctx, dir)
+		require.ErrorIs(t, err, ErrInvalidModule)
+		require.Equal(t, sha(fixture(t, "upper")), xf.Version())
+		require.NoError(t, reg.Scan(ctx, dir), "an unchanged broken file is not retried")
+		require.Contains(t, logs.String(), "plugin reload failed")
+	})
+
+	t.Run("watch picks up a changed file", func(t *testing.T) {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		watchErr := make(chan error, 1)
+		go func() { watchErr <- reg.Watch(wctx, dir, time.Millisecond) }()
+		write("xf.wasm", fixture(t, "refusal"))
+		waitFor(t, func() bool { return xf.Version() == sha(fixture(t, "refusal")) }, "the watcher to swap xf")
+		cancel()
+		require.ErrorIs(t, <-watchErr, context.Canceled)
+		require.True(t, strings.Contains(logs.String(), "plugin swapped"))
+	})
+}

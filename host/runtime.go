@@ -1,0 +1,375 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/retryhost/retryhost/abi"
+)
+
+// Runtime owns a wazero runtime with retryhost's sandbox and the plugins
+// loaded through it. A Runtime is safe for concurrent use by multiple
+// goroutines.
+type Runtime struct {
+	cfg   config
+	wr    wazero.Runtime
+	cache wazero.CompilationCache
+	epoch time.Time
+
+	mu      sync.Mutex
+	closed  bool
+	plugins map[*Plugin]struct{}
+
+	// watchdog state (guarded mode only)
+	watchMu   sync.Mutex
+	watched   map[*instance]struct{}
+	stopWatch chan struct{}
+	watchDone chan struct{}
+
+	nextID atomic.Uint64
+}
+
+// New returns a Runtime ready to load plugins. It fails only if the
+// compilation cache directory cannot be used.
+func New(ctx context.Context, opts ...Option) (*Runtime, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	var rc wazero.RuntimeConfig
+	if cfg.interpreter {
+		rc = wazero.NewRuntimeConfigInterpreter()
+	} else {
+		rc = wazero.NewRuntimeConfig()
+	}
+	rc = rc.WithMemoryLimitPages(uint32(min(cfg.memoryLimit/65536, 65536))).
+		WithCloseOnContextDone(!cfg.trusted)
+	rt := &Runtime{cfg: cfg, epoch: time.Now(), plugins: map[*Plugin]struct{}{}, watched: map[*instance]struct{}{}}
+	if cfg.cacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(cfg.cacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("host: compilation cache: %w", err)
+		}
+		rt.cache = c
+		rc = rc.WithCompilationCache(c)
+	}
+	rt.wr = wazero.NewRuntimeWithConfig(ctx, rc)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt.wr); err != nil {
+		_ = rt.wr.Close(ctx)
+		return nil, fmt.Errorf("host: wasi: %w", err)
+	}
+	if err := rt.instantiateABI(ctx); err != nil {
+		_ = rt.wr.Close(ctx)
+		return nil, fmt.Errorf("host: abi module: %w", err)
+	}
+	if !cfg.trusted {
+		rt.stopWatch = make(chan struct{})
+		rt.watchDone = make(chan struct{})
+		go rt.watchdog()
+	}
+	return rt, nil
+}
+
+// now is a monotonic clock in nanoseconds since the runtime started.
+func (rt *Runtime) now() int64 { return int64(time.Since(rt.epoch)) }
+
+// watchdog is the per-call deadline guard: one goroutine per Runtime, not
+// one per call. Each busy instance publishes its call's deadline; the
+// watchdog closes the module of any call past it, which stops the guest at
+// its next loop back-edge or function entry.
+func (rt *Runtime) watchdog() {
+	defer close(rt.watchDone)
+	tick := max(rt.cfg.callTimeout/4, time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var busy []*instance
+	for {
+		select {
+		case <-rt.stopWatch:
+			return
+		case <-t.C:
+		}
+		now := rt.now()
+		busy = busy[:0]
+		rt.watchMu.Lock()
+		for in := range rt.watched {
+			if d := in.deadline.Load(); d > 0 && now > d {
+				busy = append(busy, in)
+			}
+		}
+		rt.watchMu.Unlock()
+		for _, in := range busy {
+			d := in.deadline.Load()
+			if d > 0 && now > d && in.deadline.CompareAndSwap(d, -1) {
+				_ = in.mod.CloseWithExitCode(context.Background(), exitTimeout)
+			}
+		}
+	}
+}
+
+func (rt *Runtime) watch(in *instance) {
+	if rt.cfg.trusted {
+		return
+	}
+	rt.watchMu.Lock()
+	rt.watched[in] = struct{}{}
+	rt.watchMu.Unlock()
+}
+
+func (rt *Runtime) unwatch(in *instance) {
+	if rt.cfg.trusted {
+		return
+	}
+	rt.watchMu.Lock()
+	delete(rt.watched, in)
+	rt.watchMu.Unlock()
+}
+
+// Load compiles, verifies and initialises a plugin from its bytes, and
+// pre-warms its instances. name identifies it in errors and logs.
+//
+// # Errors
+//
+// A [*LoadError] whose Reason says why (errors.Is(err, ErrABIVersion), …),
+// or [ErrClosed].
+func (rt *Runtime) Load(ctx context.Context, name string, wasm []byte, opts ...LoadOption) (*Plugin, error) {
+	lc := defaultLoadConfig()
+	for _, o := range opts {
+		o.applyLoad(&lc)
+	}
+	rt.mu.Lock()
+	closed := rt.closed
+	rt.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	sum := sha256.Sum256(wasm)
+	if lc.sha256 != "" && !strings.EqualFold(lc.sha256, hex.EncodeToString(sum[:])) {
+		return nil, loadErr(name, ErrChecksum, fmt.Errorf("got %x, pinned %s", sum, lc.sha256))
+	}
+	cm, err := rt.wr.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, loadErr(name, ErrInvalidModule, err)
+	}
+	p := &Plugin{rt: rt, name: name, sum: sum, compiled: cm, config: lc.config}
+	if err := p.verify(); err != nil {
+		_ = cm.Close(ctx)
+		return nil, err
+	}
+	p.slots = make([]*slot, lc.instances)
+	for i := range p.slots {
+		p.slots[i] = &slot{}
+	}
+	var declared *abi.TransformPolicy
+	for i, s := range p.slots {
+		in, err := p.instantiate(ctx)
+		if err != nil {
+			p.closeInstances(ctx)
+			_ = cm.Close(ctx)
+			return nil, err
+		}
+		s.inst = in
+		if i == 0 {
+			declared = in.declared
+		}
+	}
+	switch {
+	case lc.policy != nil:
+		p.policy = *lc.policy
+	case declared != nil:
+		p.policy = *declared
+	}
+	p.breaker.n, p.breaker.span = rt.cfg.breakerN, rt.cfg.breakerSpan
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
+		p.closeInstances(ctx)
+		_ = cm.Close(ctx)
+		return nil, ErrClosed
+	}
+	rt.plugins[p] = struct{}{}
+	rt.mu.Unlock()
+	return p, nil
+}
+
+// LoadFile is [Runtime.Load] on the contents of a file.
+func (rt *Runtime) LoadFile(ctx context.Context, name, path string, opts ...LoadOption) (*Plugin, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, loadErr(name, ErrInvalidModule, err)
+	}
+	return rt.Load(ctx, name, b, opts...)
+}
+
+// Close has http.Server.Shutdown semantics: new loads and calls fail with
+// [ErrClosed]; it waits for streams and calls in flight until ctx is done,
+// then releases everything (the wazero runtime, its modules, the watchdog)
+// and returns ctx.Err() if it had to stop waiting. It is idempotent.
+func (rt *Runtime) Close(ctx context.Context) error {
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
+		return nil
+	}
+	rt.closed = true
+	ps := make([]*Plugin, 0, len(rt.plugins))
+	for p := range rt.plugins {
+		ps = append(ps, p)
+	}
+	rt.mu.Unlock()
+	var errs []error
+	for _, p := range ps {
+		if err := p.Close(ctx); err != nil && !errors.Is(err, ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	if rt.stopWatch != nil {
+		close(rt.stopWatch)
+		<-rt.watchDone
+	}
+	errs = append(errs, rt.wr.Close(context.Background()))
+	if rt.cache != nil {
+		errs = append(errs, rt.cache.Close(context.Background()))
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.Join(errs...)
+}
+
+func (rt *Runtime) forget(p *Plugin) {
+	rt.mu.Lock()
+	delete(rt.plugins, p)
+	rt.mu.Unlock()
+}
+
+// allowedWASI is the stub WASI a Go or TinyGo reactor needs; see ABI.md §4.5.
+var allowedWASI = map[string]bool{
+	"args_get": true, "args_sizes_get": true, "environ_get": true, "environ_sizes_get": true,
+	"clock_res_get": true, "clock_time_get": true, "fd_write": true, "fd_close": true,
+	"fd_fdstat_get": true, "fd_fdstat_set_flags": true, "fd_prestat_get": true,
+	"fd_prestat_dir_name": true, "poll_oneoff": true, "proc_exit": true, "random_get": true,
+	"sched_yield": true,
+}
+
+type sig struct{ params, results []api.ValueType }
+
+var (
+	i32, i64 = api.ValueTypeI32, api.ValueTypeI64
+
+	abiImports = map[string]sig{
+		abi.ImportBuffer: {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+		abi.ImportInput:  {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+		abi.ImportPolicy: {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+		abi.ImportLog:    {[]api.ValueType{i32, i32, i32}, nil},
+	}
+	exportSigs = map[string]sig{
+		abi.ExportInit:   {[]api.ValueType{i32}, []api.ValueType{i32}},
+		abi.ExportDecide: {[]api.ValueType{i32}, []api.ValueType{i32}},
+		abi.ExportOpen:   {[]api.ValueType{i64, i32}, []api.ValueType{i32}},
+		abi.ExportPart:   {[]api.ValueType{i64, i32}, []api.ValueType{i64}},
+		abi.ExportEnd:    {[]api.ValueType{i64}, []api.ValueType{i64}},
+		abi.ExportClose:  {[]api.ValueType{i64}, nil},
+		abi.ExportParts:  {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+		"_initialize":    {nil, nil},
+	}
+	transformExports = []string{abi.ExportOpen, abi.ExportPart, abi.ExportEnd, abi.ExportClose}
+)
+
+func sameTypes(a, b []api.ValueType) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// verify checks statically, before any guest code runs: the ABI version,
+// the imports, the exports and the kind (ABI.md §3, §4, §6).
+func (p *Plugin) verify() error {
+	cm := p.compiled
+	exports := cm.ExportedFunctions()
+	// Version: the marker export, and no other retryhost_vN namespace.
+	if _, ok := exports[abi.ExportABIVersion]; !ok {
+		other := ""
+		for name := range exports {
+			if strings.HasPrefix(name, "retryhost_abi_v") {
+				other = strings.TrimPrefix(name, "retryhost_abi_")
+			}
+		}
+		if other != "" {
+			return loadErr(p.name, ErrABIVersion, fmt.Errorf("module is built for ABI %s, this host speaks v%d", other, abi.VersionMajor))
+		}
+		return loadErr(p.name, ErrABIVersion, fmt.Errorf("no %s export: not a retryhost ABI v%d module", abi.ExportABIVersion, abi.VersionMajor))
+	}
+	for _, f := range cm.ImportedFunctions() {
+		mod, name, _ := f.Import()
+		switch {
+		case mod == abi.ModuleName:
+			want, ok := abiImports[name]
+			if !ok {
+				return loadErr(p.name, ErrForbiddenImport, fmt.Errorf("%s.%s is not part of ABI v%d.%d", mod, name, abi.VersionMajor, abi.VersionMinor))
+			}
+			if !sameTypes(f.ParamTypes(), want.params) || !sameTypes(f.ResultTypes(), want.results) {
+				return loadErr(p.name, ErrForbiddenImport, fmt.Errorf("%s.%s imported with the wrong signature", mod, name))
+			}
+		case strings.HasPrefix(mod, "retryhost_"):
+			return loadErr(p.name, ErrABIVersion, fmt.Errorf("module imports %s, this host speaks %s", mod, abi.ModuleName))
+		case mod == wasi_snapshot_preview1.ModuleName:
+			if !allowedWASI[name] {
+				return loadErr(p.name, ErrForbiddenImport, fmt.Errorf("%s.%s (no files, sockets or other WASI capabilities)", mod, name))
+			}
+		default:
+			return loadErr(p.name, ErrForbiddenImport, fmt.Errorf("%s.%s: only %s and a stub WASI are provided", mod, name, abi.ModuleName))
+		}
+	}
+	if len(cm.ImportedMemories()) > 0 {
+		return loadErr(p.name, ErrForbiddenImport, errors.New("imported memory"))
+	}
+	if _, ok := cm.ExportedMemories()[abi.ExportMemory]; !ok {
+		return loadErr(p.name, ErrBadExport, errors.New(`no exported "memory"`))
+	}
+	for name, want := range exportSigs {
+		f, ok := exports[name]
+		if ok && (!sameTypes(f.ParamTypes(), want.params) || !sameTypes(f.ResultTypes(), want.results)) {
+			return loadErr(p.name, ErrBadExport, fmt.Errorf("%s has the wrong signature", name))
+		}
+	}
+	if _, ok := exports[abi.ExportInit]; !ok {
+		return loadErr(p.name, ErrBadExport, fmt.Errorf("no %s export", abi.ExportInit))
+	}
+	_, p.isCondition = exports[abi.ExportDecide]
+	_, p.hasBatch = exports[abi.ExportParts]
+	n := 0
+	for _, name := range transformExports {
+		if _, ok := exports[name]; ok {
+			n++
+		}
+	}
+	switch {
+	case n == len(transformExports):
+		p.isTransform = true
+	case n > 0:
+		return loadErr(p.name, ErrBadExport, fmt.Errorf("a transform must export all of %s", strings.Join(transformExports, ", ")))
+	}
+	if !p.isCondition && !p.isTransform {
+		return loadErr(p.name, ErrNoKind, fmt.Errorf("export %s or %s", abi.ExportDecide, strings.Join(transformExports, ", ")))
+	}
+	return nil
+}

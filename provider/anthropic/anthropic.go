@@ -1,0 +1,376 @@
+package anthropic
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	ant "github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/provider/internal/adapter"
+)
+
+// provider is the adapter's provider name: the prefix of Key, ProviderError.Provider
+// and the Request.ProviderOptions entry it reads.
+const provider = "anthropic"
+
+// DefaultMaxTokens is sent as max_tokens when the request sets no
+// MaxOutputTokens: the Messages API requires one.
+const DefaultMaxTokens = 4096
+
+// Option configures a Model.
+type Option func(*config)
+
+type config struct {
+	apiKey     string
+	baseURL    string
+	httpClient *http.Client
+	maxRetries int
+	maxTokens  int
+	sdkOpts    []option.RequestOption
+}
+
+// WithAPIKey sets the API key. Default: the SDK's, the ANTHROPIC_API_KEY
+// environment variable.
+func WithAPIKey(key string) Option { return func(c *config) { c.apiKey = key } }
+
+// WithBaseURL points the model at another server (a proxy, a gateway).
+// Default: the SDK's, https://api.anthropic.com or ANTHROPIC_BASE_URL.
+func WithBaseURL(u string) Option { return func(c *config) { c.baseURL = u } }
+
+// WithHTTPClient sets the HTTP client. Default: the SDK's.
+func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
+
+// WithMaxRetries turns the SDK's own retries on. Default: 0, because the
+// retryhost driver owns retries and fail-over.
+func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } }
+
+// WithDefaultMaxTokens sets max_tokens for requests without
+// MaxOutputTokens. Default: DefaultMaxTokens.
+func WithDefaultMaxTokens(n int) Option { return func(c *config) { c.maxTokens = n } }
+
+// WithRequestOptions passes SDK request options through, after the
+// model's own (so they win): headers, beta flags, middleware, timeouts…
+func WithRequestOptions(opts ...option.RequestOption) Option {
+	return func(c *config) { c.sdkOpts = append(c.sdkOpts, opts...) }
+}
+
+// Model is a driver.Model over the Messages API. It is safe for concurrent
+// use.
+type Model struct {
+	id        string
+	maxTokens int64
+	client    ant.Client
+}
+
+// New returns the model id (such as "claude-sonnet-4-5"), configured by
+// opts. It fails on an empty id, a base URL that is not an absolute http(s)
+// URL, or a negative setting.
+func New(id string, opts ...Option) (*Model, error) {
+	c := config{maxTokens: DefaultMaxTokens}
+	for _, o := range opts {
+		o(&c)
+	}
+	if strings.TrimSpace(id) == "" {
+		return nil, errors.New("anthropic: empty model id")
+	}
+	if c.maxRetries < 0 {
+		return nil, fmt.Errorf("anthropic: negative max retries %d", c.maxRetries)
+	}
+	if c.maxTokens <= 0 {
+		return nil, fmt.Errorf("anthropic: default max tokens %d must be positive", c.maxTokens)
+	}
+	sdk := []option.RequestOption{option.WithMaxRetries(c.maxRetries)}
+	if c.baseURL != "" {
+		u, err := url.Parse(c.baseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("anthropic: base URL %q is not an absolute http(s) URL", c.baseURL)
+		}
+		sdk = append(sdk, option.WithBaseURL(c.baseURL))
+	}
+	if c.apiKey != "" {
+		sdk = append(sdk, option.WithAPIKey(c.apiKey))
+	}
+	if c.httpClient != nil {
+		sdk = append(sdk, option.WithHTTPClient(c.httpClient))
+	}
+	sdk = append(sdk, c.sdkOpts...)
+	return &Model{id: id, maxTokens: int64(c.maxTokens), client: ant.NewClient(sdk...)}, nil
+}
+
+// Key returns "anthropic/<model id>".
+func (m *Model) Key() string { return provider + "/" + m.id }
+
+// Generate makes one non-streaming call.
+func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Response, error) {
+	params, opts, warnings, err := m.params(req)
+	if err != nil {
+		return nil, err
+	}
+	var raw *http.Response
+	msg, err := m.client.Messages.New(ctx, params, append(opts, option.WithResponseInto(&raw))...)
+	if err != nil {
+		return nil, openError(ctx, err, raw)
+	}
+	resp := &driver.Response{
+		Meta:     abi.ResponseMeta{ID: msg.ID, ModelID: msg.Model},
+		Usage:    usage(msg.Usage.InputTokens, msg.Usage.OutputTokens, msg.Usage.CacheReadInputTokens, msg.Usage.CacheCreationInputTokens, msg.Usage.OutputTokensDetails.ThinkingTokens),
+		Finish:   stopReason(string(msg.StopReason)),
+		Warnings: warnings,
+	}
+	if raw != nil {
+		resp.Headers = raw.Header
+	}
+	for i, b := range msg.Content {
+		id := strconv.Itoa(i)
+		switch b.Type {
+		case "text":
+			resp.Content = append(resp.Content, abi.Part{Kind: abi.KindTextDelta, ID: id, Delta: b.Text})
+		case "thinking":
+			resp.Content = append(resp.Content, abi.Part{Kind: abi.KindReasoningDelta, ID: id, Delta: b.Thinking})
+		case "tool_use", "server_tool_use":
+			resp.Content = append(resp.Content, abi.Part{Kind: abi.KindToolCall, ID: b.ID, Tool: &abi.ToolInfo{
+				Name: b.Name, Input: compact(b.Input), ProviderExecuted: b.Type == "server_tool_use"}})
+		}
+	}
+	if msg.StopReason == ant.StopReasonRefusal && len(resp.Content) == 0 {
+		return nil, adapter.Refusal(provider, "refusal", msg.StopDetails.Explanation)
+	}
+	return resp, nil
+}
+
+// Stream opens one streaming call. An HTTP error is returned here, as a
+// *driver.ProviderError; errors after the response started come from Recv.
+func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream, error) {
+	params, opts, warnings, err := m.params(req)
+	if err != nil {
+		return nil, err
+	}
+	var raw *http.Response
+	st := m.client.Messages.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw))...)
+	if err := st.Err(); err != nil {
+		_ = st.Close()
+		return nil, openError(ctx, err, raw)
+	}
+	src := &source{st: st, blocks: map[int64]*block{}}
+	return adapter.NewStream(ctx, provider, src, abi.Part{Kind: abi.KindStreamStart, Warnings: warnings}), nil
+}
+
+// openError maps the error of a call that got no usable response.
+func openError(ctx context.Context, err error, raw *http.Response) error {
+	if ctx.Err() != nil {
+		return adapter.CtxError(ctx)
+	}
+	var api *ant.Error
+	if errors.As(err, &api) && api.Response != nil {
+		body := readBody(api.Response)
+		return adapter.HTTPError(provider, api.StatusCode, api.Response.Header, body, string(api.Type()), "", api.Message, err)
+	}
+	if raw != nil && raw.StatusCode >= 400 {
+		body := readBody(raw)
+		return adapter.HTTPError(provider, raw.StatusCode, raw.Header, body, "", "", strings.TrimSpace(string(body)), err)
+	}
+	return adapter.TransportError(ctx, provider, false, err)
+}
+
+// streamError maps an error that ended a stream: an "error" event becomes a
+// ProviderError with Status 0.
+func streamError(err error) error {
+	var api *ant.Error
+	if errors.As(err, &api) && api.StatusCode < 400 {
+		return adapter.EventError(provider, string(api.Type()), "", api.Message, []byte(api.RawJSON()), err)
+	}
+	return err
+}
+
+func readBody(r *http.Response) []byte {
+	if r.Body == nil {
+		return nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(r.Body, adapter.MaxBody))
+	_ = r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return b
+}
+
+// params translates a driver request.
+func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.RequestOption, []abi.Warning, error) {
+	p := ant.MessageNewParams{Model: m.id, MaxTokens: m.maxTokens}
+	if req == nil {
+		return p, nil, nil, errors.New("anthropic: nil request")
+	}
+	if req.MaxOutputTokens > 0 {
+		p.MaxTokens = int64(req.MaxOutputTokens)
+	}
+	if req.System != "" {
+		p.System = []ant.TextBlockParam{{Text: req.System}}
+	}
+	for i := range req.Messages {
+		msg := &req.Messages[i]
+		if msg.Role == driver.RoleSystem {
+			for _, c := range msg.Content {
+				p.System = append(p.System, ant.TextBlockParam{Text: c.Text})
+			}
+			continue
+		}
+		mp, err := message(msg)
+		if err != nil {
+			return p, nil, nil, fmt.Errorf("anthropic: message %d: %w", i, err)
+		}
+		p.Messages = append(p.Messages, mp)
+	}
+	for _, t := range req.Tools {
+		tp := ant.ToolParam{Name: t.Name, InputSchema: ant.ToolInputSchemaParam{}}
+		if t.Description != "" {
+			tp.Description = param.NewOpt(t.Description)
+		}
+		if t.Schema != "" {
+			var schema map[string]any
+			if err := json.Unmarshal([]byte(t.Schema), &schema); err != nil {
+				return p, nil, nil, fmt.Errorf("anthropic: tool %q: schema: %w", t.Name, err)
+			}
+			tp.InputSchema.Properties = schema["properties"]
+			if req, ok := schema["required"].([]any); ok {
+				for _, r := range req {
+					if s, ok := r.(string); ok {
+						tp.InputSchema.Required = append(tp.InputSchema.Required, s)
+					}
+				}
+			}
+			for k, v := range schema {
+				if k != "properties" && k != "required" && k != "type" {
+					if tp.InputSchema.ExtraFields == nil {
+						tp.InputSchema.ExtraFields = map[string]any{}
+					}
+					tp.InputSchema.ExtraFields[k] = v
+				}
+			}
+		}
+		p.Tools = append(p.Tools, ant.ToolUnionParam{OfTool: &tp})
+	}
+	p.StopSequences = req.StopSequences
+	var warnings []abi.Warning
+	if req.Seed != nil {
+		warnings = append(warnings, abi.Warning{Type: "unsupported", Feature: "seed", Message: "the Messages API has no seed; it was not sent"})
+	}
+	var opts []option.RequestOption
+	// SDK v2 has no fields for these sampling settings; the API still takes them.
+	if req.Temperature != nil {
+		opts = append(opts, option.WithJSONSet("temperature", *req.Temperature))
+	}
+	if req.TopP != nil {
+		opts = append(opts, option.WithJSONSet("top_p", *req.TopP))
+	}
+	for k, vs := range req.Headers {
+		for _, v := range vs {
+			opts = append(opts, option.WithHeaderAdd(k, v))
+		}
+	}
+	if po, ok := req.ProviderOptions[provider]; ok {
+		fields, ok := po.(map[string]any)
+		if !ok {
+			return p, nil, nil, fmt.Errorf("anthropic: ProviderOptions[%q] is %T, want map[string]any", provider, po)
+		}
+		keys := make([]string, 0, len(fields))
+		for k := range fields {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			opts = append(opts, option.WithJSONSet(k, fields[k]))
+		}
+	}
+	return p, opts, warnings, nil
+}
+
+func message(msg *driver.Message) (ant.MessageParam, error) {
+	var blocks []ant.ContentBlockParamUnion
+	switch msg.Role {
+	case driver.RoleUser:
+		for _, c := range msg.Content {
+			if c.Text != "" {
+				blocks = append(blocks, ant.NewTextBlock(c.Text))
+			}
+		}
+		return ant.NewUserMessage(blocks...), nil
+	case driver.RoleAssistant:
+		for _, c := range msg.Content {
+			if c.Text != "" {
+				blocks = append(blocks, ant.NewTextBlock(c.Text))
+			}
+			if c.ToolName != "" {
+				blocks = append(blocks, ant.NewToolUseBlock(c.ToolCallID, json.RawMessage(orEmptyObject(c.ToolInput)), c.ToolName))
+			}
+		}
+		return ant.NewAssistantMessage(blocks...), nil
+	case driver.RoleTool:
+		for _, c := range msg.Content {
+			if c.ToolCallID == "" {
+				return ant.MessageParam{}, errors.New("tool result without ToolCallID")
+			}
+			blocks = append(blocks, ant.NewToolResultBlock(c.ToolCallID, c.ToolResult, false))
+		}
+		return ant.NewUserMessage(blocks...), nil
+	}
+	return ant.MessageParam{}, fmt.Errorf("unknown role %q", msg.Role)
+}
+
+// compact returns a tool input as compact JSON text, "{}" when empty.
+func compact(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil || b.Len() == 0 {
+		return orEmptyObject(string(raw))
+	}
+	return b.String()
+}
+
+func orEmptyObject(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "{}"
+	}
+	return s
+}
+
+// usage maps Anthropic's counts. InputTokens is the whole prompt: Anthropic's
+// input_tokens counts only the uncached part, so the cache reads and writes
+// are added back (they are also reported on their own).
+func usage(input, output, cacheRead, cacheWrite, thinking int64) abi.Usage {
+	return abi.Usage{
+		InputTokens:      input + cacheRead + cacheWrite,
+		OutputTokens:     output,
+		CacheReadTokens:  cacheRead,
+		CacheWriteTokens: cacheWrite,
+		ReasoningTokens:  thinking,
+	}
+}
+
+func stopReason(raw string) abi.FinishReason {
+	r := abi.FinishReason{Raw: raw}
+	switch raw {
+	case "end_turn", "stop_sequence":
+		r.Unified = abi.ReasonStop
+	case "max_tokens", "model_context_window_exceeded":
+		r.Unified = abi.ReasonLength
+	case "tool_use":
+		r.Unified = abi.ReasonToolCalls
+	case "refusal":
+		r.Unified = abi.ReasonRefusal
+	case "":
+		r.Unified = abi.ReasonUnknown
+	default: // pause_turn, …
+		r.Unified = abi.ReasonOther
+	}
+	return r
+}

@@ -1,0 +1,473 @@
+package anthropic_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/provider/anthropic"
+	"github.com/retryhost/retryhost/provider/internal/wiretest"
+)
+
+func wire(name string) string {
+	return filepath.Join("..", "..", "testdata", "wire", "anthropic", name+".json")
+}
+
+func model(t *testing.T, srv *wiretest.Server, opts ...anthropic.Option) *anthropic.Model {
+	t.Helper()
+	opts = append([]anthropic.Option{
+		anthropic.WithBaseURL(srv.URL),
+		anthropic.WithAPIKey("sk-ant-test"),
+		anthropic.WithHTTPClient(srv.Client()),
+	}, opts...)
+	m, err := anthropic.New("claude-sonnet-4-5", opts...)
+	require.NoError(t, err)
+	return m
+}
+
+func request() *driver.Request {
+	return &driver.Request{Messages: []driver.Message{{Role: driver.RoleUser, Content: []driver.Content{{Text: "Hi"}}}}}
+}
+
+type wantErr struct {
+	status     int
+	class      abi.ErrorClass
+	typ        string
+	retryable  bool
+	retryAfter string
+}
+
+func checkErr(t *testing.T, err error, w *wantErr) {
+	t.Helper()
+	var pe *driver.ProviderError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "anthropic", pe.Provider)
+	require.Equal(t, w.status, pe.Status, "status")
+	require.Equal(t, w.class, pe.Class, "class %s", pe.Class)
+	require.Equal(t, w.typ, pe.Type, "type")
+	require.Equal(t, w.retryable, pe.Retryable, "retryable")
+	require.NotEmpty(t, pe.Message)
+	if w.status != 0 {
+		require.Equal(t, w.retryAfter, pe.Header.Get("Retry-After"))
+		require.NotEmpty(t, pe.Body)
+	}
+}
+
+var httpErrors = map[string]wantErr{
+	"rate_limit_429":      {status: 429, class: abi.ClassRateLimit, typ: "rate_limit_error", retryable: true, retryAfter: "7"},
+	"server_error_500":    {status: 500, class: abi.ClassServer, typ: "api_error", retryable: true},
+	"overloaded_529":      {status: 529, class: abi.ClassOverloaded, typ: "overloaded_error", retryable: true},
+	"prompt_too_long_400": {status: 400, class: abi.ClassContextLength, typ: "invalid_request_error"},
+	"auth_401":            {status: 401, class: abi.ClassAuth, typ: "authentication_error"},
+}
+
+func TestStream(t *testing.T) {
+	type streamCase struct {
+		name      string
+		kinds     string
+		text      string
+		reasoning string
+		finish    abi.FinishReason
+		usage     abi.Usage
+		tool      *abi.ToolInfo
+		openErr   *wantErr
+		recvErr   *wantErr
+	}
+	stop := abi.FinishReason{Unified: abi.ReasonStop, Raw: "end_turn"}
+	tests := []streamCase{
+		{
+			name:   "text",
+			kinds:  "stream-start response-metadata text-start text-delta*3 text-end finish",
+			text:   "Hello! How can I help you today?",
+			finish: stop,
+			usage:  abi.Usage{InputTokens: 135, OutputTokens: 12, CacheReadTokens: 100, CacheWriteTokens: 10},
+		},
+		{
+			name:   "refusal_text",
+			kinds:  "stream-start response-metadata text-start text-delta*3 text-end finish",
+			text:   "I'm sorry, but I can't help with that.",
+			finish: stop,
+			usage:  abi.Usage{InputTokens: 18, OutputTokens: 11},
+		},
+		{
+			name:   "max_tokens",
+			kinds:  "stream-start response-metadata text-start text-delta*2 text-end finish",
+			text:   "Once upon a time",
+			finish: abi.FinishReason{Unified: abi.ReasonLength, Raw: "max_tokens"},
+			usage:  abi.Usage{InputTokens: 12, OutputTokens: 4},
+		},
+		{
+			name:      "thinking",
+			kinds:     "stream-start response-metadata reasoning-start reasoning-delta*2 reasoning-end text-start text-delta text-end finish",
+			text:      "Hi there!",
+			reasoning: "The user greets me. Answer briefly.",
+			finish:    stop,
+			usage:     abi.Usage{InputTokens: 40, OutputTokens: 30, ReasoningTokens: 20},
+		},
+		{
+			name:   "tool_use",
+			kinds:  "stream-start response-metadata text-start text-delta text-end tool-input-start tool-input-delta*3 tool-input-end tool-call finish",
+			text:   "Okay, let's check the weather.",
+			finish: abi.FinishReason{Unified: abi.ReasonToolCalls, Raw: "tool_use"},
+			usage:  abi.Usage{InputTokens: 472, OutputTokens: 89},
+			tool:   &abi.ToolInfo{Name: "get_weather", Input: `{"location": "San Francisco, CA"}`},
+		},
+		{
+			name:   "refusal_stop_after_text",
+			kinds:  "stream-start response-metadata text-start text-delta text-end finish",
+			text:   "Sure, the first step",
+			finish: abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"},
+			usage:  abi.Usage{InputTokens: 30, OutputTokens: 5},
+		},
+		{name: "refusal_stop", kinds: "stream-start response-metadata", recvErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
+		{
+			name:    "overloaded_event",
+			kinds:   "stream-start response-metadata text-start text-delta",
+			text:    "Hello",
+			recvErr: &wantErr{class: abi.ClassOverloaded, typ: "overloaded_error", retryable: true},
+		},
+		{
+			name:    "overloaded_event_first",
+			kinds:   "stream-start response-metadata",
+			recvErr: &wantErr{class: abi.ClassOverloaded, typ: "overloaded_error", retryable: true},
+		},
+		{
+			name:    "api_error_event",
+			kinds:   "stream-start response-metadata",
+			recvErr: &wantErr{class: abi.ClassServer, typ: "api_error", retryable: true},
+		},
+		{
+			name:    "cut",
+			kinds:   "stream-start response-metadata text-start text-delta*2",
+			text:    "The answer",
+			recvErr: &wantErr{class: abi.ClassNetwork, retryable: true},
+		},
+		{
+			name:    "truncated",
+			kinds:   "stream-start response-metadata text-start text-delta*2",
+			text:    "The answer",
+			recvErr: &wantErr{class: abi.ClassNetwork, retryable: true},
+		},
+	}
+	for name, w := range httpErrors {
+		tests = append(tests, streamCase{name: name, openErr: &w})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := wiretest.ServeFile(t, wire(tt.name))
+			st, err := model(t, srv).Stream(context.Background(), request())
+			if tt.openErr != nil {
+				require.Nil(t, st)
+				checkErr(t, err, tt.openErr)
+				require.Len(t, srv.Requests(), 1, "the SDK must not retry")
+				return
+			}
+			require.NoError(t, err)
+			parts, err := wiretest.Collect(st, 1000)
+			require.Equal(t, tt.kinds, wiretest.Kinds(parts))
+			require.Equal(t, tt.text, wiretest.Text(parts, abi.KindTextDelta))
+			require.Equal(t, tt.reasoning, wiretest.Text(parts, abi.KindReasoningDelta))
+			if tt.recvErr != nil {
+				checkErr(t, err, tt.recvErr)
+				require.Nil(t, wiretest.Finish(parts))
+				return
+			}
+			require.NoError(t, err)
+			f := wiretest.Finish(parts)
+			require.NotNil(t, f)
+			require.Equal(t, tt.finish, f.Reason)
+			require.Equal(t, tt.usage, f.Usage)
+			require.Equal(t, "msg_01XFDUDYJgAACzvnptvVoYEL", parts[1].Meta.ID)
+			require.Equal(t, "claude-sonnet-4-5-20250929", parts[1].Meta.ModelID)
+			if tt.tool != nil {
+				var call *abi.Part
+				for i := range parts {
+					if parts[i].Kind == abi.KindToolCall {
+						call = &parts[i]
+					}
+				}
+				require.NotNil(t, call)
+				require.Equal(t, "toolu_01T1x1fJ34qAmk2tNTrN7Up6", call.ID)
+				require.Equal(t, tt.tool, call.Tool)
+				require.Equal(t, tt.tool.Input, wiretest.Text(parts, abi.KindToolInputDelta))
+			}
+		})
+	}
+}
+
+func TestStreamRefusalError(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("refusal_stop"))
+	st, err := model(t, srv).Stream(context.Background(), request())
+	require.NoError(t, err)
+	_, err = wiretest.Collect(st, 100)
+	var pe *driver.ProviderError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "This request was declined by a safety classifier.", pe.Message)
+	var re *abi.RefusalError
+	require.ErrorAs(t, err, &re)
+}
+
+func TestGenerate(t *testing.T) {
+	type genCase struct {
+		name    string
+		text    string
+		finish  abi.FinishReason
+		usage   abi.Usage
+		tool    *abi.ToolInfo
+		wantErr *wantErr
+	}
+	tests := []genCase{
+		{name: "generate_text", text: "Hello! How can I help you today?",
+			finish: abi.FinishReason{Unified: abi.ReasonStop, Raw: "end_turn"}, usage: abi.Usage{InputTokens: 25, OutputTokens: 12}},
+		{name: "generate_max_tokens", text: "Once upon a time",
+			finish: abi.FinishReason{Unified: abi.ReasonLength, Raw: "max_tokens"}, usage: abi.Usage{InputTokens: 12, OutputTokens: 4}},
+		{name: "generate_tool_use", text: "Okay, let's check the weather.",
+			finish: abi.FinishReason{Unified: abi.ReasonToolCalls, Raw: "tool_use"}, usage: abi.Usage{InputTokens: 472, OutputTokens: 89},
+			tool: &abi.ToolInfo{Name: "get_weather", Input: `{"location":"San Francisco, CA"}`}},
+		{name: "generate_refusal_stop", wantErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
+	}
+	for name, w := range httpErrors {
+		tests = append(tests, genCase{name: name, wantErr: &w})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := wiretest.ServeFile(t, wire(tt.name))
+			resp, err := model(t, srv).Generate(context.Background(), request())
+			require.Len(t, srv.Requests(), 1, "the SDK must not retry")
+			if tt.wantErr != nil {
+				require.Nil(t, resp)
+				checkErr(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.text, resp.Text())
+			require.Equal(t, tt.finish, resp.Finish)
+			require.Equal(t, tt.usage, resp.Usage)
+			require.Equal(t, "msg_01XFDUDYJgAACzvnptvVoYEL", resp.Meta.ID)
+			require.Equal(t, "req_011CSHoEeqs5C35K2UUqR7Fy", resp.Headers.Get("request-id"))
+			if tt.tool != nil {
+				last := resp.Content[len(resp.Content)-1]
+				require.Equal(t, abi.KindToolCall, last.Kind)
+				require.Equal(t, "toolu_01T1x1fJ34qAmk2tNTrN7Up6", last.ID)
+				require.Equal(t, tt.tool, last.Tool)
+			}
+		})
+	}
+}
+
+func TestStreamCancelClosesConnection(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("stall_mid"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := model(t, srv).Stream(ctx, request())
+	require.NoError(t, err)
+	defer st.Close()
+	for {
+		p, err := st.Recv()
+		require.NoError(t, err)
+		if p.Kind == abi.KindTextDelta && p.Delta == " answer" {
+			break
+		}
+	}
+	cancel()
+	start := time.Now()
+	_, err = st.Recv()
+	require.ErrorIs(t, err, context.Canceled)
+	require.Less(t, time.Since(start), 10*time.Second, "Recv hung")
+	res, ok := srv.Wait(10 * time.Second)
+	require.True(t, ok, "the server never saw the request end")
+	require.True(t, res.ClientGone, "the client must close the connection")
+	require.False(t, res.Finished)
+}
+
+func TestStreamCloseUnblocksRecv(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("stall_mid"))
+	st, err := model(t, srv).Stream(context.Background(), request())
+	require.NoError(t, err)
+	for i := 0; i < 5; i++ { // stream-start … the two text deltas
+		_, err := st.Recv()
+		require.NoError(t, err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := st.Recv()
+		errc <- err
+	}()
+	require.NoError(t, st.Close())
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, net.ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Recv did not return after Close")
+	}
+	res, ok := srv.Wait(10 * time.Second)
+	require.True(t, ok)
+	require.True(t, res.ClientGone)
+}
+
+func TestStreamStall(t *testing.T) {
+	for _, name := range []string{"stall_before_headers", "stall_first_byte", "stall_mid"} {
+		t.Run(name, func(t *testing.T) {
+			srv := wiretest.ServeFile(t, wire(name))
+			cause := errors.New("first-content deadline")
+			ctx, cancel := context.WithTimeoutCause(context.Background(), 100*time.Millisecond, cause)
+			defer cancel()
+			start := time.Now()
+			st, err := model(t, srv).Stream(ctx, request())
+			if name == "stall_before_headers" {
+				require.Nil(t, st)
+			} else {
+				require.NoError(t, err)
+				_, err = wiretest.Collect(st, 100)
+			}
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.ErrorIs(t, err, cause)
+			require.Less(t, time.Since(start), 10*time.Second, "did not return")
+			res, ok := srv.Wait(10 * time.Second)
+			require.True(t, ok)
+			require.True(t, res.ClientGone)
+		})
+	}
+}
+
+func TestRequestTranslation(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	temp := 0.2
+	seed := int64(7)
+	req := &driver.Request{
+		System: "Be brief.",
+		Messages: []driver.Message{
+			{Role: driver.RoleUser, Content: []driver.Content{{Text: "Weather in Paris?"}}},
+			{Role: driver.RoleAssistant, Content: []driver.Content{{Text: "Checking."}, {ToolCallID: "toolu_1", ToolName: "get_weather", ToolInput: `{"location":"Paris"}`}}},
+			{Role: driver.RoleTool, Content: []driver.Content{{ToolCallID: "toolu_1", ToolResult: `{"temp":21}`}}},
+		},
+		Tools: []driver.Tool{{Name: "get_weather", Description: "Weather now",
+			Schema: `{"type":"object","properties":{"location":{"type":"string"}},"required":["location"],"additionalProperties":false}`}},
+		Temperature:     &temp,
+		Seed:            &seed,
+		StopSequences:   []string{"END"},
+		Headers:         map[string][]string{"X-Trace": {"abc"}},
+		ProviderOptions: map[string]any{"anthropic": map[string]any{"thinking": map[string]any{"type": "enabled", "budget_tokens": 1024}}},
+	}
+	st, err := model(t, srv).Stream(context.Background(), req)
+	require.NoError(t, err)
+	parts, err := wiretest.Collect(st, 100)
+	require.NoError(t, err)
+	require.Equal(t, []abi.Warning{{Type: "unsupported", Feature: "seed", Message: "the Messages API has no seed; it was not sent"}}, parts[0].Warnings)
+	got := srv.Requests()[0]
+	require.Equal(t, "abc", got.Header.Get("X-Trace"))
+	require.Equal(t, "Bearer sk-ant-test", got.Header.Get("Authorization"))
+	var body map[string]any
+	require.NoError(t, json.Unmarshal(got.Body, &body))
+	require.Equal(t, "claude-sonnet-4-5", body["model"])
+	require.Equal(t, true, body["stream"])
+	require.EqualValues(t, anthropic.DefaultMaxTokens, body["max_tokens"])
+	require.Equal(t, 0.2, body["temperature"])
+	require.NotContains(t, body, "seed")
+	require.Equal(t, []any{"END"}, body["stop_sequences"])
+	require.Equal(t, map[string]any{"type": "enabled", "budget_tokens": float64(1024)}, body["thinking"])
+	require.Equal(t, []any{map[string]any{"type": "text", "text": "Be brief."}}, body["system"])
+	msgs := body["messages"].([]any)
+	require.Len(t, msgs, 3)
+	asst := msgs[1].(map[string]any)["content"].([]any)
+	require.Equal(t, "tool_use", asst[1].(map[string]any)["type"])
+	require.Equal(t, map[string]any{"location": "Paris"}, asst[1].(map[string]any)["input"])
+	res := msgs[2].(map[string]any)
+	require.Equal(t, "user", res["role"])
+	require.Equal(t, "toolu_1", res["content"].([]any)[0].(map[string]any)["tool_use_id"])
+	tool := body["tools"].([]any)[0].(map[string]any)
+	schema := tool["input_schema"].(map[string]any)
+	require.Equal(t, "object", schema["type"])
+	require.Equal(t, []any{"location"}, schema["required"])
+	require.Equal(t, false, schema["additionalProperties"])
+}
+
+func TestRetriesOptIn(t *testing.T) {
+	tr := &wiretest.Transcript{Status: 529, Headers: map[string]string{"Content-Type": "application/json", "retry-after-ms": "1"},
+		Body: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`}
+	t.Run("off by default", func(t *testing.T) {
+		srv := wiretest.Serve(t, tr)
+		_, err := model(t, srv).Generate(context.Background(), request())
+		require.Error(t, err)
+		require.Len(t, srv.Requests(), 1)
+	})
+	t.Run("WithMaxRetries", func(t *testing.T) {
+		srv := wiretest.Serve(t, tr)
+		_, err := model(t, srv, anthropic.WithMaxRetries(2)).Generate(context.Background(), request())
+		require.Error(t, err)
+		require.Len(t, srv.Requests(), 3)
+	})
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for name, tc := range map[string]struct {
+		id   string
+		opts []anthropic.Option
+	}{
+		"empty id":        {id: ""},
+		"bad base URL":    {id: "m", opts: []anthropic.Option{anthropic.WithBaseURL("api.anthropic.com")}},
+		"negative retry":  {id: "m", opts: []anthropic.Option{anthropic.WithMaxRetries(-1)}},
+		"zero max tokens": {id: "m", opts: []anthropic.Option{anthropic.WithDefaultMaxTokens(0)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := anthropic.New(tc.id, tc.opts...)
+			require.Error(t, err)
+		})
+	}
+	m, err := anthropic.New("claude-haiku-4-5")
+	require.NoError(t, err)
+	require.Equal(t, "anthropic/claude-haiku-4-5", m.Key())
+}
+
+// One Model serves concurrent streams (run with -race).
+func TestConcurrentStreams(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	m := model(t, srv)
+	const n = 8
+	errs := make(chan error, n)
+	texts := make(chan string, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			st, err := m.Stream(context.Background(), request())
+			if err != nil {
+				errs <- err
+				return
+			}
+			parts, err := wiretest.Collect(st, 1000)
+			errs <- err
+			texts <- wiretest.Text(parts, abi.KindTextDelta)
+		}()
+	}
+	for i := 0; i < n; i++ {
+		require.NoError(t, <-errs)
+		require.Equal(t, "Hello! How can I help you today?", <-texts)
+	}
+	require.Len(t, srv.Requests(), n)
+}
+
+// A server that is not there is a retryable network error, not a hang.
+func TestConnectionRefused(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	m := model(t, srv)
+	srv.Close()
+	for name, call := range map[string]func() error{
+		"stream":   func() error { _, err := m.Stream(context.Background(), request()); return err },
+		"generate": func() error { _, err := m.Generate(context.Background(), request()); return err },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var pe *driver.ProviderError
+			require.ErrorAs(t, call(), &pe)
+			require.Equal(t, abi.ClassNetwork, pe.Class)
+			require.True(t, pe.Retryable)
+			require.Zero(t, pe.Status)
+		})
+	}
+}

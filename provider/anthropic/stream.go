@@ -1,0 +1,160 @@
+package anthropic
+
+import (
+	"io"
+	"strconv"
+	"strings"
+
+	ant "github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/provider/internal/adapter"
+)
+
+// source turns Messages stream events into parts (adapter.Source).
+type source struct {
+	st *ssestream.Stream[ant.MessageStreamEventUnion]
+
+	blocks  map[int64]*block
+	content bool // a content part went out
+
+	stop        string
+	explanation string
+	input       int64
+	output      int64
+	cacheRead   int64
+	cacheWrite  int64
+	thinking    int64
+}
+
+type blockKind uint8
+
+const (
+	blockIgnored blockKind = iota
+	blockText
+	blockReasoning
+	blockTool
+)
+
+type block struct {
+	kind     blockKind
+	id, name string
+	server   bool
+	input    strings.Builder
+}
+
+func (s *source) Close() error { return s.st.Close() }
+
+func (s *source) Next(q []abi.Part) ([]abi.Part, error) {
+	for len(q) == 0 {
+		if !s.st.Next() {
+			if err := s.st.Err(); err != nil {
+				return q, streamError(err)
+			}
+			return q, adapter.ErrTruncated // no message_stop
+		}
+		var err error
+		if q, err = s.event(q, s.st.Current()); err != nil {
+			return q, err
+		}
+	}
+	return q, nil
+}
+
+func (s *source) event(q []abi.Part, ev ant.MessageStreamEventUnion) ([]abi.Part, error) {
+	switch ev.Type {
+	case "message_start":
+		m := &ev.Message
+		u := &m.Usage
+		s.input, s.output = u.InputTokens, u.OutputTokens
+		s.cacheRead, s.cacheWrite = u.CacheReadInputTokens, u.CacheCreationInputTokens
+		q = append(q, abi.Part{Kind: abi.KindResponseMeta, ID: m.ID, Meta: &abi.ResponseMeta{ID: m.ID, ModelID: m.Model}})
+	case "content_block_start":
+		cb := &ev.ContentBlock
+		b := &block{id: strconv.FormatInt(ev.Index, 10)}
+		s.blocks[ev.Index] = b
+		switch cb.Type {
+		case "text":
+			b.kind = blockText
+			q = append(q, abi.Part{Kind: abi.KindTextStart, ID: b.id})
+			if cb.Text != "" {
+				q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: b.id, Delta: cb.Text})
+			}
+		case "thinking", "redacted_thinking":
+			b.kind = blockReasoning
+			q = append(q, abi.Part{Kind: abi.KindReasoningStart, ID: b.id})
+			if cb.Thinking != "" {
+				q = append(q, abi.Part{Kind: abi.KindReasoningDelta, ID: b.id, Delta: cb.Thinking})
+			}
+		case "tool_use", "server_tool_use":
+			b.kind, b.id, b.name, b.server = blockTool, cb.ID, cb.Name, cb.Type == "server_tool_use"
+			q = append(q, abi.Part{Kind: abi.KindToolInputStart, ID: b.id, Tool: &abi.ToolInfo{Name: b.name, ProviderExecuted: b.server}})
+		default:
+			return q, nil // server tool results and other blocks are not mapped yet
+		}
+		s.content = true
+	case "content_block_delta":
+		b := s.blocks[ev.Index]
+		if b == nil {
+			return q, nil
+		}
+		d := &ev.Delta
+		switch {
+		case d.Type == "text_delta" && b.kind == blockText && d.Text != "":
+			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: b.id, Delta: d.Text})
+		case d.Type == "thinking_delta" && b.kind == blockReasoning && d.Thinking != "":
+			q = append(q, abi.Part{Kind: abi.KindReasoningDelta, ID: b.id, Delta: d.Thinking})
+		case d.Type == "input_json_delta" && b.kind == blockTool && d.PartialJSON != "":
+			b.input.WriteString(d.PartialJSON)
+			q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: b.id, Delta: d.PartialJSON})
+		}
+	case "content_block_stop":
+		b := s.blocks[ev.Index]
+		if b == nil {
+			return q, nil
+		}
+		delete(s.blocks, ev.Index)
+		switch b.kind {
+		case blockText:
+			q = append(q, abi.Part{Kind: abi.KindTextEnd, ID: b.id})
+		case blockReasoning:
+			q = append(q, abi.Part{Kind: abi.KindReasoningEnd, ID: b.id})
+		case blockTool:
+			q = append(q,
+				abi.Part{Kind: abi.KindToolInputEnd, ID: b.id},
+				abi.Part{Kind: abi.KindToolCall, ID: b.id, Tool: &abi.ToolInfo{
+					Name: b.name, Input: orEmptyObject(b.input.String()), ProviderExecuted: b.server}})
+		}
+	case "message_delta":
+		if r := ev.Delta.StopReason; r != "" {
+			s.stop = string(r)
+		}
+		if e := ev.Delta.StopDetails.Explanation; e != "" {
+			s.explanation = e
+		}
+		u := &ev.Usage
+		s.output = max(s.output, u.OutputTokens)
+		if u.InputTokens > 0 {
+			s.input = u.InputTokens
+		}
+		if u.CacheReadInputTokens > 0 {
+			s.cacheRead = u.CacheReadInputTokens
+		}
+		if u.CacheCreationInputTokens > 0 {
+			s.cacheWrite = u.CacheCreationInputTokens
+		}
+		if t := u.OutputTokensDetails.ThinkingTokens; t > 0 {
+			s.thinking = t
+		}
+	case "message_stop":
+		if s.stop == "refusal" && !s.content {
+			// A declared refusal before any content: fail now, the driver
+			// can still switch models.
+			return q, adapter.Refusal(provider, s.stop, s.explanation)
+		}
+		f := &abi.Finish{Reason: stopReason(s.stop), Usage: usage(s.input, s.output, s.cacheRead, s.cacheWrite, s.thinking)}
+		return append(q, abi.Part{Kind: abi.KindFinish, Finish: f}), io.EOF
+	}
+	return q, nil
+}

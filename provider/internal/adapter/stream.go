@@ -1,0 +1,104 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/retryhost/retryhost/abi"
+)
+
+// Source is an SDK stream as an adapter decodes it.
+type Source interface {
+	// Next reads SDK events until it has appended at least one part to q, or
+	// the stream ends: io.EOF after the last part (the finish), or another
+	// error. It may append parts and return an error in the same call; the
+	// parts are delivered first.
+	Next(q []abi.Part) ([]abi.Part, error)
+	// Close closes the SDK stream and its HTTP body. It is called once, maybe
+	// concurrently with Next, which must then return.
+	Close() error
+}
+
+// Stream is a driver.Stream over a Source: the caller's Recv pulls the
+// SDK stream, so the provider is read at the caller's pace. It owns no
+// goroutine. Recv is for one goroutine; Close may be called from any.
+type Stream struct {
+	ctx      context.Context
+	provider string
+	src      Source
+
+	q    []abi.Part
+	head int
+	err  error
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+}
+
+// NewStream returns a stream that yields first, then the parts of src.
+func NewStream(ctx context.Context, provider string, src Source, first ...abi.Part) *Stream {
+	q := make([]abi.Part, 0, 8)
+	return &Stream{ctx: ctx, provider: provider, src: src, q: append(q, first...)}
+}
+
+// Recv returns the next part, io.EOF after the finish part, or the error
+// that ended the stream (again on every later call).
+func (s *Stream) Recv() (abi.Part, error) {
+	if s.err == nil {
+		// A done context or a Close stops the stream at once, also when
+		// parts are still queued.
+		if s.ctx.Err() != nil {
+			s.drop()
+			s.fail(CtxError(s.ctx))
+		} else if s.closed.Load() {
+			s.drop()
+			s.fail(net.ErrClosed)
+		}
+	}
+	for s.head >= len(s.q) {
+		if s.err != nil {
+			return abi.Part{}, s.err
+		}
+		s.q, s.head = s.q[:0], 0
+		var err error
+		s.q, err = s.src.Next(s.q)
+		if err != nil {
+			if errors.Is(err, io.EOF) && !errors.Is(err, ErrTruncated) {
+				s.fail(io.EOF)
+			} else {
+				s.fail(TransportError(s.ctx, s.provider, s.closed.Load(), err))
+			}
+		}
+	}
+	p := s.q[s.head]
+	s.q[s.head] = abi.Part{}
+	s.head++
+	return p, nil
+}
+
+// fail ends the stream with err (after the parts still queued) and
+// releases the connection.
+func (s *Stream) fail(err error) {
+	s.err = err
+	s.release()
+}
+
+func (s *Stream) drop() {
+	clear(s.q[s.head:])
+	s.q, s.head = s.q[:0], 0
+}
+
+func (s *Stream) release() {
+	s.closeOnce.Do(func() { _ = s.src.Close() })
+}
+
+// Close releases the stream and its connection; a blocked Recv returns.
+func (s *Stream) Close() error {
+	s.closed.Store(true)
+	s.release()
+	return nil
+}

@@ -1,0 +1,69 @@
+package wiretest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
+)
+
+// Collect reads s until it ends and returns the parts and the final error
+// (nil for io.EOF). It gives up after max parts, so a broken stream cannot
+// hang a test, and it closes s.
+func Collect(s driver.Stream, max int) ([]abi.Part, error) {
+	defer s.Close()
+	var parts []abi.Part
+	for len(parts) < max {
+		p, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			return parts, nil
+		}
+		if err != nil {
+			return parts, err
+		}
+		parts = append(parts, p)
+	}
+	return parts, fmt.Errorf("wiretest: more than %d parts", max)
+}
+
+// Kinds summarises the part kinds, collapsing runs: "text-delta*9".
+func Kinds(parts []abi.Part) string {
+	var out []string
+	for i := 0; i < len(parts); {
+		j := i
+		for j < len(parts) && parts[j].Kind == parts[i].Kind {
+			j++
+		}
+		if n := j - i; n > 1 {
+			out = append(out, fmt.Sprintf("%s*%d", parts[i].Kind, n))
+		} else {
+			out = append(out, parts[i].Kind.String())
+		}
+		i = j
+	}
+	return strings.Join(out, " ")
+}
+
+// Text concatenates the deltas of the parts of kind k.
+func Text(parts []abi.Part, k abi.PartKind) string {
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Kind == k {
+			b.WriteString(p.Delta)
+		}
+	}
+	return b.String()
+}
+
+// Finish returns the finish part's payload, or nil.
+func Finish(parts []abi.Part) *abi.Finish {
+	for _, p := range parts {
+		if p.Kind == abi.KindFinish {
+			return p.Finish
+		}
+	}
+	return nil
+}

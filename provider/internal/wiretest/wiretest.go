@@ -1,0 +1,306 @@
+// Package wiretest replays recorded provider HTTP responses on a loopback
+// server, so that adapter tests drive the real SDK clients over real HTTP.
+//
+// A transcript (testdata/wire/<provider>/<name>.json) is one HTTP response:
+//
+//	{
+//	  "description": "what the transcript shows",
+//	  "status": 200,                        // default 200
+//	  "headers": {"Content-Type": "text/event-stream"},
+//	  "body": "…",                          // a plain body (error JSON); exclusive with events
+//	  "stall_before_headers": false,        // true: never answer, wait for the client to go
+//	  "events": [                           // SSE events, written and flushed one by one
+//	    {"delay_ms": 5, "event": "message_start", "data": {…}},
+//	    {"data": "[DONE]"},                 // a JSON string is written as is
+//	    {"comment": "keep-alive"}           // ": keep-alive"
+//	  ],
+//	  "end": ""                             // "" (finish normally), "cut" (drop the TCP
+//	                                        // connection without ending the chunked body)
+//	                                        // or "stall" (write nothing more until the
+//	                                        // client goes away)
+//	}
+//
+// Object data is written compacted on one "data:" line, as providers do.
+// Delays are honoured but a client that goes away interrupts them; the
+// server records whether the client left before the transcript finished.
+package wiretest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The ways a transcript can end.
+const (
+	EndNormal = ""      // the response completes
+	EndCut    = "cut"   // the connection is closed mid-body
+	EndStall  = "stall" // nothing more is written until the client leaves
+)
+
+// Transcript is one recorded HTTP response. See the package doc for the file
+// format. A Transcript must not be modified while a Server replays it.
+type Transcript struct {
+	Description        string            `json:"description"`
+	Status             int               `json:"status"`
+	Headers            map[string]string `json:"headers"`
+	Body               string            `json:"body"`
+	StallBeforeHeaders bool              `json:"stall_before_headers"`
+	Events             []Event           `json:"events"`
+	End                string            `json:"end"`
+}
+
+// Event is one server-sent event, or a comment line.
+type Event struct {
+	DelayMS int             `json:"delay_ms"`
+	Event   string          `json:"event"`
+	Data    json.RawMessage `json:"data"`
+	Comment string          `json:"comment"`
+}
+
+// Load reads and validates a transcript file.
+func Load(path string) (*Transcript, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var tr Transcript
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&tr); err != nil {
+		return nil, fmt.Errorf("wiretest: %s: %w", path, err)
+	}
+	if err := tr.validate(); err != nil {
+		return nil, fmt.Errorf("wiretest: %s: %w", path, err)
+	}
+	return &tr, nil
+}
+
+func (tr *Transcript) validate() error {
+	if tr.Status == 0 {
+		tr.Status = http.StatusOK
+	}
+	if tr.Status < 100 || tr.Status > 999 {
+		return fmt.Errorf("bad status %d", tr.Status)
+	}
+	if tr.Body != "" && len(tr.Events) > 0 {
+		return errors.New("body and events are exclusive")
+	}
+	switch tr.End {
+	case EndNormal, EndCut, EndStall:
+	default:
+		return fmt.Errorf("bad end %q (want \"\", %q or %q)", tr.End, EndCut, EndStall)
+	}
+	for i, e := range tr.Events {
+		if e.DelayMS < 0 {
+			return fmt.Errorf("event %d: negative delay", i)
+		}
+		if len(e.Data) == 0 && e.Comment == "" {
+			return fmt.Errorf("event %d: no data and no comment", i)
+		}
+		if len(e.Data) > 0 {
+			if _, err := e.line(); err != nil {
+				return fmt.Errorf("event %d: %w", i, err)
+			}
+		}
+	}
+	return nil
+}
+
+// line returns the event's data as it goes on the wire.
+func (e *Event) line() ([]byte, error) {
+	var s string
+	if err := json.Unmarshal(e.Data, &s); err == nil {
+		return []byte(s), nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, e.Data); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Request is a request the server received.
+type Request struct {
+	Body   []byte
+	Header http.Header
+}
+
+// Result is what the server observed of one request once it handled it.
+type Result struct {
+	Request
+	// Finished reports that the whole transcript was written (for EndCut:
+	// up to the cut).
+	Finished bool
+	// ClientGone reports that the client closed the connection (or its
+	// request context ended) before the transcript finished.
+	ClientGone bool
+}
+
+// Server replays one transcript for every request it receives.
+// Its methods are safe for concurrent use.
+type Server struct {
+	*httptest.Server
+	tr *Transcript
+
+	mu       sync.Mutex
+	requests []Request
+	done     chan Result
+}
+
+// Serve starts a loopback server replaying tr and closes it when the test
+// ends. It fails the test if tr is invalid (and fills in defaults).
+func Serve(t testing.TB, tr *Transcript) *Server {
+	t.Helper()
+	if err := tr.validate(); err != nil {
+		t.Fatalf("wiretest: %v", err)
+	}
+	s := &Server{tr: tr, done: make(chan Result, 16)}
+	s.Server = httptest.NewServer(http.HandlerFunc(s.handle))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// ServeFile loads the transcript at path and serves it; it fails the test
+// on a bad file.
+func ServeFile(t testing.TB, path string) *Server {
+	t.Helper()
+	tr, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Serve(t, tr)
+}
+
+// Wait returns the result of the next request to finish, or false if none
+// finishes within d (a generous bound: it only guards against a hang).
+func (s *Server) Wait(d time.Duration) (Result, bool) {
+	select {
+	case r := <-s.done:
+		return r, true
+	case <-time.After(d):
+		return Result{}, false
+	}
+}
+
+// Requests returns the requests received so far. A request is recorded
+// before its response is written, so a client that got a response finds its
+// request here.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	res := Result{Request: Request{Body: body, Header: r.Header.Clone()}}
+	s.mu.Lock()
+	s.requests = append(s.requests, res.Request)
+	s.mu.Unlock()
+	res.Finished, res.ClientGone = s.replay(w, r)
+	select {
+	case s.done <- res:
+	default:
+	}
+}
+
+// replay writes the transcript; it reports whether it finished and whether
+// the client left first.
+func (s *Server) replay(w http.ResponseWriter, r *http.Request) (finished, gone bool) {
+	tr := s.tr
+	ctx := r.Context()
+	if tr.StallBeforeHeaders {
+		<-ctx.Done()
+		return false, true
+	}
+	for k, v := range tr.Headers {
+		w.Header().Set(k, v)
+	}
+	if len(tr.Events) > 0 && w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "text/event-stream")
+	}
+	w.WriteHeader(tr.Status)
+	if tr.Body != "" {
+		if _, err := io.WriteString(w, tr.Body); err != nil {
+			return false, true
+		}
+	}
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		return false, true
+	}
+	for i := range tr.Events {
+		e := &tr.Events[i]
+		if e.DelayMS > 0 {
+			t := time.NewTimer(time.Duration(e.DelayMS) * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return false, true
+			case <-t.C:
+			}
+		}
+		if ctx.Err() != nil {
+			return false, true
+		}
+		if _, err := w.Write(frame(e)); err != nil {
+			return false, true
+		}
+		if err := rc.Flush(); err != nil {
+			return false, true
+		}
+	}
+	switch tr.End {
+	case EndCut:
+		// Hijack and close: the client sees the connection drop in the
+		// middle of a chunked body, as when a proxy or the provider dies.
+		conn, brw, err := rc.Hijack()
+		if err != nil {
+			return false, ctx.Err() != nil
+		}
+		_ = brw.Flush()
+		_ = conn.Close()
+		return true, false
+	case EndStall:
+		<-ctx.Done()
+		return false, true
+	}
+	return true, false
+}
+
+// frame renders one event as it goes on the wire.
+func frame(e *Event) []byte {
+	var b bytes.Buffer
+	if e.Comment != "" {
+		fmt.Fprintf(&b, ": %s\n", e.Comment)
+	}
+	if e.Event != "" {
+		fmt.Fprintf(&b, "event: %s\n", e.Event)
+	}
+	if len(e.Data) > 0 {
+		line, _ := e.line() // validated at load
+		b.WriteString("data: ")
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	b.WriteByte('\n')
+	return b.Bytes()
+}
+
+// SSE renders a transcript's events as the raw text/event-stream body.
+func SSE(tr *Transcript) string {
+	var b bytes.Buffer
+	for i := range tr.Events {
+		b.Write(frame(&tr.Events[i]))
+	}
+	return b.String()
+}

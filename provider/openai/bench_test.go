@@ -1,0 +1,93 @@
+package openai_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/provider/openai"
+)
+
+// memTransport answers every request with the same in-memory SSE body, so
+// the benchmark measures decoding and mapping, not sockets.
+type memTransport struct{ body []byte }
+
+func (m memTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+	}
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body: io.NopCloser(bytes.NewReader(m.body)), ContentLength: -1, Request: r}, nil
+}
+
+// sseBody is a 1,000-delta answer in chat.completion.chunk events.
+func sseBody(n int) []byte {
+	var b strings.Builder
+	head := `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1741569952,"model":"gpt-4o-mini","system_fingerprint":"fp_1",`
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "data: %s\"choices\":[{\"index\":0,\"delta\":{\"content\":\" tok%d\"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n", head, i)
+	}
+	fmt.Fprintf(&b, "data: %s\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"stop\"}],\"usage\":null}\n\n", head)
+	fmt.Fprintf(&b, "data: %s\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n", head, n, n+5)
+	b.WriteString("data: [DONE]\n\n")
+	return []byte(b.String())
+}
+
+// BenchmarkStream1000 compares reading a 1,000-delta stream through the raw
+// SDK (the baseline: decode only) with reading it through the adapter
+// (decode plus mapping to parts).
+func BenchmarkStream1000(b *testing.B) {
+	const n = 1000
+	hc := &http.Client{Transport: memTransport{body: sseBody(n)}}
+	ctx := context.Background()
+
+	b.Run("sdk", func(b *testing.B) {
+		client := oai.NewClient(option.WithBaseURL("http://mem/v1"), option.WithAPIKey("k"), option.WithHTTPClient(hc), option.WithMaxRetries(0))
+		params := oai.ChatCompletionNewParams{Model: "gpt-4o-mini", Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("hi")}}
+		b.ReportAllocs()
+		for b.Loop() {
+			st := client.Chat.Completions.NewStreaming(ctx, params)
+			deltas := 0
+			for st.Next() {
+				c := st.Current()
+				if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+					deltas++
+				}
+			}
+			require.NoError(b, st.Err())
+			require.Equal(b, n, deltas)
+			_ = st.Close()
+		}
+	})
+	b.Run("adapter", func(b *testing.B) {
+		m, err := openai.New("gpt-4o-mini", openai.WithBaseURL("http://mem/v1"), openai.WithAPIKey("k"), openai.WithHTTPClient(hc))
+		require.NoError(b, err)
+		req := request()
+		b.ReportAllocs()
+		for b.Loop() {
+			st, err := m.Stream(ctx, req)
+			require.NoError(b, err)
+			parts := 0
+			for {
+				_, err := st.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				require.NoError(b, err)
+				parts++
+			}
+			require.Equal(b, n+5, parts) // stream-start, metadata, text-start, n deltas, text-end, finish
+			_ = st.Close()
+		}
+	})
+}

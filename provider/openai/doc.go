@@ -1,0 +1,82 @@
+// Package openai adapts the OpenAI Chat Completions API, through the
+// official SDK github.com/openai/openai-go/v3, to driver.Model. It serves
+// OpenAI and every OpenAI-compatible server (vLLM, Ollama, Groq, LiteLLM…):
+// point it elsewhere with WithBaseURL and name it with WithProvider.
+//
+//	m, err := openai.New("gpt-4o-mini", openai.WithAPIKey(key))
+//
+// # Retries are off
+//
+// The SDK retries 429s and 5xx twice by default. Here its retries are off
+// (option.WithMaxRetries(0)): the retryhost driver owns retries and
+// fail-over, and an SDK retrying underneath it would multiply attempts, sleep
+// where the driver cannot see it and hide errors from conditions. To opt back
+// in, use WithMaxRetries(n), or pass any SDK option with WithRequestOptions
+// (applied last, so it wins).
+//
+// # Stream mapping
+//
+// Stream sends stream_options.include_usage and emits:
+//
+//	(first Recv)                      stream-start
+//	first chunk                       response-metadata (id, model, created)
+//	delta.content                     text-start (once, ID "text-0"), text-delta
+//	delta.reasoning_content/reasoning reasoning-start (ID "reasoning-0"), reasoning-delta
+//	                                  (the field compatible servers add; OpenAI itself sends none)
+//	delta.tool_calls[i] first seen    tool-input-start (ID = call id, Tool.Name)
+//	delta.tool_calls[i].arguments     tool-input-delta
+//	finish_reason                     text-end / reasoning-end, then per call in index
+//	                                  order tool-input-end and tool-call (Tool.Input = the JSON)
+//	[DONE] after a finish_reason      finish (reason, usage from the usage chunk)
+//
+// Finish reasons: stop → ReasonStop, length → ReasonLength, content_filter →
+// ReasonContentFilter, tool_calls → ReasonToolCalls, others → ReasonOther;
+// Raw keeps the provider's word. Usage: prompt_tokens → InputTokens (cached
+// tokens included), completion_tokens → OutputTokens, cached_tokens →
+// CacheReadTokens, reasoning_tokens → ReasoningTokens.
+//
+// # Refusals
+//
+// OpenAI declares a refusal in the message's refusal field, which arrives
+// before (and instead of) content. The adapter holds the refusal deltas and,
+// at the finish_reason, fails the stream with a *driver.ProviderError of
+// Class abi.ClassRefusal whose Message is the refusal text and which wraps an
+// *abi.RefusalError. Nothing but stream-start and response-metadata has been
+// emitted, so the driver can fail over cleanly, and one condition covers
+// declared refusals and those a refusal transform detects in plain text. A
+// refusal after content (unexpected) is delivered as text (block
+// "refusal-0") and the finish reason becomes ReasonRefusal. Generate does the
+// same: the error when the refusal is all there is, the text and
+// ReasonRefusal otherwise. A refusal written as ordinary text ("I'm sorry, but
+// I can't help with that.") is ordinary text here; detecting it is a
+// transform's job.
+//
+// # Errors
+//
+// An HTTP error is returned by Stream (or Generate) as a *driver.ProviderError
+// with Status, the response Header (Retry-After, retry-after-ms, x-ratelimit-*),
+// the raw Body, the provider's error Type and Message, Retryable from
+// driver.DefaultRetryable (overridden by an x-should-retry header; false for
+// insufficient_quota) and Class: 429 → ClassRateLimit, 503/529 →
+// ClassOverloaded, other 5xx → ClassServer, 401/403 → ClassAuth, other 4xx →
+// ClassClient, with the error code winning over the status
+// (context_length_exceeded → ClassContextLength, content_filter →
+// ClassContentFilter). An error event inside the stream ({"error": {…}})
+// ends it with a ProviderError of Status 0, classed by its type
+// (server_error → ClassServer, Retryable). A connection cut, or a stream that
+// ends before any finish_reason, is a ProviderError of Class ClassNetwork,
+// Retryable, wrapping the transport error (or adapter's truncation error).
+//
+// The stream is bound to the context passed to Stream: when it is done, Recv
+// returns its error (joined with its cause, if any) and the HTTP connection
+// is closed. Close may be called at any time, also during a blocked Recv,
+// which then returns net.ErrClosed.
+//
+// # Request mapping
+//
+// Request.System becomes a system message; tool results (RoleTool) become one
+// tool message per result; MaxOutputTokens is sent as max_completion_tokens
+// (max_tokens with WithLegacyMaxTokens). Request.ProviderOptions[provider],
+// a map[string]any, is merged into the request body as is (for example
+// {"reasoning_effort": "low"}).
+package openai

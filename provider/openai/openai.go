@@ -1,0 +1,432 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/provider/internal/adapter"
+)
+
+// Option configures a Model.
+type Option func(*config)
+
+type config struct {
+	apiKey          string
+	baseURL         string
+	provider        string
+	httpClient      *http.Client
+	maxRetries      int
+	legacyMaxTokens bool
+	sdkOpts         []option.RequestOption
+}
+
+// WithAPIKey sets the API key. Default: the SDK's, the OPENAI_API_KEY
+// environment variable.
+func WithAPIKey(key string) Option { return func(c *config) { c.apiKey = key } }
+
+// WithBaseURL points the model at an OpenAI-compatible server, such as
+// "http://localhost:11434/v1". Default: the SDK's, https://api.openai.com/v1
+// or the OPENAI_BASE_URL environment variable.
+func WithBaseURL(u string) Option { return func(c *config) { c.baseURL = u } }
+
+// WithProvider names the provider, for the model's key ("<provider>/<model>"),
+// ProviderError.Provider and the Request.ProviderOptions entry the model
+// reads. Default: "openai". Set it for compatible servers ("groq", "vllm"…).
+func WithProvider(name string) Option { return func(c *config) { c.provider = name } }
+
+// WithHTTPClient sets the HTTP client. Default: the SDK's.
+func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
+
+// WithMaxRetries turns the SDK's own retries on. Default: 0, because the
+// retryhost driver owns retries and fail-over; SDK retries underneath it
+// would multiply attempts and hide errors from conditions.
+func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } }
+
+// WithLegacyMaxTokens sends Request.MaxOutputTokens as "max_tokens" instead of
+// "max_completion_tokens", for compatible servers that only know the old
+// name. Default: false.
+func WithLegacyMaxTokens() Option { return func(c *config) { c.legacyMaxTokens = true } }
+
+// WithRequestOptions passes SDK request options through, after the
+// model's own (so they win): headers, middleware, timeouts…
+func WithRequestOptions(opts ...option.RequestOption) Option {
+	return func(c *config) { c.sdkOpts = append(c.sdkOpts, opts...) }
+}
+
+// Model is a driver.Model over the Chat Completions API. It is safe for
+// concurrent use.
+type Model struct {
+	id       string
+	provider string
+	key      string
+	legacy   bool
+	client   oai.Client
+}
+
+// New returns the chat model id (such as "gpt-4o-mini"), configured by opts.
+// It fails on an empty id or a base URL that is not an absolute http(s) URL.
+func New(id string, opts ...Option) (*Model, error) {
+	c := config{provider: "openai"}
+	for _, o := range opts {
+		o(&c)
+	}
+	if strings.TrimSpace(id) == "" {
+		return nil, errors.New("openai: empty model id")
+	}
+	if c.provider == "" {
+		return nil, errors.New("openai: empty provider name")
+	}
+	if c.maxRetries < 0 {
+		return nil, fmt.Errorf("openai: negative max retries %d", c.maxRetries)
+	}
+	sdk := []option.RequestOption{option.WithMaxRetries(c.maxRetries)}
+	if c.baseURL != "" {
+		u, err := url.Parse(c.baseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("openai: base URL %q is not an absolute http(s) URL", c.baseURL)
+		}
+		sdk = append(sdk, option.WithBaseURL(c.baseURL))
+	}
+	if c.apiKey != "" {
+		sdk = append(sdk, option.WithAPIKey(c.apiKey))
+	}
+	if c.httpClient != nil {
+		sdk = append(sdk, option.WithHTTPClient(c.httpClient))
+	}
+	sdk = append(sdk, c.sdkOpts...)
+	return &Model{
+		id:       id,
+		provider: c.provider,
+		key:      c.provider + "/" + id,
+		legacy:   c.legacyMaxTokens,
+		client:   oai.NewClient(sdk...),
+	}, nil
+}
+
+// Key returns "<provider>/<model id>", such as "openai/gpt-4o-mini".
+func (m *Model) Key() string { return m.key }
+
+// Generate makes one non-streaming call.
+func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Response, error) {
+	params, opts, err := m.params(req)
+	if err != nil {
+		return nil, err
+	}
+	var raw *http.Response
+	cc, err := m.client.Chat.Completions.New(ctx, params, append(opts, option.WithResponseInto(&raw))...)
+	if err != nil {
+		return nil, m.openError(ctx, err, raw)
+	}
+	resp := &driver.Response{
+		Meta: abi.ResponseMeta{ID: cc.ID, ModelID: cc.Model, Timestamp: unix(cc.Created)},
+	}
+	if raw != nil {
+		resp.Headers = raw.Header
+	}
+	if cc.JSON.Usage.Valid() {
+		resp.Usage = usage(&cc.Usage)
+	}
+	if len(cc.Choices) == 0 {
+		return nil, adapter.EventError(m.provider, "server_error", "", "response has no choices", []byte(cc.RawJSON()), nil)
+	}
+	ch := &cc.Choices[0]
+	msg := &ch.Message
+	if r := reasoningText(msg.JSON.ExtraFields); r != "" {
+		resp.Content = append(resp.Content, abi.Part{Kind: abi.KindReasoningDelta, ID: reasoningID, Delta: r})
+	}
+	if msg.Content != "" {
+		resp.Content = append(resp.Content, abi.Part{Kind: abi.KindTextDelta, ID: textID, Delta: msg.Content})
+	}
+	for i, tc := range msg.ToolCalls {
+		id := tc.ID
+		if id == "" {
+			id = "call_" + strconv.Itoa(i)
+		}
+		resp.Content = append(resp.Content, abi.Part{Kind: abi.KindToolCall, ID: id,
+			Tool: &abi.ToolInfo{Name: tc.Function.Name, Input: orEmptyObject(tc.Function.Arguments)}})
+	}
+	resp.Finish = finishReason(ch.FinishReason)
+	if msg.Refusal != "" {
+		if len(resp.Content) == 0 {
+			return nil, adapter.Refusal(m.provider, ch.FinishReason, msg.Refusal)
+		}
+		resp.Content = append(resp.Content, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: msg.Refusal})
+		resp.Finish = abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"}
+	}
+	return resp, nil
+}
+
+// Stream opens one streaming call. An HTTP error is returned here, as a
+// *driver.ProviderError; errors after the response started come from Recv.
+func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream, error) {
+	params, opts, err := m.params(req)
+	if err != nil {
+		return nil, err
+	}
+	params.StreamOptions.IncludeUsage = param.NewOpt(true)
+	var raw *http.Response
+	st := m.client.Chat.Completions.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw))...)
+	if err := st.Err(); err != nil {
+		_ = st.Close()
+		return nil, m.openError(ctx, err, raw)
+	}
+	src := &source{provider: m.provider, st: st, tools: map[int64]*toolCall{}}
+	return adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart}), nil
+}
+
+// openError maps the error of a call that got no usable response.
+func (m *Model) openError(ctx context.Context, err error, raw *http.Response) error {
+	if ctx.Err() != nil {
+		return adapter.CtxError(ctx)
+	}
+	var api *oai.Error
+	if errors.As(err, &api) && api.Response != nil {
+		body := readBody(api.Response)
+		return adapter.HTTPError(m.provider, api.StatusCode, api.Response.Header, body, api.Type, api.Code, api.Message, err)
+	}
+	if raw != nil && raw.StatusCode >= 400 {
+		// An error body the SDK could not parse (a proxy's HTML page, a
+		// compatible server's own JSON shape): keep the status and body.
+		body := readBody(raw)
+		return adapter.HTTPError(m.provider, raw.StatusCode, raw.Header, body, "", "", strings.TrimSpace(string(body)), err)
+	}
+	return adapter.TransportError(ctx, m.provider, false, err)
+}
+
+// readBody reads (up to adapter.MaxBody of) a response body the SDK
+// buffered, and puts it back for whoever dumps the response later.
+func readBody(r *http.Response) []byte {
+	if r.Body == nil {
+		return nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(r.Body, adapter.MaxBody))
+	_ = r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return b
+}
+
+const (
+	textID      = "text-0"
+	reasoningID = "reasoning-0"
+	refusalID   = "refusal-0"
+)
+
+// params translates a driver request.
+func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []option.RequestOption, error) {
+	p := oai.ChatCompletionNewParams{Model: m.id}
+	if req == nil {
+		return p, nil, errors.New("openai: nil request")
+	}
+	if req.System != "" {
+		p.Messages = append(p.Messages, oai.SystemMessage(req.System))
+	}
+	for i := range req.Messages {
+		msgs, err := messages(&req.Messages[i])
+		if err != nil {
+			return p, nil, fmt.Errorf("openai: message %d: %w", i, err)
+		}
+		p.Messages = append(p.Messages, msgs...)
+	}
+	for _, t := range req.Tools {
+		def := oai.FunctionDefinitionParam{Name: t.Name}
+		if t.Description != "" {
+			def.Description = param.NewOpt(t.Description)
+		}
+		if t.Schema != "" {
+			var schema map[string]any
+			if err := json.Unmarshal([]byte(t.Schema), &schema); err != nil {
+				return p, nil, fmt.Errorf("openai: tool %q: schema: %w", t.Name, err)
+			}
+			def.Parameters = schema
+		}
+		p.Tools = append(p.Tools, oai.ChatCompletionFunctionTool(def))
+	}
+	if req.MaxOutputTokens > 0 {
+		if m.legacy {
+			p.MaxTokens = param.NewOpt(int64(req.MaxOutputTokens))
+		} else {
+			p.MaxCompletionTokens = param.NewOpt(int64(req.MaxOutputTokens))
+		}
+	}
+	if req.Temperature != nil {
+		p.Temperature = param.NewOpt(*req.Temperature)
+	}
+	if req.TopP != nil {
+		p.TopP = param.NewOpt(*req.TopP)
+	}
+	if req.Seed != nil {
+		p.Seed = param.NewOpt(*req.Seed)
+	}
+	if len(req.StopSequences) > 0 {
+		p.Stop.OfStringArray = req.StopSequences
+	}
+	var opts []option.RequestOption
+	for k, vs := range req.Headers {
+		for _, v := range vs {
+			opts = append(opts, option.WithHeaderAdd(k, v))
+		}
+	}
+	if po, ok := req.ProviderOptions[m.provider]; ok {
+		fields, ok := po.(map[string]any)
+		if !ok {
+			return p, nil, fmt.Errorf("openai: ProviderOptions[%q] is %T, want map[string]any", m.provider, po)
+		}
+		keys := make([]string, 0, len(fields))
+		for k := range fields {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			opts = append(opts, option.WithJSONSet(k, fields[k]))
+		}
+	}
+	return p, opts, nil
+}
+
+func messages(msg *driver.Message) ([]oai.ChatCompletionMessageParamUnion, error) {
+	switch msg.Role {
+	case driver.RoleSystem:
+		return []oai.ChatCompletionMessageParamUnion{oai.SystemMessage(joinText(msg.Content))}, nil
+	case driver.RoleUser:
+		return []oai.ChatCompletionMessageParamUnion{oai.UserMessage(joinText(msg.Content))}, nil
+	case driver.RoleAssistant:
+		a := oai.ChatCompletionAssistantMessageParam{}
+		if t := joinText(msg.Content); t != "" {
+			a.Content.OfString = param.NewOpt(t)
+		}
+		for _, c := range msg.Content {
+			if c.ToolName == "" {
+				continue
+			}
+			a.ToolCalls = append(a.ToolCalls, oai.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &oai.ChatCompletionMessageFunctionToolCallParam{
+					ID: c.ToolCallID,
+					Function: oai.ChatCompletionMessageFunctionToolCallFunctionParam{
+						Name: c.ToolName, Arguments: orEmptyObject(c.ToolInput),
+					},
+				},
+			})
+		}
+		return []oai.ChatCompletionMessageParamUnion{{OfAssistant: &a}}, nil
+	case driver.RoleTool:
+		var out []oai.ChatCompletionMessageParamUnion
+		for _, c := range msg.Content {
+			if c.ToolCallID == "" {
+				return nil, errors.New("tool result without ToolCallID")
+			}
+			out = append(out, oai.ToolMessage(c.ToolResult, c.ToolCallID))
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unknown role %q", msg.Role)
+}
+
+func joinText(cs []driver.Content) string {
+	var b strings.Builder
+	for _, c := range cs {
+		b.WriteString(c.Text)
+	}
+	return b.String()
+}
+
+func orEmptyObject(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "{}"
+	}
+	return s
+}
+
+func unix(sec int64) time.Time {
+	if sec == 0 {
+		return time.Time{}
+	}
+	return time.Unix(sec, 0).UTC()
+}
+
+func usage(u *oai.CompletionUsage) abi.Usage {
+	return abi.Usage{
+		InputTokens:      u.PromptTokens,
+		OutputTokens:     u.CompletionTokens,
+		CacheReadTokens:  u.PromptTokensDetails.CachedTokens,
+		CacheWriteTokens: u.PromptTokensDetails.CacheWriteTokens,
+		ReasoningTokens:  u.CompletionTokensDetails.ReasoningTokens,
+	}
+}
+
+func finishReason(raw string) abi.FinishReason {
+	r := abi.FinishReason{Raw: raw}
+	switch raw {
+	case "stop":
+		r.Unified = abi.ReasonStop
+	case "length":
+		r.Unified = abi.ReasonLength
+	case "content_filter":
+		r.Unified = abi.ReasonContentFilter
+	case "tool_calls", "function_call":
+		r.Unified = abi.ReasonToolCalls
+	case "":
+		r.Unified = abi.ReasonUnknown
+	default:
+		r.Unified = abi.ReasonOther
+	}
+	return r
+}
+
+// reasoningText reads the "reasoning_content" (DeepSeek, vLLM) or
+// "reasoning" (OpenRouter, Ollama) field that compatible servers add.
+func reasoningText[F interface{ Raw() string }](extra map[string]F) string {
+	for _, k := range [...]string{"reasoning_content", "reasoning"} {
+		if f, ok := extra[k]; ok {
+			var s string
+			if json.Unmarshal([]byte(f.Raw()), &s) == nil && s != "" {
+				return s
+			}
+		}
+	}
+	return ""
+}
+
+// streamError maps an error event inside the stream ({"error": {…}}).
+func streamError(provider string, err error) error {
+	var se *ssestream.StreamError
+	if !errors.As(err, &se) {
+		return err
+	}
+	var body struct {
+		Error struct {
+			Message string          `json:"message"`
+			Type    string          `json:"type"`
+			Code    json.RawMessage `json:"code"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(se.Event.Data, &body)
+	var code string
+	if json.Unmarshal(body.Error.Code, &code) != nil {
+		code = strings.Trim(string(body.Error.Code), `"`)
+		if code == "null" {
+			code = ""
+		}
+	}
+	msg := body.Error.Message
+	if msg == "" {
+		msg = se.Message
+	}
+	return adapter.EventError(provider, body.Error.Type, code, msg, bytes.TrimSpace(se.Event.Data), err)
+}
