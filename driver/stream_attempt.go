@@ -306,6 +306,9 @@ func (s *attemptStream) recv() (Part, error) {
 			if err == io.EOF {
 				s.upDone = true
 				if err := s.ch.end(&s.out); err != nil {
+					if s.ctx.Err() != nil {
+						err = s.cause()
+					}
 					s.end(err)
 				}
 				continue
@@ -320,6 +323,9 @@ func (s *attemptStream) recv() (Part, error) {
 			return s.deliver(p)
 		}
 		if err := s.ch.push(0, p, &s.out); err != nil {
+			if s.ctx.Err() != nil {
+				err = s.cause() // a transform that saw the deadline or cancel first
+			}
 			s.end(err) // what the chain released before the error still reaches the caller
 		}
 	}
