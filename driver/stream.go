@@ -179,7 +179,13 @@ func (m *RetryableModel) Key() string { return m.r.Base().Key() }
 // of an error part, which never reaches the caller as a part). The caller's
 // cancellation of ctx is a hard stop at any time: Recv (or Stream) returns
 // the context's cause.
+//
+// The caller must read the stream to its end or Close it: until then the
+// attempt's upstream, timers and transform state stay open.
 func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, error) {
+	if req == nil {
+		return nil, errors.New("retryhost: Stream needs a request")
+	}
 	q := new(request) // lives as long as the stream: its outcome fires at the end
 	st := q.start(ctx, m.r)
 	for {
