@@ -317,6 +317,10 @@ func TestNewRetryableModel_rejectsBadOptions(t *testing.T) {
 	}
 	_, err = NewRetryableModel(nil)
 	require.Error(t, err)
+	rm, err := NewRetryableModel(r)
+	require.NoError(t, err)
+	_, err = rm.Stream(t.Context(), nil)
+	require.Error(t, err)
 }
 
 func TestRetryableModel_concurrentRequests(t *testing.T) {
