@@ -251,3 +251,77 @@ func TestCommitRule(t *testing.T) {
 		})
 	}
 }
+
+func TestChain_afterCommit(t *testing.T) {
+	// A transform that never detaches keeps judging parts after commit.
+	t.Run("holds and releases, and End resolves the rest", func(t *testing.T) {
+		ft := byDelta("t1", map[string]abi.Verdict{"c": verdict(abi.PartHold), "e": verdict(abi.PartHold)})
+		m := &scriptModel{key: "p/a", scripts: [][]sstep{texts("a", "b", "c", "d", "e")}}
+		r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{ft}})
+		require.NoError(t, r.err)
+		parts, err := drain(r.stream)
+		require.NoError(t, err)
+		require.Equal(t, []string{"text-delta:a", "text-delta:b", "text-delta:c", "text-delta:d", "text-delta:e"}, kinds(parts))
+		_, closed := ft.counts()
+		require.Equal(t, 1, closed)
+	})
+	t.Run("an error verdict truncates after what was released", func(t *testing.T) {
+		boom := errors.New("unsafe output")
+		ft := byDelta("t1", map[string]abi.Verdict{"c": verdict(abi.PartHold), "d": {Action: abi.PartError, Err: boom}})
+		m := &scriptModel{key: "p/a", scripts: [][]sstep{texts("a", "b", "c", "d", "e")}}
+		r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{ft}})
+		require.NoError(t, r.err)
+		parts, err := drain(r.stream)
+		require.ErrorIs(t, err, boom)
+		require.Equal(t, []string{"text-delta:a", "text-delta:b"}, kinds(parts), "the held part is discarded with the error")
+		require.True(t, m.stream(0).isClosed())
+	})
+	t.Run("an error at End truncates", func(t *testing.T) {
+		ft := byDelta("t1", map[string]abi.Verdict{})
+		ft.end = func() (abi.Verdict, error) { return verdict(abi.PartError), nil }
+		m := &scriptModel{key: "p/a", scripts: [][]sstep{texts("a", "b")}}
+		r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{ft}})
+		require.NoError(t, r.err)
+		parts, err := drain(r.stream)
+		var te *abi.TransformError
+		require.ErrorAs(t, err, &te)
+		require.Len(t, parts, 2)
+	})
+	t.Run("a panic at End is contained by the fail policy", func(t *testing.T) {
+		for _, fp := range []abi.FailPolicy{abi.FailOpen, abi.FailClosed} {
+			ft := &funcTransform{name: "t1", policy: abi.TransformPolicy{Fail: fp},
+				part: func(n int, _ *Part) (abi.Verdict, error) {
+					if n == 0 {
+						return abi.Verdict{}, nil
+					}
+					return verdict(abi.PartHold), nil
+				},
+				end: func() (abi.Verdict, error) { panic("end exploded") }}
+			m := &scriptModel{key: "p/a", scripts: [][]sstep{texts("a", "b", "c")}}
+			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{ft}})
+			require.NoError(t, r.err)
+			parts, err := drain(r.stream)
+			if fp == abi.FailOpen {
+				require.NoError(t, err)
+				require.Len(t, parts, 3, "fail-open releases what was held")
+			} else {
+				var te *abi.TransformError
+				require.ErrorAs(t, err, &te)
+				require.Equal(t, abi.ClassPlugin, te.Class)
+				require.Contains(t, te.Message, "end exploded")
+				require.Len(t, parts, 1)
+			}
+		}
+	})
+	t.Run("an error in a later stage during a release", func(t *testing.T) {
+		boom := errors.New("second stage says no")
+		t1 := byDelta("t1", map[string]abi.Verdict{"a": verdict(abi.PartHold)})
+		t2 := byDelta("t2", map[string]abi.Verdict{"a": {Action: abi.PartError, Err: boom}})
+		m := &scriptModel{key: "p/a", scripts: [][]sstep{texts("a", "b")}}
+		r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{t1, t2}})
+		require.ErrorIs(t, r.err, boom)
+		_, c1 := t1.counts()
+		_, c2 := t2.counts()
+		require.Equal(t, [2]int{1, 1}, [2]int{c1, c2})
+	})
+}
