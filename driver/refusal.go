@@ -1,0 +1,91 @@
+package driver
+
+import (
+	"context"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/plugins/refusalcore"
+)
+
+// RefusalDetector is the native Go refusal transform: it fails an attempt
+// whose leading text is a natural-language refusal ("I'm sorry, but I
+// can't…"), which no error or finish reason reveals, so the rules can fail
+// over to another model before the caller sees a word.
+//
+// Per stream it holds the stream start, the response metadata, the text
+// start and the leading text deltas, and decides on the normalised text
+// (lower case, white space collapsed, trimmed, typographic apostrophes
+// folded; see package refusalcore, which the Wasm refusal plugin shares):
+//   - the text starts with a phrase: PartError with a *[RefusalError]
+//     (the held parts are discarded, the upstream is closed);
+//   - the text can no longer become a phrase: PartDetach (the held parts
+//     are released in order and the detector is never called again);
+//   - any other kind of part (reasoning, a tool call, a finish…) detaches
+//     too, so a tool-call stream is never buffered to its end;
+//   - the stream ends while undecided: everything held is released.
+//
+// A RefusalDetector is immutable and safe for concurrent use.
+type RefusalDetector struct {
+	m      *refusalcore.Matcher
+	policy abi.TransformPolicy
+}
+
+// NewRefusalDetector builds a detector for phrases, or for
+// refusalcore.DefaultPhrases when none are given. A phrase that is empty
+// once normalised is an error (it would match every stream). The policy is
+// fail-open with the default hold caps, flushing on a cap.
+func NewRefusalDetector(phrases ...string) (*RefusalDetector, error) {
+	if len(phrases) == 0 {
+		phrases = refusalcore.DefaultPhrases()
+	}
+	m, err := refusalcore.New(phrases)
+	if err != nil {
+		return nil, err
+	}
+	return &RefusalDetector{m: m}, nil
+}
+
+// Name returns "refusal".
+func (d *RefusalDetector) Name() string { return "refusal" }
+
+// Policy returns the detector's policy (see [NewRefusalDetector]).
+func (d *RefusalDetector) Policy() abi.TransformPolicy { return d.policy }
+
+// Open starts the detector's state for one stream.
+func (d *RefusalDetector) Open(context.Context, abi.StreamInfo) (abi.StreamTransform, error) {
+	return &refusalStream{d: d}, nil
+}
+
+type refusalStream struct {
+	d    *RefusalDetector
+	text []byte // the leading text as sent
+	norm []byte // its normalised form, rebuilt per delta (bounded by the phrases' length)
+}
+
+func (s *refusalStream) Part(_ context.Context, p *abi.Part) (abi.Verdict, error) {
+	switch p.Kind {
+	case abi.KindStreamStart, abi.KindResponseMeta, abi.KindTextStart:
+		return abi.Verdict{Action: abi.PartHold}, nil
+	case abi.KindTextDelta:
+	default:
+		return abi.Verdict{Action: abi.PartDetach}, nil
+	}
+	s.text = append(s.text, p.Delta...)
+	s.norm = refusalcore.AppendNormalized(s.norm[:0], string(s.text))
+	switch o, phrase := s.d.m.Decide(s.norm); o {
+	case refusalcore.Match:
+		return abi.Verdict{Action: abi.PartError, Err: &abi.RefusalError{
+			Transform: s.d.Name(), Phrase: phrase, Text: string(s.text),
+		}}, nil
+	case refusalcore.Hold:
+		return abi.Verdict{Action: abi.PartHold}, nil
+	default:
+		return abi.Verdict{Action: abi.PartDetach}, nil
+	}
+}
+
+func (s *refusalStream) End(context.Context) (abi.Verdict, error) {
+	return abi.Verdict{Action: abi.PartPass}, nil
+}
+
+func (s *refusalStream) Close() { s.text, s.norm = nil, nil }

@@ -1,0 +1,248 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// StreamOption configures the stream side of a [RetryableModel]: its
+// transforms, its commit rule and its stream deadlines.
+type StreamOption func(*streamConfig) error
+
+type streamConfig struct {
+	transformers []Transformer
+	commit       CommitRule
+	firstContent time.Duration
+	gap          time.Duration
+	onCommit     func(context.Context, CommitInfo)
+	clock        clock
+}
+
+// WithTransforms sets the transform chain every attempt's parts run
+// through, in order, before the commit gate. Calling it again appends.
+// Default: none.
+func WithTransforms(ts ...Transformer) StreamOption {
+	return func(c *streamConfig) error {
+		for i, t := range ts {
+			if t == nil {
+				return fmt.Errorf("retryhost: transform %d is nil", len(c.transformers)+i)
+			}
+		}
+		c.transformers = append(c.transformers, ts...)
+		return nil
+	}
+}
+
+// WithCommitRule sets which parts commit a stream. Default: [CommitOnOutput].
+func WithCommitRule(r CommitRule) StreamOption {
+	return func(c *streamConfig) error {
+		if r != CommitOnOutput && r != CommitLegacy {
+			return fmt.Errorf("retryhost: unknown commit rule %d", r)
+		}
+		c.commit = r
+		return nil
+	}
+}
+
+// WithFirstContentTimeout bounds, per attempt, the time from its start to
+// its first content part. It is recoverable: the attempt fails with a
+// *DeadlineError (abi.DeadlineFirstContent) that the rules judge. Default:
+// none.
+func WithFirstContentTimeout(d time.Duration) StreamOption {
+	return func(c *streamConfig) error {
+		if d < 0 {
+			return fmt.Errorf("retryhost: negative first-content timeout %v", d)
+		}
+		c.firstContent = d
+		return nil
+	}
+}
+
+// WithGapTimeout bounds the silence between two content parts after
+// commit (armed at commit). It is not recoverable: the stream ends with a
+// *DeadlineError (abi.DeadlineGap), the caller keeping what it got. To cost
+// nothing measurable per part it is checked four times per d, so it fires
+// after between d and 1.25×d of silence. Default: none.
+func WithGapTimeout(d time.Duration) StreamOption {
+	return func(c *streamConfig) error {
+		if d < 0 {
+			return fmt.Errorf("retryhost: negative gap timeout %v", d)
+		}
+		c.gap = d
+		return nil
+	}
+}
+
+// CommitInfo is what the OnCommit callback receives.
+type CommitInfo struct {
+	Model  Model // the model whose stream the caller gets
+	Number int   // the committed attempt's number
+	// Failed lists the attempts that failed (or whose result a rule
+	// rejected) before this one.
+	Failed []AttemptRecord
+	// Empty reports a stream that ended with no content: it commits at its end.
+	Empty   bool
+	Elapsed time.Duration
+}
+
+// WithOnCommit sets a callback fired once per streaming request at the
+// moment of commit (the first content part left the transform chain, or the
+// stream ended empty), before the caller receives the stream. It runs on
+// the caller's goroutine. Default: none.
+func WithOnCommit(f func(ctx context.Context, c CommitInfo)) StreamOption {
+	return func(c *streamConfig) error { c.onCommit = f; return nil }
+}
+
+// withStreamClock replaces the stream deadlines' clock, for tests.
+func withStreamClock(k clock) StreamOption {
+	return func(c *streamConfig) error { c.clock = k; return nil }
+}
+
+// RetryableModel is a [Model] that retries and fails over: every call runs
+// on the rules, budgets and callbacks of a [Runner]. Generate judges each
+// result with the rules too (a content-filter finish can switch models);
+// Stream runs each attempt through the transform chain into the commit
+// gate, so that nothing reaches the caller until an attempt commits, and
+// nothing is ever re-run after that.
+//
+// Being a Model, it composes: use it as a model of another Runner (the
+// inner layer recovers refusals and content filters per model, the outer
+// layer adds its own deadlines and fallbacks), or call its Stream directly.
+//
+// # Deadlines
+//
+// Each deadline fails with a *[DeadlineError] naming it (abi.Deadline), so
+// a rule can tell them apart from each other and from the caller's
+// cancellation, which surfaces as the caller context's cause and never as a
+// DeadlineError. First-content and gap deadlines are the stream's own
+// ([WithFirstContentTimeout], [WithGapTimeout]); attempt and total are the
+// Runner's ([WithAttemptTimeout], [WithBudget]). Every attempt gets fresh
+// first-content, attempt and gap deadlines. Whether one is recoverable (the
+// rules may fail over) depends on when it fires (reference §7.5):
+//
+//	deadline       fires                          recoverable
+//	first content  before the first content part  yes: the attempt fails, the rules decide
+//	attempt        before commit                  yes
+//	attempt        after commit                   no: the stream ends with it (truncated)
+//	total          any time                       no: the request ends with it
+//	gap            after commit only              no: the stream ends with it (truncated)
+//	caller cancel  any time                       no: a hard stop, its cause is returned as is
+//
+// # Outcome callbacks
+//
+// Exactly one of the Runner's OnSuccess and OnFailure fires per request. For
+// a stream that is when it ends: OnSuccess when drained to io.EOF, OnFailure
+// when every attempt failed before commit, when the committed stream ends
+// with an error, or when the caller closes it before its end
+// (ErrStreamClosed). OnCommit ([WithOnCommit]) fires at commit.
+//
+// A RetryableModel is safe for concurrent use; each request keeps its own state.
+type RetryableModel struct {
+	r   *Runner
+	cfg streamConfig
+}
+
+// NewRetryableModel wraps r's models. A configuration mistake is an error
+// here, never at request time.
+func NewRetryableModel(r *Runner, opts ...StreamOption) (*RetryableModel, error) {
+	if r == nil {
+		return nil, errors.New("retryhost: nil runner")
+	}
+	m := &RetryableModel{r: r, cfg: streamConfig{clock: realClock{}}}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("retryhost: nil stream option")
+		}
+		if err := o(&m.cfg); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Key returns the key of the Runner's base model.
+func (m *RetryableModel) Key() string { return m.r.Base().Key() }
+
+// Stream runs one streaming request. It returns once an attempt commits:
+// the stream then replays the preamble held until commit (exactly one, that
+// of the answering model) and the first content, and goes on pulling the
+// upstream as the caller reads. Before commit, an error, an error part, a
+// transform's error or a recoverable deadline fails the attempt (its
+// upstream is closed at once) and the rules decide what runs next; when
+// they do not, Stream returns the request's error (see [Do] for its shape).
+//
+// After commit, errors end the stream: Recv returns them (an upstream
+// error, a transform error, a gap, attempt or total deadline, or the error
+// of an error part, which never reaches the caller as a part). The caller's
+// cancellation of ctx is a hard stop at any time: Recv (or Stream) returns
+// the context's cause.
+//
+// The caller must read the stream to its end or Close it: until then the
+// attempt's upstream, timers and transform state stay open.
+func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, error) {
+	if req == nil {
+		return nil, errors.New("retryhost: Stream needs a request")
+	}
+	q := new(request) // lives as long as the stream: its outcome fires at the end
+	st := q.start(ctx, m.r)
+	for {
+		actx, cancel := q.attemptContext(ctx, &st)
+		c := q.call()
+		res := runAttempt(actx, &attemptSpec{
+			model: c.Model, req: c.Request(req), number: c.Number,
+			transformers: m.cfg.transformers, commit: m.cfg.commit,
+			firstContent: m.cfg.firstContent, gap: m.cfg.gap, clock: m.cfg.clock,
+		})
+		var final error
+		switch {
+		case res.err != nil:
+			err := q.attemptErr(actx, res.err)
+			cancel()
+			if st, final = q.fail(ctx, err); final != nil {
+				return nil, final
+			}
+		case res.empty:
+			var fin Finish
+			if res.finish != nil {
+				fin = *res.finish
+			}
+			next, retry, final := q.judge(ctx, fin.Reason, fin.Usage)
+			if final != nil || retry {
+				_ = res.stream.Close() // rejected: discarded unseen
+				cancel()
+				if final != nil {
+					return nil, final
+				}
+				st = next
+				break
+			}
+			return m.commit(ctx, q, res, cancel), nil
+		default:
+			return m.commit(ctx, q, res, cancel), nil
+		}
+		if final = q.advance(ctx, &st); final != nil {
+			return nil, final
+		}
+	}
+}
+
+// commit hands the committed attempt to the caller and wires the request's
+// outcome to the stream's end.
+func (m *RetryableModel) commit(ctx context.Context, q *request, res attemptResult, cancel context.CancelFunc) Stream {
+	if f := m.cfg.onCommit; f != nil {
+		f(ctx, CommitInfo{Model: q.cur.model, Number: q.cur.number, Failed: slices.Clone(q.records),
+			Empty: res.empty, Elapsed: q.r.cfg.now().Sub(q.begun)})
+	}
+	res.stream.onEnd = func(err error) {
+		cancel()
+		if err == nil {
+			q.succeed(ctx)
+		} else {
+			q.failCommitted(ctx, err)
+		}
+	}
+	return res.stream
+}

@@ -1,0 +1,328 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/retryhost/retryhost/abi"
+)
+
+// The hold-queue defaults of abi.TransformPolicy.
+const (
+	defaultMaxHeldParts = 256
+	defaultMaxHeldBytes = 64 << 10
+	defaultMaxHoldTime  = 10 * time.Second
+)
+
+// stage is one transform of a chain, for one attempt. The driver owns its
+// hold queue: the transform only says what to do with it.
+type stage struct {
+	name   string
+	policy abi.TransformPolicy // defaults filled in
+	st     abi.StreamTransform // nil once detached (or never opened)
+	held   []Part
+	bytes  int
+	since  time.Time // when the oldest held part arrived
+}
+
+// chain runs a stream's parts through its transforms in order. It is used
+// by one goroutine (the one pulling the stream).
+type chain struct {
+	ctx    context.Context
+	clock  clock
+	stages []stage
+	active int // stages not yet detached
+}
+
+// openChain opens one instance of every transformer for this attempt. A
+// transformer that fails to open (or panics) is subject to its FailPolicy:
+// fail-open leaves its stage detached, fail-closed fails the attempt.
+func openChain(ctx context.Context, c clock, ts []abi.Transformer, info abi.StreamInfo) (*chain, error) {
+	ch := &chain{ctx: ctx, clock: c}
+	if len(ts) == 0 {
+		return ch, nil
+	}
+	ch.stages = make([]stage, len(ts))
+	for i, t := range ts {
+		s := &ch.stages[i]
+		s.name = t.Name()
+		s.policy = withPolicyDefaults(t.Policy())
+		st, err := openTransform(ctx, t, info)
+		if err != nil {
+			if s.policy.Fail == abi.FailClosed {
+				ch.close()
+				return nil, &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: "open: " + err.Error()}
+			}
+			continue
+		}
+		s.st = st
+		ch.active++
+	}
+	return ch, nil
+}
+
+func withPolicyDefaults(p abi.TransformPolicy) abi.TransformPolicy {
+	if p.MaxHeldParts <= 0 {
+		p.MaxHeldParts = defaultMaxHeldParts
+	}
+	if p.MaxHeldBytes <= 0 {
+		p.MaxHeldBytes = defaultMaxHeldBytes
+	}
+	if p.MaxHoldTime <= 0 {
+		p.MaxHoldTime = defaultMaxHoldTime
+	}
+	return p
+}
+
+func openTransform(ctx context.Context, t abi.Transformer, info abi.StreamInfo) (st abi.StreamTransform, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			st, err = nil, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	st, err = t.Open(ctx, info)
+	if err == nil && st == nil {
+		err = fmt.Errorf("Open returned no stream transform")
+	}
+	return st, err
+}
+
+// push runs p through the stages from i on and appends what leaves the
+// chain to *out, in order. An error fails the attempt.
+func (c *chain) push(i int, p Part, out *[]Part) error {
+	for ; i < len(c.stages); i++ {
+		s := &c.stages[i]
+		if s.st == nil {
+			continue
+		}
+		v, err := callPart(c.ctx, s.st, &p)
+		if err == nil {
+			err = checkVerdict(&v)
+		}
+		if err != nil {
+			if ferr := c.transformFailed(i, err, out); ferr != nil {
+				return ferr
+			}
+			continue // fail-open: the part passes on, untouched
+		}
+		switch v.Action {
+		case abi.PartPass:
+			if err := c.release(i, out); err != nil {
+				return err
+			}
+		case abi.PartHold:
+			return c.hold(i, p, out)
+		case abi.PartError:
+			c.discard(s)
+			if v.Err == nil {
+				v.Err = &abi.TransformError{Transform: s.name, Class: abi.ClassTransform, Message: "error verdict"}
+			}
+			return v.Err
+		case abi.PartDrop:
+			return nil
+		case abi.PartReplace:
+			c.discard(s)
+			for _, r := range v.Replace {
+				if err := c.push(i+1, r, out); err != nil {
+					return err
+				}
+			}
+			return nil
+		case abi.PartDetach:
+			if err := c.detach(i, out); err != nil {
+				return err
+			}
+		}
+	}
+	*out = append(*out, p)
+	return nil
+}
+
+// end resolves what every stage still holds, in chain order, when the
+// upstream ended cleanly.
+func (c *chain) end(out *[]Part) error {
+	for i := range c.stages {
+		s := &c.stages[i]
+		if s.st == nil {
+			continue
+		}
+		v, err := callEnd(c.ctx, s.st)
+		if err == nil {
+			err = checkVerdict(&v)
+		}
+		if err != nil {
+			if ferr := c.transformFailed(i, err, out); ferr != nil {
+				return ferr
+			}
+			continue
+		}
+		switch v.Action {
+		case abi.PartError:
+			c.discard(s)
+			if v.Err == nil {
+				v.Err = &abi.TransformError{Transform: s.name, Class: abi.ClassTransform, Message: "error verdict at end of stream"}
+			}
+			return v.Err
+		case abi.PartDrop:
+			c.discard(s)
+		case abi.PartReplace:
+			c.discard(s)
+			for _, r := range v.Replace {
+				if err := c.push(i+1, r, out); err != nil {
+					return err
+				}
+			}
+		}
+		// Pass, Hold and Detach release what is left.
+		if err := c.detach(i, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hold appends p to stage i's queue, unless a cap would be exceeded: then
+// the stage's OnCap decides (flush and detach, or fail the attempt). The
+// time cap is checked as parts arrive, without a timer of its own: an
+// upstream that stalls while parts are held is the first-content and
+// attempt deadlines' business.
+func (c *chain) hold(i int, p Part, out *[]Part) error {
+	s := &c.stages[i]
+	now := c.clock.Now()
+	capHit := ""
+	switch {
+	case len(s.held)+1 > s.policy.MaxHeldParts:
+		capHit = "parts"
+	case s.bytes+p.Size() > s.policy.MaxHeldBytes:
+		capHit = "bytes"
+	case len(s.held) > 0 && now.Sub(s.since) > s.policy.MaxHoldTime:
+		capHit = "time"
+	}
+	if capHit == "" {
+		if len(s.held) == 0 {
+			s.since = now
+		}
+		s.held = append(s.held, p)
+		s.bytes += p.Size()
+		return nil
+	}
+	if s.policy.OnCap == abi.CapFail {
+		err := &abi.HoldCapError{Transform: s.name, Cap: capHit, Parts: len(s.held), Bytes: s.bytes}
+		if len(s.held) > 0 {
+			err.Held = now.Sub(s.since)
+		}
+		c.discard(s)
+		return err
+	}
+	if err := c.detach(i, out); err != nil {
+		return err
+	}
+	return c.push(i+1, p, out)
+}
+
+// release sends stage i's held parts on to the next stage, in order.
+func (c *chain) release(i int, out *[]Part) error {
+	s := &c.stages[i]
+	if len(s.held) == 0 {
+		return nil
+	}
+	held := s.held
+	s.held, s.bytes = nil, 0 // a re-entrant hold (impossible today) would not see them
+	var err error
+	for _, h := range held {
+		if err = c.push(i+1, h, out); err != nil {
+			break
+		}
+	}
+	clear(held)
+	s.held = held[:0]
+	return err
+}
+
+// detach releases stage i's queue and closes its transform: it is never
+// called again in this stream.
+func (c *chain) detach(i int, out *[]Part) error {
+	s := &c.stages[i]
+	err := c.release(i, out)
+	if s.st != nil {
+		closeTransform(s.st)
+		s.st = nil
+		c.active--
+	}
+	s.held = nil
+	return err
+}
+
+func (c *chain) discard(s *stage) {
+	clear(s.held)
+	s.held, s.bytes = s.held[:0], 0
+}
+
+// transformFailed applies stage i's FailPolicy to a failure of the
+// transform itself: fail-open detaches it (releasing its queue), fail-closed
+// returns the attempt's error.
+func (c *chain) transformFailed(i int, cause error, out *[]Part) error {
+	s := &c.stages[i]
+	if s.policy.Fail == abi.FailClosed {
+		c.discard(s)
+		closeTransform(s.st)
+		s.st = nil
+		c.active--
+		return &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: cause.Error()}
+	}
+	return c.detach(i, out)
+}
+
+// close closes every transform still open. Safe to call more than once.
+func (c *chain) close() {
+	for i := range c.stages {
+		s := &c.stages[i]
+		if s.st != nil {
+			closeTransform(s.st)
+			s.st = nil
+			c.active--
+		}
+		s.held = nil
+	}
+}
+
+func checkVerdict(v *abi.Verdict) error {
+	if !v.Action.Valid() {
+		return fmt.Errorf("invalid verdict action %d", v.Action)
+	}
+	if v.Action == abi.PartReplace {
+		for i := range v.Replace {
+			if !v.Replace[i].Kind.Valid() {
+				return fmt.Errorf("replacement part %d has invalid kind %d", i, v.Replace[i].Kind)
+			}
+		}
+	}
+	return nil
+}
+
+// The calls into a transform contain its panics: a panic is a failure of
+// the transform, to which its FailPolicy applies, never the caller's crash.
+
+func callPart(ctx context.Context, st abi.StreamTransform, p *Part) (v abi.Verdict, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = abi.Verdict{}, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return st.Part(ctx, p)
+}
+
+func callEnd(ctx context.Context, st abi.StreamTransform) (v abi.Verdict, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = abi.Verdict{}, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return st.End(ctx)
+}
+
+func closeTransform(st abi.StreamTransform) {
+	defer func() { _ = recover() }() // a panicking Close has nothing left to affect
+	st.Close()
+}
