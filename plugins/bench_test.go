@@ -47,7 +47,7 @@ func benchCases() []benchCase {
 		}
 	}
 	return []benchCase{
-		{"native", func(*testing.B) abi.Transformer { return plugintest.NativeRefusal() }},
+		{"native", func(b *testing.B) abi.Transformer { return nativeRefusal(b) }},
 		{"go/trusted", wasm(plugins.Refusal, false)},
 		{"c/trusted", wasm(plugins.CRefusal, false)},
 		{"go/guarded", wasm(plugins.Refusal, true)},

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/plugins/internal/plugintest"
 	"github.com/retryhost/retryhost/plugins/internal/wasmtest"
@@ -48,11 +49,19 @@ func TestEveryBuiltinLoads(t *testing.T) {
 	require.False(t, ok)
 }
 
+// nativeRefusal is the driver's native refusal detector, the reference
+// the Wasm plugins must match.
+func nativeRefusal(tb testing.TB) abi.Transformer {
+	d, err := driver.NewRefusalDetector()
+	require.NoError(tb, err)
+	return d
+}
+
 // refusals are the three refusal detectors that must agree: the native
 // one, the Go guest and the C guest.
 func refusals(tb testing.TB) map[string]abi.Transformer {
 	return map[string]abi.Transformer{
-		"native": plugintest.NativeRefusal(),
+		"native": nativeRefusal(tb),
 		"go":     load(tb, "refusal", plugins.Refusal, "", false),
 		"c":      load(tb, "refusal", plugins.CRefusal, "", false),
 	}
@@ -104,7 +113,7 @@ func TestRefusalDifferentialInterpreter(t *testing.T) {
 	ctx := context.Background()
 	eng := wasmtest.NewEngine(true, "")
 	t.Cleanup(func() { eng.Close(ctx) })
-	ts := map[string]abi.Transformer{"native": plugintest.NativeRefusal()}
+	ts := map[string]abi.Transformer{"native": nativeRefusal(t)}
 	for name, bin := range map[string][]byte{"go": plugins.Refusal, "c": plugins.CRefusal} {
 		in, err := eng.Load(ctx, "refusal", bin, wasmtest.Options{})
 		require.NoError(t, err)

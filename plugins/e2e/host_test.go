@@ -9,17 +9,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/plugins/internal/plugintest"
 )
 
 // runtimes are the host's two modes: guarded (the default: per-call
-// deadline) and trusted (no guard).
+// deadline; generous here, as a loaded CI machine can stall a Go guest's
+// first call past the default 50 ms, which would fail open and flake the
+// test) and trusted (no guard).
 func runtimes(t *testing.T) map[string]*host.Runtime {
 	ctx := context.Background()
 	out := map[string]*host.Runtime{}
-	for name, opts := range map[string][]host.Option{"guarded": nil, "trusted": {host.WithTrusted()}} {
+	for name, opts := range map[string][]host.Option{"guarded": {host.WithCallTimeout(10 * time.Second)}, "trusted": {host.WithTrusted()}} {
 		rt, err := host.New(ctx, append(opts, host.WithCacheDir(plugintest.CacheDir()))...)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = rt.Close(ctx) })
@@ -67,12 +70,19 @@ func TestRejectedConfigFailsLoad(t *testing.T) {
 	}
 }
 
+// nativeRefusal is the driver's native refusal detector.
+func nativeRefusal(tb testing.TB) abi.Transformer {
+	d, err := driver.NewRefusalDetector()
+	require.NoError(tb, err)
+	return d
+}
+
 // TestRefusalDifferentialThroughHost: through the host, in both modes, the
 // Go and C refusal plugins give the native detector's verdicts, outputs
 // and errors over generated streams.
 func TestRefusalDifferentialThroughHost(t *testing.T) {
 	ctx := context.Background()
-	native := plugintest.NativeRefusal()
+	native := nativeRefusal(t)
 	for mode, rt := range runtimes(t) {
 		for name, wasm := range map[string][]byte{"go": plugins.Refusal, "c": plugins.CRefusal} {
 			t.Run(mode+"/"+name, func(t *testing.T) {
