@@ -114,6 +114,12 @@ type stream struct {
 	norm []byte // its normalised form
 }
 
+// TODO(next): per part this re-normalises and re-matches the whole leading
+// text (refusalcore's API), which in a Go guest costs microseconds and is
+// multiplied by the host's deadline guard. An incremental API in
+// refusalcore (resume the normalisation, skip phrases already diverged from,
+// as plugins/c/refusal.c does) would make the native and Go detectors
+// O(delta) per part and keep them equal by construction.
 func (s *stream) Part(p *abi.Part) (abi.Verdict, error) {
 	switch p.Kind {
 	case abi.KindStreamStart, abi.KindResponseMeta, abi.KindTextStart:
