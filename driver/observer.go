@@ -132,9 +132,12 @@ type RequestEndEvent struct {
 	// FailOvers counts the attempts that ran on another model than the one before.
 	FailOvers int
 	Err       error // the error the caller receives; nil on success
-	Finish    FinishReason
-	Usage     Usage
-	Elapsed   time.Duration
+	// Class is the classification of the last attempt's error (ClassNone
+	// on success, or when the last attempt returned a rejected result).
+	Class   abi.ErrorClass
+	Finish  FinishReason
+	Usage   Usage
+	Elapsed time.Duration
 }
 
 // WithObserver installs o to receive every request's events (see
@@ -253,12 +256,16 @@ func (q *request) observeFinal(err error) {
 		}
 	}
 	q.observeEnd(outcome, aerr, nil)
-	q.observeRequestEnd(err, FinishReason{}, Usage{})
+	var class abi.ErrorClass
+	if q.a != nil {
+		class = q.a.Class
+	}
+	q.observeRequestEnd(err, class, FinishReason{}, Usage{})
 }
 
-func (q *request) observeRequestEnd(err error, finish FinishReason, usage Usage) {
+func (q *request) observeRequestEnd(err error, class abi.ErrorClass, finish FinishReason, usage Usage) {
 	q.obs.RequestEnd(q.octx, RequestEndEvent{
-		Model: q.cur.model, Attempts: q.attempts, FailOvers: q.failOvers, Err: err,
+		Model: q.cur.model, Attempts: q.attempts, FailOvers: q.failOvers, Err: err, Class: class,
 		Finish: finish, Usage: usage, Elapsed: q.r.cfg.now().Sub(q.begun),
 	})
 }
@@ -279,7 +286,7 @@ func (q *request) observeSuccess() {
 		q.observeCommit(false)
 	}
 	q.observeEnd(AttemptSucceeded, nil, nil)
-	q.observeRequestEnd(nil, q.finish, q.usage)
+	q.observeRequestEnd(nil, abi.ClassNone, q.finish, q.usage)
 }
 
 // SlogObserver returns an [Observer] that logs every event to l with
