@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -288,4 +290,24 @@ func TestTelemetry_pluginCalls(t *testing.T) {
 	require.Equal(t, 1.0, m["retryhost.plugin.calls{retryhost.plugin=refusal,retryhost.plugin.op=open}"])
 	require.Equal(t, 1.0, m["retryhost.plugin.failures{retryhost.plugin=refusal,retryhost.plugin.failure=trap,retryhost.plugin.op=part}"])
 	require.Equal(t, 1.0, m["retryhost.plugin.failures{retryhost.plugin=refusal,retryhost.plugin.failure=disabled,retryhost.plugin.op=open}"])
+}
+
+// The host reports its plugin calls to the same Telemetry: a trapping
+// plugin counts as a call and a failure of kind "trap".
+func TestTelemetry_hostPluginFailures(t *testing.T) {
+	rg := newRig(t)
+	ctx := context.Background()
+	rt, err := host.New(ctx, host.WithObserver(rg.tel))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rt.Close(ctx)) }()
+	wasm, err := os.ReadFile(filepath.Join("..", "..", "host", "testdata", "trap.wasm"))
+	require.NoError(t, err)
+	p, err := rt.Load(ctx, "trap", wasm)
+	require.NoError(t, err)
+	_, err = p.Decide(ctx, &abi.Attempt{Number: 1})
+	require.ErrorIs(t, err, host.ErrTrap)
+
+	m := rg.metrics(t)
+	require.Equal(t, 1.0, m["retryhost.plugin.calls{retryhost.plugin=trap,retryhost.plugin.op=decide}"])
+	require.Equal(t, 1.0, m["retryhost.plugin.failures{retryhost.plugin=trap,retryhost.plugin.failure=trap,retryhost.plugin.op=decide}"])
 }
