@@ -359,3 +359,54 @@ func TestObserver_unsetAllocatesNothing(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() { _, _ = Do(ctx, r, fn) })
 	require.LessOrEqual(t, allocs, 1.0, "the reused *Call is the only allocation")
 }
+
+// nopObserver is the cheapest observer: what the hooks cost when set.
+type nopObserver struct{}
+
+func (nopObserver) RequestStart(ctx context.Context, _ RequestEvent) context.Context { return ctx }
+func (nopObserver) AttemptStart(ctx context.Context, _ AttemptEvent) context.Context { return ctx }
+func (nopObserver) AttemptEnd(context.Context, AttemptEndEvent)                      {}
+func (nopObserver) Commit(context.Context, CommitEvent)                              {}
+func (nopObserver) RequestEnd(context.Context, RequestEndEvent)                      {}
+
+// BenchmarkObserver compares a request without an observer, with a no-op
+// one, and with SlogObserver on a discarding logger, for Do and for a
+// 1,000-part stream.
+func BenchmarkObserver(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"unset", nil},
+		{"nop", []Option{WithObserver(nopObserver{})}},
+		{"slog-discard", []Option{WithObserver(SlogObserver(slog.New(slog.DiscardHandler)))}},
+	} {
+		b.Run("do/"+tc.name, func(b *testing.B) {
+			r := mustNew(b, base, tc.opts...)
+			ctx := context.Background()
+			fn := func(context.Context, *Call) (int, error) { return 1, nil }
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = Do(ctx, r, fn)
+			}
+		})
+		b.Run("stream/"+tc.name, func(b *testing.B) {
+			const n = 1000
+			r := mustNew(b, &benchModel{parts: benchParts()}, tc.opts...)
+			rm, err := NewRetryableModel(r)
+			require.NoError(b, err)
+			req := &Request{}
+			b.ReportAllocs()
+			for b.Loop() {
+				s, err := rm.Stream(context.Background(), req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if drainBench(b, s) != n {
+					b.Fatal("lost parts")
+				}
+			}
+			reportPerPart(b, n)
+		})
+	}
+}
