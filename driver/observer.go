@@ -292,10 +292,11 @@ func (q *request) observeSuccess() {
 // SlogObserver returns an [Observer] that logs every event to l with
 // structured attributes: at Debug the request and attempt starts and the
 // commit, at Info an attempt that failed or was rejected (with its class,
-// deadline and the delay before the next attempt) and the request's end,
-// at Warn a request that failed. It logs no prompt or output text; error
-// messages are logged as the providers wrote them. It is for users without
-// OpenTelemetry; it is safe for concurrent use as l is.
+// deadline, HTTP status and the delay before the next attempt) and the
+// request's end, at Warn a request that failed. It logs no prompt or output
+// text, and so no error message either (a provider's may quote the prompt,
+// a refusal's quotes the output): errors are logged as their class. It is
+// for users without OpenTelemetry; it is safe for concurrent use as l is.
 func SlogObserver(l *slog.Logger) Observer {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
@@ -342,7 +343,7 @@ func (s slogObserver) AttemptEnd(ctx context.Context, e AttemptEndEvent) {
 		slog.String("outcome", e.Outcome.String()), slog.Duration("duration", e.Duration),
 	}
 	if e.Err != nil {
-		attrs = append(attrs, slog.String("class", e.Class.String()), slog.String("error", e.Err.Error()))
+		attrs = append(attrs, slog.String("class", e.Class.String()))
 		if e.Deadline != abi.DeadlineNone {
 			attrs = append(attrs, slog.String("deadline", e.Deadline.String()))
 		}
@@ -377,9 +378,32 @@ func (s slogObserver) RequestEnd(ctx context.Context, e RequestEndEvent) {
 		slog.Int("fail_overs", e.FailOvers), slog.Duration("elapsed", e.Elapsed),
 	}
 	if e.Err != nil {
-		attrs = append(attrs, slog.String("error", e.Err.Error()))
+		attrs = append(attrs, slog.String("class", ErrorName(e.Err, e.Class)))
 	} else {
 		attrs = append(attrs, slog.Int64("input_tokens", e.Usage.InputTokens), slog.Int64("output_tokens", e.Usage.OutputTokens))
 	}
 	s.l.LogAttrs(ctx, level, "retryhost: request end", attrs...)
+}
+
+// ErrorName names a request's error without its message, for telemetry:
+// class when it is not ClassNone (the last attempt's classification), else
+// "timeout" for a *DeadlineError, "closed" (ErrStreamClosed), "canceled",
+// "gave-up" (ErrGaveUp), "max-attempts" (ErrMaxAttempts), or "error".
+func ErrorName(err error, class abi.ErrorClass) string {
+	var de *DeadlineError
+	switch {
+	case class != abi.ClassNone:
+		return class.String()
+	case errors.As(err, &de):
+		return "timeout"
+	case errors.Is(err, ErrStreamClosed):
+		return "closed"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, ErrGaveUp):
+		return "gave-up"
+	case errors.Is(err, ErrMaxAttempts):
+		return "max-attempts"
+	}
+	return "error"
 }

@@ -36,7 +36,7 @@ func ExampleSlogObserver() {
 	}
 	fmt.Println(resp.Text())
 	// Output:
-	// level=INFO msg="retryhost: attempt end" model=openai/gpt-4o attempt=1 outcome=error class=overloaded error="openai: HTTP 503: overloaded" status=503 next_model=anthropic/claude-sonnet-4 delay=0s
+	// level=INFO msg="retryhost: attempt end" model=openai/gpt-4o attempt=1 outcome=error class=overloaded status=503 next_model=anthropic/claude-sonnet-4 delay=0s
 	// level=INFO msg="retryhost: request end" model=anthropic/claude-sonnet-4 attempts=2 fail_overs=1
 	// Paris.
 }

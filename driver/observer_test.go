@@ -347,7 +347,18 @@ func TestSlogObserver(t *testing.T) {
 	_, err = Do(t.Context(), r, func(context.Context, *Call) (string, error) { return "", status(400) })
 	require.Error(t, err)
 	require.Contains(t, buf.String(), `"level":"WARN","msg":"retryhost: request end"`)
+	require.Contains(t, buf.String(), `"class":"client"`)
+	require.NotContains(t, buf.String(), "Bad Request", "no error message")
 	require.NotContains(t, buf.String(), "attempt start", "Debug events are not logged at Info")
+
+	buf.Reset()
+	r = mustNew(t, base, WithObserver(SlogObserver(info)), WithRules(Fallback(fb)))
+	_, err = Do(t.Context(), r, func(context.Context, *Call) (string, error) {
+		return "", &RefusalError{Transform: "refusal", Phrase: "i'm sorry", Text: output}
+	})
+	require.Error(t, err)
+	require.Contains(t, buf.String(), `"class":"refusal"`)
+	require.NotContains(t, buf.String(), output, "a refusal's text is model output: never logged")
 }
 
 // TestObserver_unsetAllocatesNothing guards the promise that telemetry

@@ -282,9 +282,7 @@ func (t *Telemetry) RequestEnd(ctx context.Context, e driver.RequestEndEvent) {
 	var class string
 	if e.Err != nil {
 		outcome = "error"
-		if class = e.Class.String(); e.Class == abi.ClassNone {
-			class = classOf(e.Err)
-		}
+		class = driver.ErrorName(e.Err, e.Class)
 		attrs = append(attrs, AttrErrorType.String(class))
 		span.SetStatus(codes.Error, class)
 	}
@@ -302,26 +300,6 @@ func (t *Telemetry) RequestEnd(ctx context.Context, e driver.RequestEndEvent) {
 		dattrs = append(dattrs, AttrErrorType.String(class))
 	}
 	t.opDuration.Record(ctx, e.Elapsed.Seconds(), metric.WithAttributes(dattrs...))
-}
-
-// classOf names a request's error without its message when its last
-// attempt has no class (a rejected result, a request stopped between
-// attempts).
-func classOf(err error) string {
-	var de *driver.DeadlineError
-	switch {
-	case errors.As(err, &de):
-		return "timeout"
-	case errors.Is(err, driver.ErrStreamClosed):
-		return "closed"
-	case errors.Is(err, context.Canceled):
-		return "canceled"
-	case errors.Is(err, driver.ErrGaveUp):
-		return "gave-up"
-	case errors.Is(err, driver.ErrMaxAttempts):
-		return "max-attempts"
-	}
-	return "error"
 }
 
 // PluginCall counts a plugin call, and its failure by kind.
