@@ -79,16 +79,8 @@ type request struct {
 	a          *abi.Attempt // the latest judged attempt, handed to conditions and callbacks
 	callv      *Call        // reused between attempts; separate so q itself can stay on the stack
 
-	// Telemetry (observer.go): all zero, and never read, without an Observer.
-	op               string // OpDo, OpGenerate or OpStream; set before start
-	obs              Observer
-	octx, aoctx      context.Context // the request's and the attempt's observer contexts
-	prevModel        Model
-	attempts         int
-	failOvers        int
-	aopen, committed bool
-	finish           FinishReason // the answer's, when known
-	usage            Usage
+	op  opCode    // which API runs the request; set before start
+	obs *observed // telemetry state (observer.go); nil without an Observer
 }
 
 // start begins the request and returns its first step.
@@ -105,8 +97,8 @@ func (q *request) start(ctx context.Context, r *Runner) step {
 	}
 	q.cur = step{model: q.startModel, number: 1, timeout: r.cfg.attemptTimeout}
 	q.attemptAt = q.begun // the first attempt starts now: one clock read fewer
-	if q.obs = r.cfg.observer; q.obs != nil {
-		q.observeStart(ctx)
+	if o := r.cfg.observer; o != nil {
+		q.observeStart(ctx, o)
 	}
 	return q.cur
 }

@@ -195,43 +195,67 @@ func (m multiObserver) RequestEnd(ctx context.Context, e RequestEndEvent) {
 	}
 }
 
-// The engine's side: each method is called only when q.obs is set.
+// The engine's side: each method but observeStart is called only when
+// q.obs is set.
 
-// observeStart fires RequestStart.
-func (q *request) observeStart(ctx context.Context) {
-	op := q.op
-	if op == "" {
-		op = OpDo
-	}
-	q.octx = q.obs.RequestStart(ctx, RequestEvent{Op: op, Model: q.startModel, Disabled: q.disabled})
+// opCode says which API runs a request, as a byte so that a request
+// without an observer stays small.
+type opCode uint8
+
+const (
+	opDo opCode = iota
+	opGenerate
+	opStream
+)
+
+var opNames = [...]string{OpDo, OpGenerate, OpStream}
+
+// observed is a request's telemetry state, allocated only when the Runner
+// has an Observer.
+type observed struct {
+	o                   Observer
+	octx, aoctx         context.Context // the request's and the attempt's observer contexts
+	prevModel           Model
+	attempts, failOvers int
+	aopen, committed    bool
+	finish              FinishReason // the answer's, when known
+	usage               Usage
+}
+
+// observeStart sets q.obs up and fires RequestStart.
+func (q *request) observeStart(ctx context.Context, o Observer) {
+	q.obs = &observed{o: o}
+	q.obs.octx = o.RequestStart(ctx, RequestEvent{Op: opNames[q.op], Model: q.startModel, Disabled: q.disabled})
 }
 
 // observeAttempt fires AttemptStart for q.cur and returns the context the
 // attempt's own context derives from.
 func (q *request) observeAttempt() context.Context {
-	failOver := q.prevModel != nil && q.prevModel != q.cur.model
+	t := q.obs
+	failOver := t.prevModel != nil && t.prevModel != q.cur.model
 	if failOver {
-		q.failOvers++
+		t.failOvers++
 	}
-	q.prevModel = q.cur.model
-	q.attempts++
-	q.aopen = true
-	q.aoctx = q.obs.AttemptStart(q.octx, AttemptEvent{
+	t.prevModel = q.cur.model
+	t.attempts++
+	t.aopen = true
+	t.aoctx = t.o.AttemptStart(t.octx, AttemptEvent{
 		Model: q.cur.model, Number: q.cur.number, Timeout: q.cur.timeout, Delay: q.cur.delay, FailOver: failOver,
 	})
-	return q.aoctx
+	return t.aoctx
 }
 
 // observeEnd fires AttemptEnd for the current attempt, once. q.a describes
 // it unless the outcome is a success; next is the step chosen after it.
 func (q *request) observeEnd(outcome AttemptOutcome, err error, next *step) {
-	if !q.aopen {
+	t := q.obs
+	if !t.aopen {
 		return
 	}
-	q.aopen = false
+	t.aopen = false
 	e := AttemptEndEvent{Model: q.cur.model, Number: q.cur.number, Outcome: outcome, Err: err}
 	if outcome == AttemptSucceeded {
-		e.Finish, e.Usage = q.finish, q.usage
+		e.Finish, e.Usage = t.finish, t.usage
 		e.Duration = q.r.cfg.now().Sub(q.attemptAt)
 	} else if a := q.a; a != nil {
 		e.Class, e.Deadline, e.Status = a.Class, a.Deadline, a.Status
@@ -240,7 +264,7 @@ func (q *request) observeEnd(outcome AttemptOutcome, err error, next *step) {
 	if next != nil {
 		e.Next, e.Delay = next.model, next.delay
 	}
-	q.obs.AttemptEnd(q.aoctx, e)
+	t.o.AttemptEnd(t.aoctx, e)
 }
 
 // observeFinal fires the last AttemptEnd (if still open) and RequestEnd for
@@ -251,7 +275,7 @@ func (q *request) observeFinal(err error) {
 	if n := len(q.records); n > 0 {
 		if aerr = q.records[n-1].Err; aerr == nil {
 			outcome = AttemptRejected
-		} else if q.committed {
+		} else if q.obs.committed {
 			outcome = AttemptTruncated
 		}
 	}
@@ -264,17 +288,24 @@ func (q *request) observeFinal(err error) {
 }
 
 func (q *request) observeRequestEnd(err error, class abi.ErrorClass, finish FinishReason, usage Usage) {
-	q.obs.RequestEnd(q.octx, RequestEndEvent{
-		Model: q.cur.model, Attempts: q.attempts, FailOvers: q.failOvers, Err: err, Class: class,
+	t := q.obs
+	t.o.RequestEnd(t.octx, RequestEndEvent{
+		Model: q.cur.model, Attempts: t.attempts, FailOvers: t.failOvers, Err: err, Class: class,
 		Finish: finish, Usage: usage, Elapsed: q.r.cfg.now().Sub(q.begun),
 	})
 }
 
+// observeResult keeps the answer's finish reason and usage for the events.
+func (q *request) observeResult(f FinishReason, u Usage) {
+	q.obs.finish, q.obs.usage = f, u
+}
+
 // observeCommit fires Commit for the current attempt.
 func (q *request) observeCommit(empty bool) {
-	q.committed = true
+	t := q.obs
+	t.committed = true
 	now := q.r.cfg.now()
-	q.obs.Commit(q.aoctx, CommitEvent{
+	t.o.Commit(t.aoctx, CommitEvent{
 		Model: q.cur.model, Number: q.cur.number, Latency: now.Sub(q.attemptAt), Elapsed: now.Sub(q.begun), Empty: empty,
 	})
 }
@@ -282,11 +313,11 @@ func (q *request) observeCommit(empty bool) {
 // observeSuccess fires Commit (for a call: the accepted result), the last
 // AttemptEnd and RequestEnd of a request that succeeded.
 func (q *request) observeSuccess() {
-	if !q.committed {
+	if !q.obs.committed {
 		q.observeCommit(false)
 	}
 	q.observeEnd(AttemptSucceeded, nil, nil)
-	q.observeRequestEnd(nil, abi.ClassNone, q.finish, q.usage)
+	q.observeRequestEnd(nil, abi.ClassNone, q.obs.finish, q.obs.usage)
 }
 
 // SlogObserver returns an [Observer] that logs every event to l with

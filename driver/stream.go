@@ -186,7 +186,7 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 	if req == nil {
 		return nil, errors.New("retryhost: Stream needs a request")
 	}
-	q := &request{op: OpStream} // lives as long as the stream: its outcome fires at the end
+	q := &request{op: opStream} // lives as long as the stream: its outcome fires at the end
 	st := q.start(ctx, m.r)
 	for {
 		actx, cancel := q.attemptContext(ctx, &st)
@@ -234,7 +234,7 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 func (m *RetryableModel) commit(ctx context.Context, q *request, res attemptResult, cancel context.CancelFunc) Stream {
 	if q.obs != nil {
 		if res.finish != nil {
-			q.finish, q.usage = res.finish.Reason, res.finish.Usage
+			q.observeResult(res.finish.Reason, res.finish.Usage)
 		}
 		q.observeCommit(res.empty)
 	}
@@ -246,7 +246,7 @@ func (m *RetryableModel) commit(ctx context.Context, q *request, res attemptResu
 		cancel()
 		if err == nil {
 			if f := res.stream.finish.Load(); f != nil && q.obs != nil {
-				q.finish, q.usage = f.Reason, f.Usage
+				q.observeResult(f.Reason, f.Usage)
 			}
 			q.succeed(ctx)
 		} else {
