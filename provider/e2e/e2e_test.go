@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,8 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/provider/anthropic"
 	"github.com/retryhost/retryhost/provider/internal/wiretest"
 	"github.com/retryhost/retryhost/provider/openai"
@@ -136,37 +140,65 @@ func retryable(t *testing.T, first, second driver.Model, ropts []driver.Option, 
 
 // The first provider refuses in plain text (no error, no finish reason
 // tells): the refusal detector fails the attempt, the driver closes its
-// connection and fails over; the caller gets the second answer, once.
+// connection and fails over; the caller gets the second answer, once. The
+// detector is the native one or the embedded Wasm plugin (Go and C guests),
+// loaded through the host under its default, guarded sandbox.
 func TestRefusalInTextFailsOver(t *testing.T) {
-	refusal := transcript(t, "openai", "refusal_text")
-	refusal.End = wiretest.EndStall // only the client hanging up ends it
-	first := wiretest.Serve(t, refusal)
-	second := wiretest.Serve(t, transcript(t, "anthropic", "text"))
-	rec := &attempts{}
-	rm := retryable(t, openaiModel(t, first.URL, first.Client()), anthropicModel(t, second),
-		[]driver.Option{driver.WithObserver(rec)}, driver.WithTransforms(mustRefusal(t)))
+	detectors := []struct {
+		name string
+		make func(t *testing.T) driver.Transformer
+	}{
+		{name: "native", make: func(t *testing.T) driver.Transformer { return mustRefusal(t) }},
+		{name: "wasm-go", make: func(t *testing.T) driver.Transformer { return wasmRefusal(t, plugins.Refusal) }},
+		{name: "wasm-c", make: func(t *testing.T) driver.Transformer { return wasmRefusal(t, plugins.CRefusal) }},
+	}
+	for _, d := range detectors {
+		t.Run(d.name, func(t *testing.T) {
+			refusal := transcript(t, "openai", "refusal_text")
+			refusal.End = wiretest.EndStall // only the client hanging up ends it
+			first := wiretest.Serve(t, refusal)
+			second := wiretest.Serve(t, transcript(t, "anthropic", "text"))
+			rec := &attempts{}
+			rm := retryable(t, openaiModel(t, first.URL, first.Client()), anthropicModel(t, second),
+				[]driver.Option{driver.WithObserver(rec)}, driver.WithTransforms(d.make(t)))
 
-	s, err := rm.Stream(t.Context(), request())
-	require.NoError(t, err)
-	text, starts, err := read(t, s)
-	require.NoError(t, err)
-	require.Equal(t, anthropicAnswer, text, "the second answer, once, with nothing of the refusal")
-	require.Equal(t, 1, starts, "one stream start: the answering model's")
+			s, err := rm.Stream(t.Context(), request())
+			require.NoError(t, err)
+			text, starts, err := read(t, s)
+			require.NoError(t, err)
+			require.Equal(t, anthropicAnswer, text, "the second answer, once, with nothing of the refusal")
+			require.Equal(t, 1, starts, "one stream start: the answering model's")
 
-	res, ok := first.Wait(hang)
-	require.True(t, ok, "the first server never saw its request end")
-	require.True(t, res.ClientGone, "the driver closed the refusing stream's connection")
-	require.False(t, res.Finished)
-	ends := rec.get()
-	require.Len(t, ends, 2)
-	require.Equal(t, abi.ClassRefusal, ends[0].Class)
-	var re *driver.RefusalError
-	require.ErrorAs(t, ends[0].Err, &re)
-	require.Len(t, second.Requests(), 1)
+			res, ok := first.Wait(hang)
+			require.True(t, ok, "the first server never saw its request end")
+			require.True(t, res.ClientGone, "the driver closed the refusing stream's connection")
+			require.False(t, res.Finished)
+			ends := rec.get()
+			require.Len(t, ends, 2)
+			require.Equal(t, abi.ClassRefusal, ends[0].Class)
+			var re *driver.RefusalError
+			require.ErrorAs(t, ends[0].Err, &re)
+			require.Len(t, second.Requests(), 1)
+		})
+	}
 }
 
-// TODO(next): the same test with the Wasm refusal plugin loaded through
-// host, once plugins/builtin (the compiled guest) is on main.
+// wasmRefusal loads an embedded refusal plugin with the host's defaults,
+// but a call deadline generous enough for a loaded CI machine (a Go
+// guest's first call can take tens of milliseconds there), and the
+// compilation cache the plugins' own tests share, so a Go guest is compiled
+// once per machine rather than once per test binary.
+func wasmRefusal(t *testing.T, wasm []byte) driver.Transformer {
+	t.Helper()
+	ctx := context.Background()
+	cache := filepath.Join(os.TempDir(), "retryhost-wasmtest-"+runtime.Version())
+	rt, err := host.New(ctx, host.WithCallTimeout(10*time.Second), host.WithCacheDir(cache))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close(ctx)) })
+	p, err := rt.Load(ctx, "refusal", wasm)
+	require.NoError(t, err)
+	return p
+}
 
 func mustRefusal(t *testing.T) *driver.RefusalDetector {
 	t.Helper()
