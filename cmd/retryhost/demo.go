@@ -264,7 +264,7 @@ func (o *plainOutput) failed(a *driver.Attempt) {
 	fmt.Fprintf(o.w, "attempt %d  %-20s %s  %s  (%v)\n", a.Number, a.Model,
 		o.t.paint(ansiRed, fmt.Sprintf("%-10s", a.Class)), why(a), a.Duration.Round(time.Millisecond))
 	if o.t.tty && a.RetryAfter > 0 {
-		fmt.Fprint(o.w, o.t.paint(ansiDim, fmt.Sprintf("           waiting %v (Retry-After)…", a.RetryAfter)))
+		fmt.Fprint(o.w, o.t.paint(ansiDim, fmt.Sprintf("           the server asked to wait %v…", a.RetryAfter)))
 		o.waiting = true
 	}
 }
