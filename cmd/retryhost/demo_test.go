@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
 )
 
 // durations matches the timings the demo prints, which vary by machine.
@@ -91,4 +94,20 @@ func TestDemo_CanceledContextFails(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, exitFail, dispatch(ctx, []string{"demo"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), "retryhost demo:")
+}
+
+func TestDemoOutput_TerminalGetsColourAndTransientProgress(t *testing.T) {
+	var b bytes.Buffer
+	o := &plainOutput{w: &b, t: term{tty: true, color: true}}
+	o.failed(&driver.Attempt{Number: 2, Model: "beta/m", Class: abi.ClassRateLimit, Status: 429, RetryAfter: demoRetryAfter})
+	require.Contains(t, b.String(), ansiRed+"rate-limit")
+	require.True(t, o.waiting, "a Retry-After shows a waiting line")
+	o.next("beta/m", demoRetryAfter)
+	require.Contains(t, b.String(), "\r\x1b[K           → next: beta/m", "the waiting line is erased, not left behind")
+	require.False(t, o.waiting)
+
+	b.Reset()
+	o = &plainOutput{w: &b, t: term{tty: true}} // NO_COLOR on a terminal
+	o.failed(&driver.Attempt{Number: 2, Model: "beta/m", Class: abi.ClassRateLimit, Status: 429, RetryAfter: demoRetryAfter})
+	require.NotContains(t, b.String(), "\x1b[3", "no colour")
 }
