@@ -28,6 +28,9 @@ const (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if ctx.Err() != nil && code != exitOK {
+		code = 130 // interrupted, as shells report SIGINT
+	}
 	stop()
 	os.Exit(code)
 }
