@@ -78,6 +78,9 @@ type request struct {
 	counts     []keyCount
 	a          *abi.Attempt // the latest judged attempt, handed to conditions and callbacks
 	callv      *Call        // reused between attempts; separate so q itself can stay on the stack
+
+	op  opCode    // which API runs the request; set before start
+	obs *observed // telemetry state (observer.go); nil without an Observer
 }
 
 // start begins the request and returns its first step.
@@ -94,6 +97,9 @@ func (q *request) start(ctx context.Context, r *Runner) step {
 	}
 	q.cur = step{model: q.startModel, number: 1, timeout: r.cfg.attemptTimeout}
 	q.attemptAt = q.begun // the first attempt starts now: one clock read fewer
+	if o := r.cfg.observer; o != nil {
+		q.observeStart(ctx, o)
+	}
 	return q.cur
 }
 
@@ -113,6 +119,9 @@ func (q *request) attemptContext(ctx context.Context, st *step) (context.Context
 	q.cur = *st
 	if len(q.records) > 0 {
 		q.attemptAt = q.r.cfg.now()
+	}
+	if q.obs != nil {
+		ctx = q.observeAttempt()
 	}
 	q.deadline = nil
 	limit := st.timeout
@@ -182,6 +191,10 @@ func (q *request) record(err error, finish FinishReason, usage Usage) {
 // returns the next step, or the request's final error.
 func (q *request) fail(ctx context.Context, err error) (step, error) {
 	if q.disabled {
+		if q.obs != nil {
+			q.record(err, FinishReason{}, Usage{})
+			q.observeFinal(err)
+		}
 		return step{}, err
 	}
 	q.record(err, FinishReason{}, Usage{})
@@ -199,6 +212,9 @@ func (q *request) fail(ctx context.Context, err error) (step, error) {
 	if !ok {
 		return step{}, q.final(ctx, stop)
 	}
+	if q.obs != nil {
+		q.observeEnd(AttemptFailed, err, &next)
+	}
 	return next, nil
 }
 
@@ -213,6 +229,9 @@ func (q *request) judge(ctx context.Context, finish FinishReason, usage Usage) (
 	q.record(nil, finish, usage)
 	next, ok, stop := q.choose(ctx)
 	if ok {
+		if q.obs != nil {
+			q.observeEnd(AttemptRejected, nil, &next)
+		}
 		return next, true, nil
 	}
 	if stop != nil {
@@ -380,6 +399,9 @@ func (q *request) advance(ctx context.Context, next *step) error {
 
 // succeed ends the request with the current attempt's success.
 func (q *request) succeed(ctx context.Context) {
+	if q.obs != nil {
+		q.observeSuccess()
+	}
 	if q.disabled {
 		return
 	}
@@ -411,6 +433,9 @@ func (q *request) final(ctx context.Context, cause error) error {
 	}
 	if f := q.r.cfg.onFailure; f != nil {
 		f(ctx, Outcome{Model: q.cur.model, Attempts: q.records, Err: err, Elapsed: q.r.cfg.now().Sub(q.begun)})
+	}
+	if q.obs != nil {
+		q.observeFinal(err)
 	}
 	return err
 }

@@ -157,6 +157,7 @@ type config struct {
 	onFailure      func(context.Context, Outcome)
 	disabled       func() bool
 	logger         *slog.Logger
+	observer       Observer
 	now            func() time.Time
 	sleep          func(context.Context, time.Duration) error
 }

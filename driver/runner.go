@@ -206,7 +206,7 @@ func (r *Runner) Generate(ctx context.Context, req *Request) (*Response, error) 
 	if req == nil {
 		return nil, errors.New("retryhost: Generate needs a request")
 	}
-	var q request
+	q := request{op: opGenerate}
 	st := q.start(ctx, r)
 	for {
 		actx, cancel := q.attemptContext(ctx, &st)
@@ -219,6 +219,9 @@ func (r *Runner) Generate(ctx context.Context, req *Request) (*Response, error) 
 			err = fmt.Errorf("retryhost: %s returned neither a response nor an error", c.Model.Key())
 		}
 		if err == nil {
+			if q.obs != nil {
+				q.observeResult(resp.Finish, resp.Usage)
+			}
 			var retry bool
 			if st, retry, final = q.judge(ctx, resp.Finish, resp.Usage); final != nil {
 				return nil, final

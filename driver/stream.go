@@ -186,7 +186,7 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 	if req == nil {
 		return nil, errors.New("retryhost: Stream needs a request")
 	}
-	q := new(request) // lives as long as the stream: its outcome fires at the end
+	q := &request{op: opStream} // lives as long as the stream: its outcome fires at the end
 	st := q.start(ctx, m.r)
 	for {
 		actx, cancel := q.attemptContext(ctx, &st)
@@ -232,6 +232,12 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 // commit hands the committed attempt to the caller and wires the request's
 // outcome to the stream's end.
 func (m *RetryableModel) commit(ctx context.Context, q *request, res attemptResult, cancel context.CancelFunc) Stream {
+	if q.obs != nil {
+		if res.finish != nil {
+			q.observeResult(res.finish.Reason, res.finish.Usage)
+		}
+		q.observeCommit(res.empty)
+	}
 	if f := m.cfg.onCommit; f != nil {
 		f(ctx, CommitInfo{Model: q.cur.model, Number: q.cur.number, Failed: slices.Clone(q.records),
 			Empty: res.empty, Elapsed: q.r.cfg.now().Sub(q.begun)})
@@ -239,6 +245,9 @@ func (m *RetryableModel) commit(ctx context.Context, q *request, res attemptResu
 	res.stream.onEnd = func(err error) {
 		cancel()
 		if err == nil {
+			if f := res.stream.finish.Load(); f != nil && q.obs != nil {
+				q.observeResult(f.Reason, f.Usage)
+			}
 			q.succeed(ctx)
 		} else {
 			q.failCommitted(ctx, err)

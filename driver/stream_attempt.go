@@ -183,6 +183,7 @@ type attemptStream struct {
 	err    error       // terminal: io.EOF or the stream's error
 	onEnd  func(error) // the request's outcome: nil when drained
 	fired  atomic.Bool
+	finish atomic.Pointer[abi.Finish] // the last finish part delivered, for the observer
 }
 
 // commitNow stops the pre-commit deadline and arms the gap deadline.
@@ -233,6 +234,8 @@ func (s *attemptStream) Recv() (p Part, err error) {
 		if err == nil && p.Kind != abi.KindError {
 			if s.gapW != nil && s.commit.IsContent(&p) {
 				s.gapW.seq.Add(1) // gapW is set before commit and never changes
+			} else if p.Kind == abi.KindFinish {
+				s.finish.Store(p.Finish)
 			}
 			return p, nil
 		}
@@ -340,6 +343,8 @@ func (s *attemptStream) deliver(p Part) (Part, error) {
 	}
 	if s.gapW != nil && s.commit.IsContent(&p) {
 		s.gapW.seq.Add(1)
+	} else if p.Kind == abi.KindFinish {
+		s.finish.Store(p.Finish)
 	}
 	return p, nil
 }

@@ -9,10 +9,17 @@ import "context"
 // call engine's per-request state.
 func (q *request) failCommitted(ctx context.Context, err error) {
 	if q.disabled {
+		if q.obs != nil {
+			q.record(err, FinishReason{}, Usage{})
+			q.observeFinal(err)
+		}
 		return
 	}
 	q.record(err, FinishReason{}, Usage{})
 	if f := q.r.cfg.onFailure; f != nil {
 		f(ctx, Outcome{Model: q.cur.model, Attempts: q.records, Err: err, Elapsed: q.r.cfg.now().Sub(q.begun)})
+	}
+	if q.obs != nil {
+		q.observeFinal(err)
 	}
 }

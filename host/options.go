@@ -28,6 +28,7 @@ type config struct {
 	breakerSpan  time.Duration
 	outputCap    int
 	logLineLimit int
+	observer     Observer // nil: none
 	// ctxGuard makes calls use wazero's own guard (a context with a timeout
 	// per call) instead of the watchdog; benchmarks compare the two.
 	ctxGuard bool

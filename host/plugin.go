@@ -253,6 +253,17 @@ func (p *Plugin) lockAny() *slot {
 // runtime's per-call timeout, not by ctx), or a [*PluginError] whose Kind
 // says what failed; the driver then applies [Plugin.FailPolicy].
 func (p *Plugin) Decide(ctx context.Context, a *abi.Attempt) (abi.Decision, error) {
+	o := p.rt.cfg.observer
+	if o == nil {
+		return p.decide(ctx, a)
+	}
+	start := time.Now()
+	d, err := p.decide(ctx, a)
+	observe(ctx, o, p.name, "decide", start, err)
+	return d, err
+}
+
+func (p *Plugin) decide(ctx context.Context, a *abi.Attempt) (abi.Decision, error) {
 	if !p.isCondition {
 		return abi.Decision{}, p.perr("decide", ErrWrongKind, nil)
 	}
@@ -309,6 +320,17 @@ func (p *Plugin) Decide(ctx context.Context, a *abi.Attempt) (abi.Decision, erro
 // ctx.Err() if ctx is already done, or a [*PluginError]; the driver then
 // applies Policy().Fail.
 func (p *Plugin) Open(ctx context.Context, info abi.StreamInfo) (abi.StreamTransform, error) {
+	o := p.rt.cfg.observer
+	if o == nil {
+		return p.openStream(ctx, info)
+	}
+	start := time.Now()
+	st, err := p.openStream(ctx, info)
+	observe(ctx, o, p.name, "open", start, err)
+	return st, err
+}
+
+func (p *Plugin) openStream(ctx context.Context, info abi.StreamInfo) (abi.StreamTransform, error) {
 	if !p.isTransform {
 		return nil, p.perr("open", ErrWrongKind, nil)
 	}
@@ -384,6 +406,17 @@ func (st *stream) live(op string) (*instance, error) {
 
 // Part judges one part (see abi.StreamTransform).
 func (st *stream) Part(ctx context.Context, part *abi.Part) (abi.Verdict, error) {
+	o := st.p.rt.cfg.observer
+	if o == nil {
+		return st.part(ctx, part)
+	}
+	start := time.Now()
+	v, err := st.part(ctx, part)
+	observe(ctx, o, st.p.name, "part", start, err)
+	return v, err
+}
+
+func (st *stream) part(ctx context.Context, part *abi.Part) (abi.Verdict, error) {
 	if st.err != nil {
 		return abi.Verdict{}, st.err
 	}
@@ -411,6 +444,17 @@ func (st *stream) Part(ctx context.Context, part *abi.Part) (abi.Verdict, error)
 
 // End resolves the end of a clean stream; HOLD becomes PASS.
 func (st *stream) End(ctx context.Context) (abi.Verdict, error) {
+	o := st.p.rt.cfg.observer
+	if o == nil {
+		return st.end(ctx)
+	}
+	start := time.Now()
+	v, err := st.end(ctx)
+	observe(ctx, o, st.p.name, "end", start, err)
+	return v, err
+}
+
+func (st *stream) end(ctx context.Context) (abi.Verdict, error) {
 	if st.err != nil {
 		return abi.Verdict{}, st.err
 	}

@@ -1,0 +1,152 @@
+package plugins_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/plugins"
+	"github.com/retryhost/retryhost/plugins/internal/plugintest"
+	"github.com/retryhost/retryhost/plugins/internal/wasmtest"
+)
+
+// The refusal transform, native and Wasm (Go and C guests), trusted (no
+// per-call guard) and guarded (wazero's WithCloseOnContextDone and a
+// per-call deadline), side by side:
+//
+//	go test ./plugins -run '^$' -bench Refusal -benchmem
+//
+// The go/… and c/… rows without "host" go through the plugins' test host
+// (package internal/wasmtest: cached function handles, preallocated stacks;
+// "guarded" there is wazero's WithCloseOnContextDone with a per-call
+// context deadline, a goroutine per call). The host-… rows go through the
+// product's host: "host-guarded" is its default mode (one watchdog per
+// runtime), "host-trusted" has no guard.
+
+type benchCase struct {
+	name string
+	tr   func(b *testing.B) abi.Transformer
+}
+
+func benchCases() []benchCase {
+	wasm := func(bin []byte, guarded bool) func(b *testing.B) abi.Transformer {
+		return func(b *testing.B) abi.Transformer { return load(b, "refusal", bin, "", guarded) }
+	}
+	viaHost := func(bin []byte, opts ...host.Option) func(b *testing.B) abi.Transformer {
+		return func(b *testing.B) abi.Transformer {
+			ctx := context.Background()
+			rt, err := host.New(ctx, append(opts, host.WithCacheDir(plugintest.CacheDir()))...)
+			require.NoError(b, err)
+			b.Cleanup(func() { _ = rt.Close(ctx) })
+			p, err := rt.Load(ctx, "refusal", bin, host.WithInstances(1))
+			require.NoError(b, err)
+			return p
+		}
+	}
+	return []benchCase{
+		{"native", func(b *testing.B) abi.Transformer { return nativeRefusal(b) }},
+		{"go/trusted", wasm(plugins.Refusal, false)},
+		{"c/trusted", wasm(plugins.CRefusal, false)},
+		{"go/guarded", wasm(plugins.Refusal, true)},
+		{"c/guarded", wasm(plugins.CRefusal, true)},
+		{"go/host-trusted", viaHost(plugins.Refusal, host.WithTrusted())},
+		{"c/host-trusted", viaHost(plugins.CRefusal, host.WithTrusted())},
+		{"go/host-guarded", viaHost(plugins.Refusal)},
+		{"c/host-guarded", viaHost(plugins.CRefusal)},
+	}
+}
+
+// The two streams a detector sees most: a refusal (held until the phrase
+// completes, then ERROR) and an ordinary answer (DETACH on the first
+// delta), both cut in 3-byte deltas.
+var (
+	refusalStream = plugintest.TextStream("I'm sorry, but I can't help with that request.", 3)
+	answerStream  = plugintest.TextStream("Sure! Here is the code you asked for.", 3)
+)
+
+// decide runs one stream through the transform until its decision, as
+// the driver does pre-commit, and returns the number of parts judged.
+func decide(ctx context.Context, b *testing.B, tr abi.Transformer, parts []abi.Part) int {
+	s, err := tr.Open(ctx, abi.StreamInfo{ID: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for i := range parts {
+		v, err := s.Part(ctx, &parts[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		n++
+		if v.Action == abi.PartError || v.Action == abi.PartDetach {
+			break
+		}
+	}
+	s.Close()
+	return n
+}
+
+// BenchmarkRefusalPart: the cost of one part through the transform,
+// pre-commit (ns/op is per part; stream open and close amortised in).
+func BenchmarkRefusalPart(b *testing.B) {
+	ctx := context.Background()
+	for _, bc := range benchCases() {
+		b.Run(bc.name, func(b *testing.B) {
+			tr := bc.tr(b)
+			b.ReportAllocs()
+			b.ResetTimer()
+			parts := 0
+			for parts < b.N {
+				parts += decide(ctx, b, tr, refusalStream)
+			}
+		})
+	}
+}
+
+// BenchmarkRefusalStream: the CPU of the whole refusal decision for one
+// stream (ns/op is per stream: open, every part until the verdict, close).
+func BenchmarkRefusalStream(b *testing.B) {
+	ctx := context.Background()
+	for _, stream := range []struct {
+		name  string
+		parts []abi.Part
+	}{{"refusal", refusalStream}, {"answer", answerStream}} {
+		for _, bc := range benchCases() {
+			b.Run(stream.name+"/"+bc.name, func(b *testing.B) {
+				tr := bc.tr(b)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					decide(ctx, b, tr, stream.parts)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkRefusalBatch: guarded, with the parts already buffered sent in
+// one retryhost_parts call per stream (ns/op is per part).
+func BenchmarkRefusalBatch(b *testing.B) {
+	ctx := context.Background()
+	for _, g := range []struct {
+		name string
+		bin  []byte
+	}{{"go/guarded", plugins.Refusal}, {"c/guarded", plugins.CRefusal}} {
+		b.Run(g.name, func(b *testing.B) {
+			in := load(b, "refusal", g.bin, "", true)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for parts := 0; parts < b.N; parts += len(refusalStream) {
+				s, err := in.Open(ctx, abi.StreamInfo{ID: 1})
+				require.NoError(b, err)
+				if _, err := s.(*wasmtest.Stream).PartsBatch(ctx, refusalStream); err != nil {
+					b.Fatal(err)
+				}
+				s.Close()
+			}
+		})
+	}
+}

@@ -1,0 +1,301 @@
+package plugins_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/plugins"
+	"github.com/retryhost/retryhost/plugins/internal/plugintest"
+	"github.com/retryhost/retryhost/plugins/internal/wasmtest"
+)
+
+func load(tb testing.TB, name string, wasm []byte, config string, guarded bool) *wasmtest.Instance {
+	tb.Helper()
+	in, err := plugintest.Engine().Load(context.Background(), name, wasm, wasmtest.Options{Config: []byte(config), Guarded: guarded})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = in.Close(context.Background()) })
+	return in
+}
+
+// TestEveryBuiltinLoads loads each embedded plugin with its example
+// config and checks it is the kind it claims.
+func TestEveryBuiltinLoads(t *testing.T) {
+	ctx := context.Background()
+	for _, p := range plugins.All() {
+		t.Run(p.Name, func(t *testing.T) {
+			require.NotEmpty(t, p.Wasm)
+			in := load(t, p.Name, p.Wasm, p.ExampleConfig, false)
+			switch p.Kind {
+			case plugins.Condition:
+				_, err := in.Decide(ctx, &abi.Attempt{Number: 1, Status: 500, Class: abi.ClassServer})
+				require.NoError(t, err)
+			case plugins.Transform:
+				r, err := plugintest.Run(ctx, in, abi.StreamInfo{ID: 1}, plugintest.TextStream("Hello there", 3))
+				require.NoError(t, err)
+				require.NoError(t, r.Err)
+			}
+			got, ok := plugins.Lookup(p.Name)
+			require.True(t, ok)
+			require.Equal(t, p.Name, got.Name)
+		})
+	}
+	_, ok := plugins.Lookup("nope")
+	require.False(t, ok)
+}
+
+// nativeRefusal is the driver's native refusal detector, the reference
+// the Wasm plugins must match.
+func nativeRefusal(tb testing.TB) abi.Transformer {
+	d, err := driver.NewRefusalDetector()
+	require.NoError(tb, err)
+	return d
+}
+
+// refusals are the three refusal detectors that must agree: the native
+// one, the Go guest and the C guest.
+func refusals(tb testing.TB) map[string]abi.Transformer {
+	return map[string]abi.Transformer{
+		"native": nativeRefusal(tb),
+		"go":     load(tb, "refusal", plugins.Refusal, "", false),
+		"c":      load(tb, "refusal", plugins.CRefusal, "", false),
+	}
+}
+
+func requireSame(t testing.TB, ts map[string]abi.Transformer, parts []abi.Part) {
+	t.Helper()
+	ctx := context.Background()
+	want, err := plugintest.Run(ctx, ts["native"], abi.StreamInfo{ID: 1}, parts)
+	require.NoError(t, err)
+	for name, tr := range ts {
+		if name == "native" {
+			continue
+		}
+		got, err := plugintest.Run(ctx, tr, abi.StreamInfo{ID: 1}, parts)
+		require.NoError(t, err, name)
+		require.Equal(t, want.Actions, got.Actions, "%s: verdicts over %q", name, parts)
+		require.Equal(t, want.Out, got.Out, "%s: output", name)
+		require.Equal(t, want.Err, got.Err, "%s: error", name)
+	}
+}
+
+// TestRefusalDifferential: the Wasm refusal plugins (Go and C guests)
+// give the same verdicts, outputs and errors as the native detector over
+// generated streams.
+func TestRefusalDifferential(t *testing.T) {
+	ts := refusals(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := 400
+	if testing.Short() {
+		n = 50
+	}
+	for i := 0; i < n; i++ {
+		requireSame(t, ts, plugintest.RandomStream(rng))
+	}
+	// Every default phrase refuses, however it is cut and cased.
+	for _, p := range []string{"I’M SORRY, BUT I CAN’T", "As an AI language model", "i\u00a0cannot\tprovide", "I \u0130"} {
+		for size := 1; size < 6; size++ {
+			requireSame(t, ts, plugintest.TextStream(p+" do that", size))
+		}
+	}
+}
+
+// TestRefusalDifferentialInterpreter repeats the differential test under
+// wazero's interpreter: the compiler has an open miscompile report
+// (wazero #2516), so the guests must agree with the native detector on
+// both engines.
+func TestRefusalDifferentialInterpreter(t *testing.T) {
+	ctx := context.Background()
+	eng := wasmtest.NewEngine(true, "")
+	t.Cleanup(func() { eng.Close(ctx) })
+	ts := map[string]abi.Transformer{"native": nativeRefusal(t)}
+	for name, bin := range map[string][]byte{"go": plugins.Refusal, "c": plugins.CRefusal} {
+		in, err := eng.Load(ctx, "refusal", bin, wasmtest.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = in.Close(ctx) })
+		ts[name] = in
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := 0; i < 100; i++ {
+		requireSame(t, ts, plugintest.RandomStream(rng))
+	}
+}
+
+// FuzzRefusalDifferential extends the differential test to fuzzed text
+// and cuts (go test ./plugins -fuzz FuzzRefusalDifferential).
+func FuzzRefusalDifferential(f *testing.F) {
+	f.Add("I'm sorry, but I can't", uint8(3))
+	f.Add("I\u2019m sorry,\u2003but I cannot", uint8(1))
+	f.Add("\u212aelvin", uint8(2))
+	f.Add("I'm sorry\xe2\x80", uint8(4))
+	ts := refusals(f)
+	f.Fuzz(func(t *testing.T, text string, size uint8) {
+		if len(text) > 400 {
+			text = text[:400] // the C guest holds at most 1000 bytes of undecided text
+		}
+		requireSame(t, ts, plugintest.TextStream(text, int(size%16)+1))
+	})
+}
+
+// TestRefusalBatch: the batched export gives the per-part verdicts.
+func TestRefusalBatch(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{"go", "c"} {
+		wasm := map[string][]byte{"go": plugins.Refusal, "c": plugins.CRefusal}[name]
+		in := load(t, "refusal", wasm, "", false)
+		for _, text := range []string{"I'm sorry, but I can't help", "Sure, here it is", "I"} {
+			parts := plugintest.TextStream(text, 2)
+			one, err := in.Open(ctx, abi.StreamInfo{ID: 1})
+			require.NoError(t, err)
+			var want []abi.Verdict
+			for i := range parts {
+				v, err := one.Part(ctx, &parts[i])
+				require.NoError(t, err)
+				want = append(want, v)
+				if v.Action == abi.PartError || v.Action == abi.PartDetach {
+					break
+				}
+			}
+			one.Close()
+			two, err := in.Open(ctx, abi.StreamInfo{ID: 2})
+			require.NoError(t, err)
+			got, err := two.(*wasmtest.Stream).PartsBatch(ctx, parts)
+			require.NoError(t, err)
+			two.Close()
+			require.Equal(t, want, got[:len(want)], "%s %q", name, text)
+			for _, v := range got[len(want):] {
+				require.Equal(t, abi.PartPass, v.Action, "after a decision the batch answers PASS")
+			}
+		}
+	}
+}
+
+// TestCRefusalConfig: custom phrases, rejections, and limits.
+func TestCRefusalConfig(t *testing.T) {
+	ctx := context.Background()
+	in := load(t, "refusal", plugins.CRefusal, "# ours\nNope, NOT doing\n\n  Non merci\n", false)
+	r, err := plugintest.Run(ctx, in, abi.StreamInfo{}, plugintest.TextStream("nope,  not doing it", 3))
+	require.NoError(t, err)
+	var re *abi.RefusalError
+	require.ErrorAs(t, r.Err, &re)
+	require.Equal(t, "nope, not doing", re.Phrase)
+	r, err = plugintest.Run(ctx, in, abi.StreamInfo{}, plugintest.TextStream("I'm sorry, but I can't", 3))
+	require.NoError(t, err)
+	require.NoError(t, r.Err, "a custom list replaces the defaults")
+
+	_, err = plugintest.Engine().Load(ctx, "refusal", plugins.CRefusal, wasmtest.Options{Config: []byte("ok\n \u3000 x\n\t\u00a0\n")})
+	require.ErrorContains(t, err, "empty phrase")
+	_, err = plugintest.Engine().Load(ctx, "refusal", plugins.CRefusal, wasmtest.Options{Config: []byte(strings.Repeat("x", 201))})
+	require.ErrorContains(t, err, "longer than 200 bytes")
+
+	// Undecided text past the C guest's 1000 bytes fails the plugin (its
+	// fail policy applies) instead of overflowing.
+	in = load(t, "refusal", plugins.CRefusal, "", false)
+	_, err = plugintest.Run(ctx, in, abi.StreamInfo{}, plugintest.TextStream("I"+strings.Repeat(" ", 1200)+"x", 100))
+	require.ErrorIs(t, err, wasmtest.ErrPluginFailed)
+}
+
+// TestCRefusalManyStreams: the C guest's handle table and slot pages
+// grow, shrink and reuse correctly over many concurrent streams.
+func TestCRefusalManyStreams(t *testing.T) {
+	ctx := context.Background()
+	in := load(t, "refusal", plugins.CRefusal, "", false)
+	refuse := abi.Part{Kind: abi.KindTextDelta, Delta: "I'm sorry, but I cannot"}
+	fine := abi.Part{Kind: abi.KindTextDelta, Delta: "I'm glad"}
+	for round := 0; round < 3; round++ {
+		var ss []abi.StreamTransform
+		for i := 0; i < 3000; i++ {
+			s, err := in.Open(ctx, abi.StreamInfo{ID: uint64(i)})
+			require.NoError(t, err)
+			ss = append(ss, s)
+		}
+		for i, s := range ss {
+			p := fine
+			if i%3 == 0 {
+				p = refuse
+			}
+			v, err := s.Part(ctx, &p)
+			require.NoError(t, err)
+			if i%3 == 0 {
+				require.Equal(t, abi.PartError, v.Action, "stream %d", i)
+			} else {
+				require.Equal(t, abi.PartDetach, v.Action, "stream %d", i)
+			}
+		}
+		for i, s := range ss {
+			if i%2 == round%2 {
+				s.Close()
+			}
+		}
+		for i, s := range ss {
+			if i%2 != round%2 {
+				s.Close()
+			}
+		}
+	}
+}
+
+// TestCStatusMatchesErrMatch: the C status condition decides as the Go
+// errmatch condition with the equivalent one-rule config.
+func TestCStatusMatchesErrMatch(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ c, g string }{
+		{"status=429\naction=retry\ndelay_ms=500\nbackoff=1.5\nmax_attempts=3\nretry_after=true\nmax_attempt=2\n",
+			`{"rules":[{"status":[429],"max_attempt":2,"retry":{"delay":"500ms","backoff":1.5,"max_attempts":3,"retry_after":true}}]}`},
+		{"# fail over on 5xx\r\nstatus=500-599,408\r\naction=switch\r\nmodel=anthropic/claude\r\nmax_attempts=1\r\n",
+			`{"rules":[{"status":["500-599",408],"switch":{"model":"anthropic/claude","max_attempts":1}}]}`},
+		{"status=401-403\naction=give-up\n", `{"rules":[{"status":["401-403"],"give_up":true}]}`},
+	} {
+		c := load(t, "c-status", plugins.CStatus, tc.c, false)
+		g := load(t, "errmatch", plugins.ErrMatch, tc.g, false)
+		rng := rand.New(rand.NewPCG(3, 4))
+		statuses := []int{0, 200, 400, 401, 403, 404, 408, 429, 499, 500, 503, 529, 599, 600}
+		for i := 0; i < 300; i++ {
+			a := abi.Attempt{Number: 1 + rng.IntN(4), Model: "openai/gpt", Status: statuses[rng.IntN(len(statuses))],
+				Class: abi.ErrorClass(rng.IntN(15)), Message: "boom", RetryAfter: -1}
+			dc, err := c.Decide(ctx, &a)
+			require.NoError(t, err)
+			dg, err := g.Decide(ctx, &a)
+			require.NoError(t, err)
+			require.Equal(t, dg, dc, "attempt %+v", a)
+		}
+	}
+	for _, bad := range []string{"", "status=429", "action=retry", "status=99\naction=retry", "status=500-400\naction=retry",
+		"status=429\naction=switch", "status=429\naction=retry\nmodel=x", "status=429\naction=jump", "colour=blue", "status=429\naction=retry\nbackoff=x"} {
+		_, err := plugintest.Engine().Load(ctx, "c-status", plugins.CStatus, wasmtest.Options{Config: []byte(bad)})
+		require.ErrorContains(t, err, "config", "%q", bad)
+	}
+}
+
+// TestGoGuestHeapBounded: the SDK yields often enough for the Go guest's
+// GC to keep up: many streams through one instance leave its memory
+// bounded (without yields it grows by megabytes per thousand streams).
+func TestGoGuestHeapBounded(t *testing.T) {
+	ctx := context.Background()
+	in := load(t, "refusal", plugins.Refusal, "", false)
+	run := func(n int) {
+		for i := 0; i < n; i++ {
+			parts := refusalStreamParts
+			if i%2 == 1 {
+				parts = answerStreamParts
+			}
+			r, err := plugintest.Run(ctx, in, abi.StreamInfo{ID: uint64(i)}, parts)
+			require.NoError(t, err)
+			require.Equal(t, i%2 == 0, r.Err != nil)
+		}
+	}
+	run(2000)
+	warm := in.MemoryBytes()
+	run(20000)
+	require.LessOrEqual(t, in.MemoryBytes(), warm+8<<20, "memory grew from %d to %d bytes", warm, in.MemoryBytes())
+}
+
+var (
+	refusalStreamParts = plugintest.TextStream("I'm sorry, but I can't help with that request.", 3)
+	answerStreamParts  = plugintest.TextStream("Sure! Here is the code you asked for.", 3)
+)

@@ -1,0 +1,80 @@
+package plugintest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/plugins/internal/wasmtest"
+	"github.com/retryhost/retryhost/plugins/sdk"
+)
+
+// Plugin is what the tests drive: a natively loaded plugin (sdk.Load) or
+// a Wasm instance (wasmtest).
+type Plugin interface {
+	abi.Transformer
+	Decide(ctx context.Context, a *abi.Attempt) (abi.Decision, error)
+}
+
+// Backend loads a plugin one way.
+type Backend struct {
+	Name string
+	Load func(tb testing.TB, config []byte) (Plugin, error)
+}
+
+var (
+	engineOnce sync.Once
+	engine     *wasmtest.Engine
+)
+
+// Engine is the test binary's shared engine: each module is compiled once
+// per test binary (wazero's compilation cache), whatever the number of
+// instances.
+func Engine() *wasmtest.Engine {
+	engineOnce.Do(func() {
+		engine = wasmtest.NewEngine(os.Getenv("WASMTEST_INTERPRETER") != "", CacheDir())
+	})
+	return engine
+}
+
+// CacheDir is a compilation cache directory shared by the test binaries
+// of a run and by later runs: a Go guest takes seconds to compile, tens of
+// seconds under -race.
+func CacheDir() string {
+	return filepath.Join(os.TempDir(), "retryhost-wasmtest-"+runtime.Version())
+}
+
+// Native is the backend running the plugin registered in this test binary
+// natively, through the SDK's dispatch.
+func Native(name string) Backend {
+	return Backend{Name: "native", Load: func(_ testing.TB, config []byte) (Plugin, error) {
+		return sdk.Load(name, config)
+	}}
+}
+
+// Wasm is the backend running the built module at path, unguarded.
+func Wasm(name, label, path string) Backend {
+	return Backend{Name: label, Load: func(tb testing.TB, config []byte) (Plugin, error) {
+		return LoadWasm(tb, name, path, config, false)
+	}}
+}
+
+// LoadWasm instantiates the module at path, closed at the end of the test.
+func LoadWasm(tb testing.TB, name, path string, config []byte, guarded bool) (*wasmtest.Instance, error) {
+	tb.Helper()
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatalf("read %s: %v (rebuild with make -C plugins)", path, err)
+	}
+	ctx := context.Background()
+	in, err := Engine().Load(ctx, name, wasm, wasmtest.Options{Config: config, Guarded: guarded})
+	if err != nil {
+		return nil, err
+	}
+	tb.Cleanup(func() { _ = in.Close(ctx) })
+	return in, nil
+}

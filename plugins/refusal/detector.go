@@ -1,0 +1,148 @@
+// Command refusal is the refusal detector as a Wasm transform plugin: it
+// fails an attempt whose leading text is a natural-language refusal ("I'm
+// sorry, but I can't…") so the conditions can fail over before the caller
+// sees a word, and detaches as soon as the text cannot be a refusal.
+//
+// It decides exactly as the driver's native detector (driver.RefusalDetector):
+// both use package refusalcore for the decision, and this file mirrors the
+// native per-stream state machine (see README.md; a differential test checks
+// the two agree).
+//
+// Build: make -C plugins (GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared).
+package main
+
+import (
+	"errors"
+	"time"
+	"unsafe"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/plugins/refusalcore"
+	"github.com/retryhost/retryhost/plugins/sdk"
+	"github.com/retryhost/retryhost/plugins/sdk/transform"
+)
+
+// config is the plugin's JSON config; every field is optional.
+type config struct {
+	// Phrases replaces the default phrase list (refusalcore.DefaultPhrases).
+	Phrases []string `json:"phrases"`
+	// Fail is "open" (default: a failure of the plugin passes the stream
+	// on untouched) or "closed" (it fails the attempt).
+	Fail string `json:"fail"`
+	// MaxHeldParts, MaxHeldBytes and MaxHoldTime (a Go duration, "10s")
+	// cap the hold queue; 0 or empty keeps the host's defaults.
+	MaxHeldParts int    `json:"max_held_parts"`
+	MaxHeldBytes int    `json:"max_held_bytes"`
+	MaxHoldTime  string `json:"max_hold_time"`
+	// OnCap is "flush" (default: release the held parts and detach) or
+	// "fail" (fail the attempt) when a cap is hit.
+	OnCap string `json:"on_cap"`
+}
+
+func init() {
+	transform.Register(func(raw []byte) (transform.Transform, error) { return newDetector(raw) })
+}
+
+func main() {}
+
+// detector is the plugin's transform.
+type detector struct {
+	m      *refusalcore.Matcher
+	policy abi.TransformPolicy
+}
+
+func newDetector(raw []byte) (*detector, error) {
+	var c config
+	if err := sdk.DecodeJSON(raw, &c); err != nil {
+		return nil, err
+	}
+	phrases := c.Phrases
+	if len(phrases) == 0 {
+		phrases = refusalcore.DefaultPhrases()
+	}
+	m, err := refusalcore.New(phrases)
+	if err != nil {
+		return nil, err
+	}
+	d := &detector{m: m}
+	switch c.Fail {
+	case "", "open":
+	case "closed":
+		d.policy.Fail = abi.FailClosed
+	default:
+		return nil, errors.New(`config: fail must be "open" or "closed"`)
+	}
+	switch c.OnCap {
+	case "", "flush":
+	case "fail":
+		d.policy.OnCap = abi.CapFail
+	default:
+		return nil, errors.New(`config: on_cap must be "flush" or "fail"`)
+	}
+	if c.MaxHeldParts < 0 || c.MaxHeldBytes < 0 {
+		return nil, errors.New("config: hold caps must not be negative")
+	}
+	d.policy.MaxHeldParts, d.policy.MaxHeldBytes = c.MaxHeldParts, c.MaxHeldBytes
+	if c.MaxHoldTime != "" {
+		t, err := time.ParseDuration(c.MaxHoldTime)
+		if err != nil || t < 0 {
+			return nil, errors.New("config: max_hold_time must be a non-negative Go duration such as \"10s\"")
+		}
+		d.policy.MaxHoldTime = t
+	}
+	return d, nil
+}
+
+// Policy is declared to the host at load.
+func (d *detector) Policy() abi.TransformPolicy { return d.policy }
+
+func (d *detector) Open(abi.StreamInfo) (transform.Stream, error) {
+	return &stream{m: d.m}, nil
+}
+
+// stream holds one stream's leading text. It is the same state machine as
+// the native detector's:
+//   - stream start, response metadata and text start are held;
+//   - text deltas are held while the normalised text is a prefix of a
+//     phrase, fail the attempt with a refusal when it starts with one, and
+//     detach when it can no longer become one;
+//   - any other part detaches (a tool call or reasoning is no refusal);
+//   - at the end, whatever is held passes.
+type stream struct {
+	m    *refusalcore.Matcher
+	text []byte // the leading text as sent
+	norm []byte // its normalised form
+}
+
+// TODO(next): per part this re-normalises and re-matches the whole leading
+// text (refusalcore's API), which in a Go guest costs microseconds and is
+// multiplied by the host's deadline guard. An incremental API in
+// refusalcore (resume the normalisation, skip phrases already diverged from,
+// as plugins/c/refusal.c does) would make the native and Go detectors
+// O(delta) per part and keep them equal by construction.
+func (s *stream) Part(p *abi.Part) (abi.Verdict, error) {
+	switch p.Kind {
+	case abi.KindStreamStart, abi.KindResponseMeta, abi.KindTextStart:
+		return abi.Verdict{Action: abi.PartHold}, nil
+	case abi.KindTextDelta:
+	default:
+		return abi.Verdict{Action: abi.PartDetach}, nil
+	}
+	s.text = append(s.text, p.Delta...)
+	// unsafe.String: AppendNormalized only reads the text, so the bytes
+	// need not be copied into a string (an allocation per part in a guest
+	// where each allocation is GC work).
+	s.norm = refusalcore.AppendNormalized(s.norm[:0], unsafe.String(unsafe.SliceData(s.text), len(s.text)))
+	switch o, phrase := s.m.Decide(s.norm); o {
+	case refusalcore.Match:
+		return abi.Verdict{Action: abi.PartError, Err: &abi.RefusalError{Phrase: phrase, Text: string(s.text)}}, nil
+	case refusalcore.Hold:
+		return abi.Verdict{Action: abi.PartHold}, nil
+	default:
+		return abi.Verdict{Action: abi.PartDetach}, nil
+	}
+}
+
+func (s *stream) End() (abi.Verdict, error) { return abi.Verdict{Action: abi.PartPass}, nil }
+
+func (s *stream) Close() { s.text, s.norm = nil, nil }

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/plugins/internal/plugintest"
+	"github.com/retryhost/retryhost/plugins/sdk"
+)
+
+// backends run every test natively and on the built refusal.wasm.
+var backends = []plugintest.Backend{plugintest.Native("refusal"), plugintest.Wasm("refusal", "wasm", "refusal.wasm")}
+
+func load(t *testing.T, b plugintest.Backend, config string) plugintest.Plugin {
+	t.Helper()
+	p, err := b.Load(t, []byte(config))
+	require.NoError(t, err)
+	return p
+}
+
+func TestConfig(t *testing.T) {
+	for i, tc := range []struct {
+		name, config string
+		want         abi.TransformPolicy
+		err          string
+	}{
+		{name: "empty", config: ""},
+		{name: "defaults", config: `{}`},
+		{name: "policy", config: `{"fail":"closed","on_cap":"fail","max_held_parts":9,"max_held_bytes":100,"max_hold_time":"2s"}`,
+			want: abi.TransformPolicy{Fail: abi.FailClosed, OnCap: abi.CapFail, MaxHeldParts: 9, MaxHeldBytes: 100, MaxHoldTime: 2 * time.Second}},
+		{name: "phrases", config: `{"phrases":["nope"]}`},
+		{name: "typo", config: `{"phrase":["nope"]}`, err: "unknown field"},
+		{name: "empty phrase", config: `{"phrases":["  "]}`, err: "empty phrase"},
+		{name: "bad fail", config: `{"fail":"maybe"}`, err: "fail must be"},
+		{name: "bad cap", config: `{"on_cap":"explode"}`, err: "on_cap must be"},
+		{name: "bad time", config: `{"max_hold_time":"soon"}`, err: "max_hold_time"},
+		{name: "negative cap", config: `{"max_held_parts":-1}`, err: "negative"},
+		{name: "not json", config: `phrases=x`, err: "config:"},
+	} {
+		for _, b := range backends {
+			if b.Name != "native" && plugintest.Race && i%4 != 0 {
+				continue // under -race, a sample of the configs crosses the boundary
+			}
+			t.Run(b.Name+"/"+tc.name, func(t *testing.T) {
+				p, err := b.Load(t, []byte(tc.config))
+				if tc.err != "" {
+					require.ErrorIs(t, err, sdk.ErrConfigRejected)
+					require.ErrorContains(t, err, tc.err)
+					return
+				}
+				require.NoError(t, err)
+				require.Equal(t, tc.want, p.Policy())
+			})
+		}
+	}
+}
+
+func TestStreams(t *testing.T) {
+	ctx := context.Background()
+	info := abi.StreamInfo{ID: 1, Model: "a/b", Attempt: 1}
+	for _, tc := range []struct {
+		name   string
+		config string
+		parts  []abi.Part
+		phrase string // a refusal with this phrase, or "" for none
+		calls  int    // parts the transform was called for before it decided
+	}{
+		{name: "refusal in one delta", parts: plugintest.TextStream("I'm sorry, but I can't help with that.", 100),
+			phrase: "i'm sorry, but i can't", calls: 4},
+		{name: "refusal byte by byte", parts: plugintest.TextStream("I’m sorry, but I can’t help.", 1),
+			phrase: "i'm sorry, but i can't", calls: 3 + len("I’m sorry, but I can’t")},
+		{name: "divergent answer detaches at once", parts: plugintest.TextStream("Sure! Here is the code.", 3), calls: 4},
+		{name: "near miss detaches", parts: plugintest.TextStream("I'm sorry to hear that.", 5), calls: 3 + 3},
+		{name: "tool call detaches", parts: append(plugintest.TextStream("")[:2],
+			abi.Part{Kind: abi.KindToolCall, ID: "c", Tool: &abi.ToolInfo{Name: "f", Input: "{}"}},
+			abi.Part{Kind: abi.KindFinish, Finish: &abi.Finish{}}), calls: 3},
+		{name: "text end detaches", parts: plugintest.TextStream("I", 1), calls: 5},
+		{name: "upstream ends undecided: the held parts pass", parts: plugintest.TextStream("I'm sorry", 1)[:3+9], calls: 12},
+		{name: "custom phrase", config: `{"phrases":["Nope."]}`, parts: plugintest.TextStream("NOPE. never", 2),
+			phrase: "nope.", calls: 6},
+		{name: "custom list drops defaults", config: `{"phrases":["Nope."]}`,
+			parts: plugintest.TextStream("I'm sorry, but I can't", 50), calls: 4},
+	} {
+		for _, b := range backends {
+			t.Run(b.Name+"/"+tc.name, func(t *testing.T) {
+				p := load(t, b, tc.config)
+				r, err := plugintest.Run(ctx, p, info, tc.parts)
+				require.NoError(t, err)
+				require.Equal(t, tc.calls, r.Calls, "actions %v", r.Actions)
+				if tc.phrase == "" {
+					require.NoError(t, r.Err)
+					require.Equal(t, tc.parts, r.Out, "every part passes, once, in order")
+					return
+				}
+				var re *abi.RefusalError
+				require.ErrorAs(t, r.Err, &re)
+				require.Equal(t, tc.phrase, re.Phrase)
+				require.Equal(t, "refusal", re.Transform)
+				require.Empty(t, r.Out, "nothing of a refusal reaches the caller")
+			})
+		}
+	}
+}
+
+// TestManyStreamsInterleaved checks that per-stream state is per stream:
+// one instance serves many streams whose calls interleave.
+func TestManyStreamsInterleaved(t *testing.T) {
+	ctx := context.Background()
+	p := load(t, backends[0], "")
+	native := p.(*sdk.Plugin)
+	refuse := plugintest.TextStream("I'm sorry, but I cannot do it", 2)
+	answer := plugintest.TextStream("I'm glad to help", 2)
+	a, err := p.Open(ctx, abi.StreamInfo{ID: 1})
+	require.NoError(t, err)
+	b, err := p.Open(ctx, abi.StreamInfo{ID: 2})
+	require.NoError(t, err)
+	var errA error
+	detachedB := false
+	for i := 0; i < max(len(refuse), len(answer)); i++ {
+		if i < len(refuse) && errA == nil {
+			v, err := a.Part(ctx, &refuse[i])
+			require.NoError(t, err)
+			errA = v.Err
+		}
+		if i < len(answer) && !detachedB {
+			v, err := b.Part(ctx, &answer[i])
+			require.NoError(t, err)
+			require.NotEqual(t, abi.PartError, v.Action)
+			detachedB = v.Action == abi.PartDetach
+		}
+	}
+	var re *abi.RefusalError
+	require.ErrorAs(t, errA, &re)
+	require.Equal(t, "I'm sorry, but I cannot ", re.Text, "the text held when it matched, as sent")
+	require.True(t, detachedB)
+	require.Equal(t, 2, native.OpenStreams())
+	a.Close()
+	b.Close()
+	require.Zero(t, native.OpenStreams())
+}

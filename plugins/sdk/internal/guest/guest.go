@@ -1,0 +1,448 @@
+// Package guest is the byte-level half of the Go guest SDK: it turns the
+// ABI's calls (a length, a handle, the scratch buffer) into calls on the
+// plugin's plain Go values and writes their answers back as records.
+//
+// It is plain Go so that the very same dispatch runs natively in tests
+// (sdk.Load) and inside Wasm, where the //go:build wasip1 files of this
+// package and of sdk/condition and sdk/transform wire it to the exports and
+// imports.
+package guest
+
+import (
+	"encoding/binary"
+	"errors"
+	"slices"
+	"time"
+	"unsafe"
+
+	"github.com/retryhost/retryhost/abi"
+)
+
+// Decider is a condition's logic.
+type Decider interface {
+	Decide(a *abi.Attempt) (abi.Decision, error)
+}
+
+// Transform is a transform's logic: it opens one Stream per stream.
+type Transform interface {
+	Open(info abi.StreamInfo) (Stream, error)
+}
+
+// Stream is one stream's state.
+type Stream interface {
+	Part(p *abi.Part) (abi.Verdict, error)
+	End() (abi.Verdict, error)
+	Close()
+}
+
+// Policer is implemented by a Decider or Transform that declares a policy.
+type Policer interface {
+	Policy() abi.TransformPolicy
+}
+
+// The factories registered by sdk/condition and sdk/transform.
+var (
+	NewCondition func(config []byte) (Decider, error)
+	NewTransform func(config []byte) (Transform, error)
+)
+
+// ErrNoKind is returned by Init when no factory is registered.
+var ErrNoKind = errors.New("no condition or transform registered (call condition.Register or transform.Register in an init function)")
+
+// FailVerdict is what Part and End return when the plugin failed: action
+// 255 is not a valid action, so the host treats it as a plugin failure
+// and applies the plugin's fail policy.
+const FailVerdict = uint64(0xff)
+
+// BufferSize is the scratch buffer the SDK registers: 64 KiB, enough for
+// batches (retryhost_parts) and for most parts without the input import.
+const BufferSize = 64 << 10
+
+// Env is what the dispatch needs from its surroundings: the host's imports
+// in Wasm, plain functions natively.
+type Env struct {
+	// Input copies the current call's input to dst if it fits and returns
+	// its full length (the "input" import).
+	Input func(dst []byte) int
+	// Policy hands a Policy record to the host (the "policy" import).
+	Policy func(rec []byte) int32
+}
+
+// Guest is one plugin instance's state. Not safe for concurrent use: the
+// host calls one export at a time per instance.
+type Guest struct {
+	Buf []byte // the registered scratch buffer
+	env Env
+
+	dec     Decider
+	tr      Transform
+	streams map[int64]Stream
+
+	in  []byte      // the input when it did not fit Buf
+	out []byte      // encode buffer, reused
+	p   abi.Part    // the part handed to Stream.Part, reused
+	a   abi.Attempt // the attempt handed to Decide, reused
+	// done lists the streams that answered ERROR or DETACH in the current batch.
+	done []int64
+}
+
+// New returns a guest over buf.
+func New(buf []byte, env Env) *Guest {
+	return &Guest{Buf: buf, env: env, streams: map[int64]Stream{}}
+}
+
+// Init reads the config, builds the registered values and declares their
+// policy. It returns 0 to accept, or the length of a reason written at the
+// start of Buf to reject.
+func (g *Guest) Init(configLen int32) int32 {
+	cfg := make([]byte, max(configLen, 0))
+	if configLen > 0 && g.env.Input(cfg) != int(configLen) {
+		return g.reject(errors.New("config: input length mismatch"))
+	}
+	if NewCondition == nil && NewTransform == nil {
+		return g.reject(ErrNoKind)
+	}
+	var pol Policer
+	if NewCondition != nil {
+		d, err := NewCondition(cfg)
+		if err == nil && d == nil {
+			err = errors.New("condition factory returned nil")
+		}
+		if err != nil {
+			return g.reject(err)
+		}
+		g.dec = d
+		pol, _ = d.(Policer)
+	}
+	if NewTransform != nil {
+		t, err := NewTransform(cfg)
+		if err == nil && t == nil {
+			err = errors.New("transform factory returned nil")
+		}
+		if err != nil {
+			return g.reject(err)
+		}
+		g.tr = t
+		if p, ok := t.(Policer); ok {
+			pol = p
+		}
+	}
+	if pol != nil {
+		p := pol.Policy()
+		if st := g.env.Policy(abi.AppendPolicy(nil, &p)); st < 0 {
+			return g.reject(errors.New("policy refused by the host: " + abi.Status(st).String()))
+		}
+	}
+	return 0
+}
+
+func (g *Guest) reject(err error) int32 {
+	msg := err.Error()
+	if msg == "" {
+		return -1
+	}
+	n := copy(g.Buf[:min(len(g.Buf), abi.MaxLogLine)], msg)
+	return int32(n)
+}
+
+// input returns the call's input: the start of Buf, or a copy read with
+// the input import when it did not fit.
+func (g *Guest) input(n int32) []byte {
+	if n < 0 {
+		return nil
+	}
+	if int(n) <= len(g.Buf) {
+		return g.Buf[:n]
+	}
+	if cap(g.in) < int(n) {
+		g.in = make([]byte, n)
+	}
+	g.in = g.in[:n]
+	if g.env.Input(g.in) != int(n) {
+		return nil
+	}
+	return g.in
+}
+
+// Decide answers retryhost_decide.
+func (g *Guest) Decide(n int32) int32 {
+	if g.dec == nil {
+		return -1
+	}
+	in := g.input(n)
+	if in == nil {
+		return -1
+	}
+	if !g.decodeAttempt(in) {
+		return -1
+	}
+	d, err := g.dec.Decide(&g.a)
+	g.a = abi.Attempt{Earlier: g.a.Earlier[:0]}
+	if err != nil {
+		return -1
+	}
+	if d.Action == abi.ActionNone {
+		return 0
+	}
+	g.out = abi.AppendDecision(g.out[:0], &d)
+	if len(g.out) > len(g.Buf) {
+		return -1
+	}
+	return int32(copy(g.Buf, g.out))
+}
+
+// Open answers retryhost_open.
+func (g *Guest) Open(h int64, n int32) int32 {
+	if g.tr == nil {
+		return -1
+	}
+	if _, dup := g.streams[h]; dup {
+		return -1
+	}
+	in := g.input(n)
+	if in == nil {
+		return -1
+	}
+	info, err := abi.DecodeStreamInfo(in)
+	if err != nil {
+		return -1
+	}
+	s, err := g.tr.Open(info)
+	if err != nil || s == nil {
+		return -1
+	}
+	g.streams[h] = s
+	return 0
+}
+
+// Part answers retryhost_part.
+func (g *Guest) Part(h int64, n int32) uint64 {
+	s := g.streams[h]
+	if s == nil {
+		return FailVerdict
+	}
+	in := g.input(n)
+	if in == nil || !g.decodePart(in) {
+		return FailVerdict
+	}
+	v, err := s.Part(&g.p)
+	g.p = abi.Part{}
+	if err != nil {
+		return FailVerdict
+	}
+	return g.verdict(&v, 0)
+}
+
+// End answers retryhost_end.
+func (g *Guest) End(h int64) uint64 {
+	s := g.streams[h]
+	if s == nil {
+		return FailVerdict
+	}
+	v, err := s.End()
+	if err != nil {
+		return FailVerdict
+	}
+	return g.verdict(&v, 0)
+}
+
+// Close answers retryhost_close.
+func (g *Guest) Close(h int64) {
+	if s := g.streams[h]; s != nil {
+		delete(g.streams, h)
+		s.Close()
+	}
+}
+
+// Streams is the number of open streams (for tests).
+func (g *Guest) Streams() int { return len(g.streams) }
+
+// BatchReserve is the room a batch keeps for the next result's payload:
+// Parts stops before an entry when less than 8 + BatchReserve bytes are
+// left, and the host sends the rest again (ABI.md §6.3). A payload larger
+// than that (a REPLACE of many parts) fails the batch, since the stream's
+// state has already moved; such transforms should not rely on batches.
+const BatchReserve = 4096
+
+// Parts answers retryhost_parts: count entries of (u64 stream, u32 len,
+// Part) in Buf[:inLen], judged in order, their results written from
+// align8(inLen) on. It returns the number of entries judged.
+func (g *Guest) Parts(count, inLen int32) int32 {
+	if count < 0 || inLen < 0 || int(inLen) > len(g.Buf) {
+		return -1
+	}
+	g.done = g.done[:0]
+	at := (int(inLen) + 7) &^ 7
+	off := 0
+	for i := int32(0); i < count; i++ {
+		if at+8+BatchReserve > len(g.Buf) {
+			return i // the host sends entries i… again
+		}
+		if off+12 > int(inLen) {
+			return -1
+		}
+		h := int64(binary.LittleEndian.Uint64(g.Buf[off:]))
+		ln := int(binary.LittleEndian.Uint32(g.Buf[off+8:]))
+		off += 12
+		if ln > int(inLen)-off {
+			return -1
+		}
+		rec := g.Buf[off : off+ln]
+		off += ln
+		s := g.streams[h]
+		if s == nil {
+			return -1
+		}
+		var v abi.Verdict // PASS for a stream already decided in this batch
+		if !slices.Contains(g.done, h) {
+			if !g.decodePart(rec) {
+				return -1
+			}
+			var err error
+			v, err = s.Part(&g.p)
+			g.p = abi.Part{}
+			if err != nil {
+				return -1
+			}
+			if v.Action == abi.PartError || v.Action == abi.PartDetach {
+				g.done = append(g.done, h)
+			}
+		}
+		// The payload goes through g.out: rec may alias the bytes it
+		// would overwrite.
+		packed := g.verdict(&v, at+8)
+		if packed == FailVerdict {
+			return -1
+		}
+		binary.LittleEndian.PutUint64(g.Buf[at:], packed)
+		at += 8 + int(packed>>32)
+	}
+	return count
+}
+
+// verdict encodes v, writes its payload at Buf[off:] and returns it packed.
+func (g *Guest) verdict(v *abi.Verdict, off int) uint64 {
+	switch v.Action {
+	case abi.PartPass, abi.PartHold, abi.PartDrop, abi.PartDetach:
+		return abi.PackVerdict(v.Action, 0)
+	case abi.PartError:
+		if v.Err == nil {
+			return abi.PackVerdict(v.Action, 0)
+		}
+		g.out = abi.AppendError(g.out[:0], v.Err)
+	case abi.PartReplace:
+		g.out = abi.AppendParts(g.out[:0], v.Replace)
+	default:
+		return FailVerdict
+	}
+	if len(g.out) > len(g.Buf)-off {
+		return FailVerdict
+	}
+	copy(g.Buf[off:], g.out)
+	return abi.PackVerdict(v.Action, uint32(len(g.out)))
+}
+
+// decodePart fills g.p from rec. Parts without a tail (text and reasoning
+// deltas, block starts and ends: the hot path) are read in place, their
+// strings aliasing rec, so they cost no allocation; the Part is valid only
+// during the call, as abi.StreamTransform documents. Other kinds go
+// through abi.DecodePart.
+func (g *Guest) decodePart(rec []byte) bool {
+	if len(rec) < abi.PartHeaderSize {
+		return false
+	}
+	switch k := abi.PartKind(rec[0]); k {
+	case abi.KindTextStart, abi.KindTextDelta, abi.KindTextEnd,
+		abi.KindReasoningStart, abi.KindReasoningDelta, abi.KindReasoningEnd,
+		abi.KindToolInputDelta, abi.KindToolInputEnd, abi.KindRaw:
+		off := abi.PartHeaderSize
+		id, ok := str(rec, &off)
+		if !ok {
+			return false
+		}
+		delta, ok := str(rec, &off)
+		if !ok {
+			return false
+		}
+		g.p = abi.Part{Kind: k, ID: id, Delta: delta}
+		return true
+	}
+	p, _, err := abi.DecodePart(rec)
+	if err != nil {
+		return false
+	}
+	g.p = p
+	return true
+}
+
+// str reads a length-prefixed string at *off without copying.
+func str(b []byte, off *int) (string, bool) {
+	if len(b)-*off < 4 {
+		return "", false
+	}
+	n := uint64(binary.LittleEndian.Uint32(b[*off:]))
+	*off += 4
+	if n > uint64(len(b)-*off) {
+		return "", false
+	}
+	s := b[*off : *off+int(n)]
+	*off += int(n)
+	if len(s) == 0 {
+		return "", true
+	}
+	return unsafe.String(&s[0], len(s)), true
+}
+
+// decodeAttempt fills g.a from rec in place: its strings alias rec, so a
+// decision costs no allocation (the Attempt is valid only during the
+// call). It follows abi.DecodeAttempt: trailing bytes are ignored.
+func (g *Guest) decodeAttempt(rec []byte) bool {
+	if len(rec) < abi.AttemptHeaderSize {
+		return false
+	}
+	le := binary.LittleEndian
+	a := &g.a
+	a.Number = int(le.Uint32(rec))
+	a.Status = int(le.Uint16(rec[4:]))
+	a.Class = abi.ErrorClass(rec[6])
+	a.Deadline = abi.Deadline(rec[7])
+	a.Retryable = rec[8]&1 != 0
+	a.Finish.Unified = abi.Reason(rec[9])
+	n := le.Uint32(rec[12:])
+	a.Elapsed = time.Duration(le.Uint64(rec[16:]))
+	a.Duration = time.Duration(le.Uint64(rec[24:]))
+	a.RetryAfter = time.Duration(le.Uint64(rec[32:]))
+	a.Usage = abi.Usage{InputTokens: int64(le.Uint64(rec[40:])), OutputTokens: int64(le.Uint64(rec[48:])),
+		CacheReadTokens: int64(le.Uint64(rec[56:])), CacheWriteTokens: int64(le.Uint64(rec[64:])),
+		ReasoningTokens: int64(le.Uint64(rec[72:]))}
+	off := abi.AttemptHeaderSize
+	var ok [4]bool
+	a.Model, ok[0] = str(rec, &off)
+	a.ErrorName, ok[1] = str(rec, &off)
+	a.Message, ok[2] = str(rec, &off)
+	a.Finish.Raw, ok[3] = str(rec, &off)
+	if !ok[0] || !ok[1] || !ok[2] || !ok[3] {
+		return false
+	}
+	if uint64(n)*20 > uint64(len(rec)-off) {
+		return false
+	}
+	a.Earlier = a.Earlier[:0]
+	for range n {
+		if len(rec)-off < 16 {
+			return false
+		}
+		e := abi.AttemptSummary{Class: abi.ErrorClass(rec[off]), Status: int(le.Uint16(rec[off+2:])),
+			Duration: time.Duration(le.Uint64(rec[off+8:]))}
+		off += 16
+		var okm bool
+		if e.Model, okm = str(rec, &off); !okm {
+			return false
+		}
+		a.Earlier = append(a.Earlier, e)
+	}
+	if len(a.Earlier) == 0 {
+		a.Earlier = nil
+	}
+	return true
+}

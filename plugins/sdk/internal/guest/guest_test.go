@@ -1,0 +1,286 @@
+package guest
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
+)
+
+// upper is a toy transform: "drop" deltas are dropped, "hold" held, "err"
+// fails the attempt, "bad" fails the plugin, "stop" detaches; other deltas
+// are replaced by their upper case.
+type upper struct{ calls *int }
+
+func (u upper) Open(abi.StreamInfo) (Stream, error) { return upper(u), nil }
+func (u upper) Part(p *abi.Part) (abi.Verdict, error) {
+	*u.calls++
+	switch p.Delta {
+	case "drop":
+		return abi.Verdict{Action: abi.PartDrop}, nil
+	case "hold":
+		return abi.Verdict{Action: abi.PartHold}, nil
+	case "err":
+		return abi.Verdict{Action: abi.PartError, Err: &abi.TransformError{Code: 7, Message: "no"}}, nil
+	case "bad":
+		return abi.Verdict{}, errors.New("broken")
+	case "stop":
+		return abi.Verdict{Action: abi.PartDetach}, nil
+	}
+	return abi.Verdict{Action: abi.PartReplace, Replace: []abi.Part{{Kind: p.Kind, ID: p.ID, Delta: strings.ToUpper(p.Delta)}}}, nil
+}
+func (u upper) End() (abi.Verdict, error) { return abi.Verdict{Action: abi.PartError}, nil }
+func (u upper) Close()                    {}
+
+// harness is a guest with a host simulated around it.
+type harness struct {
+	g   *Guest
+	in  []byte
+	pol []byte
+}
+
+func newHarness(t *testing.T, bufSize int, cond func([]byte) (Decider, error), tr func([]byte) (Transform, error), config string) (*harness, int32) {
+	t.Helper()
+	NewCondition, NewTransform = cond, tr
+	t.Cleanup(func() { NewCondition, NewTransform = nil, nil })
+	h := &harness{}
+	h.g = New(make([]byte, bufSize), Env{
+		Input: func(dst []byte) int {
+			if len(dst) >= len(h.in) {
+				copy(dst, h.in)
+			}
+			return len(h.in)
+		},
+		Policy: func(rec []byte) int32 {
+			if _, err := abi.DecodePolicy(rec); err != nil {
+				return int32(abi.StatusInvalid)
+			}
+			h.pol = append([]byte(nil), rec...)
+			return 0
+		},
+	})
+	h.in = []byte(config)
+	return h, h.g.Init(int32(len(config)))
+}
+
+// put writes rec as the host would and returns its length.
+func (h *harness) put(rec []byte) int32 {
+	h.in = rec
+	if len(rec) <= len(h.g.Buf) {
+		copy(h.g.Buf, rec)
+	}
+	return int32(len(rec))
+}
+
+func TestInit(t *testing.T) {
+	_, rc := newHarness(t, 1024, nil, nil, "")
+	require.Positive(t, rc, "no kind registered is a rejection with a reason")
+
+	h, rc := newHarness(t, 1024, func(cfg []byte) (Decider, error) {
+		return nil, errors.New("bad config: " + string(cfg))
+	}, nil, "x=1")
+	require.Equal(t, "bad config: x=1", string(h.g.Buf[:rc]))
+
+	h, rc = newHarness(t, 1024, nil, func(cfg []byte) (Transform, error) {
+		return nil, errors.New(strings.Repeat("y", 5000))
+	}, "")
+	require.EqualValues(t, abi.MaxLogLine, rc, "the reason is cut at 1024 bytes")
+
+	calls := 0
+	h, rc = newHarness(t, 1024, nil, func([]byte) (Transform, error) { return upper{&calls}, nil }, "")
+	require.Zero(t, rc)
+	require.Nil(t, h.pol, "no Policy method, no policy declared")
+}
+
+func TestDecideReadsLargeInputThroughImport(t *testing.T) {
+	var got string
+	h, rc := newHarness(t, 1024, func([]byte) (Decider, error) {
+		return decideFunc(func(a *abi.Attempt) (abi.Decision, error) {
+			got = a.Message
+			return abi.Decision{Action: abi.ActionSwitch, Model: "m/" + a.Model}, nil
+		}), nil
+	}, nil, "")
+	require.Zero(t, rc)
+	msg := strings.Repeat("m", 4000) // the record exceeds the 1 KiB buffer
+	n := h.g.Decide(h.put(abi.EncodeAttempt(&abi.Attempt{Number: 1, Model: "x", Message: msg})))
+	require.Positive(t, n)
+	d, err := abi.DecodeDecision(h.g.Buf[:n])
+	require.NoError(t, err)
+	require.Equal(t, "m/x", d.Model)
+	require.Equal(t, msg, got)
+
+	require.Equal(t, int32(-1), h.g.Decide(h.put([]byte{1, 2, 3})), "a malformed attempt fails the call")
+}
+
+type decideFunc func(a *abi.Attempt) (abi.Decision, error)
+
+func (f decideFunc) Decide(a *abi.Attempt) (abi.Decision, error) { return f(a) }
+
+func TestPartVerdicts(t *testing.T) {
+	calls := 0
+	h, rc := newHarness(t, 1024, nil, func([]byte) (Transform, error) { return upper{&calls}, nil }, "")
+	require.Zero(t, rc)
+	require.Zero(t, h.g.Open(5, h.put(abi.AppendStreamInfo(nil, &abi.StreamInfo{ID: 1, Model: "m"}))))
+	require.Equal(t, int32(-1), h.g.Open(5, h.put(abi.AppendStreamInfo(nil, &abi.StreamInfo{}))), "a handle in use")
+
+	part := func(delta string) uint64 {
+		return h.g.Part(5, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta, ID: "t", Delta: delta})))
+	}
+	v := part("abc")
+	a, n, err := abi.UnpackVerdict(v)
+	require.NoError(t, err)
+	require.Equal(t, abi.PartReplace, a)
+	ps, err := abi.DecodeParts(h.g.Buf[:n])
+	require.NoError(t, err)
+	require.Equal(t, []abi.Part{{Kind: abi.KindTextDelta, ID: "t", Delta: "ABC"}}, ps)
+
+	require.Equal(t, abi.PackVerdict(abi.PartDrop, 0), part("drop"))
+	require.Equal(t, abi.PackVerdict(abi.PartHold, 0), part("hold"))
+	require.Equal(t, FailVerdict, part("bad"))
+	a, n, err = abi.UnpackVerdict(part("err"))
+	require.NoError(t, err)
+	require.Equal(t, abi.PartError, a)
+	e, err := abi.DecodeError(h.g.Buf[:n], "upper")
+	require.NoError(t, err)
+	require.Equal(t, &abi.TransformError{Transform: "upper", Class: abi.ClassTransform, Code: 7, Message: "no"}, e)
+
+	big := strings.Repeat("z", 3000) // through the input import; the replacement does not fit 1 KiB
+	require.Equal(t, FailVerdict, part(big), "a payload past the buffer is a plugin failure, not an overflow")
+
+	// A tool call goes through the general decoder.
+	v = h.g.Part(5, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindToolCall, ID: "c", Tool: &abi.ToolInfo{Name: "f", Input: "{}"}})))
+	a, _, err = abi.UnpackVerdict(v)
+	require.NoError(t, err)
+	require.Equal(t, abi.PartReplace, a)
+
+	require.Equal(t, abi.PackVerdict(abi.PartError, 0), h.g.End(5))
+	require.Equal(t, FailVerdict, h.g.Part(6, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta}))), "unknown stream")
+	require.Equal(t, FailVerdict, h.g.Part(5, h.put([]byte{0, 0, 0, 0})), "kind 0 is malformed")
+	require.Equal(t, 1, h.g.Streams())
+	h.g.Close(5)
+	h.g.Close(5) // a second close is harmless
+	require.Zero(t, h.g.Streams())
+}
+
+func TestPartsBatch(t *testing.T) {
+	calls := 0
+	h, rc := newHarness(t, BufferSize, nil, func([]byte) (Transform, error) { return upper{&calls}, nil }, "")
+	require.Zero(t, rc)
+	for _, s := range []int64{1, 2} {
+		require.Zero(t, h.g.Open(s, h.put(abi.AppendStreamInfo(nil, &abi.StreamInfo{ID: uint64(s)}))))
+	}
+	type entry struct {
+		stream int64
+		delta  string
+	}
+	entries := []entry{{1, "a"}, {2, "stop"}, {1, "drop"}, {2, "b"}, {1, "c"}}
+	var in []byte
+	for _, e := range entries {
+		rec := abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta, ID: "t", Delta: e.delta})
+		in = binary.LittleEndian.AppendUint64(in, uint64(e.stream))
+		in = binary.LittleEndian.AppendUint32(in, uint32(len(rec)))
+		in = append(in, rec...)
+	}
+	calls = 0
+	k := h.g.Parts(int32(len(entries)), h.put(in))
+	require.EqualValues(t, len(entries), k, "every entry judged")
+	require.Equal(t, 4, calls, "stream 2 detached: its later entry is answered PASS without a call")
+
+	at := (len(in) + 7) &^ 7
+	out := h.g.Buf[at:]
+	var got []string
+	for len(got) < int(k) {
+		a, pn, err := abi.UnpackVerdict(binary.LittleEndian.Uint64(out))
+		require.NoError(t, err)
+		out = out[8:]
+		s := a.String()
+		if a == abi.PartReplace {
+			ps, err := abi.DecodeParts(out[:pn])
+			require.NoError(t, err)
+			s += ":" + ps[0].Delta
+		}
+		out = out[pn:]
+		got = append(got, s)
+	}
+	require.Equal(t, []string{"replace:A", "detach", "drop", "pass", "replace:C"}, got)
+
+	require.Equal(t, int32(-1), h.g.Parts(2, h.put(in[:20])), "a truncated batch fails")
+}
+
+// TestPartsBatchStopsEarly: when the buffer has no room left for the next
+// result, the batch stops and says how many entries it judged, leaving the
+// rest unjudged for the host to send again.
+func TestPartsBatchStopsEarly(t *testing.T) {
+	calls := 0
+	h, rc := newHarness(t, 2*BatchReserve, nil, func([]byte) (Transform, error) { return upper{&calls}, nil }, "")
+	require.Zero(t, rc)
+	require.Zero(t, h.g.Open(1, h.put(abi.AppendStreamInfo(nil, &abi.StreamInfo{}))))
+	var in []byte
+	rec := abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta, ID: "t", Delta: strings.Repeat("d", 300)})
+	for range 10 {
+		in = binary.LittleEndian.AppendUint64(in, 1)
+		in = binary.LittleEndian.AppendUint32(in, uint32(len(rec)))
+		in = append(in, rec...)
+	}
+	k := h.g.Parts(10, h.put(in))
+	require.Positive(t, k)
+	require.Less(t, k, int32(10))
+	require.Equal(t, int(k), calls, "only the judged entries reached the transform")
+}
+
+type withPolicy struct{ upper }
+
+func (withPolicy) Policy() abi.TransformPolicy {
+	return abi.TransformPolicy{Fail: abi.FailClosed, MaxHeldParts: 3}
+}
+
+func TestPolicyDeclared(t *testing.T) {
+	calls := 0
+	h, rc := newHarness(t, 1024, nil, func([]byte) (Transform, error) { return withPolicy{upper{&calls}}, nil }, "")
+	require.Zero(t, rc)
+	p, err := abi.DecodePolicy(h.pol)
+	require.NoError(t, err)
+	require.Equal(t, abi.TransformPolicy{Fail: abi.FailClosed, MaxHeldParts: 3}, p)
+}
+
+// TestDecodeAttemptMatchesCodec: the in-place decoder reads what
+// abi.DecodeAttempt reads, and rejects what it rejects.
+func TestDecodeAttemptMatchesCodec(t *testing.T) {
+	g := New(make([]byte, 1024), Env{})
+	for _, a := range []abi.Attempt{
+		{},
+		{Number: 3, Model: "openai/gpt-4o", Class: abi.ClassRateLimit, Status: 429, ErrorName: "*openai.Error",
+			Message: "slow down", RetryAfter: 2 * time.Second, Deadline: abi.DeadlineGap, Retryable: true,
+			Finish: abi.FinishReason{Unified: abi.ReasonLength, Raw: "max_tokens"}, Elapsed: time.Minute, Duration: time.Second,
+			Usage:   abi.Usage{InputTokens: 1, OutputTokens: 2, CacheReadTokens: 3, CacheWriteTokens: 4, ReasoningTokens: 5},
+			Earlier: []abi.AttemptSummary{{Model: "a/b", Class: abi.ClassServer, Status: 500, Duration: 3}, {Model: "c/d"}}},
+	} {
+		rec := abi.EncodeAttempt(&a)
+		want, err := abi.DecodeAttempt(rec)
+		require.NoError(t, err)
+		require.True(t, g.decodeAttempt(rec))
+		require.Equal(t, want, g.a)
+		for cut := 0; cut < len(rec); cut++ {
+			_, err := abi.DecodeAttempt(rec[:cut])
+			require.Equal(t, err == nil, g.decodeAttempt(rec[:cut]), "cut at %d", cut)
+		}
+	}
+}
+
+func FuzzDecodeAttempt(f *testing.F) {
+	f.Add(abi.EncodeAttempt(&abi.Attempt{Number: 1, Model: "m", Earlier: []abi.AttemptSummary{{Model: "x"}}}))
+	g := New(make([]byte, 1024), Env{})
+	f.Fuzz(func(t *testing.T, rec []byte) {
+		want, err := abi.DecodeAttempt(rec)
+		ok := g.decodeAttempt(rec)
+		require.Equal(t, err == nil, ok)
+		if ok {
+			require.Equal(t, want, g.a)
+		}
+	})
+}

@@ -1,0 +1,45 @@
+package sdk
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDecodeJSON(t *testing.T) {
+	type inner struct {
+		Delay string `json:"delay"`
+	}
+	type cfg struct {
+		Name  string            `json:"name"`
+		Rules []inner           `json:"rules"`
+		Retry *inner            `json:"retry"`
+		Map   map[string]inner  `json:"map"`
+		Plain map[string]string `json:"plain"`
+		Other int
+		Skip  int `json:"-"`
+	}
+	for _, tc := range []struct{ name, in, err string }{
+		{"empty keeps defaults", "  \n", ""},
+		{"all known", `{"name":"x","rules":[{"delay":"1s"}],"retry":{"delay":"2s"},"map":{"a":{"delay":"3s"}},"plain":{"k":"v"},"other":3}`, ""},
+		{"case-insensitive like encoding/json", `{"NAME":"x","Other":1}`, ""},
+		{"unknown top-level", `{"nam":"x"}`, `unknown field "nam"`},
+		{"unknown in a slice element", `{"rules":[{"delay":"1s"},{"dealy":"1s"}]}`, `unknown field "rules[1].dealy"`},
+		{"unknown behind a pointer", `{"retry":{"wait":"1s"}}`, `unknown field "retry.wait"`},
+		{"unknown in a map value", `{"map":{"a":{"x":1}}}`, `unknown field "map.a.x"`},
+		{"json:\"-\" is not a key", `{"Skip":1}`, `unknown field "Skip"`},
+		{"wrong type", `{"name":3}`, "cannot unmarshal"},
+		{"trailing data", `{"name":"x"} {}`, "invalid character"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := cfg{Name: "default"}
+			err := DecodeJSON([]byte(tc.in), &v)
+			if tc.err == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.err)
+			require.ErrorContains(t, err, "config: ")
+		})
+	}
+}

@@ -1,0 +1,74 @@
+package plugins_test
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/plugins"
+)
+
+// TestRefusalcoreVectors checks the Go and C refusal plugins against
+// refusalcore's golden decisions (plugins/refusalcore/testdata/vectors.json):
+// the text sent as one delta after the preamble must give HOLD for "hold",
+// ERROR with the phrase for "match", DETACH for "diverge".
+func TestRefusalcoreVectors(t *testing.T) {
+	b, err := os.ReadFile("refusalcore/testdata/vectors.json")
+	require.NoError(t, err)
+	var vs []struct {
+		Text    string `json:"text"`
+		TextHex string `json:"text_hex"`
+		Outcome string `json:"outcome"`
+		Phrase  string `json:"phrase"`
+	}
+	require.NoError(t, json.Unmarshal(b, &vs))
+	require.NotEmpty(t, vs)
+	hexed := 0
+	for _, v := range vs {
+		if v.TextHex != "" {
+			hexed++
+		}
+	}
+	require.Positive(t, hexed, "the vectors include invalid UTF-8, carried as text_hex")
+	ctx := context.Background()
+	for name, bin := range map[string][]byte{"go": plugins.Refusal, "c": plugins.CRefusal} {
+		in := load(t, "refusal", bin, "", false)
+		for _, v := range vs {
+			text := v.Text
+			if v.TextHex != "" {
+				raw, err := hex.DecodeString(v.TextHex)
+				require.NoError(t, err)
+				text = string(raw)
+			}
+			s, err := in.Open(ctx, abi.StreamInfo{})
+			require.NoError(t, err)
+			for _, p := range []abi.Part{{Kind: abi.KindStreamStart}, {Kind: abi.KindTextStart, ID: "t"}} {
+				got, err := s.Part(ctx, &p)
+				require.NoError(t, err)
+				require.Equal(t, abi.PartHold, got.Action)
+			}
+			got, err := s.Part(ctx, &abi.Part{Kind: abi.KindTextDelta, ID: "t", Delta: text})
+			require.NoError(t, err)
+			s.Close()
+			switch v.Outcome {
+			case "hold":
+				require.Equal(t, abi.PartHold, got.Action, "%s %q", name, text)
+			case "diverge":
+				require.Equal(t, abi.PartDetach, got.Action, "%s %q", name, text)
+			case "match":
+				require.Equal(t, abi.PartError, got.Action, "%s %q", name, text)
+				var re *abi.RefusalError
+				require.ErrorAs(t, got.Err, &re)
+				require.Equal(t, v.Phrase, re.Phrase)
+				require.Equal(t, text, re.Text)
+			default:
+				t.Fatalf("unknown outcome %q", v.Outcome)
+			}
+		}
+	}
+}
