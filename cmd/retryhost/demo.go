@@ -8,12 +8,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/provider/openai"
 )
 
@@ -62,7 +66,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *asJSON {
 		out = &jsonOutput{enc: json.NewEncoder(stdout)}
 	}
-	if err := demo(ctx, out); err != nil {
+	if err := demo(ctx, out, demoHostOptions()...); err != nil {
 		fmt.Fprintf(stderr, "retryhost demo: %v\n", err)
 		return exitFail
 	}
@@ -72,7 +76,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // demo runs the README's main job end to end: real HTTP, the real OpenAI
 // adapter, the stream driver with a refusal transform and retry/switch
 // rules.
-func demo(ctx context.Context, out demoOutput) error {
+//
+// opts configure the Wasm host (the CLI sets a compilation cache; tests
+// pick the interpreter, fast to compile under the race detector).
+func demo(ctx context.Context, out demoOutput, opts ...host.Option) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	provs := demoProviders()
 	models := make([]driver.Model, len(provs))
 	for i, p := range provs {
@@ -90,7 +100,8 @@ func demo(ctx context.Context, out demoOutput) error {
 	}
 	alpha, beta, gamma := models[0], models[1], models[2]
 
-	pol, err := newDemoPolicy(ctx, beta, gamma)
+	out.loading()
+	pol, err := newDemoPolicy(ctx, beta, gamma, opts...)
 	if err != nil {
 		return err
 	}
@@ -171,31 +182,54 @@ type demoPolicy struct {
 	close      func(context.Context)
 }
 
-// newDemoPolicy: a refusal on alpha switches to beta; a rate limit retries
-// beta once after its Retry-After, then switches to gamma.
-//
-// TODO(next): run the embedded Wasm refusal plugin and errmatch condition
-// once the plugins package is on main.
-func newDemoPolicy(_ context.Context, beta, gamma driver.Model) (*demoPolicy, error) {
-	refusal, err := driver.NewRefusalDetector()
+// newDemoPolicy loads the built-in Wasm plugins: the refusal transform,
+// and the errmatch condition with the demo's rules: a refusal switches to
+// beta; a rate limit on beta's first attempt retries it after its
+// Retry-After; a rate limit after that switches to gamma.
+func newDemoPolicy(ctx context.Context, beta, gamma driver.Model, opts ...host.Option) (*demoPolicy, error) {
+	rt, err := host.New(ctx, opts...)
 	if err != nil {
+		return nil, err
+	}
+	// One request at a time: one warm instance each is enough.
+	refusal, err := rt.Load(ctx, "refusal", plugins.Refusal, host.WithConfig([]byte(`{"fail": "open"}`)), host.WithInstances(1))
+	if err != nil {
+		_ = rt.Close(ctx)
+		return nil, err
+	}
+	rules := fmt.Sprintf(`{"rules": [
+		{"class": ["refusal"], "switch": {"model": %q}},
+		{"status": [429], "max_attempt": 2, "retry": {"max_attempts": 2, "retry_after": true}},
+		{"status": [429], "switch": {"model": %q}}
+	]}`, beta.Key(), gamma.Key())
+	errmatch, err := rt.Load(ctx, "errmatch", plugins.ErrMatch, host.WithConfig([]byte(rules)), host.WithInstances(1))
+	if err != nil {
+		_ = rt.Close(ctx)
 		return nil, err
 	}
 	return &demoPolicy{
 		transforms: []abi.Transformer{refusal},
-		rules: []driver.Condition{
-			driver.OnClass(abi.ClassRefusal).Switch(beta),
-			driver.OnStatus(http.StatusTooManyRequests).Retry().Attempts(2),
-			driver.OnStatus(http.StatusTooManyRequests).Switch(gamma),
-		},
+		rules:      []driver.Condition{errmatch},
 		describe: []string{
-			"transform  refusal (native Go detector): fails an attempt whose text starts with a refusal",
-			"rule       refusal → switch to " + beta.Key(),
-			"rule       HTTP 429 → retry the same model after its Retry-After (2 attempts in all)",
-			"rule       HTTP 429 again → switch to " + gamma.Key(),
+			"transform  refusal (built-in Wasm plugin): fails an attempt whose text starts with a refusal",
+			"condition  errmatch (built-in Wasm plugin), first matching rule decides:",
+			"             class refusal → switch to " + beta.Key(),
+			"             HTTP 429 on attempt ≤ 2 → retry the same model after its Retry-After",
+			"             HTTP 429 → switch to " + gamma.Key(),
 		},
-		close: func(context.Context) {},
+		close: func(ctx context.Context) { _ = rt.Close(ctx) },
 	}, nil
+}
+
+// demoHostOptions caches the plugins' compiled code in the user's cache
+// directory, so only the first demo pays for compiling them. Tests replace
+// it.
+var demoHostOptions = func() []host.Option {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return nil
+	}
+	return []host.Option{host.WithCacheDir(filepath.Join(dir, "retryhost", "wazero"))}
 }
 
 // demoSummary is the demo's outcome.
@@ -208,6 +242,7 @@ type demoSummary struct {
 
 // demoOutput renders the demo's events, as text or as JSON lines.
 type demoOutput interface {
+	loading()
 	intro(models []driver.Model, policy []string)
 	failed(a *driver.Attempt)
 	next(model string, waited time.Duration)
@@ -239,7 +274,15 @@ type plainOutput struct {
 	answering bool
 }
 
+func (o *plainOutput) loading() {
+	if o.t.tty {
+		fmt.Fprint(o.w, o.t.paint(ansiDim, "compiling the built-in Wasm plugins…"))
+		o.waiting = true
+	}
+}
+
 func (o *plainOutput) intro(models []driver.Model, policy []string) {
+	o.clearProgress()
 	t := o.t
 	fmt.Fprintln(o.w, t.paint(ansiBold, "retryhost demo")+": 3 OpenAI-compatible providers on loopback, the real openai adapter, no key")
 	roles := []string{"refuses in plain text", fmt.Sprintf("rate-limited: HTTP 429, Retry-After %v", demoRetryAfter), "answers"}
@@ -318,6 +361,8 @@ func ms(d time.Duration) *float64 {
 	f := float64(d.Microseconds()) / 1000
 	return &f
 }
+
+func (o *jsonOutput) loading() {}
 
 func (o *jsonOutput) intro(models []driver.Model, _ []string) {
 	roles := []string{"refuses", "rate-limited", "answers"}
