@@ -1,0 +1,21 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/host"
+)
+
+func TestRun_TheRefusalNeverReachesTheCaller(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), &out, host.WithInterpreter()))
+	require.Equal(t, `attempt 1 on openai/gpt-4o: refusal
+  refusal held "I'm sorry, but I can't ": it matched "i'm sorry, but i can't"
+attempt 2 on anthropic/claude-sonnet-4: committed, after 1 failed
+the caller got: "To reset a forgotten password, use the sign-in page's \"Forgot password\" link."
+`, out.String())
+}
