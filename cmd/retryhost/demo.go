@@ -25,7 +25,7 @@ func init() {
 	register(command{
 		name:    "demo",
 		usage:   "demo [--json]",
-		summary: "fail over a streamed request across 3 loopback OpenAI-compatible providers (a refusal, a rate limit, an answer): no key, no network",
+		summary: "fail a streamed request over 3 loopback providers (refusal, 429, answer); no key, no network",
 		run:     runDemo,
 	})
 }

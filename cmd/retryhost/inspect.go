@@ -24,7 +24,7 @@ func init() {
 	register(command{
 		name:    "plugin",
 		usage:   "plugin inspect [--json] [--config STR] FILE.wasm",
-		summary: "describe a Wasm plugin (ABI, kind, imports, exports, memory, sha256) and try loading it: exit 1 if this host rejects it",
+		summary: "describe a Wasm plugin and try loading it (exit 1 if this host rejects it)",
 		run:     runPlugin,
 	})
 }
