@@ -77,8 +77,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // adapter, the stream driver with a refusal transform and retry/switch
 // rules.
 //
-// opts configure the Wasm host (the CLI sets a compilation cache; tests
-// pick the interpreter, fast to compile under the race detector).
+// opts configure the Wasm host (a compilation cache).
 func demo(ctx context.Context, out demoOutput, opts ...host.Option) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -30,9 +30,9 @@ func main() {
 	}
 }
 
-// run runs the example; opts configure the host (the test picks wazero's
-// interpreter, which compiles a 2 MB Go module far faster under the race
-// detector than the optimising compiler does).
+// run runs the example; opts configure the host (the test shares a
+// compilation cache between runs: a 2 MB Go module takes seconds to
+// compile, tens of seconds under the race detector).
 func run(ctx context.Context, w io.Writer, opts ...host.Option) error {
 	rt, err := host.New(ctx, opts...)
 	if err != nil {
