@@ -34,8 +34,9 @@ func main() {
 }
 
 func run(ctx context.Context, w io.Writer) error {
-	// Every call into a plugin is bounded: 20ms here (default 50ms).
-	rt, err := host.New(ctx, host.WithCallTimeout(20*time.Millisecond))
+	// Every call into a plugin is bounded: 100ms here (default 50ms), far
+	// above what the good plugin needs even on a loaded machine.
+	rt, err := host.New(ctx, host.WithCallTimeout(100*time.Millisecond))
 	if err != nil {
 		return err
 	}
