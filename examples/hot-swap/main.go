@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
@@ -30,7 +31,9 @@ func main() {
 }
 
 func run(ctx context.Context, w io.Writer) error {
-	rt, err := host.New(ctx)
+	// A generous call deadline (default 50ms): under the example's burst of
+	// streams a descheduled call must not fail open and skip a transform.
+	rt, err := host.New(ctx, host.WithCallTimeout(time.Second))
 	if err != nil {
 		return err
 	}
