@@ -1,0 +1,318 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/host"
+)
+
+func init() {
+	register(command{
+		name:    "plugin",
+		usage:   "plugin inspect [--json] [--config STR] FILE.wasm",
+		summary: "describe a Wasm plugin and try loading it (exit 1 if this host rejects it)",
+		run:     runPlugin,
+	})
+}
+
+// loadReasons names each load sentinel of package host for output a script
+// can branch on.
+var loadReasons = []struct {
+	err  error
+	name string
+}{
+	{host.ErrInvalidModule, "invalid-module"},
+	{host.ErrChecksum, "checksum"},
+	{host.ErrABIVersion, "abi-version"},
+	{host.ErrForbiddenImport, "forbidden-import"},
+	{host.ErrBadExport, "bad-export"},
+	{host.ErrNoKind, "no-kind"},
+	{host.ErrInit, "init"},
+	{host.ErrConfigRejected, "config-rejected"},
+	{host.ErrNoBuffer, "no-buffer"},
+}
+
+// report is what inspect prints; --json prints it as is.
+type report struct {
+	File     string     `json:"file"`
+	Size     int        `json:"size"`
+	SHA256   string     `json:"sha256"`
+	ABI      string     `json:"abi"` // "v1", another "vN", or "none"
+	Kinds    []string   `json:"kinds"`
+	Imports  []function `json:"imports"`
+	Exports  []function `json:"exports"`
+	Memories []memory   `json:"memories"`
+	Accepted bool       `json:"accepted"`
+	// FailPolicy is an accepted transform's declared fail policy: what
+	// happens to a stream when the plugin traps or times out at call time.
+	FailPolicy string `json:"fail_policy,omitempty"`
+	// Reason is the load failure's reason (see loadReasons) and Error the
+	// host's full message, when not accepted.
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+type function struct {
+	Module  string   `json:"module,omitempty"` // imports only
+	Name    string   `json:"name"`
+	Params  []string `json:"params"`
+	Results []string `json:"results"`
+}
+
+func (f function) String() string {
+	s := f.Name
+	if f.Module != "" {
+		s = f.Module + "." + s
+	}
+	s += "(" + strings.Join(f.Params, ", ") + ")"
+	if len(f.Results) > 0 {
+		s += " " + strings.Join(f.Results, ", ")
+	}
+	return s
+}
+
+type memory struct {
+	Name     string  `json:"name"`
+	Imported bool    `json:"imported,omitempty"`
+	MinPages uint32  `json:"min_pages"`
+	MaxPages *uint32 `json:"max_pages"` // null: no declared maximum
+}
+
+func (m memory) String() string {
+	s := fmt.Sprintf("%s: min %d pages (%s)", m.Name, m.MinPages, pagesSize(m.MinPages))
+	if m.MaxPages == nil {
+		s += ", no declared max"
+	} else {
+		s += fmt.Sprintf(", max %d pages (%s)", *m.MaxPages, pagesSize(*m.MaxPages))
+	}
+	if m.Imported {
+		s += ", imported"
+	}
+	return s
+}
+
+func pagesSize(n uint32) string {
+	b := uint64(n) * 64 << 10
+	if b >= 1<<20 {
+		return fmt.Sprintf("%g MiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%d KiB", b>>10)
+}
+
+func runPlugin(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "inspect" {
+		fmt.Fprintln(stderr, "usage: retryhost "+commands["plugin"].usage)
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("plugin inspect", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	config := fs.String("config", "", "the config handed to the plugin's init while trying to load it")
+	// Flags may come before or after the file.
+	if err := fs.Parse(args[1:]); err != nil {
+		return exitUsage
+	}
+	rest := fs.Args()
+	if len(rest) > 0 {
+		if err := fs.Parse(rest[1:]); err != nil {
+			return exitUsage
+		}
+		rest = append(rest[:1], fs.Args()...)
+	}
+	if len(rest) != 1 {
+		fmt.Fprintln(stderr, "usage: retryhost "+commands["plugin"].usage)
+		return exitUsage
+	}
+	b, err := os.ReadFile(rest[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "retryhost: %v\n", err)
+		return exitFail
+	}
+	r, err := inspect(ctx, rest[0], b, []byte(*config))
+	if err != nil {
+		fmt.Fprintf(stderr, "retryhost: %v\n", err)
+		return exitFail
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			fmt.Fprintf(stderr, "retryhost: %v\n", err)
+			return exitFail
+		}
+	} else {
+		printReport(stdout, termFor(stdout), r)
+	}
+	if !r.Accepted {
+		return exitFail
+	}
+	return exitOK
+}
+
+// inspect describes wasm from wazero's compiled module, then tries to load
+// it with a default host to say whether this host accepts it. The error is
+// for the machinery itself failing (not the module being rejected).
+func inspect(ctx context.Context, file string, wasm, config []byte) (*report, error) {
+	sum := sha256.Sum256(wasm)
+	r := &report{File: file, Size: len(wasm), SHA256: hex.EncodeToString(sum[:]), ABI: "none",
+		Kinds: []string{}, Imports: []function{}, Exports: []function{}, Memories: []memory{}}
+
+	// The interpreter compiles fastest, and introspection needs no code.
+	wr := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer wr.Close(ctx)
+	if cm, err := wr.CompileModule(ctx, wasm); err == nil {
+		describe(r, cm)
+	}
+
+	rt, err := host.New(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer rt.Close(ctx)
+	p, err := rt.Load(ctx, file, wasm, host.WithConfig(config))
+	if err != nil {
+		var le *host.LoadError
+		if !errors.As(err, &le) {
+			return nil, err
+		}
+		r.Error = err.Error()
+		r.Reason = "unknown"
+		for _, lr := range loadReasons {
+			if errors.Is(le, lr.err) {
+				r.Reason = lr.name
+			}
+		}
+		return r, nil
+	}
+	r.Accepted = true
+	if p.IsTransform() {
+		r.FailPolicy = p.FailPolicy().String()
+	}
+	return r, p.Close(ctx)
+}
+
+func describe(r *report, cm wazero.CompiledModule) {
+	for _, f := range cm.ImportedFunctions() {
+		mod, name, _ := f.Import()
+		r.Imports = append(r.Imports, function{Module: mod, Name: name, Params: types(f.ParamTypes()), Results: types(f.ResultTypes())})
+		if v, ok := strings.CutPrefix(mod, "retryhost_"); ok && r.ABI == "none" {
+			r.ABI = v
+		}
+	}
+	for name, f := range cm.ExportedFunctions() {
+		r.Exports = append(r.Exports, function{Name: name, Params: types(f.ParamTypes()), Results: types(f.ResultTypes())})
+		if v, ok := strings.CutPrefix(name, "retryhost_abi_"); ok {
+			r.ABI = v // the version marker wins over the imports
+		}
+	}
+	slices.SortFunc(r.Imports, func(a, b function) int { return strings.Compare(a.Module+"."+a.Name, b.Module+"."+b.Name) })
+	slices.SortFunc(r.Exports, func(a, b function) int { return strings.Compare(a.Name, b.Name) })
+	exported := cm.ExportedFunctions()
+	if _, ok := exported[abi.ExportDecide]; ok {
+		r.Kinds = append(r.Kinds, "condition")
+	}
+	for _, name := range []string{abi.ExportOpen, abi.ExportPart, abi.ExportEnd, abi.ExportClose} {
+		if _, ok := exported[name]; ok {
+			r.Kinds = append(r.Kinds, "transform")
+			break
+		}
+	}
+	for name, m := range cm.ExportedMemories() {
+		r.Memories = append(r.Memories, memDef(name, false, m))
+	}
+	for _, m := range cm.ImportedMemories() {
+		mod, name, _ := m.Import()
+		r.Memories = append(r.Memories, memDef(mod+"."+name, true, m))
+	}
+	slices.SortFunc(r.Memories, func(a, b memory) int { return strings.Compare(a.Name, b.Name) })
+}
+
+func memDef(name string, imported bool, m api.MemoryDefinition) memory {
+	out := memory{Name: name, Imported: imported, MinPages: m.Min()}
+	if max, ok := m.Max(); ok {
+		out.MaxPages = &max
+	}
+	return out
+}
+
+func types(ts []api.ValueType) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = api.ValueTypeName(t)
+	}
+	return out
+}
+
+// printReport writes one "key: value" line per fact (lists: one indented
+// line per item), so grep and cut work on it; colour only on a terminal.
+func printReport(w io.Writer, t term, r *report) {
+	var b strings.Builder
+	line := func(k, v string) { fmt.Fprintf(&b, "%-9s %s\n", k+":", v) }
+	list := func(k string, items []string) {
+		if len(items) == 0 {
+			line(k, "none")
+			return
+		}
+		line(k, fmt.Sprint(len(items)))
+		for _, it := range items {
+			fmt.Fprintf(&b, "  %s\n", it)
+		}
+	}
+	line("file", r.File)
+	line("size", fmt.Sprintf("%d bytes", r.Size))
+	line("sha256", r.SHA256)
+	abiLine := r.ABI
+	if r.ABI != fmt.Sprintf("v%d", abi.VersionMajor) {
+		abiLine += fmt.Sprintf(" (this host speaks v%d.%d)", abi.VersionMajor, abi.VersionMinor)
+	}
+	line("abi", abiLine)
+	kinds := strings.Join(r.Kinds, ", ")
+	if kinds == "" {
+		kinds = "none"
+	}
+	line("kind", kinds)
+	mems := make([]string, len(r.Memories))
+	for i, m := range r.Memories {
+		mems[i] = m.String()
+	}
+	list("memory", mems)
+	imps := make([]string, len(r.Imports))
+	for i, f := range r.Imports {
+		imps[i] = f.String()
+	}
+	list("imports", imps)
+	exps := make([]string, len(r.Exports))
+	for i, f := range r.Exports {
+		exps[i] = f.String()
+	}
+	list("exports", exps)
+	if r.Accepted {
+		line("accepted", t.paint(ansiGreen+ansiBold, "yes"))
+		switch r.FailPolicy {
+		case "":
+		case abi.FailOpen.String():
+			line("on fail", r.FailPolicy+" (if it traps or times out, the stream goes on untransformed)")
+		default:
+			line("on fail", r.FailPolicy+" (if it traps or times out, that attempt fails and the rules decide)")
+		}
+		line("note", "load checks passed; at call time every call is bounded by the host's deadline and memory cap")
+	} else {
+		line("accepted", t.paint(ansiRed+ansiBold, "no")+" ("+r.Reason+")")
+		line("why", r.Error)
+	}
+	io.WriteString(w, b.String())
+}

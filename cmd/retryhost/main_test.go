@@ -1,0 +1,24 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/retryhost/retryhost/host"
+)
+
+func TestMain(m *testing.M) {
+	// The compilation cache the plugins' tests share across test binaries
+	// and runs (see plugins/internal/plugintest): compiling the demo's Go
+	// plugins takes tens of seconds under the race detector, once. It also
+	// keeps the tests out of the user's cache directory.
+	dir := filepath.Join(os.TempDir(), "retryhost-wasmtest-"+runtime.Version())
+	demoHostOptions = func() []host.Option { return []host.Option{host.WithCacheDir(dir)} }
+	// The demo starts servers, streams and a Wasm host; nothing of them may
+	// outlive a run.
+	goleak.VerifyTestMain(m)
+}
