@@ -291,9 +291,17 @@ func (s *Scenario) Run(ctx context.Context, doc *strictjson.Doc, opts Options) (
 	res := &Result{}
 	for i := range s.Requests {
 		*rec = recorder{}
-		out := play(ctx, pol.Model, &s.Requests[i].Caller)
+		out, final := play(ctx, pol.Model, &s.Requests[i].Caller)
 		rec.mu.Lock()
 		out.Committed = rec.committed
+		if final != nil {
+			// The driver's class of the last attempt names a raw error.
+			class := abi.ClassNone
+			if o := rec.outcome; o != nil && len(o.Attempts) > 0 {
+				class = o.Attempts[len(o.Attempts)-1].Class
+			}
+			out.Error = resultName(final, class)
+		}
 		if o := rec.outcome; o != nil {
 			for _, a := range o.Attempts {
 				out.Attempts = append(out.Attempts, nameOf(a.Model)+": "+resultName(a.Err, a.Class))
@@ -323,7 +331,8 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 }
 
 // play runs one request as the caller describes and reads it to its end.
-func play(ctx context.Context, m *driver.RetryableModel, c *Caller) Outcome {
+// It returns the error the caller got, if any.
+func play(ctx context.Context, m *driver.RetryableModel, c *Caller) (out Outcome, final error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if c.Timeout != nil {
@@ -335,11 +344,9 @@ func play(ctx context.Context, m *driver.RetryableModel, c *Caller) Outcome {
 		t := time.AfterFunc(time.Duration(*c.CancelAfter), cancel)
 		defer t.Stop()
 	}
-	var out Outcome
 	st, err := m.Stream(ctx, &driver.Request{Messages: []driver.Message{{Role: driver.RoleUser, Content: []driver.Content{{Text: "hi"}}}}})
 	if err != nil {
-		out.Error = resultName(err, abi.ClassNone)
-		return out
+		return out, err
 	}
 	var text strings.Builder
 	starts, deltas := 0, 0
@@ -349,7 +356,7 @@ func play(ctx context.Context, m *driver.RetryableModel, c *Caller) Outcome {
 			break
 		}
 		if err != nil {
-			out.Error = resultName(err, abi.ClassNone)
+			final = err
 			break
 		}
 		switch p.Kind {
@@ -371,7 +378,7 @@ func play(ctx context.Context, m *driver.RetryableModel, c *Caller) Outcome {
 	if starts > 1 {
 		out.Violations = append(out.Violations, fmt.Sprintf("the caller saw %d stream-start parts", starts))
 	}
-	return out
+	return out, final
 }
 
 // resultName names an error the way scenarios spell outcomes; class is the
