@@ -51,8 +51,9 @@ type ModelScript struct {
 }
 
 // Chaos is a provider that fails at seeded random points: each attempt
-// streams Text in Chunks pieces, and with probability FailRate fails with a
-// 503 before its first chunk or is cut after a random chunk.
+// streams Text in Chunks pieces, and with probability FailRate fails: half
+// of the failures are a 503 before the first chunk, half a cut after a
+// random chunk (1..Chunks).
 type Chaos struct {
 	Seed     uint64  `json:"seed"`
 	Text     string  `json:"text"`

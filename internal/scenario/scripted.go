@@ -106,7 +106,10 @@ func (c *Chaos) attempt(n int) *AttemptScript {
 	chunks := splitText(c.Text, c.Chunks)
 	var steps []Step
 	fail := r.Float64() < c.FailRate
-	at := r.IntN(len(chunks) + 1)
+	at := 0 // half of the failures come before any content
+	if r.IntN(2) == 1 {
+		at = 1 + r.IntN(len(chunks)) // the other half cut after 1..len chunks
+	}
 	for i, ch := range chunks {
 		if fail && i == at {
 			break
