@@ -9,6 +9,9 @@
 // float kinds, slices, maps with string keys, pointers, structs,
 // [Duration], json.RawMessage (the value's exact text) and any (decoded by
 // encoding/json).
+//
+// Line comments ("// …" to the end of the line, outside strings) are allowed
+// and ignored, so that a policy file can explain itself.
 package strictjson
 
 import (
@@ -80,6 +83,7 @@ func (d *Doc) Has(path string) bool { _, ok := d.pos[path]; return ok }
 
 // Decode decodes data into v (a non-nil pointer) strictly.
 func Decode(data []byte, v any) (*Doc, error) {
+	data = blankComments(data)
 	doc := &Doc{data: data, pos: map[string]int64{}}
 	root, err := parse(data)
 	if err != nil {
@@ -109,6 +113,37 @@ func lineCol(data []byte, off int64) (int, int) {
 	line := bytes.Count(pre, []byte{'\n'}) + 1
 	col := int(off) - bytes.LastIndexByte(pre, '\n')
 	return line, col
+}
+
+// blankComments returns data with every // comment outside a string
+// replaced by spaces: offsets, lines and columns stay those of the file.
+func blankComments(data []byte) []byte {
+	if !bytes.Contains(data, []byte("//")) {
+		return data
+	}
+	out := bytes.Clone(data)
+	inString, escaped := false, false
+	for i := 0; i < len(out); i++ {
+		c := out[i]
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '/' && i+1 < len(out) && out[i+1] == '/':
+			for ; i < len(out) && out[i] != '\n'; i++ {
+				out[i] = ' '
+			}
+		}
+	}
+	return out
 }
 
 func parse(data []byte) (*node, error) {

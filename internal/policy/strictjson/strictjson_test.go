@@ -78,3 +78,12 @@ func TestDecodeErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestLineComments(t *testing.T) {
+	var d doc
+	src := "{\n  // a comment with \"quotes\" and a } brace\n  \"s\": \"http://not-a-comment\", // trailing\n  \"raw\": {\"k\": 1 // inside raw\n  },\n  \"u\": \"x\"\n}"
+	_, err := strictjson.Decode([]byte(src), &d)
+	require.EqualError(t, err, "line 6:8: u: want a non-negative integer, got a string", "positions survive comments")
+	require.Equal(t, "http://not-a-comment", d.S)
+	require.JSONEq(t, `{"k": 1}`, string(d.Raw))
+}
