@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -17,7 +18,7 @@ import (
 func init() {
 	register(command{
 		name:    "replay",
-		usage:   "replay [--json] FILE...",
+		usage:   "replay [--json] FILE|DIR...",
 		summary: "run scenario files (scripted providers, a policy, the caller's actions) and check their outcomes",
 		run:     runReplay,
 	})
@@ -44,9 +45,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the reports as one JSON array")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: retryhost replay [--json] FILE...\n\n"+
-			"Runs each scenario file (format: testdata/scenarios/README.md), prints what\n"+
-			"happened, and exits 1 with a diff when an outcome differs from its expectation.\n\n")
+		fmt.Fprint(stderr, "usage: retryhost replay [--json] FILE|DIR...\n\n"+
+			"Runs each scenario file (a directory: its *.json files; the format is in\n"+
+			"testdata/scenarios/README.md), prints what happened, and exits 1 with a\n"+
+			"diff when an outcome differs from its expectation.\n\n")
 		fs.PrintDefaults()
 	}
 	var files []string
@@ -60,7 +62,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if fs.NArg() == 0 {
 			break
 		}
-		files = append(files, fs.Arg(0))
+		files = append(files, expandDir(fs.Arg(0))...)
 		rest = fs.Args()[1:]
 	}
 	if len(files) == 0 {
@@ -91,6 +93,19 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 	return 0
+}
+
+// expandDir turns a directory into its *.json files, sorted; anything else
+// is kept as is (a missing file is reported when it is read).
+func expandDir(arg string) []string {
+	if fi, err := os.Stat(arg); err != nil || !fi.IsDir() {
+		return []string{arg}
+	}
+	m, _ := filepath.Glob(filepath.Join(arg, "*.json"))
+	if len(m) == 0 {
+		return []string{arg} // reported as unreadable
+	}
+	return m
 }
 
 func replayOne(ctx context.Context, file string) replayReport {

@@ -25,7 +25,7 @@ func replay(args ...string) (code int, stdout, stderr string) {
 func TestReplayRegistered(t *testing.T) {
 	c, ok := commands["replay"]
 	require.True(t, ok)
-	require.Equal(t, "replay [--json] FILE...", c.usage)
+	require.Equal(t, "replay [--json] FILE|DIR...", c.usage)
 }
 
 func TestReplayPlain(t *testing.T) {
@@ -103,7 +103,7 @@ func TestReplayEveryScenario(t *testing.T) {
 	files, err := filepath.Glob("../../testdata/scenarios/*.json")
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
-	code, out, errOut := replay(files...)
+	code, out, errOut := replay("../../testdata/scenarios")
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	require.Contains(t, out, fmt.Sprintf("%d scenario(s): %d passed, 0 failed\n", len(files), len(files)))
 }
