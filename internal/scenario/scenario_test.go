@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("../../testdata/scenarios/*.json")
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, len(files), 1, "the scenario corpus")
+	require.GreaterOrEqual(t, len(files), 25, "the scenario corpus")
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			t.Parallel()
