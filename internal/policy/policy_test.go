@@ -183,3 +183,23 @@ func TestExampleLoads(t *testing.T) {
 	_, err = policy.Load(ctx, "testdata/example.json", policy.Options{Dir: "../../host/testdata", Getenv: func(string) string { return "" }})
 	require.EqualError(t, err, "testdata/example.json: line 8:83: models[0].api_key_env: environment variable OPENAI_API_KEY is not set")
 }
+
+func TestBuiltinPlugins(t *testing.T) {
+	ctx := context.Background()
+	upper, err := os.ReadFile("../../host/testdata/upper.wasm")
+	require.NoError(t, err)
+	opts := bound()
+	opts.Builtin = func(name string) ([]byte, bool) {
+		if name == "upper" {
+			return upper, true
+		}
+		return nil, false
+	}
+	p, err := policy.Parse(ctx, []byte(`{`+models+`, "transforms": [{"plugin": {"builtin": "upper", "fail": "closed"}}]}`), opts)
+	require.NoError(t, err)
+	require.NotNil(t, p.Runtime)
+	require.NoError(t, p.Close(ctx))
+
+	_, err = policy.Parse(ctx, []byte(`{`+models+`, "transforms": [{"plugin": {"builtin": "refusal"}}]}`), opts)
+	require.EqualError(t, err, `p.json: line 1:130: transforms[0].plugin.builtin: unknown built-in plugin "refusal"`)
+}
