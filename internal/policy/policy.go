@@ -1,0 +1,698 @@
+// Package policy reads a declarative policy file (JSON) into the same
+// driver and host objects a Go user would build by hand: a *driver.Runner,
+// a *driver.RetryableModel and, when the policy names Wasm plugins, a
+// *host.Runtime with the plugins loaded.
+//
+// Every mistake is reported at load with the field's path and its line and
+// column ("policy.json: line 12:15: rules[1].action: unknown action
+// \"swtich\" (want switch, retry or give-up)"); unknown fields are errors.
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/internal/policy/strictjson"
+	"github.com/retryhost/retryhost/provider/anthropic"
+	"github.com/retryhost/retryhost/provider/openai"
+)
+
+// Error is a mistake in a policy file: where it is and what is wrong.
+type Error = strictjson.Error
+
+// Options are what the caller supplies beyond the file.
+type Options struct {
+	// Name labels the policy in errors (usually its file name).
+	Name string
+	// Dir resolves relative plugin paths. Default: the file's directory
+	// (Load), else the working directory.
+	Dir string
+	// Models binds model names to models built by the caller. A "scripted"
+	// model must be bound; a bound openai or anthropic model replaces the
+	// adapter the file describes (for tests).
+	Models map[string]driver.Model
+	// Builtin returns a built-in plugin's bytes by name; nil: no built-ins.
+	Builtin func(name string) ([]byte, bool)
+	// Getenv reads API keys. Default os.Getenv.
+	Getenv func(string) string
+	// Logger receives the driver's and host's logs. Default: discard.
+	Logger *slog.Logger
+	// RunnerOptions and StreamOptions are appended to the ones the file
+	// produces (callbacks, for instance).
+	RunnerOptions []driver.Option
+	StreamOptions []driver.StreamOption
+}
+
+// Policy is a loaded policy. Close it to release its plugins. A Policy's
+// Runner and Model are safe for concurrent use.
+type Policy struct {
+	Runner *driver.Runner
+	Model  *driver.RetryableModel
+	// Models are the file's models by name.
+	Models map[string]driver.Model
+	// Runtime hosts the policy's Wasm plugins; nil when there are none.
+	Runtime *host.Runtime
+}
+
+// Close releases the plugins and the Wasm runtime, waiting for calls in
+// flight until ctx is done.
+func (p *Policy) Close(ctx context.Context) error {
+	if p == nil || p.Runtime == nil {
+		return nil
+	}
+	return p.Runtime.Close(ctx)
+}
+
+// Load reads and builds the policy file at path.
+func Load(ctx context.Context, path string, opts Options) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Name == "" {
+		opts.Name = path
+	}
+	if opts.Dir == "" {
+		opts.Dir = filepath.Dir(path)
+	}
+	return Parse(ctx, data, opts)
+}
+
+// Parse builds a policy from the file's bytes.
+func Parse(ctx context.Context, data []byte, opts Options) (*Policy, error) {
+	var f File
+	doc, err := strictjson.Decode(data, &f)
+	if err != nil {
+		return nil, opts.wrap(err)
+	}
+	p, err := Build(ctx, doc, &f, "", opts)
+	return p, opts.wrap(err)
+}
+
+func (o *Options) wrap(err error) error {
+	if err == nil || o.Name == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", o.Name, err)
+}
+
+// Build builds a policy already decoded as part of a larger document (a
+// scenario embeds one) whose fields sit under prefix in doc.
+func Build(ctx context.Context, doc *strictjson.Doc, f *File, prefix string, opts Options) (*Policy, error) {
+	b := &builder{doc: doc, prefix: prefix, opts: opts, p: &Policy{Models: map[string]driver.Model{}}}
+	if b.opts.Getenv == nil {
+		b.opts.Getenv = os.Getenv
+	}
+	if b.opts.Logger == nil {
+		b.opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := b.build(ctx, f); err != nil {
+		_ = b.p.Close(ctx)
+		return nil, err
+	}
+	return b.p, nil
+}
+
+type builder struct {
+	doc    *strictjson.Doc
+	prefix string
+	opts   Options
+	p      *Policy
+	sb     *SandboxSpec
+}
+
+func (b *builder) errf(path, format string, args ...any) error {
+	if b.prefix != "" {
+		path = strings.TrimSuffix(b.prefix+"."+path, ".")
+	}
+	return b.doc.Errorf(path, format, args...)
+}
+
+func dur(d *Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return time.Duration(*d)
+}
+
+func (b *builder) build(ctx context.Context, f *File) error {
+	if len(f.Models) == 0 {
+		return b.errf("models", "at least one model is required (the first is the base model)")
+	}
+	for i := range f.Models {
+		if err := b.model(i, &f.Models[i]); err != nil {
+			return err
+		}
+	}
+	b.sb = &f.Sandbox
+	var ropts []driver.Option
+	for i := range f.Rules {
+		c, err := b.rule(ctx, i, &f.Rules[i])
+		if err != nil {
+			return err
+		}
+		ropts = append(ropts, driver.WithRules(c))
+	}
+	var sopts []driver.StreamOption
+	for i := range f.Transforms {
+		t, err := b.transform(ctx, i, &f.Transforms[i])
+		if err != nil {
+			return err
+		}
+		sopts = append(sopts, driver.WithTransforms(t))
+	}
+	models := make([]driver.Model, 0, len(f.Models))
+	for _, m := range f.Models {
+		models = append(models, b.p.Models[m.Name])
+	}
+	ropts = append(ropts, driver.WithModels(models[1:]...), driver.WithLogger(b.opts.Logger))
+
+	dl := f.Deadlines
+	ropts = append(ropts, driver.WithAttemptTimeout(dur(dl.Attempt)), driver.WithBudget(dur(dl.Budget)))
+	sopts = append(sopts, driver.WithFirstContentTimeout(dur(dl.FirstContent)), driver.WithGapTimeout(dur(dl.Gap)))
+
+	bo := driver.Backoff{Delay: dur(f.Backoff.Delay), Factor: f.Backoff.Factor, MaxDelay: dur(f.Backoff.MaxDelay), Seed: f.Backoff.Seed}
+	if bo.Factor != 0 && bo.Factor < 1 {
+		return b.errf("backoff.factor", "factor %v is below 1", bo.Factor)
+	}
+	switch f.Backoff.Jitter {
+	case "", "none":
+	case "full":
+		bo.Jitter = driver.JitterFull
+	case "equal":
+		bo.Jitter = driver.JitterEqual
+	default:
+		return b.errf("backoff.jitter", "unknown jitter %q (want none, full or equal)", f.Backoff.Jitter)
+	}
+	ropts = append(ropts, driver.WithBackoff(bo))
+	if b.doc.Has(b.path("max_attempts")) {
+		if f.MaxAttempts < 1 {
+			return b.errf("max_attempts", "must be at least 1, got %d", f.MaxAttempts)
+		}
+		ropts = append(ropts, driver.WithMaxAttempts(f.MaxAttempts))
+	}
+	if f.RetryAfterCap != nil {
+		ropts = append(ropts, driver.WithRetryAfterCap(dur(f.RetryAfterCap)))
+	}
+	if f.Sticky != "" {
+		s, err := driver.ParseSticky(f.Sticky)
+		if err != nil {
+			return b.errf("sticky", "unknown sticky policy %q (want after-request, after-N-requests or after-N-seconds)", f.Sticky)
+		}
+		ropts = append(ropts, driver.WithSticky(s))
+	}
+	switch f.Commit {
+	case "", "output":
+	case "legacy":
+		sopts = append(sopts, driver.WithCommitRule(driver.CommitLegacy))
+	default:
+		return b.errf("commit", "unknown commit rule %q (want output or legacy)", f.Commit)
+	}
+	if f.Sandbox.Breaker != nil && f.Sandbox.Breaker.Failures < 0 {
+		return b.errf("sandbox.breaker.failures", "must not be negative")
+	}
+	if _, err := b.memory(); err != nil {
+		return err
+	}
+	r, err := driver.New(models[0], append(ropts, b.opts.RunnerOptions...)...)
+	if err != nil {
+		return b.errf("", "%v", err)
+	}
+	m, err := driver.NewRetryableModel(r, append(sopts, b.opts.StreamOptions...)...)
+	if err != nil {
+		return b.errf("", "%v", err)
+	}
+	b.p.Runner, b.p.Model = r, m
+	return nil
+}
+
+func (b *builder) path(p string) string {
+	if b.prefix == "" {
+		return p
+	}
+	return b.prefix + "." + p
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+func (b *builder) model(i int, m *ModelSpec) error {
+	at := fmt.Sprintf("models[%d]", i)
+	switch {
+	case m.Name == "":
+		return b.errf(at+".name", "required")
+	case !namePattern.MatchString(m.Name):
+		return b.errf(at+".name", "%q is not a valid name (letters, digits, '.', '_', '-')", m.Name)
+	case b.p.Models[m.Name] != nil:
+		return b.errf(at+".name", "duplicate model name %q", m.Name)
+	}
+	if bound, ok := b.opts.Models[m.Name]; ok && bound != nil {
+		if m.Provider != "scripted" && m.Provider != "openai" && m.Provider != "anthropic" {
+			return b.errf(at+".provider", "unknown provider %q (want openai, anthropic or scripted)", m.Provider)
+		}
+		b.p.Models[m.Name] = bound
+		return nil
+	}
+	var key string
+	if m.Provider == "openai" || m.Provider == "anthropic" {
+		if m.Model == "" {
+			return b.errf(at+".model", "required for provider %s", m.Provider)
+		}
+		if m.APIKeyEnv == "" {
+			return b.errf(at+".api_key_env", "required: the name of the environment variable holding the API key")
+		}
+		if key = b.opts.Getenv(m.APIKeyEnv); key == "" {
+			return b.errf(at+".api_key_env", "environment variable %s is not set", m.APIKeyEnv)
+		}
+	}
+	var (
+		model driver.Model
+		err   error
+	)
+	switch m.Provider {
+	case "openai":
+		o := []openai.Option{openai.WithAPIKey(key)}
+		if m.BaseURL != "" {
+			o = append(o, openai.WithBaseURL(m.BaseURL))
+		}
+		model, err = openai.New(m.Model, o...)
+	case "anthropic":
+		o := []anthropic.Option{anthropic.WithAPIKey(key)}
+		if m.BaseURL != "" {
+			o = append(o, anthropic.WithBaseURL(m.BaseURL))
+		}
+		model, err = anthropic.New(m.Model, o...)
+	case "scripted":
+		return b.errf(at+".provider", "scripted model %q has no script bound (scripted models exist only in scenarios)", m.Name)
+	case "":
+		return b.errf(at+".provider", "required (openai, anthropic or scripted)")
+	default:
+		return b.errf(at+".provider", "unknown provider %q (want openai, anthropic or scripted)", m.Provider)
+	}
+	if err != nil {
+		return b.errf(at, "%v", err)
+	}
+	b.p.Models[m.Name] = model
+	return nil
+}
+
+func (b *builder) rule(ctx context.Context, i int, rs *RuleSpec) (driver.Condition, error) {
+	at := fmt.Sprintf("rules[%d]", i)
+	if (rs.When == nil) == (rs.Plugin == nil) {
+		return nil, b.errf(at, "give exactly one of when (a native condition) or plugin (a Wasm condition)")
+	}
+	if rs.Plugin != nil {
+		p, err := b.plugin(ctx, at+".plugin", rs.Plugin)
+		if err != nil {
+			return nil, err
+		}
+		if !p.IsCondition() {
+			return nil, b.errf(at+".plugin", "plugin %q is not a condition (it exports no retryhost_decide)", p.Name())
+		}
+		if rs.Action == "" {
+			if err := b.noActionFields(at, rs); err != nil {
+				return nil, err
+			}
+			return p, nil
+		}
+		r, err := b.action(at, rs, driver.And()) // the plugin is the matcher
+		if err != nil {
+			return nil, err
+		}
+		return &gated{plugin: p, rule: r}, nil
+	}
+	m, err := b.match(at+".when", rs.When)
+	if err != nil {
+		return nil, err
+	}
+	if rs.Action == "" {
+		return nil, b.errf(at+".action", "required (switch, retry or give-up)")
+	}
+	return b.action(at, rs, m)
+}
+
+func (b *builder) noActionFields(at string, rs *RuleSpec) error {
+	for _, f := range []string{"model", "attempts", "delay", "backoff", "timeout", "retry_after"} {
+		if b.doc.Has(b.path(at + "." + f)) {
+			return b.errf(at+"."+f, "only with an action (a plugin rule without one decides for itself)")
+		}
+	}
+	return nil
+}
+
+func (b *builder) action(at string, rs *RuleSpec, m driver.Match) (*driver.Rule, error) {
+	var r *driver.Rule
+	switch rs.Action {
+	case "switch":
+		if rs.Model == "" {
+			return nil, b.errf(at+".model", "required for a switch")
+		}
+		target := b.p.Models[rs.Model]
+		if target == nil {
+			return nil, b.errf(at+".model", "unknown model %q (declare it under models)", rs.Model)
+		}
+		r = m.Switch(target)
+	case "retry":
+		if rs.Model != "" {
+			return nil, b.errf(at+".model", "only for a switch (retry stays on the failed attempt's model)")
+		}
+		r = m.Retry()
+	case "give-up":
+		for _, f := range []string{"model", "attempts", "delay", "backoff", "timeout", "retry_after"} {
+			if b.doc.Has(b.path(at + "." + f)) {
+				return nil, b.errf(at+"."+f, "not allowed with give-up")
+			}
+		}
+		return m.GiveUp(), nil
+	default:
+		return nil, b.errf(at+".action", "unknown action %q (want switch, retry or give-up)", rs.Action)
+	}
+	if b.doc.Has(b.path(at + ".attempts")) {
+		min := 1
+		if rs.Action == "retry" {
+			min = 2
+		}
+		if rs.Attempts < min {
+			return nil, b.errf(at+".attempts", "%s needs at least %d attempts (the first counts), got %d", rs.Action, min, rs.Attempts)
+		}
+		r = r.Attempts(rs.Attempts)
+	}
+	if rs.Delay != nil {
+		r = r.Delay(dur(rs.Delay))
+	}
+	if b.doc.Has(b.path(at + ".backoff")) {
+		if !(rs.Backoff >= 1) {
+			return nil, b.errf(at+".backoff", "factor %v is below 1", rs.Backoff)
+		}
+		r = r.Backoff(rs.Backoff)
+	}
+	if rs.Timeout != nil {
+		if dur(rs.Timeout) <= 0 {
+			return nil, b.errf(at+".timeout", "must be positive")
+		}
+		r = r.Timeout(dur(rs.Timeout))
+	}
+	if rs.RetryAfter != nil {
+		if *rs.RetryAfter {
+			r = r.UseRetryAfter()
+		} else {
+			r = r.IgnoreRetryAfter()
+		}
+	}
+	return r, nil
+}
+
+func (b *builder) match(at string, ms *MatchSpec) (driver.Match, error) {
+	var ms2 []driver.Match
+	if ms.Any {
+		ms2 = append(ms2, driver.AnyError())
+	}
+	if ms.Status != nil {
+		if len(ms.Status) == 0 {
+			return driver.Match{}, b.errf(at+".status", "empty list")
+		}
+		for j, s := range ms.Status {
+			if s < 100 || s > 599 {
+				return driver.Match{}, b.errf(fmt.Sprintf("%s.status[%d]", at, j), "%d is not an HTTP status (100-599)", s)
+			}
+		}
+		ms2 = append(ms2, driver.OnStatus(ms.Status...))
+	}
+	if ms.StatusRange != nil {
+		r := ms.StatusRange
+		if len(r) != 2 || r[0] < 100 || r[1] > 599 || r[0] > r[1] {
+			return driver.Match{}, b.errf(at+".status_range", "want [lo, hi] with 100 <= lo <= hi <= 599, got %v", r)
+		}
+		ms2 = append(ms2, driver.OnStatusRange(r[0], r[1]))
+	}
+	if ms.Class != nil {
+		if len(ms.Class) == 0 {
+			return driver.Match{}, b.errf(at+".class", "empty list")
+		}
+		cs := make([]abi.ErrorClass, len(ms.Class))
+		for j, s := range ms.Class {
+			c, ok := abi.ParseErrorClass(s)
+			if !ok || c == abi.ClassNone {
+				return driver.Match{}, b.errf(fmt.Sprintf("%s.class[%d]", at, j), "unknown error class %q (want one of %s)", s, classList())
+			}
+			cs[j] = c
+		}
+		ms2 = append(ms2, driver.OnClass(cs...))
+	}
+	if ms.Message != nil {
+		for j, s := range ms.Message {
+			if s == "" {
+				return driver.Match{}, b.errf(fmt.Sprintf("%s.message[%d]", at, j), "empty substring (it would match every message)")
+			}
+		}
+		if len(ms.Message) == 0 {
+			return driver.Match{}, b.errf(at+".message", "empty list")
+		}
+		ms2 = append(ms2, driver.OnMessage(ms.Message...))
+	}
+	flag := func(p *bool, m driver.Match) {
+		if p == nil {
+			return
+		}
+		if *p {
+			ms2 = append(ms2, m)
+		} else {
+			ms2 = append(ms2, driver.Not(m))
+		}
+	}
+	flag(ms.Timeout, driver.Timeout())
+	flag(ms.Canceled, driver.Canceled())
+	if ms.Retryable != nil {
+		ms2 = append(ms2, driver.Retryable(*ms.Retryable))
+	}
+	if ms.Finish != nil {
+		if len(ms.Finish) == 0 {
+			return driver.Match{}, b.errf(at+".finish", "empty list")
+		}
+		rs := make([]abi.Reason, len(ms.Finish))
+		for j, s := range ms.Finish {
+			r, ok := abi.ParseReason(s)
+			if !ok {
+				return driver.Match{}, b.errf(fmt.Sprintf("%s.finish[%d]", at, j), "unknown finish reason %q", s)
+			}
+			rs[j] = r
+		}
+		ms2 = append(ms2, driver.OnFinish(rs...))
+	}
+	switch len(ms2) {
+	case 0:
+		return driver.Match{}, b.errf(at, "no criterion (use {\"any\": true} to match every error)")
+	case 1:
+		return ms2[0], nil
+	}
+	return driver.And(ms2...), nil
+}
+
+func classList() string {
+	var names []string
+	for c := abi.ClassUnknown; ; c++ {
+		s := c.String()
+		if _, ok := abi.ParseErrorClass(s); !ok || (s == "unknown" && c != abi.ClassUnknown) {
+			break
+		}
+		names = append(names, s)
+	}
+	return strings.Join(names, ", ")
+}
+
+func (b *builder) transform(ctx context.Context, i int, ts *TransformSpec) (driver.Transformer, error) {
+	at := fmt.Sprintf("transforms[%d]", i)
+	if (ts.Refusal == nil) == (ts.Plugin == nil) {
+		return nil, b.errf(at, "give exactly one of refusal (the native detector) or plugin (a Wasm transform)")
+	}
+	if ts.Refusal != nil {
+		d, err := driver.NewRefusalDetector(ts.Refusal.Phrases...)
+		if err != nil {
+			return nil, b.errf(at+".refusal.phrases", "%v", err)
+		}
+		return d, nil
+	}
+	p, err := b.plugin(ctx, at+".plugin", ts.Plugin)
+	if err != nil {
+		return nil, err
+	}
+	if !p.IsTransform() {
+		return nil, b.errf(at+".plugin", "plugin %q is not a transform", p.Name())
+	}
+	return p, nil
+}
+
+func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.Plugin, error) {
+	if (ps.Path == "") == (ps.Builtin == "") {
+		return nil, b.errf(at, "give exactly one of path or builtin")
+	}
+	var lo []host.LoadOption
+	if ps.SHA256 != "" {
+		if len(ps.SHA256) != 64 || strings.Trim(strings.ToLower(ps.SHA256), "0123456789abcdef") != "" {
+			return nil, b.errf(at+".sha256", "want 64 hex digits, got %q", ps.SHA256)
+		}
+		lo = append(lo, host.WithSHA256(ps.SHA256))
+	}
+	if len(ps.Config) > 0 {
+		var s string
+		if err := json.Unmarshal(ps.Config, &s); err == nil {
+			lo = append(lo, host.WithConfig([]byte(s)))
+		} else {
+			lo = append(lo, host.WithConfig(ps.Config))
+		}
+	}
+	if ps.Instances < 0 {
+		return nil, b.errf(at+".instances", "must not be negative")
+	}
+	if ps.Instances > 0 {
+		lo = append(lo, host.WithInstances(ps.Instances))
+	}
+	var wasm []byte
+	name := ps.Builtin
+	if ps.Builtin != "" {
+		var ok bool
+		if b.opts.Builtin != nil {
+			wasm, ok = b.opts.Builtin(ps.Builtin)
+		}
+		if !ok {
+			return nil, b.errf(at+".builtin", "unknown built-in plugin %q", ps.Builtin)
+		}
+	} else {
+		path := ps.Path
+		if !filepath.IsAbs(path) && b.opts.Dir != "" {
+			path = filepath.Join(b.opts.Dir, path)
+		}
+		var err error
+		if wasm, err = os.ReadFile(path); err != nil {
+			return nil, b.errf(at+".path", "%v", err)
+		}
+		name = filepath.Base(ps.Path)
+	}
+	rt, err := b.runtime(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := rt.Load(ctx, name, wasm, lo...)
+	if err != nil {
+		return nil, b.errf(at, "%v", err)
+	}
+	switch ps.Fail {
+	case "":
+	case "open", "closed":
+		pol := p.Policy()
+		pol.Fail = abi.FailOpen
+		if ps.Fail == "closed" {
+			pol.Fail = abi.FailClosed
+		}
+		// The policy is applied at load: load again with it (a plugin is
+		// cheap to load twice, and the host keeps its policy immutable).
+		_ = p.Close(ctx)
+		if p, err = rt.Load(ctx, name, wasm, append(lo, host.WithPolicy(pol))...); err != nil {
+			return nil, b.errf(at, "%v", err)
+		}
+	default:
+		return nil, b.errf(at+".fail", "unknown fail policy %q (want open or closed)", ps.Fail)
+	}
+	return p, nil
+}
+
+func (b *builder) runtime(ctx context.Context) (*host.Runtime, error) {
+	if b.p.Runtime != nil {
+		return b.p.Runtime, nil
+	}
+	sb := b.sb
+	ho := []host.Option{host.WithLogger(b.opts.Logger)}
+	mem, err := b.memory()
+	if err != nil {
+		return nil, err
+	}
+	if mem > 0 {
+		ho = append(ho, host.WithMemoryLimit(mem))
+	}
+	if sb.CallTimeout != nil {
+		if dur(sb.CallTimeout) <= 0 {
+			return nil, b.errf("sandbox.call_timeout", "must be positive")
+		}
+		ho = append(ho, host.WithCallTimeout(dur(sb.CallTimeout)))
+	}
+	if sb.Trusted {
+		ho = append(ho, host.WithTrusted())
+	}
+	if sb.Interpreter {
+		ho = append(ho, host.WithInterpreter())
+	}
+	if sb.Breaker != nil {
+		ho = append(ho, host.WithBreaker(sb.Breaker.Failures, time.Duration(sb.Breaker.Span)))
+	}
+	rt, err := host.New(ctx, ho...)
+	if err != nil {
+		return nil, b.errf("sandbox", "%v", err)
+	}
+	b.p.Runtime = rt
+	return rt, nil
+}
+
+var errMemory = errors.New("want a byte count (an integer) or a size such as \"16MiB\"")
+
+// memory parses sandbox.memory; 0 means the default.
+func (b *builder) memory() (uint64, error) {
+	raw := b.sb.Memory
+	if len(raw) == 0 {
+		return 0, nil
+	}
+	var n uint64
+	if err := json.Unmarshal(raw, &n); err != nil {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return 0, b.errf("sandbox.memory", "%v", errMemory)
+		}
+		mult := uint64(1)
+		for _, u := range []struct {
+			suf string
+			m   uint64
+		}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
+			if v, ok := strings.CutSuffix(s, u.suf); ok {
+				s, mult = strings.TrimSpace(v), u.m
+				break
+			}
+		}
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, b.errf("sandbox.memory", "%v, got %s", errMemory, raw)
+		}
+		n = v * mult
+	}
+	if n < 64<<10 {
+		return 0, b.errf("sandbox.memory", "%d bytes is below one 64 KiB page", n)
+	}
+	return n, nil
+}
+
+// gated is a Wasm condition used as a matcher: any opinion it gives counts
+// as a match for the rule's own action.
+type gated struct {
+	plugin *host.Plugin
+	rule   *driver.Rule
+}
+
+func (g *gated) Decide(ctx context.Context, a *driver.Attempt) (driver.Decision, error) {
+	d, err := g.plugin.Decide(ctx, a)
+	if err != nil || d.Action == abi.ActionNone {
+		return driver.Decision{}, err
+	}
+	return g.rule.Decide(ctx, a)
+}
+
+// FailPolicy is the plugin's.
+func (g *gated) FailPolicy() abi.FailPolicy { return g.plugin.FailPolicy() }

@@ -1,0 +1,205 @@
+package policy_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/internal/policy"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeModel is a bound model: the policy only needs its key.
+type fakeModel struct{ key string }
+
+func (f fakeModel) Key() string { return f.key }
+func (f fakeModel) Generate(context.Context, *driver.Request) (*driver.Response, error) {
+	return &driver.Response{}, nil
+}
+func (f fakeModel) Stream(context.Context, *driver.Request) (driver.Stream, error) { return nil, nil }
+
+func bound() policy.Options {
+	return policy.Options{
+		Name:   "p.json",
+		Dir:    "../../host/testdata",
+		Models: map[string]driver.Model{"a": fakeModel{"s/a"}, "b": fakeModel{"s/b"}},
+		Getenv: func(k string) string {
+			if k == "SET_KEY" {
+				return "sk-test"
+			}
+			return ""
+		},
+	}
+}
+
+const models = `"models": [{"name": "a", "provider": "scripted"}, {"name": "b", "provider": "scripted"}]`
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name, doc, want string
+	}{
+		{"syntax", "{\n  \"models\": [,]\n}", "p.json: line 2:14: invalid character ','"},
+		{"truncated", `{"models": [`, "p.json: line 1:13: unexpected end of the document"},
+		{"trailing data", `{"models": []} {}`, "line 1:16: unexpected data after the top-level value"},
+		{"unknown top field", "{\n" + models + ",\n  \"retries\": 3\n}", "p.json: line 3:3: retries: unknown field (want one of models, rules,"},
+		{"duplicate key", `{"sticky": "after-request", "sticky": "x"}`, `line 1:29: duplicate key "sticky"`},
+		{"no models", `{}`, "models: at least one model is required"},
+		{"model name missing", `{"models": [{"provider": "scripted"}]}`, "models[0].name: required"},
+		{"duplicate model", `{"models": [{"name": "a", "provider": "scripted"}, {"name": "a", "provider": "scripted"}]}`, `models[1].name: duplicate model name "a"`},
+		{"unknown provider", `{"models": [{"name": "z", "provider": "gemini"}]}`, `models[0].provider: unknown provider "gemini" (want openai, anthropic or scripted)`},
+		{"unbound scripted", `{"models": [{"name": "z", "provider": "scripted"}]}`, `models[0].provider: scripted model "z" has no script bound`},
+		{"openai without model", `{"models": [{"name": "z", "provider": "openai", "api_key_env": "SET_KEY"}]}`, "models[0].model: required for provider openai"},
+		{"key env unset", `{"models": [{"name": "z", "provider": "anthropic", "model": "m", "api_key_env": "NOPE"}]}`, "models[0].api_key_env: environment variable NOPE is not set"},
+		{"unknown model field", `{"models": [{"name": "a", "provider": "scripted", "key": "x"}]}`, "line 1:51: models[0].key: unknown field (want one of name, provider, model, base_url, api_key_env)"},
+		{"wrong type", `{"models": [{"name": 7}]}`, "line 1:22: models[0].name: want a string, got a number"},
+		{"rule needs when or plugin", `{` + models + `, "rules": [{"action": "retry"}]}`, "rules[0]: give exactly one of when"},
+		{"rule unknown action", `{` + models + `, "rules": [{"when": {"any": true}, "action": "swtich"}]}`, `rules[0].action: unknown action "swtich" (want switch, retry or give-up)`},
+		{"rule missing action", `{` + models + `, "rules": [{"when": {"any": true}}]}`, "rules[0].action: required"},
+		{"switch unknown model", `{` + models + `, "rules": [{"when": {"any": true}, "action": "switch", "model": "c"}]}`, `rules[0].model: unknown model "c"`},
+		{"switch without model", `{` + models + `, "rules": [{"when": {"any": true}, "action": "switch"}]}`, "rules[0].model: required for a switch"},
+		{"retry one attempt", `{` + models + `, "rules": [{"when": {"any": true}, "action": "retry", "attempts": 1}]}`, "rules[0].attempts: retry needs at least 2 attempts"},
+		{"give-up with delay", `{` + models + `, "rules": [{"when": {"any": true}, "action": "give-up", "delay": "1s"}]}`, "rules[0].delay: not allowed with give-up"},
+		{"bad duration", `{` + models + `, "rules": [{"when": {"any": true}, "action": "retry", "delay": "soon"}]}`, `rules[0].delay: invalid duration "soon"`},
+		{"number duration", `{` + models + `, "deadlines": {"attempt": 5}}`, `deadlines.attempt: want a duration string such as "250ms", got a number`},
+		{"negative duration", `{` + models + `, "deadlines": {"gap": "-1s"}}`, `deadlines.gap: negative duration "-1s"`},
+		{"bad status", `{` + models + `, "rules": [{"when": {"status": [429, 42]}, "action": "retry"}]}`, "rules[0].when.status[1]: 42 is not an HTTP status"},
+		{"bad status range", `{` + models + `, "rules": [{"when": {"status_range": [599, 500]}, "action": "retry"}]}`, "rules[0].when.status_range: want [lo, hi]"},
+		{"bad class", `{` + models + `, "rules": [{"when": {"class": ["ratelimit"]}, "action": "retry"}]}`, `rules[0].when.class[0]: unknown error class "ratelimit" (want one of unknown, timeout, canceled, rate-limit`},
+		{"bad finish", `{` + models + `, "rules": [{"when": {"finish": ["halt"]}, "action": "retry"}]}`, `rules[0].when.finish[0]: unknown finish reason "halt"`},
+		{"empty match", `{` + models + `, "rules": [{"when": {}, "action": "retry"}]}`, "rules[0].when: no criterion"},
+		{"unknown match field", `{` + models + `, "rules": [{"when": {"code": 5}, "action": "retry"}]}`, "rules[0].when.code: unknown field"},
+		{"bad jitter", `{` + models + `, "backoff": {"jitter": "some"}}`, `backoff.jitter: unknown jitter "some"`},
+		{"low factor", `{` + models + `, "backoff": {"factor": 0.5}}`, "backoff.factor: factor 0.5 is below 1"},
+		{"zero max attempts", `{` + models + `, "max_attempts": 0}`, "max_attempts: must be at least 1, got 0"},
+		{"bad sticky", `{` + models + `, "sticky": "forever"}`, `sticky: unknown sticky policy "forever"`},
+		{"bad commit", `{` + models + `, "commit": "eager"}`, `commit: unknown commit rule "eager"`},
+		{"bad memory", `{` + models + `, "sandbox": {"memory": "lots"}}`, `sandbox.memory: want a byte count`},
+		{"tiny memory", `{` + models + `, "sandbox": {"memory": 1000}}`, "sandbox.memory: 1000 bytes is below one 64 KiB page"},
+		{"transform needs one", `{` + models + `, "transforms": [{}]}`, "transforms[0]: give exactly one of refusal"},
+		{"empty phrase", `{` + models + `, "transforms": [{"refusal": {"phrases": ["  "]}}]}`, "transforms[0].refusal.phrases:"},
+		{"plugin path and builtin", `{` + models + `, "transforms": [{"plugin": {"path": "x.wasm", "builtin": "refusal"}}]}`, "transforms[0].plugin: give exactly one of path or builtin"},
+		{"plugin missing file", `{` + models + `, "transforms": [{"plugin": {"path": "nope.wasm"}}]}`, "transforms[0].plugin.path: open ../../host/testdata/nope.wasm: no such file or directory"},
+		{"unknown builtin", `{` + models + `, "transforms": [{"plugin": {"builtin": "nope"}}]}`, `transforms[0].plugin.builtin: unknown built-in plugin "nope"`},
+		{"bad sha", `{` + models + `, "transforms": [{"plugin": {"path": "upper.wasm", "sha256": "abc"}}]}`, `transforms[0].plugin.sha256: want 64 hex digits`},
+		{"sha mismatch", `{` + models + `, "transforms": [{"plugin": {"path": "upper.wasm", "sha256": "` + strings.Repeat("0", 64) + `"}}]}`, "transforms[0].plugin: host: load plugin \"upper.wasm\": host: sha256 does not match the pin"},
+		{"wrong abi", `{` + models + `, "transforms": [{"plugin": {"path": "wrongabi.wasm"}}]}`, "transforms[0].plugin: host: load plugin \"wrongabi.wasm\": host: unsupported ABI version"},
+		{"rejected config", `{` + models + `, "transforms": [{"plugin": {"path": "rejectconfig.wasm", "config": "no"}}]}`, "transforms[0].plugin: host: load plugin \"rejectconfig.wasm\": host: plugin rejected its config"},
+		{"condition as transform", `{` + models + `, "transforms": [{"plugin": {"path": "condition.wasm", "config": "b"}}]}`, `transforms[0].plugin: plugin "condition.wasm" is not a transform`},
+		{"transform as condition", `{` + models + `, "rules": [{"plugin": {"path": "upper.wasm"}}]}`, `rules[0].plugin: plugin "upper.wasm" is not a condition`},
+		{"plugin rule fields without action", `{` + models + `, "rules": [{"plugin": {"path": "condition.wasm", "config": "b"}, "attempts": 3}]}`, "rules[0].attempts: only with an action"},
+		{"bad fail policy", `{` + models + `, "transforms": [{"plugin": {"path": "upper.wasm", "fail": "maybe"}}]}`, `transforms[0].plugin.fail: unknown fail policy "maybe" (want open or closed)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := policy.Parse(context.Background(), []byte(tt.doc), bound())
+			require.Error(t, err)
+			require.Nil(t, p)
+			require.Contains(t, err.Error(), tt.want)
+			var pe *policy.Error
+			if !strings.Contains(tt.name, "syntax") {
+				require.ErrorAs(t, err, &pe, "a typed error with the place")
+				require.Positive(t, pe.Line, "every error names its line")
+			}
+		})
+	}
+}
+
+func TestParseBuildsPolicy(t *testing.T) {
+	ctx := context.Background()
+	doc := `{
+	  "models": [
+	    {"name": "a", "provider": "scripted"},
+	    {"name": "b", "provider": "scripted"},
+	    {"name": "gpt", "provider": "openai", "model": "gpt-4o-mini", "base_url": "http://127.0.0.1:1/v1", "api_key_env": "SET_KEY"}
+	  ],
+	  "rules": [
+	    {"when": {"status": [401, 403]}, "action": "give-up"},
+	    {"when": {"class": ["rate-limit"]}, "action": "retry", "attempts": 3, "delay": "1ms", "backoff": 2, "retry_after": true},
+	    {"plugin": {"path": "condition.wasm", "config": "b", "fail": "closed"}},
+	    {"plugin": {"path": "condition.wasm", "config": "b"}, "action": "switch", "model": "gpt"},
+	    {"when": {"any": true}, "action": "switch", "model": "b", "timeout": "2s"}
+	  ],
+	  "transforms": [{"refusal": {}}, {"plugin": {"path": "upper.wasm", "instances": 1}}],
+	  "deadlines": {"attempt": "10s", "budget": "1m", "first_content": "2s", "gap": "5s"},
+	  "backoff": {"max_delay": "1s", "jitter": "full", "seed": 7},
+	  "max_attempts": 5,
+	  "retry_after_cap": "3s",
+	  "sticky": "after-2-requests",
+	  "commit": "legacy",
+	  "sandbox": {"memory": "8MiB", "call_timeout": "100ms", "breaker": {"failures": 3, "span": "1m"}}
+	}`
+	p, err := policy.Parse(ctx, []byte(doc), bound())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	require.NotNil(t, p.Runner)
+	require.NotNil(t, p.Model)
+	require.NotNil(t, p.Runtime)
+	require.Equal(t, "s/a", p.Runner.Base().Key())
+	require.Equal(t, "s/a", p.Model.Key())
+	require.Len(t, p.Models, 3)
+	require.Equal(t, "openai/gpt-4o-mini", p.Models["gpt"].Key())
+}
+
+func TestLoadResolvesPluginsBesideTheFile(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	wasm, err := os.ReadFile("../../host/testdata/upper.wasm")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "upper.wasm"), wasm, 0o600))
+	path := filepath.Join(dir, "policy.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{`+models+`, "transforms": [{"plugin": {"path": "upper.wasm"}}]}`), 0o600))
+	opts := bound()
+	opts.Dir, opts.Name = "", ""
+	p, err := policy.Load(ctx, path, opts)
+	require.NoError(t, err)
+	require.NoError(t, p.Close(ctx))
+
+	require.NoError(t, os.WriteFile(path, []byte(`{"models": 1}`), 0o600))
+	_, err = policy.Load(ctx, path, opts)
+	require.EqualError(t, err, path+": line 1:12: models: want an array, got a number")
+}
+
+// TestExampleLoads keeps the commented example of the documentation honest:
+// every field it shows loads.
+func TestExampleLoads(t *testing.T) {
+	ctx := context.Background()
+	p, err := policy.Load(ctx, "testdata/example.json", policy.Options{
+		Dir:    "../../host/testdata",
+		Getenv: func(k string) string { return "key-of-" + k },
+	})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	require.Equal(t, "openai/gpt-4o-mini", p.Runner.Base().Key())
+	require.Equal(t, "anthropic/claude-sonnet-4-5", p.Models["strong"].Key())
+	require.NotNil(t, p.Runtime)
+
+	_, err = policy.Load(ctx, "testdata/example.json", policy.Options{Dir: "../../host/testdata", Getenv: func(string) string { return "" }})
+	require.EqualError(t, err, "testdata/example.json: line 8:83: models[0].api_key_env: environment variable OPENAI_API_KEY is not set")
+}
+
+func TestBuiltinPlugins(t *testing.T) {
+	ctx := context.Background()
+	upper, err := os.ReadFile("../../host/testdata/upper.wasm")
+	require.NoError(t, err)
+	opts := bound()
+	opts.Builtin = func(name string) ([]byte, bool) {
+		if name == "upper" {
+			return upper, true
+		}
+		return nil, false
+	}
+	p, err := policy.Parse(ctx, []byte(`{`+models+`, "transforms": [{"plugin": {"builtin": "upper", "fail": "closed"}}]}`), opts)
+	require.NoError(t, err)
+	require.NotNil(t, p.Runtime)
+	require.NoError(t, p.Close(ctx))
+
+	_, err = policy.Parse(ctx, []byte(`{`+models+`, "transforms": [{"plugin": {"builtin": "refusal"}}]}`), opts)
+	require.EqualError(t, err, `p.json: line 1:130: transforms[0].plugin.builtin: unknown built-in plugin "refusal"`)
+}

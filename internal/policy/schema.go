@@ -1,0 +1,131 @@
+package policy
+
+import (
+	"encoding/json"
+
+	"github.com/retryhost/retryhost/internal/policy/strictjson"
+)
+
+// Duration is a Go duration string in the file ("250ms", "1m30s").
+type Duration = strictjson.Duration
+
+// File is the policy file's schema. Field tags are the JSON names; every
+// field is optional unless said otherwise.
+type File struct {
+	// Models, in order; the first is the base model every request starts on
+	// (unless a sticky fallback says otherwise). Required, at least one.
+	Models []ModelSpec `json:"models"`
+	// Rules are asked in order after each failed attempt.
+	Rules []RuleSpec `json:"rules"`
+	// Transforms run, in order, on every part before the commit gate.
+	Transforms []TransformSpec `json:"transforms"`
+	Deadlines  Deadlines       `json:"deadlines"`
+	Backoff    BackoffSpec     `json:"backoff"`
+	// MaxAttempts caps the attempts of one request. Default 10.
+	MaxAttempts int `json:"max_attempts"`
+	// RetryAfterCap caps a server's Retry-After. Default 60s.
+	RetryAfterCap *Duration `json:"retry_after_cap"`
+	// Sticky is "after-request" (default), "after-N-requests" or "after-N-seconds".
+	Sticky string `json:"sticky"`
+	// Commit is the commit rule: "output" (default) or "legacy".
+	Commit  string      `json:"commit"`
+	Sandbox SandboxSpec `json:"sandbox"`
+}
+
+// ModelSpec declares one model.
+type ModelSpec struct {
+	Name      string `json:"name"`        // required; rules refer to it
+	Provider  string `json:"provider"`    // openai | anthropic | scripted
+	Model     string `json:"model"`       // the provider's model id (openai, anthropic)
+	BaseURL   string `json:"base_url"`    // default: the provider's
+	APIKeyEnv string `json:"api_key_env"` // the NAME of the env var with the key
+}
+
+// RuleSpec is one retry rule: a native match (when) or a Wasm condition
+// (plugin). A native rule needs an action; a plugin rule decides its own
+// action unless one is given, in which case any opinion of the plugin counts
+// as a match for the rule's action.
+type RuleSpec struct {
+	When       *MatchSpec  `json:"when"`
+	Plugin     *PluginSpec `json:"plugin"`
+	Action     string      `json:"action"` // switch | retry | give-up
+	Model      string      `json:"model"`  // switch: the target model's name
+	Attempts   int         `json:"attempts"`
+	Delay      *Duration   `json:"delay"`
+	Backoff    float64     `json:"backoff"`
+	Timeout    *Duration   `json:"timeout"`
+	RetryAfter *bool       `json:"retry_after"`
+}
+
+// MatchSpec is a native condition: every criterion given must hold; the
+// values inside one list are alternatives.
+type MatchSpec struct {
+	Any         bool     `json:"any"`
+	Status      []int    `json:"status"`
+	StatusRange []int    `json:"status_range"` // [lo, hi], inclusive
+	Class       []string `json:"class"`
+	Message     []string `json:"message"` // substrings, case-insensitive
+	Timeout     *bool    `json:"timeout"`
+	Canceled    *bool    `json:"canceled"`
+	Retryable   *bool    `json:"retryable"`
+	Finish      []string `json:"finish"`
+}
+
+// PluginSpec names a Wasm plugin: by path (relative to the policy file) or
+// by built-in name.
+type PluginSpec struct {
+	Path    string `json:"path"`
+	Builtin string `json:"builtin"`
+	SHA256  string `json:"sha256"`
+	// Config is handed to the plugin at load: a JSON string is passed as its
+	// text, any other JSON value as its JSON text.
+	Config json.RawMessage `json:"config"`
+	// Fail overrides the plugin's declared fail policy: "open" or "closed".
+	Fail      string `json:"fail"`
+	Instances int    `json:"instances"`
+}
+
+// TransformSpec is one transform: exactly one of its fields.
+type TransformSpec struct {
+	Refusal *RefusalSpec `json:"refusal"`
+	Plugin  *PluginSpec  `json:"plugin"`
+}
+
+// RefusalSpec configures the native refusal detector.
+type RefusalSpec struct {
+	Phrases []string `json:"phrases"` // default: the built-in list
+}
+
+// Deadlines are the driver's deadlines; absent means none.
+type Deadlines struct {
+	Attempt      *Duration `json:"attempt"`
+	Budget       *Duration `json:"budget"`
+	FirstContent *Duration `json:"first_content"`
+	Gap          *Duration `json:"gap"`
+}
+
+// BackoffSpec is the request-wide backoff.
+type BackoffSpec struct {
+	Delay    *Duration `json:"delay"`
+	Factor   float64   `json:"factor"`
+	MaxDelay *Duration `json:"max_delay"`
+	Jitter   string    `json:"jitter"` // none | full | equal
+	Seed     uint64    `json:"seed"`
+}
+
+// SandboxSpec configures the Wasm host.
+type SandboxSpec struct {
+	// Memory caps each instance's linear memory in bytes (an integer) or
+	// with a unit ("16MiB", "512KiB"). Default 64MiB.
+	Memory      json.RawMessage `json:"memory"`
+	CallTimeout *Duration       `json:"call_timeout"` // default 50ms
+	Trusted     bool            `json:"trusted"`      // no per-call guard
+	Interpreter bool            `json:"interpreter"`
+	Breaker     *BreakerSpec    `json:"breaker"`
+}
+
+// BreakerSpec is the crash-loop breaker: disable after Failures within Span.
+type BreakerSpec struct {
+	Failures int      `json:"failures"`
+	Span     Duration `json:"span"`
+}
