@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/retryhost/retryhost/internal/scenario"
+	"github.com/retryhost/retryhost/plugins"
 )
 
 func init() {
@@ -87,7 +88,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 1
 		}
 	} else {
-		printReplay(stdout, reports, replayTTY(stdout))
+		printReplay(stdout, reports, termFor(stdout).color)
 	}
 	if failed > 0 {
 		return 1
@@ -110,9 +111,7 @@ func expandDir(arg string) []string {
 
 func replayOne(ctx context.Context, file string) replayReport {
 	rep := replayReport{File: file}
-	// TODO(next): pass Builtin: plugins.Lookup once the embedded plugins
-	// (branch plugins) are on main, so scenarios can name "builtin" plugins.
-	s, res, err := scenario.RunFile(ctx, file, scenario.Options{})
+	s, res, err := scenario.RunFile(ctx, file, scenario.Options{Builtin: builtinWasm})
 	if err != nil {
 		rep.Error = err.Error()
 		return rep
@@ -180,17 +179,9 @@ func orDash(s string) string {
 	return s
 }
 
-// replayTTY reports whether w is a terminal that wants colour.
-// TODO(next): use the CLI's shared termFor once branch cli is merged.
-func replayTTY(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		return false
-	}
-	_, noColor := os.LookupEnv("NO_COLOR")
-	return !noColor
+// builtinWasm resolves a policy's {"builtin": NAME} plugin to the bytes
+// embedded in package plugins.
+func builtinWasm(name string) ([]byte, bool) {
+	p, ok := plugins.Lookup(name)
+	return p.Wasm, ok
 }

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/retryhost/retryhost/internal/scenario"
+	"github.com/retryhost/retryhost/plugins"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -22,11 +23,18 @@ func TestScenarios(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			t.Parallel()
-			s, res, err := scenario.RunFile(context.Background(), f, scenario.Options{})
+			s, res, err := scenario.RunFile(context.Background(), f, scenario.Options{Builtin: builtin})
 			require.NoError(t, err)
 			require.Empty(t, s.Diff(res), "scenario %s: want (-) vs got (+)", f)
 		})
 	}
+}
+
+// builtin resolves {"builtin": NAME} plugins to the embedded ones, as the
+// replay command does.
+func builtin(name string) ([]byte, bool) {
+	p, ok := plugins.Lookup(name)
+	return p.Wasm, ok
 }
 
 // TestWrongExpectationFailsWithDiff proves a scenario can fail: a
