@@ -53,6 +53,9 @@ type Options struct {
 	// produces (callbacks, for instance).
 	RunnerOptions []driver.Option
 	StreamOptions []driver.StreamOption
+	// HostOptions are appended to the Wasm runtime's options the file's
+	// sandbox section produces (a compilation cache directory, an observer).
+	HostOptions []host.Option
 }
 
 // Policy is a loaded policy. Close it to release its plugins. A Policy's
@@ -635,7 +638,7 @@ func (b *builder) runtime(ctx context.Context) (*host.Runtime, error) {
 	if sb.Breaker != nil {
 		ho = append(ho, host.WithBreaker(sb.Breaker.Failures, time.Duration(sb.Breaker.Span)))
 	}
-	rt, err := host.New(ctx, ho...)
+	rt, err := host.New(ctx, append(ho, b.opts.HostOptions...)...)
 	if err != nil {
 		return nil, b.errf("sandbox", "%v", err)
 	}

@@ -1,0 +1,50 @@
+package policy_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/internal/policy"
+	"github.com/retryhost/retryhost/plugins"
+)
+
+// TestREADMEPolicyBuilds keeps the README's policy example true: the jsonc
+// block under "## Policy files" parses, and builds into a runner, a
+// retryable model and the built-in Wasm plugins it names.
+func TestREADMEPolicyBuilds(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(readme), "## Policy files")
+	require.True(t, ok, "the README has a policy section")
+	_, block, ok := strings.Cut(section, "```jsonc\n")
+	require.True(t, ok, "the policy section has a jsonc block")
+	block, _, ok = strings.Cut(block, "```")
+	require.True(t, ok)
+
+	ctx := context.Background()
+	p, err := policy.Parse(ctx, []byte(block), policy.Options{
+		Name:    "README.md",
+		Getenv:  func(string) string { return "test-key" },
+		Builtin: func(name string) ([]byte, bool) { b, ok := plugins.Lookup(name); return b.Wasm, ok },
+		// The Go guests compile once per machine into the cache the
+		// plugins' own tests share, not once per test binary.
+		HostOptions: []host.Option{
+			host.WithCacheDir(filepath.Join(os.TempDir(), "retryhost-wasmtest-"+runtime.Version())),
+			host.WithCallTimeout(10 * time.Second),
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, p.Close(ctx)) })
+	require.NotNil(t, p.Runner)
+	require.NotNil(t, p.Model)
+	require.NotNil(t, p.Runtime, "the builtin plugins are loaded")
+	require.Len(t, p.Models, 2)
+}
