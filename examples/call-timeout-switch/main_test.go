@@ -1,36 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"io"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/examples/internal/exampletest"
 )
 
-// captureStdout runs f and returns what it printed.
-func captureStdout(t *testing.T, f func()) string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	old := os.Stdout
-	os.Stdout = w
-	defer func() { os.Stdout = old }()
-	done := make(chan []byte)
-	go func() {
-		b, _ := io.ReadAll(r)
-		done <- b
-	}()
-	f()
-	require.NoError(t, w.Close())
-	out := <-done
-	require.NoError(t, r.Close())
-	return string(bytes.TrimSpace(out))
-}
-
 func TestMain_TimeoutSwitchesButCallerCancelStops(t *testing.T) {
-	got := captureStdout(t, main)
+	got := exampletest.Stdout(t, main)
 	require.Equal(t, `1. the slow model times out, the fast one answers:
 attempt 1 → big/model-slow (timeout 50ms)
   the driver's attempt deadline of 50ms fired

@@ -1,35 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"io"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/examples/internal/exampletest"
 )
 
-func captureStdout(t *testing.T, f func()) string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	old := os.Stdout
-	os.Stdout = w
-	defer func() { os.Stdout = old }()
-	done := make(chan []byte)
-	go func() {
-		b, _ := io.ReadAll(r)
-		done <- b
-	}()
-	f()
-	require.NoError(t, w.Close())
-	out := <-done
-	require.NoError(t, r.Close())
-	return string(bytes.TrimSpace(out))
-}
-
 func TestMain_FirstContentTimeoutSwitchesGapTruncates(t *testing.T) {
-	got := captureStdout(t, main)
+	got := exampletest.Stdout(t, main)
 	require.Equal(t, `1. no content within 50ms: switch before the caller sees anything
   attempt 1 on big/model-stuck failed: timeout (first-content deadline)
   committed on small/model-fast (attempt 2)
