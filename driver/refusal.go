@@ -54,6 +54,7 @@ func (d *RefusalDetector) Policy() abi.TransformPolicy { return d.policy }
 // Open starts the detector's state for one stream.
 func (d *RefusalDetector) Open(context.Context, abi.StreamInfo) (abi.StreamTransform, error) {
 	s := &refusalStream{d: d}
+	s.text = s.inline[:0]
 	s.st.Reset(d.m)
 	return s, nil
 }
@@ -62,6 +63,9 @@ type refusalStream struct {
 	d    *RefusalDetector
 	text []byte            // the leading text as sent, for the RefusalError
 	st   refusalcore.State // the decision, fed delta by delta: O(delta) per part
+	// inline holds text until it outgrows it: one allocation per stream
+	// for most streams (a refusal is decided within a few dozen bytes).
+	inline [64]byte
 }
 
 func (s *refusalStream) Part(_ context.Context, p *abi.Part) (abi.Verdict, error) {

@@ -97,6 +97,7 @@ func (d *detector) Policy() abi.TransformPolicy { return d.policy }
 
 func (d *detector) Open(abi.StreamInfo) (transform.Stream, error) {
 	s := &stream{}
+	s.text = s.inline[:0]
 	s.st.Reset(d.m)
 	return s, nil
 }
@@ -112,6 +113,9 @@ func (d *detector) Open(abi.StreamInfo) (transform.Stream, error) {
 type stream struct {
 	text []byte            // the leading text as sent, for the RefusalError
 	st   refusalcore.State // the decision, fed delta by delta: O(delta) per part
+	// inline holds text until it outgrows it: one allocation per stream
+	// for most streams (a refusal is decided within a few dozen bytes).
+	inline [64]byte
 }
 
 func (s *stream) Part(p *abi.Part) (abi.Verdict, error) {

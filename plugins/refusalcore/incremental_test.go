@@ -1,6 +1,7 @@
 package refusalcore
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -9,15 +10,18 @@ import (
 )
 
 // matchers are the phrase lists the incremental State is checked with: the
-// defaults, and a list where one phrase is a prefix of an earlier one (the
-// matched phrase changes as the text grows), with non-ASCII and spaces.
+// defaults; a list where one phrase is a prefix of an earlier one (the
+// matched phrase changes as the text grows), with non-ASCII and spaces; and
+// that list after 70 others (past the first 64-phrase word of the set).
 func matchers(t testing.TB) []*Matcher {
 	t.Helper()
+	custom := []string{"ab cd", "ab", "ÉCOLE  d’été", "x\u00a0y", "\ufffd\ufffdz", "a b c d e f"}
+	var long []string
+	for i := range 70 {
+		long = append(long, fmt.Sprintf("q%02d x", i))
+	}
 	var ms []*Matcher
-	for _, phrases := range [][]string{
-		DefaultPhrases(),
-		{"ab cd", "ab", "ÉCOLE  d’été", "x\u00a0y", "\ufffd\ufffdz", "a b c d e f"},
-	} {
+	for _, phrases := range [][]string{DefaultPhrases(), custom, append(long, custom...)} {
 		m, err := New(phrases)
 		require.NoError(t, err)
 		ms = append(ms, m)
@@ -94,7 +98,7 @@ func TestState_edgeCases(t *testing.T) {
 func TestState_random(t *testing.T) {
 	pieces := []string{
 		"I", "'", "\u2019", "\u2018", "\u02bc", "m", " ", "  ", "\n", "\t", "\u00a0", "\u2003", "sorry",
-		",", "but", "can't", "ab", "cd", "É", "\xe2", "\x80", "\x99", "\xff", "\ufffd", "x", "y", "z",
+		",", "but", "can't", "ab", "cd", "É", "\xe2", "\x80", "\x99", "\xff", "\ufffd", "x", "y", "z", "q", "6", "7",
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var s State
@@ -125,7 +129,7 @@ func FuzzState(f *testing.F) {
 	f.Fuzz(func(t *testing.T, text string, steps []byte, custom bool) {
 		m := ms[0]
 		if custom {
-			m = ms[1]
+			m = ms[1+len(text)%2]
 		}
 		var cuts []int
 		at := 0
