@@ -53,13 +53,19 @@ func (d *RefusalDetector) Policy() abi.TransformPolicy { return d.policy }
 
 // Open starts the detector's state for one stream.
 func (d *RefusalDetector) Open(context.Context, abi.StreamInfo) (abi.StreamTransform, error) {
-	return &refusalStream{d: d}, nil
+	s := &refusalStream{d: d}
+	s.text = s.inline[:0]
+	s.st.Reset(d.m)
+	return s, nil
 }
 
 type refusalStream struct {
 	d    *RefusalDetector
-	text []byte // the leading text as sent
-	norm []byte // its normalised form, rebuilt per delta (bounded by the phrases' length)
+	text []byte            // the leading text as sent, for the RefusalError
+	st   refusalcore.State // the decision, fed delta by delta: O(delta) per part
+	// inline holds text until it outgrows it: one allocation per stream
+	// for most streams (a refusal is decided within a few dozen bytes).
+	inline [64]byte
 }
 
 func (s *refusalStream) Part(_ context.Context, p *abi.Part) (abi.Verdict, error) {
@@ -71,8 +77,7 @@ func (s *refusalStream) Part(_ context.Context, p *abi.Part) (abi.Verdict, error
 		return abi.Verdict{Action: abi.PartDetach}, nil
 	}
 	s.text = append(s.text, p.Delta...)
-	s.norm = refusalcore.AppendNormalized(s.norm[:0], string(s.text))
-	switch o, phrase := s.d.m.Decide(s.norm); o {
+	switch o, phrase := s.st.Feed(p.Delta); o {
 	case refusalcore.Match:
 		return abi.Verdict{Action: abi.PartError, Err: &abi.RefusalError{
 			Transform: s.d.Name(), Phrase: phrase, Text: string(s.text),
@@ -88,4 +93,4 @@ func (s *refusalStream) End(context.Context) (abi.Verdict, error) {
 	return abi.Verdict{Action: abi.PartPass}, nil
 }
 
-func (s *refusalStream) Close() { s.text, s.norm = nil, nil }
+func (s *refusalStream) Close() { s.text, s.st = nil, refusalcore.State{} }

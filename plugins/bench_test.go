@@ -2,6 +2,7 @@ package plugins_test
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,6 +26,11 @@ import (
 // context deadline, a goroutine per call). The host-… rows go through the
 // product's host: "host-guarded" is its default mode (one watchdog per
 // runtime), "host-trusted" has no guard.
+//
+// To compare with another build of the Go refusal plugin (say the one
+// before a change: git show REV:plugins/refusal/refusal.wasm >/tmp/old.wasm)
+// in the same run, name it in REFUSAL_BASELINE_WASM: its rows are prefixed
+// go-baseline/.
 
 type benchCase struct {
 	name string
@@ -46,7 +52,7 @@ func benchCases() []benchCase {
 			return p
 		}
 	}
-	return []benchCase{
+	cases := []benchCase{
 		{"native", func(b *testing.B) abi.Transformer { return nativeRefusal(b) }},
 		{"go/trusted", wasm(plugins.Refusal, false)},
 		{"c/trusted", wasm(plugins.CRefusal, false)},
@@ -57,6 +63,21 @@ func benchCases() []benchCase {
 		{"go/host-guarded", viaHost(plugins.Refusal)},
 		{"c/host-guarded", viaHost(plugins.CRefusal)},
 	}
+	if path := os.Getenv("REFUSAL_BASELINE_WASM"); path != "" {
+		if base, err := os.ReadFile(path); err == nil {
+			cases = append(cases,
+				benchCase{"go-baseline/trusted", wasm(base, false)},
+				benchCase{"go-baseline/guarded", wasm(base, true)},
+				benchCase{"go-baseline/host-trusted", viaHost(base, host.WithTrusted())},
+				benchCase{"go-baseline/host-guarded", viaHost(base)})
+		} else {
+			cases = append(cases, benchCase{"go-baseline", func(b *testing.B) abi.Transformer {
+				b.Fatalf("REFUSAL_BASELINE_WASM: %v", err)
+				return nil
+			}})
+		}
+	}
+	return cases
 }
 
 // The two streams a detector sees most: a refusal (held until the phrase
@@ -131,10 +152,17 @@ func BenchmarkRefusalStream(b *testing.B) {
 // one retryhost_parts call per stream (ns/op is per part).
 func BenchmarkRefusalBatch(b *testing.B) {
 	ctx := context.Background()
-	for _, g := range []struct {
+	batched := []struct {
 		name string
 		bin  []byte
-	}{{"go/guarded", plugins.Refusal}, {"c/guarded", plugins.CRefusal}} {
+	}{{"go/guarded", plugins.Refusal}, {"c/guarded", plugins.CRefusal}}
+	if base, err := os.ReadFile(os.Getenv("REFUSAL_BASELINE_WASM")); err == nil {
+		batched = append(batched, struct {
+			name string
+			bin  []byte
+		}{"go-baseline/guarded", base})
+	}
+	for _, g := range batched {
 		b.Run(g.name, func(b *testing.B) {
 			in := load(b, "refusal", g.bin, "", true)
 			b.ReportAllocs()

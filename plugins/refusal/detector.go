@@ -14,7 +14,6 @@ package main
 import (
 	"errors"
 	"time"
-	"unsafe"
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/plugins/refusalcore"
@@ -97,7 +96,10 @@ func newDetector(raw []byte) (*detector, error) {
 func (d *detector) Policy() abi.TransformPolicy { return d.policy }
 
 func (d *detector) Open(abi.StreamInfo) (transform.Stream, error) {
-	return &stream{m: d.m}, nil
+	s := &stream{}
+	s.text = s.inline[:0]
+	s.st.Reset(d.m)
+	return s, nil
 }
 
 // stream holds one stream's leading text. It is the same state machine as
@@ -109,17 +111,13 @@ func (d *detector) Open(abi.StreamInfo) (transform.Stream, error) {
 //   - any other part detaches (a tool call or reasoning is no refusal);
 //   - at the end, whatever is held passes.
 type stream struct {
-	m    *refusalcore.Matcher
-	text []byte // the leading text as sent
-	norm []byte // its normalised form
+	text []byte            // the leading text as sent, for the RefusalError
+	st   refusalcore.State // the decision, fed delta by delta: O(delta) per part
+	// inline holds text until it outgrows it: one allocation per stream
+	// for most streams (a refusal is decided within a few dozen bytes).
+	inline [64]byte
 }
 
-// TODO(next): per part this re-normalises and re-matches the whole leading
-// text (refusalcore's API), which in a Go guest costs microseconds and is
-// multiplied by the host's deadline guard. An incremental API in
-// refusalcore (resume the normalisation, skip phrases already diverged from,
-// as plugins/c/refusal.c does) would make the native and Go detectors
-// O(delta) per part and keep them equal by construction.
 func (s *stream) Part(p *abi.Part) (abi.Verdict, error) {
 	switch p.Kind {
 	case abi.KindStreamStart, abi.KindResponseMeta, abi.KindTextStart:
@@ -129,11 +127,7 @@ func (s *stream) Part(p *abi.Part) (abi.Verdict, error) {
 		return abi.Verdict{Action: abi.PartDetach}, nil
 	}
 	s.text = append(s.text, p.Delta...)
-	// unsafe.String: AppendNormalized only reads the text, so the bytes
-	// need not be copied into a string (an allocation per part in a guest
-	// where each allocation is GC work).
-	s.norm = refusalcore.AppendNormalized(s.norm[:0], unsafe.String(unsafe.SliceData(s.text), len(s.text)))
-	switch o, phrase := s.m.Decide(s.norm); o {
+	switch o, phrase := s.st.Feed(p.Delta); o {
 	case refusalcore.Match:
 		return abi.Verdict{Action: abi.PartError, Err: &abi.RefusalError{Phrase: phrase, Text: string(s.text)}}, nil
 	case refusalcore.Hold:
@@ -145,4 +139,4 @@ func (s *stream) Part(p *abi.Part) (abi.Verdict, error) {
 
 func (s *stream) End() (abi.Verdict, error) { return abi.Verdict{Action: abi.PartPass}, nil }
 
-func (s *stream) Close() { s.text, s.norm = nil, nil }
+func (s *stream) Close() { s.text, s.st = nil, refusalcore.State{} }

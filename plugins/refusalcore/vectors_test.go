@@ -60,3 +60,33 @@ func TestVectors(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &want))
 	require.Equal(t, want, got)
 }
+
+// TestVectors_incremental: the golden decisions hold for the incremental
+// State too, the text fed whole and byte by byte.
+func TestVectors_incremental(t *testing.T) {
+	m, err := New(DefaultPhrases())
+	require.NoError(t, err)
+	b, err := os.ReadFile("testdata/vectors.json")
+	require.NoError(t, err)
+	var want []vector
+	require.NoError(t, json.Unmarshal(b, &want))
+	require.NotEmpty(t, want)
+	var s State
+	for _, v := range want {
+		text := v.Text
+		if v.TextHex != "" {
+			raw, err := hex.DecodeString(v.TextHex)
+			require.NoError(t, err)
+			text = string(raw)
+		}
+		for _, step := range []int{len(text) + 1, 1, 2} {
+			s.Reset(m)
+			o, p := s.Feed("")
+			for i := 0; i < len(text); i += step {
+				o, p = s.Feed(text[i:min(i+step, len(text))])
+			}
+			require.Equal(t, v.Outcome, o.String(), "%q in %d-byte deltas", text, step)
+			require.Equal(t, v.Phrase, p, "%q in %d-byte deltas", text, step)
+		}
+	}
+}
