@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,9 +93,8 @@ func New(id string, opts ...Option) (*Model, error) {
 	}
 	sdk := []option.RequestOption{option.WithMaxRetries(c.maxRetries)}
 	if c.baseURL != "" {
-		u, err := url.Parse(c.baseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("anthropic: base URL %q is not an absolute http(s) URL", c.baseURL)
+		if err := adapter.CheckBaseURL("anthropic", c.baseURL); err != nil {
+			return nil, err
 		}
 		sdk = append(sdk, option.WithBaseURL(c.baseURL))
 	}

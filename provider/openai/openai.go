@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,9 +97,8 @@ func New(id string, opts ...Option) (*Model, error) {
 	}
 	sdk := []option.RequestOption{option.WithMaxRetries(c.maxRetries)}
 	if c.baseURL != "" {
-		u, err := url.Parse(c.baseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("openai: base URL %q is not an absolute http(s) URL", c.baseURL)
+		if err := adapter.CheckBaseURL("openai", c.baseURL); err != nil {
+			return nil, err
 		}
 		sdk = append(sdk, option.WithBaseURL(c.baseURL))
 	}
