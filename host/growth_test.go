@@ -87,3 +87,18 @@ func TestMemoryGrowthDeadline(t *testing.T) {
 		})
 	}
 }
+
+// The watchdog closes a module (and wazero frees its memory) from its own
+// goroutine while the guest may still be growing that memory: the call
+// must end in ErrTimeout, without a data race or a panic.
+func TestMemoryGrowthThenTimeout(t *testing.T) {
+	engines(t, func(t *testing.T, opts ...Option) {
+		rt := newRuntime(t, append(opts, WithCallTimeout(20*time.Millisecond))...)
+		p, err := rt.Load(context.Background(), "growloop", fixture(t, "growloop"))
+		require.NoError(t, err)
+		for range 3 {
+			_, err := p.Decide(context.Background(), &abi.Attempt{})
+			require.ErrorIs(t, err, ErrTimeout)
+		}
+	})
+}

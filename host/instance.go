@@ -263,12 +263,16 @@ type guestMemory struct {
 }
 
 func (m *guestMemory) Reallocate(size uint64) []byte {
+	in, rt := m.in, m.in.p.rt
+	d := in.deadline.Load()
 	if size <= uint64(cap(m.buf)) {
+		// A no-op write: it orders wazero's read of this memory's
+		// allocator (just before this call) before the watchdog's
+		// close, which clears it from the watchdog's goroutine.
+		in.deadline.CompareAndSwap(d, d)
 		m.buf = m.buf[:size]
 		return m.buf
 	}
-	in, rt := m.in, m.in.p.rt
-	d := in.deadline.Load()
 	paused := d > 0 && in.deadline.CompareAndSwap(d, deadlinePaused)
 	start := rt.now()
 	if rt.cfg.onGrow != nil {
@@ -283,4 +287,7 @@ func (m *guestMemory) Reallocate(size uint64) []byte {
 	return m.buf
 }
 
-func (m *guestMemory) Free() { m.buf = nil }
+// Free leaves buf to the garbage collector: wazero calls it when the
+// module closes, which the watchdog does from its own goroutine while the
+// guest may still be growing the memory.
+func (m *guestMemory) Free() {}
