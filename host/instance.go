@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/retryhost/retryhost/abi"
@@ -18,6 +19,12 @@ import (
 
 // exitTimeout is the exit code the watchdog closes a runaway module with.
 const exitTimeout = 0xEFFFFFFE
+
+// The non-positive values of instance.deadline besides 0 (idle).
+const (
+	deadlineClaimed = -1 // the watchdog expired the call and closes the module
+	deadlinePaused  = -2 // the host is growing the guest's memory (guestMemory)
+)
 
 // instance is one live module of a plugin version with its cached function
 // handles, call stack and ABI state. Its owner (a slot) serialises use.
@@ -38,8 +45,8 @@ type instance struct {
 	declared       *abi.TransformPolicy
 	logLines       int
 
-	// deadline is the running call's monotonic deadline (0 idle, -1 claimed
-	// by the watchdog); see Runtime.watchdog.
+	// deadline is the running call's monotonic deadline (0 idle,
+	// deadlineClaimed, deadlinePaused); see Runtime.watchdog.
 	deadline atomic.Int64
 
 	// stream handles: dense, reused (ABI.md §6.3).
@@ -80,11 +87,15 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().
 		WithStdout(&capWriter{p: p, stream: "stdout", left: rt.cfg.outputCap}).
 		WithStderr(&capWriter{p: p, stream: "stderr", left: rt.cfg.outputCap})
+	in := &instance{p: p, stack: make([]uint64, 2), next: 1}
+	ctx = experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capacity, limit uint64) experimental.LinearMemory {
+		return &guestMemory{in: in, buf: make([]byte, 0, capacity), limit: limit}
+	}))
 	mod, err := rt.wr.InstantiateModule(ctx, p.compiled, cfg)
 	if err != nil {
 		return nil, loadErr(p.name, ErrInit, err)
 	}
-	in := &instance{p: p, mod: mod, mem: mod.Memory(), stack: make([]uint64, 2), next: 1}
+	in.mod, in.mem = mod, mod.Memory()
 	in.ctx = context.WithValue(context.Background(), instKey{}, in)
 	rt.watch(in)
 	fail := func(reason error, err error) (*instance, error) {
@@ -152,7 +163,7 @@ func (in *instance) call(f api.Function, timeout time.Duration) error {
 	}
 	in.deadline.Store(rt.now() + int64(timeout))
 	err := f.CallWithStack(in.ctx, in.stack)
-	claimed := in.deadline.Swap(0) < 0
+	claimed := in.deadline.Swap(0) == deadlineClaimed
 	if err != nil || claimed {
 		return classify(err, claimed)
 	}
@@ -234,3 +245,49 @@ func (in *instance) close() {
 func (in *instance) logDiscard(op string, err error) {
 	in.p.rt.cfg.logger.Warn("plugin instance discarded", slog.String("plugin", in.p.name), slog.String("op", op), slog.Any("error", err))
 }
+
+// guestMemory backs an instance's linear memory (wazero's experimental
+// allocator hook) so that growing it is not charged to the call's deadline.
+// A memory.grow past the capacity is host work: a new Go slice and a copy
+// of the whole memory, whose fresh pages the kernel faults in one by one.
+// On a loaded or virtualised machine that took 15–120 ms for 4–8 MiB, and
+// the watchdog killed well-behaved Go guests (whose heap grows in 512 KiB
+// steps) mid-benchmark. The deadline is paused for the copy and pushed back
+// by its duration; the time excluded is bounded because capacity doubles
+// (at most about two copies of the memory limit over an instance's life).
+// Only the goroutine running a call of the instance grows its memory.
+type guestMemory struct {
+	in    *instance
+	buf   []byte
+	limit uint64 // the largest size wazero will ever ask for
+}
+
+func (m *guestMemory) Reallocate(size uint64) []byte {
+	in, rt := m.in, m.in.p.rt
+	d := in.deadline.Load()
+	if size <= uint64(cap(m.buf)) {
+		// A no-op write: it orders wazero's read of this memory's
+		// allocator (just before this call) before the watchdog's
+		// close, which clears it from the watchdog's goroutine.
+		in.deadline.CompareAndSwap(d, d)
+		m.buf = m.buf[:size]
+		return m.buf
+	}
+	paused := d > 0 && in.deadline.CompareAndSwap(d, deadlinePaused)
+	start := rt.now()
+	if rt.cfg.onGrow != nil {
+		rt.cfg.onGrow()
+	}
+	buf := make([]byte, size, max(size, min(2*uint64(cap(m.buf)), m.limit)))
+	copy(buf, m.buf)
+	m.buf = buf
+	if paused {
+		in.deadline.Store(d + rt.now() - start)
+	}
+	return m.buf
+}
+
+// Free leaves buf to the garbage collector: wazero calls it when the
+// module closes, which the watchdog does from its own goroutine while the
+// guest may still be growing the memory.
+func (m *guestMemory) Free() {}

@@ -32,6 +32,11 @@ type config struct {
 	// ctxGuard makes calls use wazero's own guard (a context with a timeout
 	// per call) instead of the watchdog; benchmarks compare the two.
 	ctxGuard bool
+	// Test seams, nil in production: clock replaces the runtime's monotonic
+	// clock (nanoseconds), onGrow runs inside every host-side growth of a
+	// guest memory, on the calling goroutine.
+	clock  func() int64
+	onGrow func()
 }
 
 func defaultConfig() config {

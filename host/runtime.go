@@ -83,7 +83,12 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 }
 
 // now is a monotonic clock in nanoseconds since the runtime started.
-func (rt *Runtime) now() int64 { return int64(time.Since(rt.epoch)) }
+func (rt *Runtime) now() int64 {
+	if rt.cfg.clock != nil {
+		return rt.cfg.clock()
+	}
+	return int64(time.Since(rt.epoch))
+}
 
 // watchdog is the per-call deadline guard: one goroutine per Runtime, not
 // one per call. Each busy instance publishes its call's deadline; the
@@ -101,22 +106,29 @@ func (rt *Runtime) watchdog() {
 			return
 		case <-t.C:
 		}
-		now := rt.now()
-		busy = busy[:0]
-		rt.watchMu.Lock()
-		for in := range rt.watched {
-			if d := in.deadline.Load(); d > 0 && now > d {
-				busy = append(busy, in)
-			}
-		}
-		rt.watchMu.Unlock()
-		for _, in := range busy {
-			d := in.deadline.Load()
-			if d > 0 && now > d && in.deadline.CompareAndSwap(d, -1) {
-				_ = in.mod.CloseWithExitCode(context.Background(), exitTimeout)
-			}
+		busy = rt.expire(rt.now(), busy[:0])
+	}
+}
+
+// expire closes the module of every call whose deadline is before now;
+// busy is scratch space, returned for reuse. A deadline that is not
+// positive (idle, claimed, or paused while the host grows the guest's
+// memory) is never expired.
+func (rt *Runtime) expire(now int64, busy []*instance) []*instance {
+	rt.watchMu.Lock()
+	for in := range rt.watched {
+		if d := in.deadline.Load(); d > 0 && now > d {
+			busy = append(busy, in)
 		}
 	}
+	rt.watchMu.Unlock()
+	for _, in := range busy {
+		d := in.deadline.Load()
+		if d > 0 && now > d && in.deadline.CompareAndSwap(d, deadlineClaimed) {
+			_ = in.mod.CloseWithExitCode(context.Background(), exitTimeout)
+		}
+	}
+	return busy
 }
 
 func (rt *Runtime) watch(in *instance) {

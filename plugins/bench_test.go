@@ -37,8 +37,10 @@ import (
 // is the call (go:wasmexport entry, SDK codec, wazero's goroutine per
 // guarded call). Fewer calls per stream (open and the preamble parts in
 // one retryhost_parts call) is the lever left. Long guarded Go runs
-// (-benchtime 20000x) also hit the 50 ms call deadline now and then, with
-// the old build as well: unexplained (a guest GC cycle in a yield?).
+// (-benchtime 20000x) used to hit the 50 ms call deadline now and then: the
+// guest's memory growth, copied by the host, was charged to the call; the
+// host no longer does that (host.guestMemory). The go/guarded rows (the
+// test host's per-call context deadline) still can: the same cause.
 
 type benchCase struct {
 	name string
