@@ -70,3 +70,9 @@ func FuzzDecodePolicy(f *testing.F) {
 	seed(f, "policy")
 	f.Fuzz(func(t *testing.T, b []byte) { roundTrip(t, "policy", b) })
 }
+
+func FuzzDecodePolicyHints(f *testing.F) {
+	seed(f, "policy")
+	seed(f, "policy-hints")
+	f.Fuzz(func(t *testing.T, b []byte) { roundTrip(t, "policy-hints", b) })
+}

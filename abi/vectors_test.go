@@ -99,6 +99,12 @@ func decodeRecord(record string, b []byte) (v any, again []byte, err error) {
 	case "policy":
 		p, err := abi.DecodePolicy(b)
 		return p, abi.AppendPolicy(nil, &p), err
+	case "policy-hints":
+		p, h, err := abi.DecodePolicyHints(b)
+		return struct {
+			P abi.TransformPolicy
+			H abi.Hints
+		}{p, h}, abi.AppendPolicyHints(nil, &p, &h), err
 	}
 	panic("unknown record " + record)
 }
@@ -154,6 +160,10 @@ func goldenValues() []struct {
 			Class: abi.ClassContentFilter, Code: 7, Message: "blocked"})},
 		{"policy: fail-closed with caps", "policy", abi.AppendPolicy(nil, &abi.TransformPolicy{
 			Fail: abi.FailClosed, OnCap: abi.CapFail, MaxHeldParts: 64, MaxHeldBytes: 4096, MaxHoldTime: 2 * time.Second})},
+		{"policy-hints: a refusal detector's (v1.1)", "policy-hints", abi.AppendPolicyHints(nil, &abi.TransformPolicy{},
+			&abi.Hints{AutoClose: true, Static: map[abi.PartKind]abi.PartAction{
+				abi.KindStreamStart: abi.PartHold, abi.KindResponseMeta: abi.PartHold, abi.KindTextStart: abi.PartHold,
+				abi.KindTextEnd: abi.PartDetach, abi.KindReasoningStart: abi.PartDetach, abi.KindFinish: abi.PartDetach}})},
 	}
 }
 
@@ -170,6 +180,10 @@ var badVectors = []struct{ name, record, hex string }{
 	{"parts: count past the end", "parts", "ffffffff"},
 	{"parts: stray bytes in a part", "parts", "01000000 0d000000 05 00 0000 00000000 00000000 00"},
 	{"error: unknown kind", "error", "07 00 0000 00000000 00000000 00000000 00000000"},
+	{"policy-hints: static ERROR", "policy-hints", "00 00 0000 00000000 00000000 00000000 0000000000000000 00000000 02000000 ff02"},
+	{"policy-hints: static verdict for kind 0", "policy-hints", "00 00 0000 00000000 00000000 00000000 0000000000000000 00000000 01000000 01"},
+	{"policy-hints: table past the end", "policy-hints", "00 00 0000 00000000 00000000 00000000 0000000000000000 01000000 05000000 ff01"},
+	{"policy-hints: cut flags", "policy-hints", "00 00 0000 00000000 00000000 00000000 0000000000000000 0100"},
 	{"policy: unknown fail policy", "policy", "05 00 0000 00000000 00000000 00000000 0000000000000000"},
 }
 
