@@ -72,3 +72,11 @@ func Lookup(name string) (Plugin, bool) {
 	}
 	return Plugin{}, false
 }
+
+// Module returns the Wasm bytes of the embedded plugin called name, the
+// form policy.Options.Builtin takes (Builtin: plugins.Module allows a
+// policy file to name the built-in plugins).
+func Module(name string) ([]byte, bool) {
+	p, ok := Lookup(name)
+	return p.Wasm, ok
+}

@@ -111,7 +111,7 @@ func expandDir(arg string) []string {
 
 func replayOne(ctx context.Context, file string) replayReport {
 	rep := replayReport{File: file}
-	s, res, err := scenario.RunFile(ctx, file, scenario.Options{Builtin: builtinWasm})
+	s, res, err := scenario.RunFile(ctx, file, scenario.Options{Builtin: plugins.Module})
 	if err != nil {
 		rep.Error = err.Error()
 		return rep
@@ -177,11 +177,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// builtinWasm resolves a policy's {"builtin": NAME} plugin to the bytes
-// embedded in package plugins.
-func builtinWasm(name string) ([]byte, bool) {
-	p, ok := plugins.Lookup(name)
-	return p.Wasm, ok
 }

@@ -1,4 +1,9 @@
-// Package policy reads a declarative policy file (JSON) into the same
+// Package policy is the implementation of the public package
+// github.com/retryhost/retryhost/policy (which aliases its types); it lives
+// here so the scenario replays can build a policy embedded in a larger
+// document (Build) with positions relative to that document.
+//
+// It reads a declarative policy file (JSON) into the same
 // driver and host objects a Go user would build by hand: a *driver.Runner,
 // a *driver.RetryableModel and, when the policy names Wasm plugins, a
 // *host.Runtime with the plugins loaded.

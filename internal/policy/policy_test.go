@@ -166,24 +166,6 @@ func TestLoadResolvesPluginsBesideTheFile(t *testing.T) {
 	require.EqualError(t, err, path+": line 1:12: models: want an array, got a number")
 }
 
-// TestExampleLoads keeps the commented example of the documentation honest:
-// every field it shows loads.
-func TestExampleLoads(t *testing.T) {
-	ctx := context.Background()
-	p, err := policy.Load(ctx, "testdata/example.json", policy.Options{
-		Dir:    "../../host/testdata",
-		Getenv: func(k string) string { return "key-of-" + k },
-	})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, p.Close(ctx)) }()
-	require.Equal(t, "openai/gpt-4o-mini", p.Runner.Base().Key())
-	require.Equal(t, "anthropic/claude-sonnet-4-5", p.Models["strong"].Key())
-	require.NotNil(t, p.Runtime)
-
-	_, err = policy.Load(ctx, "testdata/example.json", policy.Options{Dir: "../../host/testdata", Getenv: func(string) string { return "" }})
-	require.EqualError(t, err, "testdata/example.json: line 8:83: models[0].api_key_env: environment variable OPENAI_API_KEY is not set")
-}
-
 func TestBuiltinPlugins(t *testing.T) {
 	ctx := context.Background()
 	upper, err := os.ReadFile("../../host/testdata/upper.wasm")

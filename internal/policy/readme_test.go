@@ -33,7 +33,7 @@ func TestREADMEPolicyBuilds(t *testing.T) {
 	p, err := policy.Parse(ctx, []byte(block), policy.Options{
 		Name:    "README.md",
 		Getenv:  func(string) string { return "test-key" },
-		Builtin: func(name string) ([]byte, bool) { b, ok := plugins.Lookup(name); return b.Wasm, ok },
+		Builtin: plugins.Module,
 		// The Go guests compile once per machine into the cache the
 		// plugins' own tests share, not once per test binary.
 		HostOptions: []host.Option{

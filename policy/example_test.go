@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/retryhost/retryhost/internal/policy"
+	"github.com/retryhost/retryhost/policy"
 )
 
 // A policy file builds the Runner and RetryableModel a Go user would build
