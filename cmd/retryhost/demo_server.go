@@ -43,10 +43,25 @@ func (p *fakeProvider) serve(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(body)
 		return
 	}
+	const id = "chatcmpl-demo"
+	var body struct {
+		Stream bool `json:"stream"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err == nil && !body.Stream {
+		// A non-streaming call: the whole answer as one chat.completion.
+		text := strings.Join(p.chunks, "")
+		words := len(strings.Fields(text))
+		w.Header().Set("Content-Type", "application/json")
+		b, _ := json.Marshal(map[string]any{"id": id, "object": "chat.completion", "created": 1764374400, "model": p.model,
+			"choices": []any{map[string]any{"index": 0, "finish_reason": "stop",
+				"message": map[string]any{"role": "assistant", "content": text}}},
+			"usage": map[string]any{"prompt_tokens": 14, "completion_tokens": words, "total_tokens": 14 + words}})
+		_, _ = w.Write(b)
+		return
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	flusher, _ := w.(http.Flusher)
-	const id = "chatcmpl-demo"
 	send := func(delta map[string]any, finish any, extra map[string]any) bool {
 		chunk := map[string]any{"id": id, "object": "chat.completion.chunk", "created": 1764374400, "model": p.model,
 			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}

@@ -1,7 +1,10 @@
 // Command retryhost is the command line of the retryhost library: a demo of
-// its main job on loopback providers, and tools to inspect Wasm plugins.
+// its main job on loopback providers, one request under a policy file,
+// scenario replays, and a tool to inspect Wasm plugins.
 //
 //	retryhost demo
+//	retryhost run --policy policy.json "a prompt"
+//	retryhost replay testdata/scenarios
 //	retryhost plugin inspect FILE.wasm
 //
 // Each subcommand registers itself from its file's init; main dispatches on
