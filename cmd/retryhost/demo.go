@@ -109,20 +109,9 @@ func demo(ctx context.Context, out demoOutput, opts ...host.Option) error {
 	out.intro(models, pol.describe)
 	start := time.Now()
 	var mu sync.Mutex // the callbacks and the reader share out
-	r, err := driver.New(alpha,
+	r, err := driver.New(alpha, append(reportAttempts(&mu, out),
 		driver.WithModels(beta, gamma),
-		driver.WithRules(pol.rules...),
-		driver.WithOnError(func(_ context.Context, a *driver.Attempt) {
-			mu.Lock()
-			defer mu.Unlock()
-			out.failed(a)
-		}),
-		driver.WithOnRetry(func(_ context.Context, in driver.RetryInfo) *driver.Overrides {
-			mu.Lock()
-			defer mu.Unlock()
-			out.next(in.Next.Key(), in.Delay)
-			return nil
-		}))
+		driver.WithRules(pol.rules...))...)
 	if err != nil {
 		return err
 	}
@@ -248,6 +237,30 @@ type demoOutput interface {
 	committed(c driver.CommitInfo)
 	delta(s string)
 	done(s demoSummary)
+}
+
+// attemptReporter is told of each failed attempt and what comes next.
+type attemptReporter interface {
+	failed(a *driver.Attempt)
+	next(model string, delay time.Duration)
+}
+
+// reportAttempts returns the driver callbacks that tell r, under mu (the
+// callbacks run on the driver's goroutines, beside the caller's reads).
+func reportAttempts(mu *sync.Mutex, r attemptReporter) []driver.Option {
+	return []driver.Option{
+		driver.WithOnError(func(_ context.Context, a *driver.Attempt) {
+			mu.Lock()
+			defer mu.Unlock()
+			r.failed(a)
+		}),
+		driver.WithOnRetry(func(_ context.Context, in driver.RetryInfo) *driver.Overrides {
+			mu.Lock()
+			defer mu.Unlock()
+			r.next(in.Next.Key(), in.Delay)
+			return nil
+		}),
+	}
 }
 
 // why says in one line why an attempt failed.

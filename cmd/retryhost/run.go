@@ -61,20 +61,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var mu sync.Mutex // the callbacks run on the driver's goroutines
 	pol, err := policy.Load(ctx, *file, policy.Options{
-		Builtin: plugins.Module,
-		RunnerOptions: []driver.Option{
-			driver.WithOnError(func(_ context.Context, a *driver.Attempt) {
-				mu.Lock()
-				defer mu.Unlock()
-				out.failed(a)
-			}),
-			driver.WithOnRetry(func(_ context.Context, in driver.RetryInfo) *driver.Overrides {
-				mu.Lock()
-				defer mu.Unlock()
-				out.next(in.Next.Key(), in.Delay)
-				return nil
-			}),
-		},
+		Builtin:       plugins.Module,
+		RunnerOptions: reportAttempts(&mu, out),
 		StreamOptions: []driver.StreamOption{driver.WithOnCommit(func(_ context.Context, c driver.CommitInfo) {
 			mu.Lock()
 			defer mu.Unlock()
