@@ -91,6 +91,9 @@ func (q *request) start(ctx context.Context, r *Runner) step {
 	q.startModel = r.base
 	if !q.disabled {
 		q.startModel = r.stickyStart(q.begun)
+		if r.cool != nil {
+			q.startModel = r.coolStart(q.startModel, q.begun)
+		}
 	}
 	if r.cfg.budget > 0 {
 		q.budgetAt = q.begun.Add(r.cfg.budget)
@@ -204,6 +207,9 @@ func (q *request) fail(ctx context.Context, err error) (step, error) {
 	if ctx.Err() != nil {
 		return step{}, q.final(ctx, context.Cause(ctx))
 	}
+	if q.r.cool != nil {
+		q.r.coolFailed(ctx, q.a, q.r.cfg.now())
+	}
 	var de *DeadlineError
 	if errors.As(err, &de) && !de.Recoverable() {
 		return step{}, q.final(ctx, de)
@@ -291,6 +297,9 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 		kc := q.count(target.Key())
 		if kc.attempts >= maxAttempts {
 			continue // exhausted: fall through to the next rule
+		}
+		if r.cool != nil && r.coolSkip(target, r.cfg.now()) {
+			continue // cooling down: as if exhausted
 		}
 		if len(q.records) >= r.cfg.maxAttempts {
 			return step{}, false, ErrMaxAttempts
@@ -404,6 +413,9 @@ func (q *request) succeed(ctx context.Context) {
 	}
 	if q.disabled {
 		return
+	}
+	if q.r.cool != nil {
+		q.r.coolSucceeded(q.cur.model)
 	}
 	switched, f := q.cur.model != q.startModel, q.r.cfg.onSuccess
 	if !switched && f == nil {

@@ -158,6 +158,7 @@ type config struct {
 	disabled       func() bool
 	logger         *slog.Logger
 	observer       Observer
+	cooldown       *Cooldown
 	now            func() time.Time
 	sleep          func(context.Context, time.Duration) error
 }

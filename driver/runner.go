@@ -22,7 +22,8 @@ const defaultMaxAttempts = 10
 //
 // A Runner is safe for concurrent use by multiple goroutines. Each request
 // keeps its own state (current model, attempt counts); the only state
-// requests share is the sticky fallback, read when a request starts.
+// requests share is the sticky fallback, read when a request starts, and
+// the models' cooldowns (WithCooldown).
 type Runner struct {
 	cfg    config
 	base   Model
@@ -36,6 +37,8 @@ type Runner struct {
 
 	randMu sync.Mutex
 	rand   *rand.Rand // nil unless Backoff.Seed is set
+
+	cool *coolers // nil unless WithCooldown
 }
 
 // New builds a Runner whose requests start on base.
@@ -108,6 +111,25 @@ func New(base Model, opts ...Option) (*Runner, error) {
 		if rule != nil && rule.action == abi.ActionSwitch && r.models[rule.targetKey] == nil {
 			return nil, fmt.Errorf("retryhost: rule %q switches to unknown model key %q (declare it with WithModels)",
 				rule.match.name, rule.targetKey)
+		}
+	}
+	if r.cfg.cooldown != nil {
+		r.cool = &coolers{states: map[string]*coolState{}}
+		seen := map[string]bool{}
+		add := func(m Model) {
+			if k := m.Key(); !seen[k] {
+				seen[k] = true
+				r.cool.order = append(r.cool.order, m)
+			}
+		}
+		add(base)
+		for _, rule := range r.rules {
+			if rule != nil && rule.action == abi.ActionSwitch {
+				add(r.models[rule.targetKey])
+			}
+		}
+		for _, m := range r.cfg.models {
+			add(m)
 		}
 	}
 	return r, nil

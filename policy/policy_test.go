@@ -39,7 +39,7 @@ func TestBuiltins(t *testing.T) {
 	ctx := context.Background()
 	src := []byte(`{
   "models": [{"name": "m", "provider": "openai", "model": "gpt-4o-mini", "api_key_env": "K"}],
-  "transforms": [{"plugin": {"builtin": "refusal"}}]
+  "transforms": [{"plugin": {"builtin": "c-refusal"}}]
 }`)
 	env := func(string) string { return "k" }
 	_, err := policy.Parse(ctx, src, policy.Options{Name: "p.json", Getenv: env})

@@ -221,6 +221,23 @@ func (b *builder) build(ctx context.Context, f *File) error {
 		}
 		ropts = append(ropts, driver.WithSticky(s))
 	}
+	if cs := f.Cooldown; cs != nil {
+		if cs.Failures < 1 {
+			return b.errf("cooldown.failures", "must be at least 1, got %d", cs.Failures)
+		}
+		if dur(cs.For) <= 0 {
+			return b.errf("cooldown.for", "a positive duration is required")
+		}
+		c := driver.Cooldown{Failures: cs.Failures, For: dur(cs.For)}
+		if cs.When != nil {
+			m, err := b.match("cooldown.when", cs.When)
+			if err != nil {
+				return err
+			}
+			c.When = m
+		}
+		ropts = append(ropts, driver.WithCooldown(c))
+	}
 	switch f.Commit {
 	case "", "output":
 	case "legacy":

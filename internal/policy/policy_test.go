@@ -80,6 +80,9 @@ func TestParseErrors(t *testing.T) {
 		{"zero max attempts", `{` + models + `, "max_attempts": 0}`, "max_attempts: must be at least 1, got 0"},
 		{"bad sticky", `{` + models + `, "sticky": "forever"}`, `sticky: unknown sticky policy "forever"`},
 		{"bad commit", `{` + models + `, "commit": "eager"}`, `commit: unknown commit rule "eager"`},
+		{"cooldown without failures", `{` + models + `, "cooldown": {"for": "30s"}}`, "cooldown.failures: must be at least 1, got 0"},
+		{"cooldown without for", `{` + models + `, "cooldown": {"failures": 3}}`, "cooldown.for: a positive duration is required"},
+		{"cooldown bad when", `{` + models + `, "cooldown": {"failures": 3, "for": "1m", "when": {"class": ["slow"]}}}`, `cooldown.when.class[0]: unknown error class "slow"`},
 		{"bad memory", `{` + models + `, "sandbox": {"memory": "lots"}}`, `sandbox.memory: want a byte count`},
 		{"tiny memory", `{` + models + `, "sandbox": {"memory": 1000}}`, "sandbox.memory: 1000 bytes is below one 64 KiB page"},
 		{"transform needs one", `{` + models + `, "transforms": [{}]}`, "transforms[0]: give exactly one of refusal"},
@@ -184,4 +187,30 @@ func TestBuiltinPlugins(t *testing.T) {
 
 	_, err = policy.Parse(ctx, []byte(`{`+models+`, "transforms": [{"plugin": {"builtin": "refusal"}}]}`), opts)
 	require.EqualError(t, err, `p.json: line 1:130: transforms[0].plugin.builtin: unknown built-in plugin "refusal"`)
+}
+
+// TestCooldownFromTheFile: the file's cooldown reaches the Runner: after one
+// counted failure on the base model, the next request starts on b.
+func TestCooldownFromTheFile(t *testing.T) {
+	ctx := context.Background()
+	p, err := policy.Parse(ctx, []byte(`{`+models+`,
+	  "rules": [{"when": {"any": true}, "action": "switch", "model": "b"}],
+	  "cooldown": {"failures": 1, "for": "1h", "when": {"status": [503]}}}`), bound())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	var tried []string
+	call := func(fail int) {
+		_, err := driver.Do(ctx, p.Runner, func(_ context.Context, c *driver.Call) (string, error) {
+			tried = append(tried, c.Model.Key())
+			if c.Model.Key() == "s/a" && fail != 0 {
+				return "", &driver.ProviderError{Status: fail, Message: "x"}
+			}
+			return "ok", nil
+		})
+		require.NoError(t, err)
+	}
+	call(500) // not counted by the file's when
+	call(503) // counted: a cools down
+	call(0)
+	require.Equal(t, []string{"s/a", "s/b", "s/a", "s/b", "s/b"}, tried)
 }

@@ -28,8 +28,10 @@ type File struct {
 	// Sticky is "after-request" (default), "after-N-requests" or "after-N-seconds".
 	Sticky string `json:"sticky"`
 	// Commit is the commit rule: "output" (default) or "legacy".
-	Commit  string      `json:"commit"`
-	Sandbox SandboxSpec `json:"sandbox"`
+	Commit string `json:"commit"`
+	// Cooldown takes a model that keeps failing out of rotation (absent: off).
+	Cooldown *CooldownSpec `json:"cooldown"`
+	Sandbox  SandboxSpec   `json:"sandbox"`
 }
 
 // ModelSpec declares one model.
@@ -94,6 +96,16 @@ type TransformSpec struct {
 // RefusalSpec configures the native refusal detector.
 type RefusalSpec struct {
 	Phrases []string `json:"phrases"` // default: the built-in list
+}
+
+// CooldownSpec is driver.Cooldown: after Failures consecutive counted
+// failures a model cools down For; When (a native match) says which count,
+// default the health failures (timeouts, rate limits, overloads, 5xx,
+// network).
+type CooldownSpec struct {
+	Failures int        `json:"failures"`
+	For      *Duration  `json:"for"`
+	When     *MatchSpec `json:"when"`
 }
 
 // Deadlines are the driver's deadlines; absent means none.
