@@ -136,6 +136,21 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 		switch b.Type {
 		case "text":
 			resp.Content = append(resp.Content, abi.Part{Kind: abi.KindTextDelta, ID: id, Delta: b.Text})
+			for _, c := range b.Citations {
+				if src := citedSource(c.Type, c.URL, c.Title, c.Source, c.DocumentTitle); src != nil {
+					resp.Content = append(resp.Content, abi.Part{Kind: abi.KindSource, ID: id, Source: src})
+				}
+			}
+		case "web_search_tool_result":
+			result := b.JSON.Content.Raw()
+			if result == "" {
+				result = "null"
+			}
+			resp.Content = append(resp.Content, abi.Part{Kind: abi.KindToolResult, ID: b.ToolUseID, Tool: &abi.ToolInfo{
+				Name: "web_search", Result: result, ProviderExecuted: true, IsError: string(b.Content.Type) != ""}})
+			for _, r := range b.Content.OfWebSearchResultBlockArray {
+				resp.Content = append(resp.Content, abi.Part{Kind: abi.KindSource, ID: b.ToolUseID, Source: &abi.Source{URL: r.URL, Title: r.Title}})
+			}
 		case "thinking":
 			resp.Content = append(resp.Content, abi.Part{Kind: abi.KindReasoningDelta, ID: id, Delta: b.Thinking})
 		case "tool_use", "server_tool_use":

@@ -471,3 +471,72 @@ func TestConnectionRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamServerToolAndCitations: a web search the provider runs itself
+// reaches the caller as a provider-executed tool call, its result (the raw
+// JSON, and a source per page found), and the answer's citations as sources.
+func TestStreamServerToolAndCitations(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("web_search"))
+	st, err := model(t, srv).Stream(context.Background(), request())
+	require.NoError(t, err)
+	parts, err := wiretest.Collect(st, 1000)
+	require.NoError(t, err)
+	require.Equal(t, "stream-start response-metadata text-start text-delta text-end "+
+		"tool-input-start tool-input-delta tool-input-end tool-call tool-result source*2 "+
+		"text-start source text-delta text-end finish", wiretest.Kinds(parts))
+	const id = "srvtoolu_014hJH82Qum7Td6UV8gDXThB"
+	byKind := func(k abi.PartKind) []abi.Part {
+		var out []abi.Part
+		for _, p := range parts {
+			if p.Kind == k {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	call := byKind(abi.KindToolCall)[0]
+	require.Equal(t, id, call.ID)
+	require.Equal(t, &abi.ToolInfo{Name: "web_search", Input: `{"query": "weather NYC today"}`, ProviderExecuted: true}, call.Tool)
+	res := byKind(abi.KindToolResult)[0]
+	require.Equal(t, id, res.ID)
+	require.Equal(t, "web_search", res.Tool.Name)
+	require.True(t, res.Tool.ProviderExecuted)
+	require.False(t, res.Tool.IsError)
+	require.True(t, json.Valid([]byte(res.Tool.Result)))
+	require.Contains(t, res.Tool.Result, `"url":"https://world-weather.info/forecast/usa/new_york/may-2025/"`)
+	var sources []abi.Source
+	for _, p := range byKind(abi.KindSource) {
+		sources = append(sources, *p.Source)
+	}
+	accu := abi.Source{URL: "https://www.accuweather.com/en/us/new-york/10021/weather-forecast/349727", Title: "New York, NY Weather Forecast | AccuWeather"}
+	require.Equal(t, []abi.Source{
+		{URL: "https://world-weather.info/forecast/usa/new_york/may-2025/", Title: "Weather in New York City in May 2025"},
+		accu, // found by the search
+		accu, // cited by the answer
+	}, sources)
+	require.Equal(t, "I'll search for the weather.It is sunny in New York today, with a high of 68°F.", wiretest.Text(parts, abi.KindTextDelta))
+}
+
+// TestGenerateServerToolAndCitations: the non-streaming call maps a server
+// tool's call and result and the text's citations as the stream does.
+func TestGenerateServerToolAndCitations(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("generate_web_search"))
+	resp, err := model(t, srv).Generate(context.Background(), request())
+	require.NoError(t, err)
+	var kinds []string
+	for _, p := range resp.Content {
+		kinds = append(kinds, p.Kind.String())
+	}
+	require.Equal(t, []string{"tool-call", "tool-result", "source", "text-delta", "source"}, kinds)
+	const id = "srvtoolu_01WYG3ziw53XMcoyKL4XcZmE"
+	require.Equal(t, &abi.ToolInfo{Name: "web_search", Input: `{"query":"claude shannon birth date"}`, ProviderExecuted: true}, resp.Content[0].Tool)
+	res := resp.Content[1]
+	require.Equal(t, id, res.ID)
+	require.Equal(t, "web_search", res.Tool.Name)
+	require.False(t, res.Tool.IsError)
+	require.True(t, json.Valid([]byte(res.Tool.Result)))
+	wiki := &abi.Source{URL: "https://en.wikipedia.org/wiki/Claude_Shannon", Title: "Claude Shannon - Wikipedia"}
+	require.Equal(t, wiki, resp.Content[2].Source)
+	require.Equal(t, wiki, resp.Content[4].Source)
+	require.Equal(t, "Claude Shannon was born on April 30, 1916, in Petoskey, Michigan", resp.Text())
+}

@@ -22,10 +22,19 @@
 //	                                     server_tool_use sets Tool.ProviderExecuted)
 //	text_delta / thinking_delta          text-delta / reasoning-delta
 //	input_json_delta                     tool-input-delta
+//	citations_delta                      source (web page: URL and title; search
+//	                                     result; request document: its title)
 //	content_block_stop                   text-end / reasoning-end / tool-input-end + tool-call
+//	content_block_start *_tool_result    tool-result (ID = tool_use_id, Tool.Result = the
+//	                                     result's JSON, ProviderExecuted, IsError for an
+//	                                     *_error result), then for web_search a source
+//	                                     per page found
 //	message_delta                        (stop_reason, usage: kept for the finish)
 //	message_stop                         finish
-//	ping, signature_delta, citations     nothing
+//	ping, signature_delta                nothing
+//
+// Generate maps the same content: server tool calls and results, and each
+// text block's citations as source parts after its text.
 //
 // Stop reasons: end_turn and stop_sequence → ReasonStop, max_tokens and
 // model_context_window_exceeded → ReasonLength, tool_use → ReasonToolCalls,

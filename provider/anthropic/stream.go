@@ -18,6 +18,9 @@ type source struct {
 
 	blocks  map[int64]*block
 	content bool // a content part went out
+	// servers names the server tools called so far, by call id, for
+	// their results.
+	servers map[string]string
 
 	stop        string
 	explanation string
@@ -89,9 +92,18 @@ func (s *source) event(q []abi.Part, ev ant.MessageStreamEventUnion) ([]abi.Part
 			}
 		case "tool_use", "server_tool_use":
 			b.kind, b.id, b.name, b.server = blockTool, cb.ID, cb.Name, cb.Type == "server_tool_use"
+			if b.server {
+				if s.servers == nil {
+					s.servers = map[string]string{}
+				}
+				s.servers[b.id] = b.name
+			}
 			q = append(q, abi.Part{Kind: abi.KindToolInputStart, ID: b.id, Tool: &abi.ToolInfo{Name: b.name, ProviderExecuted: b.server}})
 		default:
-			return q, nil // server tool results and other blocks are not mapped yet
+			if !strings.HasSuffix(cb.Type, "_tool_result") || cb.ToolUseID == "" {
+				return q, nil // container uploads and blocks newer than this adapter
+			}
+			q = s.serverResult(q, cb)
 		}
 		s.content = true
 	case "content_block_delta":
@@ -108,6 +120,10 @@ func (s *source) event(q []abi.Part, ev ant.MessageStreamEventUnion) ([]abi.Part
 		case d.Type == "input_json_delta" && b.kind == blockTool && d.PartialJSON != "":
 			b.input.WriteString(d.PartialJSON)
 			q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: b.id, Delta: d.PartialJSON})
+		case d.Type == "citations_delta" && b.kind == blockText:
+			if src := citation(&d.Citation); src != nil {
+				q = append(q, abi.Part{Kind: abi.KindSource, ID: b.id, Source: src})
+			}
 		}
 	case "content_block_stop":
 		b := s.blocks[ev.Index]
@@ -157,4 +173,47 @@ func (s *source) event(q []abi.Part, ev ant.MessageStreamEventUnion) ([]abi.Part
 		return append(q, abi.Part{Kind: abi.KindFinish, Finish: f}), io.EOF
 	}
 	return q, nil
+}
+
+// serverResult maps the result of a tool the provider ran itself (web
+// search, web fetch, code execution…), which arrives whole in its block's
+// start: a tool-result part with the result's JSON, and for a web search a
+// source part per result.
+func (s *source) serverResult(q []abi.Part, cb *ant.ContentBlockStartEventContentBlockUnion) []abi.Part {
+	name := s.servers[cb.ToolUseID]
+	if name == "" {
+		name = strings.TrimSuffix(cb.Type, "_tool_result")
+	}
+	result := cb.JSON.Content.Raw()
+	if result == "" {
+		result = "null"
+	}
+	q = append(q, abi.Part{Kind: abi.KindToolResult, ID: cb.ToolUseID, Tool: &abi.ToolInfo{
+		Name: name, Result: result, ProviderExecuted: true,
+		IsError: strings.HasSuffix(cb.Content.Type, "_error")}})
+	for _, r := range cb.Content.OfWebSearchResultBlockArray {
+		q = append(q, abi.Part{Kind: abi.KindSource, ID: cb.ToolUseID, Source: &abi.Source{URL: r.URL, Title: r.Title}})
+	}
+	return q
+}
+
+// citation maps a citation of the answer's text to the source it cites:
+// a web page (web search), a search result, or a document of the request
+// (by title). Nil when it names nothing a caller could show.
+func citation(c *ant.CitationsDeltaCitationUnion) *abi.Source {
+	return citedSource(c.Type, c.URL, c.Title, c.Source, c.DocumentTitle)
+}
+
+func citedSource(typ, url, title, source, documentTitle string) *abi.Source {
+	switch typ {
+	case "web_search_result_location":
+		return &abi.Source{URL: url, Title: title}
+	case "search_result_location":
+		return &abi.Source{URL: source, Title: title}
+	case "char_location", "page_location", "content_block_location":
+		if documentTitle != "" {
+			return &abi.Source{Title: documentTitle}
+		}
+	}
+	return nil
 }
