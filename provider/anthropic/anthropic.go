@@ -38,6 +38,7 @@ type config struct {
 	httpClient *http.Client
 	maxRetries int
 	maxTokens  int
+	rawChunks  bool
 	sdkOpts    []option.RequestOption
 }
 
@@ -60,6 +61,14 @@ func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } 
 // MaxOutputTokens. Default: DefaultMaxTokens.
 func WithDefaultMaxTokens(n int) Option { return func(c *config) { c.maxTokens = n } }
 
+// WithRawChunks makes streams also emit every stream event the SDK decodes
+// (it drops pings):
+// a KindRaw part whose Raw is the SDK's ant.MessageStreamEventUnion, before
+// the parts mapped from it. For fields this adapter does not map (signature
+// deltas, newer block types). Raw parts never commit a stream under the
+// default commit rule. Default: off.
+func WithRawChunks() Option { return func(c *config) { c.rawChunks = true } }
+
 // WithRequestOptions passes SDK request options through, after the
 // model's own (so they win): headers, beta flags, middleware, timeouts…
 func WithRequestOptions(opts ...option.RequestOption) Option {
@@ -71,6 +80,7 @@ func WithRequestOptions(opts ...option.RequestOption) Option {
 type Model struct {
 	id        string
 	maxTokens int64
+	raw       bool
 	client    ant.Client
 }
 
@@ -105,7 +115,7 @@ func New(id string, opts ...Option) (*Model, error) {
 		sdk = append(sdk, option.WithHTTPClient(c.httpClient))
 	}
 	sdk = append(sdk, c.sdkOpts...)
-	return &Model{id: id, maxTokens: int64(c.maxTokens), client: ant.NewClient(sdk...)}, nil
+	return &Model{id: id, maxTokens: int64(c.maxTokens), raw: c.rawChunks, client: ant.NewClient(sdk...)}, nil
 }
 
 // Key returns "anthropic/<model id>".
@@ -177,7 +187,7 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		_ = st.Close()
 		return nil, openError(ctx, err, raw)
 	}
-	src := &source{st: st, blocks: map[int64]*block{}}
+	src := &source{st: st, blocks: map[int64]*block{}, raw: m.raw}
 	return adapter.NewStream(ctx, provider, src, abi.Part{Kind: abi.KindStreamStart, Warnings: warnings}), nil
 }
 

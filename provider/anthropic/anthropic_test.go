@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	ant "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/abi"
@@ -539,4 +540,38 @@ func TestGenerateServerToolAndCitations(t *testing.T) {
 	require.Equal(t, wiki, resp.Content[2].Source)
 	require.Equal(t, wiki, resp.Content[4].Source)
 	require.Equal(t, "Claude Shannon was born on April 30, 1916, in Petoskey, Michigan", resp.Text())
+}
+
+// TestStreamRawChunks: WithRawChunks passes every event the SDK decodes
+// through as it came (the SDK drops pings), before what was mapped from it,
+// and changes nothing else.
+func TestStreamRawChunks(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	st, err := model(t, srv, anthropic.WithRawChunks()).Stream(context.Background(), request())
+	require.NoError(t, err)
+	parts, err := wiretest.Collect(st, 1000)
+	require.NoError(t, err)
+	var mapped []abi.Part
+	var events []string
+	for i, p := range parts {
+		if p.Kind != abi.KindRaw {
+			mapped = append(mapped, p)
+			continue
+		}
+		ev, ok := p.Raw.(ant.MessageStreamEventUnion)
+		require.True(t, ok, "Raw is the SDK's event, got %T", p.Raw)
+		events = append(events, ev.Type)
+		if ev.Type == "message_start" {
+			require.Equal(t, abi.KindResponseMeta, parts[i+1].Kind, "the event comes before what is mapped from it")
+		}
+	}
+	require.Equal(t, []string{"message_start", "content_block_start", "content_block_delta", "content_block_delta",
+		"content_block_delta", "content_block_stop", "message_delta", "message_stop"}, events)
+
+	plain := wiretest.ServeFile(t, wire("text"))
+	st, err = model(t, plain).Stream(context.Background(), request())
+	require.NoError(t, err)
+	want, err := wiretest.Collect(st, 1000)
+	require.NoError(t, err)
+	require.Equal(t, want, mapped)
 }

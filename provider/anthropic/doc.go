@@ -32,6 +32,8 @@
 //	message_delta                        (stop_reason, usage: kept for the finish)
 //	message_stop                         finish
 //	ping, signature_delta                nothing
+//	every event, with WithRawChunks      raw (Raw = the ant.MessageStreamEventUnion),
+//	                                     before the parts mapped from it
 //
 // Generate maps the same content: server tool calls and results, and each
 // text block's citations as source parts after its text.

@@ -14,7 +14,8 @@ import (
 
 // source turns Messages stream events into parts (adapter.Source).
 type source struct {
-	st *ssestream.Stream[ant.MessageStreamEventUnion]
+	st  *ssestream.Stream[ant.MessageStreamEventUnion]
+	raw bool // emit each event as a KindRaw part too (WithRawChunks)
 
 	blocks  map[int64]*block
 	content bool // a content part went out
@@ -58,7 +59,11 @@ func (s *source) Next(q []abi.Part) ([]abi.Part, error) {
 			return q, adapter.ErrTruncated // no message_stop
 		}
 		var err error
-		if q, err = s.event(q, s.st.Current()); err != nil {
+		ev := s.st.Current()
+		if s.raw {
+			q = append(q, abi.Part{Kind: abi.KindRaw, Raw: ev})
+		}
+		if q, err = s.event(q, ev); err != nil {
 			return q, err
 		}
 	}

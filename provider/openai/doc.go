@@ -28,6 +28,11 @@
 //	finish_reason                     text-end / reasoning-end, then per call in index
 //	                                  order tool-input-end and tool-call (Tool.Input = the JSON)
 //	[DONE] after a finish_reason      finish (reason, usage from the usage chunk)
+//	every chunk, with WithRawChunks   raw (Raw = the oai.ChatCompletionChunk), before
+//	                                  the parts mapped from it
+//
+// Only choice 0 is mapped: a request for n > 1 choices streams the others'
+// deltas too, which this adapter ignores (read them from raw parts).
 //
 // Finish reasons: stop → ReasonStop, length → ReasonLength, content_filter →
 // ReasonContentFilter, tool_calls → ReasonToolCalls, others → ReasonOther;

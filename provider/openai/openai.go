@@ -33,6 +33,7 @@ type config struct {
 	httpClient      *http.Client
 	maxRetries      int
 	legacyMaxTokens bool
+	rawChunks       bool
 	sdkOpts         []option.RequestOption
 }
 
@@ -63,6 +64,13 @@ func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } 
 // name. Default: false.
 func WithLegacyMaxTokens() Option { return func(c *config) { c.legacyMaxTokens = true } }
 
+// WithRawChunks makes streams also emit every chat.completion.chunk as it
+// arrived: a KindRaw part whose Raw is the SDK's oai.ChatCompletionChunk,
+// before the parts mapped from it. For fields this adapter does not map
+// (logprobs, provider extensions). Raw parts never commit a stream under
+// the default commit rule. Default: off.
+func WithRawChunks() Option { return func(c *config) { c.rawChunks = true } }
+
 // WithRequestOptions passes SDK request options through, after the
 // model's own (so they win): headers, middleware, timeouts…
 func WithRequestOptions(opts ...option.RequestOption) Option {
@@ -76,6 +84,7 @@ type Model struct {
 	provider string
 	key      string
 	legacy   bool
+	raw      bool
 	client   oai.Client
 }
 
@@ -114,6 +123,7 @@ func New(id string, opts ...Option) (*Model, error) {
 		provider: c.provider,
 		key:      c.provider + "/" + id,
 		legacy:   c.legacyMaxTokens,
+		raw:      c.rawChunks,
 		client:   oai.NewClient(sdk...),
 	}, nil
 }
@@ -185,7 +195,7 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		_ = st.Close()
 		return nil, m.openError(ctx, err, raw)
 	}
-	src := &source{provider: m.provider, st: st, tools: map[int64]*toolCall{}}
+	src := &source{provider: m.provider, st: st, tools: map[int64]*toolCall{}, raw: m.raw}
 	return adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart}), nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	oai "github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/abi"
@@ -507,4 +508,37 @@ func TestConnectionRefused(t *testing.T) {
 			require.Zero(t, pe.Status)
 		})
 	}
+}
+
+// TestStreamRawChunks: WithRawChunks passes every chunk through as it came,
+// before what was mapped from it, and changes nothing else.
+func TestStreamRawChunks(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	st, err := model(t, srv, openai.WithRawChunks()).Stream(context.Background(), request())
+	require.NoError(t, err)
+	parts, err := wiretest.Collect(st, 1000)
+	require.NoError(t, err)
+	var mapped []abi.Part
+	raw := 0
+	for i, p := range parts {
+		if p.Kind != abi.KindRaw {
+			mapped = append(mapped, p)
+			continue
+		}
+		raw++
+		c, ok := p.Raw.(oai.ChatCompletionChunk)
+		require.True(t, ok, "Raw is the SDK's chunk, got %T", p.Raw)
+		require.Equal(t, "chat.completion.chunk", string(c.Object))
+		if raw == 1 {
+			require.Equal(t, abi.KindResponseMeta, parts[i+1].Kind, "the chunk comes before what is mapped from it")
+		}
+	}
+	require.Equal(t, 12, raw, "one raw part per chunk ([DONE] is no chunk)")
+
+	plain := wiretest.ServeFile(t, wire("text"))
+	st, err = model(t, plain).Stream(context.Background(), request())
+	require.NoError(t, err)
+	want, err := wiretest.Collect(st, 1000)
+	require.NoError(t, err)
+	require.Equal(t, want, mapped)
 }

@@ -17,6 +17,7 @@ import (
 type source struct {
 	provider string
 	st       *ssestream.Stream[oai.ChatCompletionChunk]
+	raw      bool // emit each chunk as a KindRaw part too (WithRawChunks)
 
 	metaSent      bool
 	textOpen      bool
@@ -48,7 +49,11 @@ func (s *source) Next(q []abi.Part) ([]abi.Part, error) {
 			return s.end(q)
 		}
 		var err error
-		q, err = s.chunk(q, s.st.Current())
+		c := s.st.Current()
+		if s.raw {
+			q = append(q, abi.Part{Kind: abi.KindRaw, Raw: c})
+		}
+		q, err = s.chunk(q, c)
 		if err != nil {
 			return q, err
 		}
