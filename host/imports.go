@@ -88,12 +88,14 @@ func hostPolicy(ctx context.Context, m api.Module, stack []uint64) {
 		stack[0] = status(abi.StatusFault)
 		return
 	}
-	pol, err := abi.DecodePolicy(b)
+	// A malformed record, hints tail included, is ignored whole: the
+	// plugin keeps the defaults and declares no hints (ABI.md §8.7).
+	pol, hints, err := abi.DecodePolicyHints(b)
 	if err != nil {
 		stack[0] = status(abi.StatusInvalid)
 		return
 	}
-	in.declared = &pol
+	in.declared, in.hints = &pol, hints
 	stack[0] = status(abi.StatusOK)
 }
 

@@ -34,15 +34,16 @@ type instance struct {
 	mem api.Memory
 	ctx context.Context // carries the instance for host functions; never cancelled
 
-	fnDecide, fnOpen, fnPart, fnEnd, fnClose, fnParts api.Function
-	stack                                             []uint64
-	scratch                                           []byte
+	fnDecide, fnOpen, fnPart, fnEnd, fnClose, fnParts, fnOpenPart api.Function
+	stack                                                         []uint64
+	scratch                                                       []byte
 
 	bufPtr, bufCap uint32
 	input          []byte
 	hasInput       bool
 	initing        bool
 	declared       *abi.TransformPolicy
+	hints          abi.Hints // declared with the policy (v1.1 tail)
 	logLines       int
 
 	// deadline is the running call's monotonic deadline (0 idle,
@@ -87,7 +88,7 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().
 		WithStdout(&capWriter{p: p, stream: "stdout", left: rt.cfg.outputCap}).
 		WithStderr(&capWriter{p: p, stream: "stderr", left: rt.cfg.outputCap})
-	in := &instance{p: p, stack: make([]uint64, 2), next: 1}
+	in := &instance{p: p, stack: make([]uint64, 3), next: 1}
 	ctx = experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capacity, limit uint64) experimental.LinearMemory {
 		return &guestMemory{in: in, buf: make([]byte, 0, capacity), limit: limit}
 	}))
@@ -135,6 +136,7 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 	in.fnEnd = mod.ExportedFunction(abi.ExportEnd)
 	in.fnClose = mod.ExportedFunction(abi.ExportClose)
 	in.fnParts = mod.ExportedFunction(abi.ExportParts)
+	in.fnOpenPart = mod.ExportedFunction(exportOpenPart)
 	return in, nil
 }
 
