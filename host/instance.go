@@ -32,6 +32,7 @@ type instance struct {
 	p   *Plugin
 	mod api.Module
 	mem api.Memory
+	gm  *guestMemory    // mem's backing store (nil if wazero did not use the allocator)
 	ctx context.Context // carries the instance for host functions; never cancelled
 
 	fnDecide, fnOpen, fnPart, fnEnd, fnClose, fnParts, fnOpenPart api.Function
@@ -90,7 +91,8 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 		WithStderr(&capWriter{p: p, stream: "stderr", left: rt.cfg.outputCap})
 	in := &instance{p: p, stack: make([]uint64, 3), next: 1}
 	ctx = experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capacity, limit uint64) experimental.LinearMemory {
-		return &guestMemory{in: in, buf: make([]byte, 0, capacity), limit: limit}
+		in.gm = &guestMemory{in: in, buf: make([]byte, 0, capacity), limit: limit}
+		return in.gm
 	}))
 	mod, err := rt.wr.InstantiateModule(ctx, p.compiled, cfg)
 	if err != nil {
@@ -201,6 +203,12 @@ func errOr(err error) error {
 func (in *instance) writeInput(rec []byte) {
 	in.input, in.hasInput = rec, true
 	if uint32(len(rec)) <= in.bufCap {
+		if in.gm != nil {
+			// The buffer lies inside the memory (checked when it was
+			// registered) and memory never shrinks: copy straight in.
+			copy(in.gm.buf[in.bufPtr:in.bufPtr+in.bufCap], rec)
+			return
+		}
 		in.mem.Write(in.bufPtr, rec)
 	}
 }

@@ -145,21 +145,51 @@ func (st *stream) part(ctx context.Context, part *abi.Part) (abi.Verdict, error)
 	if a := p.static[part.Kind]; a != abi.StaticCall {
 		return st.staticVerdict(abi.PartAction(a))
 	}
-	switch {
-	case st.state == stUnopened:
+	switch st.state {
+	case stUnopened:
 		return st.openPart(ctx, part)
-	case st.state == stForgotten:
+	case stForgotten:
 		// The guest answered ERROR or DETACH: nothing more is sent to it.
 		return abi.Verdict{Action: abi.PartDetach}, nil
-	case p.hasBatch:
-		return st.partCombined(part)
 	}
+	// The hot path: an opened stream, one retryhost_part call, unless other
+	// streams wait for the slot (then one retryhost_parts call for all).
 	s := st.slot
-	s.mu.Lock()
-	v, err := st.partAlone(part)
+	if !p.hasBatch {
+		s.mu.Lock()
+	} else if !s.mu.TryLock() {
+		return st.partQueued(part)
+	} else if s.waiting.Load() != 0 {
+		r := st.enqueue(part)
+		s.combine(p)
+		s.mu.Unlock()
+		return st.collect(r)
+	}
+	in := s.inst
+	if s.gen != st.gen || in == nil {
+		_, err := st.live("part")
+		s.mu.Unlock()
+		return abi.Verdict{}, st.fail(err)
+	}
+	rec := abi.AppendPart(in.scratch[:0], part)
+	in.scratch = rec
+	in.writeInput(rec)
+	in.stack[0], in.stack[1] = uint64(st.handle), uint64(len(rec))
+	err := in.call(in.fnPart, 0)
+	in.hasInput = false
+	if a := in.stack[0]; err == nil && a < 8 && plainActions&(1<<a) != 0 {
+		// PASS, HOLD, DROP or DETACH with no payload.
+		st.settled(in, abi.PartAction(a))
+		s.mu.Unlock()
+		return abi.Verdict{Action: abi.PartAction(a)}, nil
+	}
+	v, err := st.verdict(in, "part", err)
 	s.mu.Unlock()
 	return v, err
 }
+
+// plainActions has bit a set for each action a that carries no payload.
+const plainActions = 1<<abi.PartPass | 1<<abi.PartHold | 1<<abi.PartDrop | 1<<abi.PartDetach
 
 // staticVerdict answers a part whose kind has a static verdict (ABI.md
 // §8.7) without a call, as the guest would have.
@@ -171,16 +201,6 @@ func (st *stream) staticVerdict(a abi.PartAction) (abi.Verdict, error) {
 		st.closeGuest()
 	}
 	return abi.Verdict{Action: a}, nil
-}
-
-// partAlone judges one part with retryhost_part; the caller holds the slot.
-func (st *stream) partAlone(part *abi.Part) (abi.Verdict, error) {
-	in, err := st.live("part")
-	if err != nil {
-		return abi.Verdict{}, st.fail(err)
-	}
-	in.scratch = abi.AppendPart(in.scratch[:0], part)
-	return st.callPart(in, in.scratch)
 }
 
 // callPart judges one encoded part with retryhost_part; the caller holds
@@ -415,24 +435,12 @@ func (in *instance) decodeVerdict(name string, packed uint64, off uint32) (abi.V
 	return v, n, err
 }
 
-// partCombined judges a part of an opened stream of a plugin that exports
-// retryhost_parts. Alone on the slot, the stream calls retryhost_part
-// itself. Otherwise it queues its part and waits for the slot: whoever gets
-// the slot first judges every queued part in one call, so under load one
-// guarded call serves many streams.
-func (st *stream) partCombined(part *abi.Part) (abi.Verdict, error) {
+// partQueued judges a part of an opened stream of a plugin that exports
+// retryhost_parts while the slot is busy: the stream queues its part and
+// waits for the slot. Whoever gets the slot first judges every queued part
+// in one call, so under load one guarded call serves many streams.
+func (st *stream) partQueued(part *abi.Part) (abi.Verdict, error) {
 	s := st.slot
-	if s.mu.TryLock() {
-		if s.waiting.Load() == 0 {
-			v, err := st.partAlone(part)
-			s.mu.Unlock()
-			return v, err
-		}
-		r := st.enqueue(part)
-		s.combine(st.p)
-		s.mu.Unlock()
-		return st.collect(r)
-	}
 	r := st.enqueue(part)
 	s.mu.Lock()
 	if !r.done {
