@@ -124,16 +124,20 @@ func (st *stream) live(op string) (*instance, error) {
 
 // Part judges one part (see abi.StreamTransform).
 func (st *stream) Part(ctx context.Context, part *abi.Part) (abi.Verdict, error) {
-	o := st.p.rt.cfg.observer
-	if o == nil {
-		return st.part(ctx, part)
+	if st.p.rt.cfg.observer != nil {
+		return st.observedPart(ctx, part)
 	}
+	return st.part(ctx, part)
+}
+
+func (st *stream) observedPart(ctx context.Context, part *abi.Part) (abi.Verdict, error) {
 	start := time.Now()
 	v, err := st.part(ctx, part)
-	observe(ctx, o, st.p.name, "part", start, err)
+	observe(ctx, st.p.rt.cfg.observer, st.p.name, "part", start, err)
 	return v, err
 }
 
+// part is Part without the observer.
 func (st *stream) part(ctx context.Context, part *abi.Part) (abi.Verdict, error) {
 	if st.err != nil {
 		return abi.Verdict{}, st.err
@@ -172,7 +176,9 @@ func (st *stream) part(ctx context.Context, part *abi.Part) (abi.Verdict, error)
 		return abi.Verdict{}, st.fail(err)
 	}
 	rec := abi.AppendPart(in.scratch[:0], part)
-	in.scratch = rec
+	if cap(rec) != cap(in.scratch) {
+		in.scratch = rec // grown; else rec shares its array (no write barrier)
+	}
 	in.writeInput(rec)
 	in.stack[0], in.stack[1] = uint64(st.handle), uint64(len(rec))
 	err := in.call(in.fnPart, 0)
