@@ -266,16 +266,24 @@ func Benchmark10kStreams(b *testing.B) {
 	}
 	b.Run("native", func(b *testing.B) { bench(b, func() abi.Transformer { return nativeRefusal{} }) })
 	for _, m := range modes {
-		b.Run(m.name, func(b *testing.B) {
-			rt := benchRuntime(b, m.ctx, m.opts...)
-			bench(b, func() abi.Transformer {
-				p, err := rt.Load(ctx, "refusal", fixture(b, "refusal"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				return p
+		// v1.1: the same detector with hints (hinted.wat): text-start is
+		// static, open and first part are one call, no close after a verdict.
+		for _, fx := range []string{"refusal", "hinted"} {
+			name := m.name
+			if fx == "hinted" {
+				name += "/v1.1"
+			}
+			b.Run(name, func(b *testing.B) {
+				rt := benchRuntime(b, m.ctx, m.opts...)
+				bench(b, func() abi.Transformer {
+					p, err := rt.Load(ctx, fx, fixture(b, fx))
+					if err != nil {
+						b.Fatal(err)
+					}
+					return p
+				})
 			})
-		})
+		}
 	}
 }
 
