@@ -99,7 +99,7 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 		return nil, loadErr(p.name, ErrInit, err)
 	}
 	in.mod, in.mem = mod, mod.Memory()
-	in.ctx = context.WithValue(context.Background(), instKey{}, in)
+	in.ctx = &instCtx{in: in}
 	rt.watch(in)
 	fail := func(reason error, err error) (*instance, error) {
 		in.close()
@@ -206,7 +206,7 @@ func (in *instance) writeInput(rec []byte) {
 		if in.gm != nil {
 			// The buffer lies inside the memory (checked when it was
 			// registered) and memory never shrinks: copy straight in.
-			copy(in.gm.buf[in.bufPtr:in.bufPtr+in.bufCap], rec)
+			copy(in.gm.buf[in.bufPtr:], rec)
 			return
 		}
 		in.mem.Write(in.bufPtr, rec)
