@@ -225,6 +225,24 @@ func TestHints_OpenFailureAppliesTheFailPolicy(t *testing.T) {
 	})
 }
 
+// TestHints_OpenPartViolation: a malformed answer with a valid action from
+// retryhost_open_part (here an ERROR payload longer than the buffer) is an
+// ABI violation, not a failed open: the instance is discarded.
+func TestHints_OpenPartViolation(t *testing.T) {
+	engines(t, func(t *testing.T, opts ...Option) {
+		ctx := context.Background()
+		rt := newRuntime(t, opts...)
+		p := loadHinted(t, rt, "x")
+		gen := p.slots[0].gen
+		st, err := p.Open(ctx, abi.StreamInfo{ID: 1})
+		require.NoError(t, err)
+		_, err = st.Part(ctx, delta("I"))
+		require.ErrorIs(t, err, ErrABIViolation)
+		st.Close()
+		require.NotEqual(t, gen, p.slots[0].gen, "the instance was discarded")
+	})
+}
+
 // TestHints_MalformedTail: a policy record whose hints are malformed is
 // answered StatusInvalid and ignored whole; the plugin works with every
 // call made.

@@ -15,7 +15,8 @@
 ;;
 ;; Config (first byte): "m" declares a malformed hints tail (a static ERROR),
 ;; "n" declares no auto_close, "f" fails every open (open returns -1,
-;; open_part answers the invalid action 255).
+;; open_part answers the invalid action 255), "x" makes open_part answer
+;; ERROR with a payload longer than the buffer (an ABI violation).
 (module
   (import "retryhost_v1" "buffer" (func $buffer (param i32 i32) (result i32)))
   (import "retryhost_v1" "input" (func $input (param i32 i32) (result i32)))
@@ -41,6 +42,7 @@
   (global $policy_status (export "policy_status") (mut i32) (i32.const 1))
   (global $auto (mut i32) (i32.const 1))
   (global $failopen (mut i32) (i32.const 0))
+  (global $badpayload (mut i32) (i32.const 0))
   (func (export "retryhost_abi_v1"))
   (func (export "retryhost_init") (param $n i32) (result i32)
     (local $c i32)
@@ -53,6 +55,8 @@
       (then (i32.store (i32.const 88) (i32.const 0)) (global.set $auto (i32.const 0))))
     (if (i32.eq (local.get $c) (i32.const 102)) ;; f: opens fail
       (then (global.set $failopen (i32.const 1))))
+    (if (i32.eq (local.get $c) (i32.const 120)) ;; x: open_part answers a bad payload
+      (then (global.set $badpayload (i32.const 1))))
     (global.set $policy_status (call $policy (i32.const 64) (i32.const 50)))
     ;; a rejected policy declares no auto_close: keep every stream until its close
     (if (global.get $policy_status) (then (global.set $auto (i32.const 0))))
@@ -83,6 +87,8 @@
     (global.set $open_parts (i32.add (global.get $open_parts) (i32.const 1)))
     (if (i32.lt_s (call $open (local.get $s)) (i32.const 0))
       (then (return (i64.const 255))))
+    (if (global.get $badpayload)
+      (then (return (i64.or (i64.shl (i64.const 100000) (i64.const 32)) (i64.const 2)))))
     (call $judge (local.get $s)
       (i32.add (i32.const 1024) (i32.and (i32.add (local.get $info) (i32.const 7)) (i32.const -8)))
       (i32.const 1024)))
