@@ -26,6 +26,11 @@ func TestBatch_CombinesWaitingStreams(t *testing.T) {
 		for i := range sts {
 			sts[i], err = p.Open(ctx, abi.StreamInfo{ID: uint64(i)})
 			require.NoError(t, err)
+			// The first call opens the stream in the guest (lazy open);
+			// only opened streams are combined.
+			v, err := sts[i].Part(ctx, &abi.Part{Kind: abi.KindTextStart, ID: "t0"})
+			require.NoError(t, err)
+			require.Equal(t, abi.PartPass, v.Action)
 		}
 		s := p.slots[0]
 		s.mu.Lock() // the instance is busy

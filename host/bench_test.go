@@ -266,16 +266,24 @@ func Benchmark10kStreams(b *testing.B) {
 	}
 	b.Run("native", func(b *testing.B) { bench(b, func() abi.Transformer { return nativeRefusal{} }) })
 	for _, m := range modes {
-		b.Run(m.name, func(b *testing.B) {
-			rt := benchRuntime(b, m.ctx, m.opts...)
-			bench(b, func() abi.Transformer {
-				p, err := rt.Load(ctx, "refusal", fixture(b, "refusal"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				return p
+		// v1.1: the same detector with hints (hinted.wat): text-start is
+		// static, open and first part are one call, no close after a verdict.
+		for _, fx := range []string{"refusal", "hinted"} {
+			name := m.name
+			if fx == "hinted" {
+				name += "/v1.1"
+			}
+			b.Run(name, func(b *testing.B) {
+				rt := benchRuntime(b, m.ctx, m.opts...)
+				bench(b, func() abi.Transformer {
+					p, err := rt.Load(ctx, fx, fixture(b, fx))
+					if err != nil {
+						b.Fatal(err)
+					}
+					return p
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -359,4 +367,70 @@ func BenchmarkGoGuest(b *testing.B) {
 			in.close()
 		}
 	})
+}
+
+// BenchmarkStreamCalls: one stream's decision (a refusal, and an ordinary
+// answer) through the same prefix detector as an ABI v1.0 guest
+// (refusal.wat: every part is a call, plus open and close) and as a v1.1
+// guest (hinted.wat: static verdicts for the preamble, lazy open with
+// retryhost_open_part, auto-close), trusted and guarded, side by side.
+// ns/op is per stream; calls/stream counts the calls into the guest.
+//
+//	go test ./host -run '^$' -bench StreamCalls -benchmem
+func BenchmarkStreamCalls(b *testing.B) {
+	ctx := context.Background()
+	preamble := []abi.Part{{Kind: abi.KindStreamStart}, {Kind: abi.KindResponseMeta, ID: "r", Meta: &abi.ResponseMeta{ID: "r", ModelID: "m"}}, {Kind: abi.KindTextStart, ID: "t0"}}
+	deltas := func(text string) []abi.Part {
+		ps := append([]abi.Part(nil), preamble...)
+		for len(text) > 0 {
+			n := min(3, len(text))
+			ps = append(ps, abi.Part{Kind: abi.KindTextDelta, ID: "t0", Delta: text[:n]})
+			text = text[n:]
+		}
+		return ps
+	}
+	streams := []struct {
+		name  string
+		parts []abi.Part
+	}{{"refusal", deltas("I can't help with that.")}, {"answer", deltas("Sure! Here it is.")}}
+	for _, s := range streams {
+		for _, m := range modes[:2] {
+			for _, g := range []string{"v1.0", "v1.1"} {
+				b.Run(s.name+"/"+m.name+"/"+g, func(b *testing.B) {
+					rt := benchRuntime(b, m.ctx, m.opts...)
+					fx := map[string]string{"v1.0": "refusal", "v1.1": "hinted"}[g]
+					p, err := rt.Load(ctx, fx, fixture(b, fx), WithInstances(1))
+					if err != nil {
+						b.Fatal(err)
+					}
+					calls := 0
+					b.ReportAllocs()
+					for b.Loop() {
+						st, err := p.Open(ctx, abi.StreamInfo{ID: 1})
+						if err != nil {
+							b.Fatal(err)
+						}
+						judged := 0
+						for i := range s.parts {
+							v, err := st.Part(ctx, &s.parts[i])
+							if err != nil {
+								b.Fatal(err)
+							}
+							judged++
+							if v.Action == abi.PartError || v.Action == abi.PartDetach {
+								break
+							}
+						}
+						st.Close()
+						calls += judged + 2 // v1.0: every part, open and close
+					}
+					if g == "v1.1" {
+						in := p.slots[0].inst
+						calls = int(uint32(in.mod.ExportedGlobal("calls").Get()))
+					}
+					b.ReportMetric(float64(calls)/float64(b.N), "calls/stream")
+				})
+			}
+		}
+	}
 }

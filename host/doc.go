@@ -11,6 +11,19 @@
 // atomically while streams in flight finish on the version they started
 // with.
 //
+// Fewer calls (ABI v1.1, all optional for the guest): a transform's policy
+// may carry hints ([Plugin.Hints]). Parts of a kind with a static verdict
+// are answered by the host with no call, exactly as the guest would have
+// answered them. A stream is opened in the guest lazily, at its first call
+// (with retryhost_open_part, open and first part are one call), so a stream
+// closed before it needed the guest is never opened nor closed there, and a
+// failure of the guest's open surfaces from that first Part or End, where
+// the plugin's fail policy applies as before. With auto_close, no
+// retryhost_close follows a guest's ERROR or DETACH. Parts of streams that
+// wait for the same instance are judged in one retryhost_parts call when
+// the guest exports it; a stream alone on its instance makes a plain call.
+// A v1.0 guest gets every call, as before.
+//
 // Failure policy: a trap, timeout, exit or ABI violation discards the
 // instance it happened in. The call that hit it, and every later call of a
 // stream whose state lived in that instance, returns a [*PluginError]; the

@@ -143,8 +143,10 @@ func TestTrap_FailsOnlyStreamsOfThatInstance(t *testing.T) {
 	p, err := rt.Load(ctx, "boom", fixture(t, "boom"), WithInstances(2))
 	require.NoError(t, err)
 	// Round robin: streams 0 and 2 share an instance, 1 and 3 share the other.
+	hello := abi.Part{Kind: abi.KindTextDelta, ID: "t0", Delta: "hello"}
+	boom := abi.Part{Kind: abi.KindTextDelta, ID: "t0", Delta: "boom"}
 	var sts []abi.StreamTransform
-	for i := range 4 {
+	for i := range 5 {
 		st, err := p.Open(ctx, abi.StreamInfo{ID: uint64(i)})
 		require.NoError(t, err)
 		sts = append(sts, st)
@@ -154,8 +156,13 @@ func TestTrap_FailsOnlyStreamsOfThatInstance(t *testing.T) {
 			st.Close()
 		}
 	}()
-	hello := abi.Part{Kind: abi.KindTextDelta, ID: "t0", Delta: "hello"}
-	boom := abi.Part{Kind: abi.KindTextDelta, ID: "t0", Delta: "boom"}
+	// Streams 0 to 3 are opened in the guest by their first part; stream 4
+	// (on the instance of 0 and 2) has made no call yet.
+	for _, st := range sts[:4] {
+		v, err := st.Part(ctx, &hello)
+		require.NoError(t, err)
+		require.Equal(t, abi.PartPass, v.Action)
+	}
 	_, err = sts[0].Part(ctx, &boom)
 	require.ErrorIs(t, err, ErrTrap)
 	_, err = sts[2].Part(ctx, &hello)
@@ -165,9 +172,12 @@ func TestTrap_FailsOnlyStreamsOfThatInstance(t *testing.T) {
 		require.NoError(t, err, "a stream of the other instance")
 		require.Equal(t, abi.PartPass, v.Action)
 	}
+	v, err := sts[4].Part(ctx, &hello)
+	require.NoError(t, err, "a stream with no state in the guest yet opens on the replacement instance")
+	require.Equal(t, abi.PartPass, v.Action)
 	st, err := p.Open(ctx, abi.StreamInfo{ID: 9})
 	require.NoError(t, err, "the discarded instance is replaced for new streams")
-	v, err := st.Part(ctx, &hello)
+	v, err = st.Part(ctx, &hello)
 	require.NoError(t, err)
 	require.Equal(t, abi.PartPass, v.Action)
 	st.Close()

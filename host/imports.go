@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/tetratelabs/wazero/api"
 
@@ -12,6 +13,21 @@ import (
 // instKey carries the calling *instance in the context every call into the
 // guest receives, so host functions find their state without a lookup.
 type instKey struct{}
+
+// instCtx is that context: never done, no deadline, and the instance as
+// its only value. wazero looks a key up in it on every call; a
+// context.WithValue chain would answer that one frame further away.
+type instCtx struct{ in *instance }
+
+func (instCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (instCtx) Done() <-chan struct{}       { return nil }
+func (instCtx) Err() error                  { return nil }
+func (c *instCtx) Value(k any) any {
+	if k == (instKey{}) {
+		return c.in
+	}
+	return nil
+}
 
 func instanceOf(ctx context.Context) *instance {
 	in, _ := ctx.Value(instKey{}).(*instance)
@@ -88,12 +104,14 @@ func hostPolicy(ctx context.Context, m api.Module, stack []uint64) {
 		stack[0] = status(abi.StatusFault)
 		return
 	}
-	pol, err := abi.DecodePolicy(b)
+	// A malformed record, hints tail included, is ignored whole: the
+	// plugin keeps the defaults and declares no hints (ABI.md §8.7).
+	pol, hints, err := abi.DecodePolicyHints(b)
 	if err != nil {
 		stack[0] = status(abi.StatusInvalid)
 		return
 	}
-	in.declared = &pol
+	in.declared, in.hints = &pol, hints
 	stack[0] = status(abi.StatusOK)
 }
 

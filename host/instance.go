@@ -32,17 +32,19 @@ type instance struct {
 	p   *Plugin
 	mod api.Module
 	mem api.Memory
+	gm  *guestMemory    // mem's backing store (nil if wazero did not use the allocator)
 	ctx context.Context // carries the instance for host functions; never cancelled
 
-	fnDecide, fnOpen, fnPart, fnEnd, fnClose, fnParts api.Function
-	stack                                             []uint64
-	scratch                                           []byte
+	fnDecide, fnOpen, fnPart, fnEnd, fnClose, fnParts, fnOpenPart api.Function
+	stack                                                         []uint64
+	scratch                                                       []byte
 
 	bufPtr, bufCap uint32
 	input          []byte
 	hasInput       bool
 	initing        bool
 	declared       *abi.TransformPolicy
+	hints          abi.Hints // declared with the policy (v1.1 tail)
 	logLines       int
 
 	// deadline is the running call's monotonic deadline (0 idle,
@@ -87,16 +89,17 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().
 		WithStdout(&capWriter{p: p, stream: "stdout", left: rt.cfg.outputCap}).
 		WithStderr(&capWriter{p: p, stream: "stderr", left: rt.cfg.outputCap})
-	in := &instance{p: p, stack: make([]uint64, 2), next: 1}
+	in := &instance{p: p, stack: make([]uint64, 3), next: 1}
 	ctx = experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capacity, limit uint64) experimental.LinearMemory {
-		return &guestMemory{in: in, buf: make([]byte, 0, capacity), limit: limit}
+		in.gm = &guestMemory{in: in, buf: make([]byte, 0, capacity), limit: limit}
+		return in.gm
 	}))
 	mod, err := rt.wr.InstantiateModule(ctx, p.compiled, cfg)
 	if err != nil {
 		return nil, loadErr(p.name, ErrInit, err)
 	}
 	in.mod, in.mem = mod, mod.Memory()
-	in.ctx = context.WithValue(context.Background(), instKey{}, in)
+	in.ctx = &instCtx{in: in}
 	rt.watch(in)
 	fail := func(reason error, err error) (*instance, error) {
 		in.close()
@@ -135,6 +138,7 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 	in.fnEnd = mod.ExportedFunction(abi.ExportEnd)
 	in.fnClose = mod.ExportedFunction(abi.ExportClose)
 	in.fnParts = mod.ExportedFunction(abi.ExportParts)
+	in.fnOpenPart = mod.ExportedFunction(exportOpenPart)
 	return in, nil
 }
 
@@ -199,6 +203,12 @@ func errOr(err error) error {
 func (in *instance) writeInput(rec []byte) {
 	in.input, in.hasInput = rec, true
 	if uint32(len(rec)) <= in.bufCap {
+		if in.gm != nil {
+			// The buffer lies inside the memory (checked when it was
+			// registered) and memory never shrinks: copy straight in.
+			copy(in.gm.buf[in.bufPtr:], rec)
+			return
+		}
 		in.mem.Write(in.bufPtr, rec)
 	}
 }

@@ -31,6 +31,7 @@ func TestLoad_Rejects(t *testing.T) {
 		{name: "panic in init", fixture: "initpanic", reason: ErrInit, says: "unreachable"},
 		{name: "buffer outside memory", fixture: "oob", reason: ErrNoBuffer},
 		{name: "neither condition nor transform", fixture: "nokind", reason: ErrNoKind},
+		{name: "retryhost_open_part with the wrong signature", fixture: "badopenpart", reason: ErrBadExport, says: "retryhost_open_part"},
 		{name: "sha256 pin mismatch", fixture: "upper", opts: []LoadOption{WithSHA256("00")}, reason: ErrChecksum},
 	}
 	engines(t, func(t *testing.T, opts ...Option) {

@@ -185,6 +185,7 @@ func (rt *Runtime) Load(ctx context.Context, name string, wasm []byte, opts ...L
 		p.slots[i] = &slot{}
 	}
 	var declared *abi.TransformPolicy
+	var hints abi.Hints
 	for i, s := range p.slots {
 		in, err := p.instantiate(ctx)
 		if err != nil {
@@ -194,7 +195,7 @@ func (rt *Runtime) Load(ctx context.Context, name string, wasm []byte, opts ...L
 		}
 		s.inst = in
 		if i == 0 {
-			declared = in.declared
+			declared, hints = in.declared, in.hints
 		}
 	}
 	switch {
@@ -203,6 +204,7 @@ func (rt *Runtime) Load(ctx context.Context, name string, wasm []byte, opts ...L
 	case declared != nil:
 		p.policy = *declared
 	}
+	p.hints, p.static, p.autoClose = hints, hints.Table(), hints.AutoClose
 	p.breaker.n, p.breaker.span = rt.cfg.breakerN, rt.cfg.breakerSpan
 	rt.mu.Lock()
 	if rt.closed {
@@ -295,6 +297,7 @@ var (
 		abi.ExportEnd:    {[]api.ValueType{i64}, []api.ValueType{i64}},
 		abi.ExportClose:  {[]api.ValueType{i64}, nil},
 		abi.ExportParts:  {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+		exportOpenPart:   {[]api.ValueType{i64, i32, i32}, []api.ValueType{i64}},
 		"_initialize":    {nil, nil},
 	}
 	transformExports = []string{abi.ExportOpen, abi.ExportPart, abi.ExportEnd, abi.ExportClose}
