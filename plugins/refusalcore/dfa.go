@@ -11,16 +11,25 @@ import (
 // decision needs is a function of the node alone (the first phrase in list
 // order that the path starts with, and whether a phrase earlier in the
 // list can still complete below it), so it is folded into the table: a
-// transition either goes to a trie node (≥ 0) or to a final decision
-// (< 0), Diverge (-1) or Match phrase k (-2-k). A State is then one node
-// id and a Feed one table load per normalised byte, whatever the number
-// of phrases.
+// transition either goes to a state (≥ 0) or to a final decision (< 0),
+// Diverge (-1) or Match phrase k (-2-k). A State is then one state id and
+// a Feed one table load per normalised byte, whatever the number of
+// phrases.
+//
+// White space is folded in too. Normalisation turns a run of white space
+// into one space written only before the next rune (and not at the
+// start), so the table has, besides each trie node n (states 0…N-1), a
+// state N+n, "n and a pending space": it decides as n does, white space
+// keeps it, and any other byte moves as n's ' ' child would on it. The
+// white-space class is the same for every white-space byte and rune, and
+// for the ' ' of the phrases: raw ASCII then needs one load and one table
+// step per byte, with no other branch.
 
 const (
 	decDiverge = -1 // the final decision Diverge; -2-k is Match phrase k
 
-	classRune  = 254 // raw: a byte ≥ 0x80, decoded as a rune
-	classSpace = 255 // raw: ASCII white space
+	classSpace = 1   // white space, and the normalised ' '
+	classRune  = 255 // raw: a byte ≥ 0x80, decoded as a rune first
 )
 
 // maxTable bounds the transition table (entries): a phrase list beyond it
@@ -38,15 +47,18 @@ type dfa struct {
 	// has, else 1…ncls-1. Normalised phrases hold at most 213 distinct
 	// bytes (no ASCII capital or white space other than ' ', valid UTF-8).
 	class [256]uint8
-	space uint8   // class(' ')
-	ncls  int     // classes
-	next  []int32 // node*ncls + class → the next node, or a decision < 0
-	match []int32 // node → the first phrase in list order its path starts with, or -1
+	ncls  int
+	// next maps row + class to the next state's row (state*ncls), or a
+	// decision < 0. Class 0 (a byte in no phrase) leaves the trie, so
+	// next[row] is also the state's own outcome: Match -2-next[row] (the
+	// first phrase in list order its text starts with) if ≤ -2, else Hold.
+	next []int32
 }
 
 // compile builds the table for the normalised phrases.
 func (d *dfa) compile(phrases []string) error {
-	d.ncls = 1
+	d.class[' '] = classSpace
+	d.ncls = 2
 	for _, p := range phrases {
 		for i := 0; i < len(p); i++ {
 			if d.class[p[i]] == 0 {
@@ -55,7 +67,6 @@ func (d *dfa) compile(phrases []string) error {
 			}
 		}
 	}
-	d.space = d.class[' ']
 	for c := range 256 {
 		switch {
 		case c >= 0x80:
@@ -76,21 +87,22 @@ func (d *dfa) compile(phrases []string) error {
 	for _, p := range phrases {
 		total += len(p)
 	}
-	if total >= math.MaxInt32/2 || total > maxTable/d.ncls {
+	if total >= math.MaxInt32/4 || 2*total > maxTable/d.ncls {
 		return errTooLarge
 	}
-	next := make([]int32, d.ncls, 64*d.ncls)
+	w := d.ncls
+	child := make([]int32, w, 64*w)
 	end := []int32{none}
 	for k, p := range phrases {
 		n := 0
 		for i := 0; i < len(p); i++ {
-			at := n*d.ncls + int(d.class[p[i]])
-			if next[at] == 0 {
-				next[at] = int32(len(end))
+			at := n*w + int(d.class[p[i]])
+			if child[at] == 0 {
+				child[at] = int32(len(end))
 				end = append(end, none)
-				next = append(next, make([]int32, d.ncls)...)
+				child = append(child, make([]int32, w)...)
 			}
-			n = int(next[at])
+			n = int(child[at])
 		}
 		end[n] = min(end[n], int32(k))
 	}
@@ -101,47 +113,73 @@ func (d *dfa) compile(phrases []string) error {
 	below := make([]int32, nodes)
 	match[0] = none
 	for n := range nodes {
-		below[n] = none
-		for _, ch := range next[n*d.ncls : (n+1)*d.ncls] {
+		for _, ch := range child[n*w : (n+1)*w] {
 			if ch != 0 {
 				match[ch] = min(match[n], end[ch])
 			}
 		}
 	}
 	for n := nodes - 1; n >= 0; n-- {
-		for _, ch := range next[n*d.ncls : (n+1)*d.ncls] {
+		below[n] = none
+		for _, ch := range child[n*w : (n+1)*w] {
 			if ch != 0 {
 				below[n] = min(below[n], end[ch], below[ch])
 			}
 		}
 	}
-	// decided is the final decision at node n, or 0 if more text can still
-	// change it: once the text starts with phrase k and no phrase before k
-	// can complete further down, the outcome is Match k for good.
-	decided := func(n int32) int32 {
+	// enter is the state for entering trie node n: n itself, or its final
+	// decision once the text starts with a phrase k and no phrase before k
+	// can complete further down (the outcome is then Match k for good).
+	enter := func(n int32) int32 {
 		if match[n] != none && below[n] > match[n] {
 			return -2 - match[n]
 		}
-		return 0
+		return n
 	}
-	for n := range nodes {
-		fall := int32(decDiverge) // no phrase continues with this byte
+	// fall is the decision when the text leaves the trie after node n.
+	fall := func(n int) int32 {
 		if match[n] != none {
-			fall = -2 - match[n]
+			return -2 - match[n]
 		}
-		row := next[n*d.ncls : (n+1)*d.ncls]
-		for c, ch := range row {
-			switch {
-			case ch == 0:
-				row[c] = fall
-			case decided(ch) != 0:
-				row[c] = decided(ch)
+		return decDiverge
+	}
+	next := make([]int32, 2*nodes*w)
+	for n := range nodes {
+		row, pend := next[n*w:(n+1)*w], next[(nodes+n)*w:(nodes+n+1)*w]
+		for c, ch := range child[n*w : (n+1)*w] {
+			if ch == 0 {
+				row[c] = fall(n)
+			} else {
+				row[c] = enter(ch)
 			}
 		}
-		if match[n] == none {
-			match[n] = -1
+		row[classSpace] = int32(nodes + n) // the space waits for the next rune
+		if n == 0 {
+			row[classSpace] = 0 // no text yet: leading white space is dropped
+		}
+		sp := child[n*w+classSpace] // where the pending space leads
+		for c := range pend {
+			switch {
+			case c == classSpace:
+				pend[c] = int32(nodes + n)
+			case sp == 0:
+				pend[c] = fall(n)
+			case enter(sp) != sp:
+				pend[c] = enter(sp)
+			case child[int(sp)*w+c] == 0:
+				pend[c] = fall(int(sp))
+			default:
+				pend[c] = enter(child[int(sp)*w+c])
+			}
 		}
 	}
-	d.next, d.match = next, match
+	// States are stored as the offset of their row (state*ncls): a step is
+	// then one add and one load.
+	for i, v := range next {
+		if v >= 0 {
+			next[i] = v * int32(w)
+		}
+	}
+	d.next = next
 	return nil
 }

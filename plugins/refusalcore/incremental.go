@@ -19,18 +19,18 @@ import (
 // safe for concurrent use (a stream's parts arrive one at a time).
 type State struct {
 	m *Matcher
-	// node is the trie node of the normalised text so far (0 = the root:
-	// no text yet), or, once final, the decision: decDiverge, or -2-k for
-	// Match phrase k.
-	node  int32
-	space bool  // a run of white space is pending: a space is written before the next rune, if any text precedes it
-	ncut  uint8 // a rune cut at the end of the last delta: its leading bytes
-	cut   [utf8.UTFMax - 1]byte
+	// node is the state of the normalised text so far (a trie node, or
+	// one with a pending space), as the offset of its row in the table
+	// (0 = the root: no text yet); or, once final, the decision:
+	// decDiverge, or -2-k for Match phrase k.
+	node int32
+	ncut uint8 // a rune cut at the end of the last delta: its leading bytes
+	cut  [utf8.UTFMax - 1]byte
 }
 
 // Reset readies s for a new stream judged by m.
 func (s *State) Reset(m *Matcher) {
-	s.m, s.node, s.space, s.ncut = m, 0, false, 0
+	s.m, s.node, s.ncut = m, 0, 0
 }
 
 // Outcome is the decision over the text fed so far (Hold before any text),
@@ -38,7 +38,7 @@ func (s *State) Reset(m *Matcher) {
 func (s *State) Outcome() (Outcome, string) {
 	k := s.node
 	if k >= 0 {
-		k = s.m.dfa.match[k]
+		k = -2 - s.m.dfa.next[k] // the state's leaving transition: its match
 		if k < 0 {
 			return Hold, "" // the text is a prefix of some phrase (every node is)
 		}
@@ -58,30 +58,18 @@ func (s *State) Feed(delta string) (Outcome, string) {
 	}
 	i := 0
 	if s.ncut > 0 {
-		i = s.resumeCut(delta)
+		if i = s.resumeCut(delta); s.node < 0 {
+			return s.Outcome()
+		}
 	}
 	// The normalisation of AppendNormalized, each normalised byte stepped
-	// through the trie as soon as it is known. The ASCII path is inline.
-	d := &s.m.dfa
-	next, ncls := d.next, int(d.ncls)
-	node, space := s.node, s.space
-	for i < len(delta) && node >= 0 {
-		c := d.raw[delta[i]]
-		if c < classRune {
-			i++
-			if space && node != 0 {
-				if node = next[int(node)*ncls+int(d.space)]; node < 0 {
-					break
-				}
-			}
-			space = false
-			node = next[int(node)*ncls+int(c)]
-			continue
-		}
-		if c == classSpace {
-			i++
-			space = true
-			continue
+	// through the table as soon as it is known: an ASCII byte (white space
+	// included) is one add and one load, in a loop of its own with no call
+	// in it; a non-ASCII rune is decoded and normalised first.
+	for {
+		i = s.ascii(delta, i)
+		if i == len(delta) || s.node < 0 {
+			break
 		}
 		if !utf8.FullRuneInString(delta[i:]) {
 			s.ncut = uint8(copy(s.cut[:], delta[i:])) // wait for the rest of the rune
@@ -89,12 +77,25 @@ func (s *State) Feed(delta string) (Outcome, string) {
 		}
 		r, size := utf8.DecodeRuneInString(delta[i:])
 		i += size
-		s.node, s.space = node, space
 		s.put(r)
-		node, space = s.node, s.space
 	}
-	s.node, s.space = node, space
 	return s.Outcome()
+}
+
+// ascii steps the bytes of delta from i on through the table up to the
+// first non-ASCII byte or a final decision, and returns where it stopped.
+func (s *State) ascii(delta string, i int) int {
+	d := &s.m.dfa
+	next, node := d.next, s.node
+	for ; i < len(delta) && node >= 0; i++ {
+		c := d.raw[delta[i]]
+		if c == classRune {
+			break
+		}
+		node = next[int(node)+int(c)]
+	}
+	s.node = node
+	return i
 }
 
 // resumeCut completes the rune cut at the end of the previous delta with
@@ -123,13 +124,13 @@ func (s *State) resumeCut(delta string) int {
 	return 0
 }
 
-// put steps the normalised form of the non-ASCII rune r through the trie.
+// put steps the normalised form of the non-ASCII rune r through the table.
 func (s *State) put(r rune) {
 	if s.node < 0 {
 		return
 	}
 	if unicode.IsSpace(r) {
-		s.space = true
+		s.step(classSpace)
 		return
 	}
 	switch r {
@@ -138,20 +139,16 @@ func (s *State) put(r rune) {
 	default:
 		r = unicode.ToLower(r)
 	}
-	if s.space && s.node != 0 {
-		s.step(' ')
-	}
-	s.space = false
+	d := &s.m.dfa
 	var b [utf8.UTFMax]byte
 	for _, c := range b[:utf8.EncodeRune(b[:], r)] {
-		s.step(c)
+		s.step(d.class[c])
 	}
 }
 
-// step moves s along the normalised byte c, unless already decided.
-func (s *State) step(c byte) {
+// step moves s along the class c, unless already decided.
+func (s *State) step(c uint8) {
 	if s.node >= 0 {
-		d := &s.m.dfa
-		s.node = d.next[int(s.node)*d.ncls+int(d.class[c])]
+		s.node = s.m.dfa.next[int(s.node)+int(c)]
 	}
 }
