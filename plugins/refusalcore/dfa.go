@@ -2,6 +2,7 @@ package refusalcore
 
 import (
 	"errors"
+	"fmt"
 	"math"
 )
 
@@ -32,11 +33,14 @@ const (
 	classRune  = 255 // raw: a byte ≥ 0x80, decoded as a rune first
 )
 
-// maxTable bounds the transition table (entries): a phrase list beyond it
-// (hundreds of thousands of phrases) is refused rather than allocated.
-const maxTable = 1 << 27
+// maxTable bounds the transition table (entries, 512 MiB): a phrase list
+// beyond it (a hundred thousand phrases or more) is refused rather than
+// allocated. A variable for the tests.
+var maxTable = 1 << 27
 
-var errTooLarge = errors.New("refusalcore: phrase list too large")
+// ErrTooLarge is returned by [New] for a phrase list whose table would
+// exceed its bound.
+var ErrTooLarge = errors.New("refusalcore: phrase list too large")
 
 type dfa struct {
 	// raw maps an input byte to its class once normalised: ASCII capitals
@@ -88,7 +92,8 @@ func (d *dfa) compile(phrases []string) error {
 		total += len(p)
 	}
 	if total >= math.MaxInt32/4 || 2*total > maxTable/d.ncls {
-		return errTooLarge
+		return fmt.Errorf("%w: %d bytes of phrases over %d distinct bytes need up to %d table entries, over %d",
+			ErrTooLarge, total-1, d.ncls-2, 2*total*d.ncls, maxTable)
 	}
 	w := d.ncls
 	child := make([]int32, w, 64*w)
