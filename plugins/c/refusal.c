@@ -6,6 +6,16 @@
  *   - a text delta: append it, normalise the text so far; it starts with a
  *     phrase: ERROR with a refusal; it is a prefix of one: HOLD; else DETACH;
  *   - any other part: DETACH; end of stream: PASS.
+ * It is an ABI v1.1 guest: it declares those per-kind answers as static
+ * verdicts (HOLD for kinds 1-3, DETACH for 5-18) and auto_close, forgets a
+ * stream by itself once it answers ERROR or DETACH, and exports
+ * retryhost_open_part. On a host that ignores the hints (v1.0) it answers
+ * every call the same, and ignores the close of a stream it forgot.
+ *
+ * The phrases are compiled at init into a byte trie stored as a dense
+ * transition table (as refusalcore's State does): per text delta the
+ * normalisation resumes where it stopped and each new normalised byte is
+ * one table load, whatever the number of phrases.
  *
  * Config: empty for the default phrases (phrases.h, the list of
  * refusalcore.DefaultPhrases), or one phrase per line (lines starting
@@ -20,6 +30,8 @@
  * passes untouched). At most TABLE_CAP/2 streams are open per instance. */
 #include "retryhost.h"
 #include "phrases.h"
+
+typedef short i16;
 
 /* ---- phrases ---- */
 
@@ -136,19 +148,96 @@ static u32 normalize(const u8 *s, u32 n, u8 *d, u32 limit) {
 	return st.o;
 }
 
+/* ---- the phrases' trie (refusalcore's dfa.go) ----
+ *
+ * next[node * ncls + class(byte)] is the next node (>= 0), or a final
+ * decision (< 0): -1 diverge, -2-k a match of phrase k that no phrase
+ * earlier in the list can still override. mat[node] is the first phrase in
+ * list order the node's path starts with, or -1. Node ids fit an i16: at
+ * most PHRASE_BYTES + 1 nodes. The table lives in pages grown at init. */
+
+#define MAX_NODES (PHRASE_BYTES + 1)
+#define CLASS_RUNE 254  /* raw: a byte >= 0x80, decoded as a rune first */
+#define CLASS_SPACE 255 /* raw: ASCII white space */
+#define NONE 0x7fff
+static u8 cls[256], raw[256], spc;
+static u32 ncls, nnodes;
+static i16 *next;
+static i16 mat[MAX_NODES], below[MAX_NODES];
+
+static i32 compile(void) {
+	ncls = 1;
+	for (u32 i = 0; i < phr_used; i++)
+		if (cls[phr[i]] == 0) cls[phr[i]] = (u8)ncls++;
+	spc = cls[' '];
+	for (u32 c = 0; c < 256; c++) {
+		if (c >= 0x80) raw[c] = CLASS_RUNE;
+		else if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') raw[c] = CLASS_SPACE;
+		else if (c >= 'A' && c <= 'Z') raw[c] = cls[c + 'a' - 'A'];
+		else raw[c] = cls[c];
+	}
+	/* room for the most nodes the phrases can make; grown memory is zero */
+	u32 bytes = (phr_used + 1) * ncls * sizeof(i16);
+	long old = __builtin_wasm_memory_grow(0, (bytes + 65535) / 65536);
+	if (old < 0) return rh_reject("config: out of memory for the phrase table");
+	next = (i16 *)(old * 65536);
+	/* the trie: 0 = no child (the root is no one's child); mat[] holds
+	 * the first phrase ending at each node until the passes below */
+	nnodes = 1;
+	mat[0] = NONE;
+	for (u32 k = 0; k < nphr; k++) {
+		u32 n = 0;
+		const u8 *p = phr + phr_off[k];
+		for (u32 i = 0; i < phr_len[k]; i++) {
+			u32 at = n * ncls + cls[p[i]];
+			if (next[at] == 0) { mat[nnodes] = NONE; next[at] = (i16)nnodes++; }
+			n = (u32)next[at];
+		}
+		if ((i32)k < mat[n]) mat[n] = (i16)k;
+	}
+	/* children have higher ids than their parents: below[] (the first
+	 * phrase ending strictly under a node) flows up in reverse id order,
+	 * then mat[] (first phrase on the path) down in id order */
+	for (u32 n = nnodes; n-- > 0;) {
+		i16 b = NONE;
+		for (u32 c = 0; c < ncls; c++) {
+			i16 ch = next[n * ncls + c];
+			if (ch == 0) continue;
+			if (mat[ch] < b) b = mat[ch];
+			if (below[ch] < b) b = below[ch];
+		}
+		below[n] = b;
+	}
+	for (u32 n = 0; n < nnodes; n++) {
+		for (u32 c = 0; c < ncls; c++) {
+			i16 ch = next[n * ncls + c];
+			if (ch != 0 && mat[n] < mat[ch]) mat[ch] = mat[n];
+		}
+	}
+	/* fold the decisions into the table */
+	for (u32 n = 0; n < nnodes; n++) {
+		i16 fall = mat[n] == NONE ? -1 : (i16)(-2 - mat[n]);
+		for (u32 c = 0; c < ncls; c++) {
+			i16 *t = &next[n * ncls + c];
+			if (*t == 0) *t = fall;
+			else if (mat[*t] != NONE && below[*t] > mat[*t]) *t = (i16)(-2 - mat[*t]);
+		}
+		if (mat[n] == NONE) mat[n] = -1;
+	}
+	return 0;
+}
+
 /* ---- per-stream state ---- */
 
 #define TEXT_CAP 1000
-#define NORM_CAP 208 /* MAX_PHRASE + 1 + 4 */
 #define MAX_PHRASE 200
 struct slot {
-	u32 next_free;         /* free list link, index + 1 */
-	u16 len;               /* bytes of text */
-	u8 decided;            /* answered ERROR or DETACH: later parts (in a batch) pass */
+	u32 next_free; /* free list link, index + 1 */
+	u16 len;       /* bytes of text */
+	u8 space;      /* a run of white space is pending in the normalisation */
 	u8 pad;
-	struct norm_state ns;  /* where the normalisation of text stopped */
-	u64 dead[2];           /* phrases the normalised text can no longer become */
-	u8 norm[NORM_CAP];     /* the normalised text, up to max_len + 1 bytes */
+	u32 at;        /* the next byte of text to normalise */
+	i32 node;      /* the trie node of the normalised text, or a decision < 0 */
 	u8 text[TEXT_CAP];
 };
 #define SLOTS_PER_PAGE (65536 / sizeof(struct slot))
@@ -236,6 +325,17 @@ RH_EXPORT("retryhost_init") i32 rh_init(i32 len) {
 			if (r != 0) return r;
 		}
 	}
+	i32 r = compile();
+	if (r != 0) return r;
+	/* Policy (ABI.md §8.7): the defaults (fail-open, default caps), then
+	 * the v1.1 hints: auto_close, and the answer to every kind this
+	 * detector does not read. A v1.0 host reads the first 24 bytes. */
+	static u8 pol[32 + 19];
+	wr32(pol + 24, 1); /* flags: auto_close */
+	wr32(pol + 28, 19);
+	pol[32 + 0] = 0xff;
+	for (u32 k = 1; k < 19; k++) pol[32 + k] = k <= 3 ? RH_HOLD : k == 4 ? 0xff : RH_DETACH;
+	rh_policy(pol, sizeof pol);
 	return 0;
 }
 
@@ -246,10 +346,9 @@ RH_EXPORT("retryhost_open") i32 rh_open(i64 h, i32 info_len) {
 	if (s == 0) return -1;
 	struct slot *st = slot_at(s - 1);
 	st->len = 0;
-	st->decided = 0;
-	st->ns.i = st->ns.o = 0;
-	st->ns.space = 0;
-	st->dead[0] = st->dead[1] = 0;
+	st->space = 0;
+	st->at = 0;
+	st->node = 0;
 	u32 i = home(h);
 	while (tab_s[i] != 0) i = (i + 1) & (TABLE_CAP - 1);
 	tab_h[i] = h;
@@ -282,15 +381,53 @@ RH_EXPORT("retryhost_close") void rh_close(i64 h) {
 	}
 }
 
-/* part judges one Part record; a payload goes to out. Per text delta it
- * costs O(delta + live phrases × new bytes): the normalisation resumes
- * where it stopped, and a phrase the text diverged from is never looked at
- * again (the normalised text only grows, so a divergence is final). The
- * outcome is refusalcore's: the first phrase in list order the text starts
- * with is a match; else any phrase the text is a prefix of is a hold; else
- * a divergence. */
+/* walk normalises the text from where it stopped (as normalize_from) and
+ * steps each normalised byte through the trie, until a final decision or a
+ * rune split at the end of the text. */
+static void walk(struct slot *st) {
+	const u8 *s = st->text;
+	u32 i = st->at, n = st->len;
+	i32 node = st->node;
+	u32 space = st->space;
+	while (i < n && node >= 0) {
+		u32 c = raw[s[i]];
+		if (c < CLASS_RUNE) {
+			i++;
+			if (space && node != 0) {
+				node = next[(u32)node * ncls + spc];
+				if (node < 0) break;
+			}
+			space = 0;
+			node = next[(u32)node * ncls + c];
+			continue;
+		}
+		if (c == CLASS_SPACE) { i++; space = 1; continue; }
+		if (!full(s + i, n - i)) break; /* a rune split across deltas: wait */
+		u32 size, r = decode(s + i, n - i, &size);
+		i += size;
+		if (uspace(r)) { space = 1; continue; }
+		if (r == 0x2018 || r == 0x2019 || r == 0x2bc || r == 0x2032 || r == 0xff07) r = '\'';
+		else r = ulower(r);
+		if (space && node != 0) {
+			node = next[(u32)node * ncls + spc];
+			if (node < 0) break;
+		}
+		space = 0;
+		u8 b[4];
+		u32 k = put_rune(b, r);
+		for (u32 j = 0; j < k && node >= 0; j++) node = next[(u32)node * ncls + cls[b[j]]];
+	}
+	st->at = i;
+	st->node = node;
+	st->space = (u8)space;
+}
+
+/* part judges one Part record; a payload goes to out. A text delta costs
+ * O(delta), whatever the number of phrases. The outcome is refusalcore's:
+ * the first phrase in list order the text starts with is a match; else a
+ * text that is a prefix of some phrase (a trie node) is a hold; else a
+ * divergence. */
 static u64 part(struct slot *st, const u8 *rec, u32 len, u8 *out, u32 room) {
-	if (st->decided) return RH_PASS;
 	if (len < 12) return RH_FAIL_VERDICT;
 	switch (rec[0]) {
 	case 1: case 2: case 3:
@@ -298,7 +435,6 @@ static u64 part(struct slot *st, const u8 *rec, u32 len, u8 *out, u32 room) {
 	case 4:
 		break;
 	default:
-		st->decided = 1;
 		return RH_DETACH;
 	}
 	u32 idn = rd32(rec + 4);
@@ -308,49 +444,56 @@ static u64 part(struct slot *st, const u8 *rec, u32 len, u8 *out, u32 room) {
 	if (dn > TEXT_CAP - st->len) return RH_FAIL_VERDICT;
 	rh_copy(st->text + st->len, rec + 12 + idn, dn);
 	st->len += dn;
-	u32 prev = st->ns.o;
-	normalize_from(st->text, st->len, st->norm, max_len + 1, &st->ns);
-	u32 n = st->ns.o;
-	int prefix = 0;
-	for (u32 k = 0; k < nphr; k++) {
-		if (st->dead[k >> 6] >> (k & 63) & 1) continue;
-		const u8 *p = phr + phr_off[k];
-		u32 pl = phr_len[k], m = n < pl ? n : pl, c = prev < m ? prev : m;
-		while (c < m && st->norm[c] == p[c]) c++;
-		if (c < m) {
-			st->dead[k >> 6] |= 1ull << (k & 63);
-			continue;
-		}
-		if (n >= pl) {
-			/* Error record (ABI.md §8.5): a refusal with phrase and text. */
-			u32 sz = 8 + 4 + 4 + pl + 4 + st->len;
-			if (sz > room) return RH_FAIL_VERDICT;
-			out[0] = 1; out[1] = 11; out[2] = out[3] = 0;
-			wr32(out + 4, 0);
-			wr32(out + 8, 0);
-			wr32(out + 12, pl);
-			rh_copy(out + 16, p, pl);
-			wr32(out + 16 + pl, st->len);
-			rh_copy(out + 20 + pl, st->text, st->len);
-			st->decided = 1;
-			return (u64)sz << 32 | RH_ERROR;
-		}
-		prefix = 1;
-	}
-	if (prefix) return RH_HOLD;
-	st->decided = 1;
-	return RH_DETACH;
+	walk(st);
+	i32 node = st->node, k = node >= 0 ? mat[node] : -2 - node;
+	if (k < 0) return node >= 0 ? RH_HOLD : RH_DETACH;
+	/* Error record (ABI.md §8.5): a refusal with phrase and text. */
+	const u8 *p = phr + phr_off[k];
+	u32 pl = phr_len[k], sz = 8 + 4 + 4 + pl + 4 + st->len;
+	if (sz > room) return RH_FAIL_VERDICT;
+	out[0] = 1; out[1] = 11; out[2] = out[3] = 0;
+	wr32(out + 4, 0);
+	wr32(out + 8, 0);
+	wr32(out + 12, pl);
+	rh_copy(out + 16, p, pl);
+	wr32(out + 16 + pl, st->len);
+	rh_copy(out + 20 + pl, st->text, st->len);
+	return (u64)sz << 32 | RH_ERROR;
+}
+
+/* final reports whether a verdict ends the stream for the host (ERROR or
+ * DETACH: the guest then forgets it, auto_close) or is a failure (after
+ * which the host sends the stream nothing more either). */
+static int final(u64 v) {
+	u32 a = (u32)v;
+	return a == RH_ERROR || a == RH_DETACH || v == RH_FAIL_VERDICT;
 }
 
 RH_EXPORT("retryhost_part") i64 rh_part(i64 h, i32 len) {
 	struct slot *st = lookup(h);
 	if (!st || len < 0 || len > RH_BUF_CAP) return (i64)RH_FAIL_VERDICT;
-	return (i64)part(st, rh_buf, (u32)len, rh_buf, RH_BUF_CAP);
+	u64 v = part(st, rh_buf, (u32)len, rh_buf, RH_BUF_CAP);
+	if (final(v)) rh_close(h);
+	return (i64)v;
+}
+
+/* retryhost_open_part (v1.1): open, then the first part at align8(info_len). */
+RH_EXPORT("retryhost_open_part") i64 rh_open_part(i64 h, i32 info_len, i32 part_len) {
+	if (info_len < 0 || part_len < 0 || (u32)info_len > RH_BUF_CAP) return (i64)RH_FAIL_VERDICT;
+	u32 at = ((u32)info_len + 7) & ~7u;
+	if (at > RH_BUF_CAP || (u32)part_len > RH_BUF_CAP - at) return (i64)RH_FAIL_VERDICT;
+	if (rh_open(h, info_len) != 0) return (i64)RH_FAIL_VERDICT; /* no state kept */
+	u64 v = part(lookup(h), rh_buf + at, (u32)part_len, rh_buf, RH_BUF_CAP);
+	if (final(v)) rh_close(h);
+	return (i64)v;
 }
 
 /* retryhost_parts: entries judged in order, results from align8(in_len);
  * it returns the number judged, stopping before an entry whose result might
- * not fit (the host sends the rest again). */
+ * not fit (the host sends the rest again). A stream is forgotten as soon as
+ * it is answered ERROR or DETACH; the host ignores the verdicts of its later
+ * entries in the batch, which are answered PASS (the host batches only open
+ * streams, so a handle not held is one forgotten so). */
 RH_EXPORT("retryhost_parts") i32 rh_parts(i32 count, i32 in_len) {
 	if (count < 0 || in_len < 0 || in_len > RH_BUF_CAP) return -1;
 	u32 reserve = 8 + 20 + max_len + TEXT_CAP; /* the largest result: a refusal */
@@ -363,9 +506,12 @@ RH_EXPORT("retryhost_parts") i32 rh_parts(i32 count, i32 in_len) {
 		off += 12;
 		if (n > (u32)in_len - off) return -1;
 		struct slot *st = lookup(h);
-		if (!st) return -1;
-		u64 v = part(st, rh_buf + off, n, rh_buf + at + 8, RH_BUF_CAP - at - 8);
-		if (v == RH_FAIL_VERDICT) return -1;
+		u64 v = RH_PASS;
+		if (st) {
+			v = part(st, rh_buf + off, n, rh_buf + at + 8, RH_BUF_CAP - at - 8);
+			if (v == RH_FAIL_VERDICT) return -1;
+			if (final(v)) rh_close(h);
+		}
 		wr64(rh_buf + at, v);
 		at += 8 + (u32)(v >> 32);
 		off += n;

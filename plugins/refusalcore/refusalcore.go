@@ -90,6 +90,7 @@ var ErrEmptyPhrase = errors.New("refusalcore: empty phrase")
 type Matcher struct {
 	phrases []string // normalised, in the order given
 	maxLen  int      // length of the longest normalised phrase, in bytes
+	dfa     dfa      // the phrases' trie, for State
 }
 
 // New normalises the phrases once. An empty list or a phrase that normalises
@@ -106,6 +107,9 @@ func New(phrases []string) (*Matcher, error) {
 		}
 		m.phrases[i] = n
 		m.maxLen = max(m.maxLen, len(n))
+	}
+	if err := m.dfa.compile(m.phrases); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

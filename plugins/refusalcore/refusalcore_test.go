@@ -1,6 +1,7 @@
 package refusalcore
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -69,4 +70,17 @@ func TestDefaultPhrases(t *testing.T) {
 	p := DefaultPhrases()
 	p[0] = "x"
 	require.NotEqual(t, "x", DefaultPhrases()[0])
+}
+
+func TestNew_refusesAHugeTable(t *testing.T) {
+	defer func(n int) { maxTable = n }(maxTable)
+	maxTable = 1000
+	phrases := make([]string, 60)
+	for i := range phrases {
+		phrases[i] = fmt.Sprintf("phrase %d", i)
+	}
+	_, err := New(phrases)
+	require.ErrorIs(t, err, ErrTooLarge)
+	_, err = New(phrases[:2])
+	require.NoError(t, err, "a short list fits")
 }
