@@ -88,9 +88,10 @@ func TestMemoryGrowthDeadline(t *testing.T) {
 	}
 }
 
-// The watchdog closes a module (and wazero frees its memory) from its own
-// goroutine while the guest may still be growing that memory: the call
-// must end in ErrTimeout, without a data race or a panic.
+// The watchdog kills a call from its own goroutine while the guest may
+// still be growing its memory: the call must end in ErrTimeout, without a
+// data race or a panic (the kill marks the module closed; the calling
+// goroutine releases the memory, see instCtx).
 func TestMemoryGrowthThenTimeout(t *testing.T) {
 	engines(t, func(t *testing.T, opts ...Option) {
 		rt := newRuntime(t, append(opts, WithCallTimeout(20*time.Millisecond))...)

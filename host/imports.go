@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
@@ -14,19 +15,45 @@ import (
 // guest receives, so host functions find their state without a lookup.
 type instKey struct{}
 
-// instCtx is that context: never done, no deadline, and the instance as
-// its only value. wazero looks a key up in it on every call; a
-// context.WithValue chain would answer that one frame further away.
-type instCtx struct{ in *instance }
+// instCtx is that context: no deadline, the instance as its only value,
+// and done only when the watchdog kills the running call (kill, closed once;
+// nil in trusted mode, where nothing can kill a call). wazero looks a key up
+// in it on every call; a context.WithValue chain would answer that one frame
+// further away.
+//
+// The watchdog kills through the context, not by closing the module: the
+// goroutine wazero starts for each guarded call then marks the module
+// closed without releasing its resources, and the calling goroutine
+// releases them when the guest stops. Closing the module from the watchdog
+// released them (the memory's allocator among them) from another goroutine
+// while the guest could still be growing its memory: a data race inside
+// wazero that the race detector caught under load.
+type instCtx struct {
+	in     *instance
+	kill   chan struct{}
+	killed atomic.Bool
+}
 
-func (instCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (instCtx) Done() <-chan struct{}       { return nil }
-func (instCtx) Err() error                  { return nil }
+func (*instCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *instCtx) Done() <-chan struct{}     { return c.kill }
+func (c *instCtx) Err() error {
+	if c.killed.Load() {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
 func (c *instCtx) Value(k any) any {
 	if k == (instKey{}) {
 		return c.in
 	}
 	return nil
+}
+
+// stop kills the running call (once; see instCtx).
+func (c *instCtx) stop() {
+	if c.kill != nil && c.killed.CompareAndSwap(false, true) {
+		close(c.kill)
+	}
 }
 
 func instanceOf(ctx context.Context) *instance {

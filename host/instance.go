@@ -17,12 +17,9 @@ import (
 	"github.com/retryhost/retryhost/abi"
 )
 
-// exitTimeout is the exit code the watchdog closes a runaway module with.
-const exitTimeout = 0xEFFFFFFE
-
 // The non-positive values of instance.deadline besides 0 (idle).
 const (
-	deadlineClaimed = -1 // the watchdog expired the call and closes the module
+	deadlineClaimed = -1 // the watchdog expired the call and kills it
 	deadlinePaused  = -2 // the host is growing the guest's memory (guestMemory)
 )
 
@@ -32,8 +29,8 @@ type instance struct {
 	p   *Plugin
 	mod api.Module
 	mem api.Memory
-	gm  *guestMemory    // mem's backing store (nil if wazero did not use the allocator)
-	ctx context.Context // carries the instance for host functions; never cancelled
+	gm  *guestMemory // mem's backing store (nil if wazero did not use the allocator)
+	ctx *instCtx     // carries the instance for host functions; done when the watchdog kills a call
 
 	fnDecide, fnOpen, fnPart, fnEnd, fnClose, fnParts, fnOpenPart api.Function
 	stack                                                         []uint64
@@ -100,6 +97,9 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 	}
 	in.mod, in.mem = mod, mod.Memory()
 	in.ctx = &instCtx{in: in}
+	if !rt.cfg.trusted && !rt.cfg.ctxGuard {
+		in.ctx.kill = make(chan struct{})
+	}
 	rt.watch(in)
 	fail := func(reason error, err error) (*instance, error) {
 		in.close()
@@ -182,7 +182,7 @@ func classify(err error, claimed bool) error {
 	switch {
 	case claimed:
 		return fmt.Errorf("%w: %w", ErrTimeout, errOr(err))
-	case errors.As(err, &ee) && (ee.ExitCode() == exitTimeout || ee.ExitCode() == sys.ExitCodeDeadlineExceeded):
+	case errors.As(err, &ee) && (ee.ExitCode() == sys.ExitCodeDeadlineExceeded):
 		return fmt.Errorf("%w: %w", ErrTimeout, err)
 	case errors.As(err, &ee):
 		return fmt.Errorf("%w: %w", ErrExit, err)
@@ -276,10 +276,6 @@ func (m *guestMemory) Reallocate(size uint64) []byte {
 	in, rt := m.in, m.in.p.rt
 	d := in.deadline.Load()
 	if size <= uint64(cap(m.buf)) {
-		// A no-op write: it orders wazero's read of this memory's
-		// allocator (just before this call) before the watchdog's
-		// close, which clears it from the watchdog's goroutine.
-		in.deadline.CompareAndSwap(d, d)
 		m.buf = m.buf[:size]
 		return m.buf
 	}
@@ -298,6 +294,5 @@ func (m *guestMemory) Reallocate(size uint64) []byte {
 }
 
 // Free leaves buf to the garbage collector: wazero calls it when the
-// module closes, which the watchdog does from its own goroutine while the
-// guest may still be growing the memory.
+// module's resources are released.
 func (m *guestMemory) Free() {}

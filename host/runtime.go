@@ -92,7 +92,7 @@ func (rt *Runtime) now() int64 {
 
 // watchdog is the per-call deadline guard: one goroutine per Runtime, not
 // one per call. Each busy instance publishes its call's deadline; the
-// watchdog closes the module of any call past it, which stops the guest at
+// watchdog kills any call past it (instCtx), which stops the guest at
 // its next loop back-edge or function entry.
 func (rt *Runtime) watchdog() {
 	defer close(rt.watchDone)
@@ -110,7 +110,8 @@ func (rt *Runtime) watchdog() {
 	}
 }
 
-// expire closes the module of every call whose deadline is before now;
+// expire kills every call whose deadline is before now (through its
+// instance's context: see instCtx);
 // busy is scratch space, returned for reuse. A deadline that is not
 // positive (idle, claimed, or paused while the host grows the guest's
 // memory) is never expired.
@@ -125,7 +126,7 @@ func (rt *Runtime) expire(now int64, busy []*instance) []*instance {
 	for _, in := range busy {
 		d := in.deadline.Load()
 		if d > 0 && now > d && in.deadline.CompareAndSwap(d, deadlineClaimed) {
-			_ = in.mod.CloseWithExitCode(context.Background(), exitTimeout)
+			in.ctx.stop()
 		}
 	}
 	return busy
