@@ -13,7 +13,7 @@ const ModuleName = "retryhost_v1"
 // version with its own [ModuleName].
 const (
 	VersionMajor = 1
-	VersionMinor = 0
+	VersionMinor = 1
 )
 
 // The guest's exports. Every name is prefixed with "retryhost_" because
@@ -46,6 +46,11 @@ const (
 	// retryhost_part:
 	//	(func (param $count i32) (param $in_len i32) (result i32))
 	ExportParts = "retryhost_parts"
+	// ExportOpenPart ("retryhost_open_part", v1.1) is the optional form of
+	// retryhost_open followed by retryhost_part for the stream's first
+	// part, in one call:
+	//	(func (param $stream i64) (param $info_len i32) (param $part_len i32) (result i64))
+	ExportOpenPart = "retryhost_open_part"
 	// ExportMemory ("memory") is the guest's linear memory, required.
 	ExportMemory = "memory"
 )

@@ -126,6 +126,8 @@ func TestHostile_Decide(t *testing.T) {
 				require.NoError(t, err)
 				d, err := p.Decide(context.Background(), &abi.Attempt{Number: 1, Status: 500})
 				require.ErrorIs(t, err, tc.kind)
+				require.NotErrorIs(t, err, context.DeadlineExceeded, "a plugin's timeout is not the caller's deadline")
+				require.NotErrorIs(t, err, context.Canceled)
 				var pe *PluginError
 				require.ErrorAs(t, err, &pe)
 				require.Equal(t, "decide", pe.Op)

@@ -138,7 +138,7 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 	in.fnEnd = mod.ExportedFunction(abi.ExportEnd)
 	in.fnClose = mod.ExportedFunction(abi.ExportClose)
 	in.fnParts = mod.ExportedFunction(abi.ExportParts)
-	in.fnOpenPart = mod.ExportedFunction(exportOpenPart)
+	in.fnOpenPart = mod.ExportedFunction(abi.ExportOpenPart)
 	return in, nil
 }
 
@@ -181,9 +181,11 @@ func classify(err error, claimed bool) error {
 	var ee *sys.ExitError
 	switch {
 	case claimed:
-		return fmt.Errorf("%w: %w", ErrTimeout, errOr(err))
+		// %v, not %w: wazero's exit error says context.DeadlineExceeded
+		// (errors.Is), which would read as the caller's own deadline.
+		return fmt.Errorf("%w: %v", ErrTimeout, errOr(err))
 	case errors.As(err, &ee) && (ee.ExitCode() == sys.ExitCodeDeadlineExceeded):
-		return fmt.Errorf("%w: %w", ErrTimeout, err)
+		return fmt.Errorf("%w: %v", ErrTimeout, err)
 	case errors.As(err, &ee):
 		return fmt.Errorf("%w: %w", ErrExit, err)
 	default:

@@ -291,15 +291,15 @@ var (
 		abi.ImportLog:    {[]api.ValueType{i32, i32, i32}, nil},
 	}
 	exportSigs = map[string]sig{
-		abi.ExportInit:   {[]api.ValueType{i32}, []api.ValueType{i32}},
-		abi.ExportDecide: {[]api.ValueType{i32}, []api.ValueType{i32}},
-		abi.ExportOpen:   {[]api.ValueType{i64, i32}, []api.ValueType{i32}},
-		abi.ExportPart:   {[]api.ValueType{i64, i32}, []api.ValueType{i64}},
-		abi.ExportEnd:    {[]api.ValueType{i64}, []api.ValueType{i64}},
-		abi.ExportClose:  {[]api.ValueType{i64}, nil},
-		abi.ExportParts:  {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
-		exportOpenPart:   {[]api.ValueType{i64, i32, i32}, []api.ValueType{i64}},
-		"_initialize":    {nil, nil},
+		abi.ExportInit:     {[]api.ValueType{i32}, []api.ValueType{i32}},
+		abi.ExportDecide:   {[]api.ValueType{i32}, []api.ValueType{i32}},
+		abi.ExportOpen:     {[]api.ValueType{i64, i32}, []api.ValueType{i32}},
+		abi.ExportPart:     {[]api.ValueType{i64, i32}, []api.ValueType{i64}},
+		abi.ExportEnd:      {[]api.ValueType{i64}, []api.ValueType{i64}},
+		abi.ExportClose:    {[]api.ValueType{i64}, nil},
+		abi.ExportParts:    {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+		abi.ExportOpenPart: {[]api.ValueType{i64, i32, i32}, []api.ValueType{i64}},
+		"_initialize":      {nil, nil},
 	}
 	transformExports = []string{abi.ExportOpen, abi.ExportPart, abi.ExportEnd, abi.ExportClose}
 )

@@ -12,10 +12,6 @@ import (
 	"github.com/retryhost/retryhost/abi"
 )
 
-// exportOpenPart is the optional ABI v1.1 export that opens a stream and
-// judges its first part in one call (ABI.md §6.3).
-const exportOpenPart = "retryhost_open_part"
-
 // Where a stream's state is (ABI.md §6.3, lazy open).
 const (
 	stUnopened  uint8 = iota // nothing in the guest yet: opened at the first call
