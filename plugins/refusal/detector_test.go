@@ -137,8 +137,8 @@ func TestManyStreamsInterleaved(t *testing.T) {
 	require.ErrorAs(t, errA, &re)
 	require.Equal(t, "I'm sorry, but I cannot ", re.Text, "the text held when it matched, as sent")
 	require.True(t, detachedB)
-	require.Equal(t, 2, native.OpenStreams())
-	a.Close()
+	require.Zero(t, native.OpenStreams(), "auto_close: both streams were forgotten at their ERROR and DETACH")
+	a.Close() // the host's close after an auto-close is harmless
 	b.Close()
 	require.Zero(t, native.OpenStreams())
 }

@@ -57,7 +57,7 @@ func newHarness(t *testing.T, bufSize int, cond func([]byte) (Decider, error), t
 			return len(h.in)
 		},
 		Policy: func(rec []byte) int32 {
-			if _, err := abi.DecodePolicy(rec); err != nil {
+			if _, _, err := abi.DecodePolicyHints(rec); err != nil {
 				return int32(abi.StatusInvalid)
 			}
 			h.pol = append([]byte(nil), rec...)
@@ -94,7 +94,9 @@ func TestInit(t *testing.T) {
 	calls := 0
 	h, rc = newHarness(t, 1024, nil, func([]byte) (Transform, error) { return upper{&calls}, nil }, "")
 	require.Zero(t, rc)
-	require.Nil(t, h.pol, "no Policy method, no policy declared")
+	_, hints, err := abi.DecodePolicyHints(h.pol)
+	require.NoError(t, err)
+	require.Equal(t, abi.Hints{AutoClose: true}, hints, "a transform always declares auto_close, and no static verdict unless it has some")
 }
 
 func TestDecideReadsLargeInputThroughImport(t *testing.T) {
@@ -142,25 +144,43 @@ func TestPartVerdicts(t *testing.T) {
 	require.Equal(t, abi.PackVerdict(abi.PartDrop, 0), part("drop"))
 	require.Equal(t, abi.PackVerdict(abi.PartHold, 0), part("hold"))
 	require.Equal(t, FailVerdict, part("bad"))
+	require.Zero(t, h.g.Streams(), "a failed stream is forgotten (the host may not close it)")
+	h.g.Close(5) // a close of a forgotten stream is harmless
+	require.Zero(t, h.g.Open(5, h.put(abi.AppendStreamInfo(nil, &abi.StreamInfo{ID: 1, Model: "m"}))), "and its handle can be reused")
 	a, n, err = abi.UnpackVerdict(part("err"))
 	require.NoError(t, err)
 	require.Equal(t, abi.PartError, a)
 	e, err := abi.DecodeError(h.g.Buf[:n], "upper")
 	require.NoError(t, err)
 	require.Equal(t, &abi.TransformError{Transform: "upper", Class: abi.ClassTransform, Code: 7, Message: "no"}, e)
+	require.Zero(t, h.g.Streams(), "auto_close: an ERROR verdict forgets the stream")
+	require.Equal(t, FailVerdict, part("abc"), "the handle is no longer open")
+	reopen := func() {
+		t.Helper()
+		require.Zero(t, h.g.Open(5, h.put(abi.AppendStreamInfo(nil, &abi.StreamInfo{ID: 1, Model: "m"}))))
+	}
+	reopen()
 
 	big := strings.Repeat("z", 3000) // through the input import; the replacement does not fit 1 KiB
 	require.Equal(t, FailVerdict, part(big), "a payload past the buffer is a plugin failure, not an overflow")
+	reopen()
 
 	// A tool call goes through the general decoder.
 	v = h.g.Part(5, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindToolCall, ID: "c", Tool: &abi.ToolInfo{Name: "f", Input: "{}"}})))
 	a, _, err = abi.UnpackVerdict(v)
 	require.NoError(t, err)
 	require.Equal(t, abi.PartReplace, a)
+	require.Equal(t, abi.PackVerdict(abi.PartHold, 0), part("hold"), "the general decoder's fields do not leak into the next part")
 
-	require.Equal(t, abi.PackVerdict(abi.PartError, 0), h.g.End(5))
+	require.Equal(t, abi.PackVerdict(abi.PartDetach, 0), part("stop"))
+	require.Zero(t, h.g.Streams(), "auto_close: a DETACH verdict forgets the stream")
+	reopen()
+	require.Equal(t, abi.PackVerdict(abi.PartError, 0), h.g.End(5), "ERROR from End forgets the stream too")
+	require.Zero(t, h.g.Streams())
+	reopen()
 	require.Equal(t, FailVerdict, h.g.Part(6, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta}))), "unknown stream")
 	require.Equal(t, FailVerdict, h.g.Part(5, h.put([]byte{0, 0, 0, 0})), "kind 0 is malformed")
+	reopen()
 	require.Equal(t, 1, h.g.Streams())
 	h.g.Close(5)
 	h.g.Close(5) // a second close is harmless

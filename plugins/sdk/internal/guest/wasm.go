@@ -59,7 +59,8 @@ const YieldEvery = 32
 
 var calls uint32
 
-// MaybeYield yields every YieldEvery calls. Defer it in hot exports.
+// MaybeYield yields every YieldEvery calls. Call it last in every hot
+// export (not deferred: a defer costs more than the rest of a part).
 func MaybeYield() {
 	calls++
 	if calls%YieldEvery == 0 {
