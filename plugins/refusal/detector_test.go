@@ -9,6 +9,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/plugins/internal/plugintest"
+	"github.com/retryhost/retryhost/plugins/internal/wasmtest"
 	"github.com/retryhost/retryhost/plugins/sdk"
 )
 
@@ -141,4 +142,19 @@ func TestManyStreamsInterleaved(t *testing.T) {
 	a.Close() // the host's close after an auto-close is harmless
 	b.Close()
 	require.Zero(t, native.OpenStreams())
+}
+
+// TestStaticVerdicts: the plugin declares exactly what it answers without
+// reading a part (the preamble held, every kind but a text delta
+// detached), and auto_close; natively sdk.Load checks on every part of
+// every test above that the streams keep that promise.
+func TestStaticVerdicts(t *testing.T) {
+	want := map[abi.PartKind]abi.PartAction{abi.KindStreamStart: abi.PartHold, abi.KindResponseMeta: abi.PartHold, abi.KindTextStart: abi.PartHold}
+	for k := abi.KindTextEnd; k <= abi.KindError; k++ {
+		want[k] = abi.PartDetach
+	}
+	native := load(t, backends[0], "").(*sdk.Plugin)
+	require.Equal(t, abi.Hints{Static: want, AutoClose: true}, native.Hints())
+	_, h := load(t, backends[1], "").(*wasmtest.Instance).Hints()
+	require.Equal(t, abi.Hints{Static: want, AutoClose: true}, h)
 }

@@ -304,3 +304,97 @@ func FuzzDecodeAttempt(f *testing.F) {
 		}
 	})
 }
+
+// static is upper with static verdicts: the preamble held, tool calls detached.
+type static struct{ upper }
+
+func (static) Static() map[abi.PartKind]abi.PartAction {
+	return map[abi.PartKind]abi.PartAction{abi.KindStreamStart: abi.PartHold, abi.KindToolCall: abi.PartDetach}
+}
+
+func TestStaticVerdicts(t *testing.T) {
+	calls := 0
+	h, rc := newHarness(t, 1024, nil, func([]byte) (Transform, error) { return static{upper{&calls}}, nil }, "")
+	require.Zero(t, rc)
+	_, hints, err := abi.DecodePolicyHints(h.pol)
+	require.NoError(t, err)
+	require.Equal(t, abi.Hints{AutoClose: true, Static: map[abi.PartKind]abi.PartAction{abi.KindStreamStart: abi.PartHold, abi.KindToolCall: abi.PartDetach}}, hints)
+
+	require.Zero(t, h.g.Open(1, h.put(abi.AppendStreamInfo(nil, &abi.StreamInfo{}))))
+	// A host that ignores the hints still sends those parts: the SDK
+	// answers them from the table, without calling the stream.
+	require.Equal(t, abi.PackVerdict(abi.PartHold, 0), h.g.Part(1, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindStreamStart}))))
+	require.Zero(t, calls)
+	require.Equal(t, abi.PackVerdict(abi.PartHold, 0), h.g.Part(1, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta, Delta: "hold"}))))
+	require.Equal(t, 1, calls)
+	require.Equal(t, abi.PackVerdict(abi.PartDetach, 0), h.g.Part(1, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindToolCall, Tool: &abi.ToolInfo{}}))))
+	require.Equal(t, 1, calls)
+	require.Zero(t, h.g.Streams(), "a static DETACH forgets the stream too")
+}
+
+type badStatic struct{ upper }
+
+func (badStatic) Static() map[abi.PartKind]abi.PartAction {
+	return map[abi.PartKind]abi.PartAction{abi.KindFinish: abi.PartError}
+}
+
+func TestStaticVerdictRejected(t *testing.T) {
+	calls := 0
+	h, rc := newHarness(t, 1024, nil, func([]byte) (Transform, error) { return badStatic{upper{&calls}}, nil }, "")
+	require.Positive(t, rc)
+	require.Contains(t, string(h.g.Buf[:rc]), "only pass, hold, drop and detach")
+}
+
+func TestOpenPart(t *testing.T) {
+	calls := 0
+	h, rc := newHarness(t, 1024, nil, func([]byte) (Transform, error) { return static{upper{&calls}}, nil }, "")
+	require.Zero(t, rc)
+	put := func(info abi.StreamInfo, p abi.Part) (int32, int32) {
+		rec := abi.AppendStreamInfo(nil, &info)
+		n := len(rec)
+		for len(rec)%8 != 0 {
+			rec = append(rec, 0xAA)
+		}
+		rec = abi.AppendPart(rec, &p)
+		h.put(rec)
+		return int32(n), int32(len(rec) - (n+7)&^7)
+	}
+	in, pn := put(abi.StreamInfo{ID: 1, Model: "m"}, abi.Part{Kind: abi.KindTextDelta, ID: "t", Delta: "hold"})
+	require.Equal(t, abi.PackVerdict(abi.PartHold, 0), h.g.OpenPart(3, in, pn))
+	require.Equal(t, 1, h.g.Streams())
+	require.Equal(t, abi.PackVerdict(abi.PartDrop, 0), h.g.Part(3, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta, Delta: "drop"}))))
+
+	in, pn = put(abi.StreamInfo{ID: 2}, abi.Part{Kind: abi.KindTextDelta, ID: "t", Delta: "err"})
+	a, _, err := abi.UnpackVerdict(h.g.OpenPart(1, in, pn))
+	require.NoError(t, err)
+	require.Equal(t, abi.PartError, a)
+	require.Equal(t, 1, h.g.Streams(), "auto_close: the stream that failed its first part is forgotten")
+
+	in, pn = put(abi.StreamInfo{ID: 2}, abi.Part{Kind: abi.KindStreamStart})
+	require.Equal(t, abi.PackVerdict(abi.PartHold, 0), h.g.OpenPart(2, in, pn), "a static first part")
+	require.Equal(t, FailVerdict, h.g.OpenPart(3, in, pn), "a handle in use: the open fails")
+	require.Equal(t, 2, h.g.Streams(), "and keeps nothing")
+	in, pn = put(abi.StreamInfo{ID: 4}, abi.Part{Kind: abi.KindTextDelta, Delta: "bad"})
+	require.Equal(t, FailVerdict, h.g.OpenPart(4, in, pn), "the part failed")
+	require.Equal(t, 2, h.g.Streams(), "the guest keeps nothing of a failed open_part: the host will not close it")
+}
+
+// TestHandles: handles index a slice; a host that does not reuse them
+// (beyond the dense range) still works.
+func TestHandles(t *testing.T) {
+	calls := 0
+	h, rc := newHarness(t, 1024, nil, func([]byte) (Transform, error) { return upper{&calls}, nil }, "")
+	require.Zero(t, rc)
+	info := abi.AppendStreamInfo(nil, &abi.StreamInfo{Model: "m"})
+	for _, hd := range []int64{1, 9, maxDense, maxDense + 1, 1 << 40} {
+		require.Zero(t, h.g.Open(hd, h.put(info)), "handle %d", hd)
+	}
+	require.Equal(t, int32(-1), h.g.Open(0, h.put(info)), "handles are ≥ 1")
+	require.Equal(t, int32(-1), h.g.Open(-3, h.put(info)))
+	require.Equal(t, 5, h.g.Streams())
+	for _, hd := range []int64{1, 9, maxDense, maxDense + 1, 1 << 40} {
+		require.Equal(t, abi.PackVerdict(abi.PartHold, 0), h.g.Part(hd, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta, Delta: "hold"}))))
+		h.g.Close(hd)
+	}
+	require.Zero(t, h.g.Streams())
+}
