@@ -398,14 +398,19 @@ func (g *Guest) judge(h int64, s Stream, rec []byte, off int) uint64 {
 	} else {
 		g.p.ID, g.p.Delta = "", ""
 	}
-	packed := FailVerdict
-	if err == nil {
-		packed = g.verdict(&v, off)
+	switch {
+	case err != nil:
+	case v.Action == abi.PartHold || v.Action == abi.PartPass || v.Action == abi.PartDrop:
+		return uint64(v.Action) // the common case, inline
+	default:
+		packed := g.verdict(&v, off)
+		if packed == FailVerdict || v.Action == abi.PartError || v.Action == abi.PartDetach {
+			g.forget(h, s)
+		}
+		return packed
 	}
-	if packed == FailVerdict || v.Action == abi.PartError || v.Action == abi.PartDetach {
-		g.forget(h, s)
-	}
-	return packed
+	g.forget(h, s)
+	return FailVerdict
 }
 
 // End answers retryhost_end.
