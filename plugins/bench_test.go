@@ -32,15 +32,21 @@ import (
 // in the same run, name it in REFUSAL_BASELINE_WASM: its rows are prefixed
 // go-baseline/.
 //
-// TODO(next): a guarded Go guest still costs ~9 µs per part and ~80 µs per
-// refusal decision (budget 50 µs): the decision is O(delta) now, the rest
-// is the call (go:wasmexport entry, SDK codec, wazero's goroutine per
-// guarded call). Fewer calls per stream (open and the preamble parts in
-// one retryhost_parts call) is the lever left. Long guarded Go runs
-// (-benchtime 20000x) used to hit the 50 ms call deadline now and then: the
-// guest's memory growth, copied by the host, was charged to the call; the
-// host no longer does that (host.guestMemory). The go/guarded rows (the
-// test host's per-call context deadline) still can: the same cause.
+// The go/guarded and c/guarded rows used to fail now and then with
+// "module closed with context deadline exceeded": the host's work of
+// growing the guest's memory (a new slice and a copy of it all, 15–120 ms
+// on a loaded machine) was charged to the call's context deadline.
+// wasmtest now reserves a guarded instance's whole memory limit up front,
+// so growing never copies (the product host pauses its watchdog instead:
+// host.guestMemory).
+//
+// TODO(next): the Go guest's SDK costs ~0.3 µs per part and ~0.6–0.9 µs
+// for open+close (plugins/README.md, "Performance"); the rest of a
+// refusal part is refusalcore's Feed. These rows go through hosts that
+// call the guest for every part: a v1.1 host that honours the refusal
+// plugin's hints (static verdicts for the preamble and the non-text
+// kinds, auto_close, retryhost_open_part) makes 8 calls per refusal
+// stream instead of 13; add host-v11 rows when the host side lands.
 
 type benchCase struct {
 	name string
