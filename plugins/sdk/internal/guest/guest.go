@@ -207,13 +207,18 @@ func (g *Guest) reject(err error) int32 {
 }
 
 // input returns the call's input: the start of Buf, or a copy read with
-// the input import when it did not fit.
+// the input import when it did not fit (inputSlow: input stays small
+// enough to inline).
 func (g *Guest) input(n int32) []byte {
+	if uint32(n) <= uint32(len(g.Buf)) {
+		return g.Buf[:n]
+	}
+	return g.inputSlow(n)
+}
+
+func (g *Guest) inputSlow(n int32) []byte {
 	if n < 0 {
 		return nil
-	}
-	if int(n) <= len(g.Buf) {
-		return g.Buf[:n]
 	}
 	if cap(g.in) < int(n) {
 		g.in = make([]byte, n)
@@ -521,30 +526,49 @@ func (g *Guest) verdict(v *abi.Verdict, off int) uint64 {
 	return abi.PackVerdict(v.Action, uint32(len(g.out)))
 }
 
-// decodePart fills g.p from rec. Parts without a tail (text and reasoning
-// deltas, block starts and ends: the hot path) are read in place, their
-// strings aliasing rec, so they cost no allocation; the Part is valid only
-// during the call, as abi.StreamTransform documents. Other kinds go
-// through abi.DecodePart.
+// inPlace marks the kinds without a tail (text and reasoning deltas,
+// block starts and ends: the hot path), which decodePart reads in place.
+var inPlace = [256]bool{
+	abi.KindTextStart: true, abi.KindTextDelta: true, abi.KindTextEnd: true,
+	abi.KindReasoningStart: true, abi.KindReasoningDelta: true, abi.KindReasoningEnd: true,
+	abi.KindToolInputDelta: true, abi.KindToolInputEnd: true, abi.KindRaw: true,
+}
+
+// decodePart fills g.p from rec. Parts of the inPlace kinds are read in
+// place, their strings aliasing rec, so they cost no allocation; the Part
+// is valid only during the call, as abi.StreamTransform documents. Other
+// kinds go through abi.DecodePart. The in-place path is written out, with
+// no call, because every call costs in Go-in-Wasm.
 func (g *Guest) decodePart(rec []byte) bool {
 	if len(rec) < abi.PartHeaderSize {
 		return false
 	}
-	switch k := abi.PartKind(rec[0]); k {
-	case abi.KindTextStart, abi.KindTextDelta, abi.KindTextEnd,
-		abi.KindReasoningStart, abi.KindReasoningDelta, abi.KindReasoningEnd,
-		abi.KindToolInputDelta, abi.KindToolInputEnd, abi.KindRaw:
-		off := abi.PartHeaderSize
-		id, ok := str(rec, &off)
-		if !ok {
+	if k := rec[0]; inPlace[k] {
+		le := binary.LittleEndian
+		rest := rec[abi.PartHeaderSize:]
+		if len(rest) < 4 {
 			return false
 		}
-		delta, ok := str(rec, &off)
-		if !ok {
+		n := uint64(le.Uint32(rest))
+		rest = rest[4:]
+		if n > uint64(len(rest)) {
 			return false
 		}
+		id := rest[:n]
+		rest = rest[n:]
+		if len(rest) < 4 {
+			return false
+		}
+		n = uint64(le.Uint32(rest))
+		rest = rest[4:]
+		if n > uint64(len(rest)) {
+			return false
+		}
+		delta := rest[:n]
 		// g.p is clean between calls: set only what this part has.
-		g.p.Kind, g.p.ID, g.p.Delta = k, id, delta
+		g.p.Kind = abi.PartKind(k)
+		g.p.ID = unsafe.String(unsafe.SliceData(id), len(id))
+		g.p.Delta = unsafe.String(unsafe.SliceData(delta), len(delta))
 		return true
 	}
 	p, _, err := abi.DecodePart(rec)

@@ -398,3 +398,22 @@ func TestHandles(t *testing.T) {
 	}
 	require.Zero(t, h.g.Streams())
 }
+
+// FuzzDecodePart: the in-place decoder reads what abi.DecodePart reads,
+// and rejects what it rejects.
+func FuzzDecodePart(f *testing.F) {
+	for _, p := range []abi.Part{{Kind: abi.KindTextDelta, ID: "t", Delta: "héllo"}, {Kind: abi.KindTextStart}, {Kind: abi.KindRaw, ID: "r"},
+		{Kind: abi.KindToolCall, ID: "c", Tool: &abi.ToolInfo{Name: "f", Input: "{}"}}} {
+		f.Add(abi.EncodePart(&p))
+	}
+	g := New(make([]byte, 1024), Env{})
+	f.Fuzz(func(t *testing.T, rec []byte) {
+		want, _, err := abi.DecodePart(rec)
+		ok := g.decodePart(rec)
+		require.Equal(t, err == nil, ok, "%x", rec)
+		if ok {
+			require.Equal(t, want, g.p)
+		}
+		g.p, g.pFull = abi.Part{}, false
+	})
+}
