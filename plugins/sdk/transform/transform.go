@@ -30,15 +30,14 @@ type Transform interface {
 // answers ERROR or DETACH (from Part or End) or fails (auto_close: the
 // host need not call in again), else when the host closes the stream.
 // After Close the SDK never calls the Stream again, so Close may recycle
-// it (a free list of stream states is the cheapest Open). An error from Part or End is a failure of the
-// plugin, not a verdict: the plugin's fail policy applies; to fail the
-// attempt, answer abi.PartError with an error (an *abi.RefusalError for a
+// it (a free list of stream states is the cheapest Open). An error from
+// Part or End is a failure of the plugin, not a verdict: the plugin's fail
+// policy applies; to fail the attempt, answer abi.PartError with an error (an *abi.RefusalError for a
 // refusal, an *abi.TransformError to carry a class and a code).
-type Stream interface {
-	Part(p *abi.Part) (abi.Verdict, error)
-	End() (abi.Verdict, error)
-	Close()
-}
+//
+// It is the SDK's own interface type (an alias), so that handing a Stream
+// to the SDK costs no interface conversion.
+type Stream = guest.Stream
 
 // Static is implemented by a Transform that declares static verdicts: for
 // each part kind in the map, the verdict its streams give every part of
@@ -78,11 +77,7 @@ func Register(newTransform func(config []byte) (Transform, error)) {
 type adapter struct{ t Transform }
 
 func (a adapter) Open(info abi.StreamInfo) (guest.Stream, error) {
-	s, err := a.t.Open(info)
-	if err != nil || s == nil {
-		return nil, err
-	}
-	return s, nil
+	return a.t.Open(info)
 }
 
 func (a adapter) Static() map[abi.PartKind]abi.PartAction {
