@@ -107,12 +107,17 @@ type Guest struct {
 	// ignores the hints.
 	static abi.StaticTable
 
-	in    []byte      // the input when it did not fit Buf
-	out   []byte      // encode buffer, reused
-	p     abi.Part    // the part handed to Stream.Part, reused
-	pFull bool        // p went through abi.DecodePart (more than Kind, ID and Delta set)
-	a     abi.Attempt // the attempt handed to Decide, reused
-	model string      // the last StreamInfo model, reused while it repeats
+	in    []byte   // the input when it did not fit Buf
+	out   []byte   // encode buffer, reused
+	p     abi.Part // the part handed to Stream.Part, reused
+	pFull bool     // p has more than Kind, ID and Delta set
+	// The tails of the part in p, reused (decodeTail).
+	meta   abi.ResponseMeta
+	tool   abi.ToolInfo
+	source abi.Source
+	finish abi.Finish
+	a      abi.Attempt // the attempt handed to Decide, reused
+	model  string      // the last StreamInfo model, reused while it repeats
 	// done lists the streams that answered ERROR or DETACH in the current batch.
 	done []int64
 }
@@ -571,11 +576,92 @@ func (g *Guest) decodePart(rec []byte) bool {
 		g.p.Delta = unsafe.String(unsafe.SliceData(delta), len(delta))
 		return true
 	}
+	switch k := abi.PartKind(rec[0]); k {
+	case abi.KindResponseMeta, abi.KindToolInputStart, abi.KindToolCall, abi.KindToolResult,
+		abi.KindSource, abi.KindFinish, abi.KindStreamStart:
+		g.pFull = true
+		return g.decodeTail(rec, k)
+	}
 	p, _, err := abi.DecodePart(rec)
 	if err != nil {
 		return false
 	}
 	g.p, g.pFull = p, true
+	return true
+}
+
+// decodeTail reads in place a part whose tail abi.DecodePart would copy
+// into new values: its strings alias rec and its Meta, Tool, Source or
+// Finish points to the guest's own, reused (valid during the call only,
+// like the rest of the Part). A stream start with warnings, the rare
+// case, goes through abi.DecodePart.
+func (g *Guest) decodeTail(rec []byte, k abi.PartKind) bool {
+	le := binary.LittleEndian
+	off := abi.PartHeaderSize
+	id, ok1 := str(rec, &off)
+	delta, ok2 := str(rec, &off)
+	if !ok1 || !ok2 {
+		return false
+	}
+	var s [4]string
+	var ok [4]bool
+	switch k {
+	case abi.KindResponseMeta:
+		s[0], ok[0] = str(rec, &off)
+		if !ok[0] || len(rec)-off < 8 {
+			return false
+		}
+		g.meta = abi.ResponseMeta{ID: id, ModelID: s[0]}
+		if ts := int64(le.Uint64(rec[off:])); ts != 0 {
+			g.meta.Timestamp = time.Unix(0, ts).UTC()
+		}
+		g.p.Meta = &g.meta
+	case abi.KindToolInputStart, abi.KindToolCall, abi.KindToolResult:
+		s[0], ok[0] = str(rec, &off)
+		s[1], ok[1] = str(rec, &off)
+		s[2], ok[2] = str(rec, &off)
+		if !ok[0] || !ok[1] || !ok[2] {
+			return false
+		}
+		g.tool = abi.ToolInfo{Name: s[0], Input: s[1], Result: s[2], IsError: rec[1]&1 != 0, ProviderExecuted: rec[1]&2 != 0}
+		g.p.Tool = &g.tool
+	case abi.KindSource:
+		for i := range s {
+			if s[i], ok[i] = str(rec, &off); !ok[i] {
+				return false
+			}
+		}
+		g.source = abi.Source{URL: s[0], Title: s[1], MediaType: s[2], Filename: s[3]}
+		g.p.Source = &g.source
+	case abi.KindFinish:
+		if len(rec)-off < 1 {
+			return false
+		}
+		reason := abi.Reason(rec[off])
+		off++
+		s[0], ok[0] = str(rec, &off)
+		if !ok[0] || len(rec)-off < 40 {
+			return false
+		}
+		u := rec[off : off+40]
+		g.finish = abi.Finish{Reason: abi.FinishReason{Unified: reason, Raw: s[0]}, Usage: abi.Usage{
+			InputTokens: int64(le.Uint64(u)), OutputTokens: int64(le.Uint64(u[8:])), CacheReadTokens: int64(le.Uint64(u[16:])),
+			CacheWriteTokens: int64(le.Uint64(u[24:])), ReasoningTokens: int64(le.Uint64(u[32:]))}}
+		g.p.Finish = &g.finish
+	case abi.KindStreamStart:
+		if len(rec)-off < 4 {
+			return false
+		}
+		if le.Uint32(rec[off:]) != 0 {
+			p, _, err := abi.DecodePart(rec)
+			if err != nil {
+				return false
+			}
+			g.p = p
+			return true
+		}
+	}
+	g.p.Kind, g.p.ID, g.p.Delta = k, id, delta
 	return true
 }
 

@@ -403,7 +403,12 @@ func TestHandles(t *testing.T) {
 // and rejects what it rejects.
 func FuzzDecodePart(f *testing.F) {
 	for _, p := range []abi.Part{{Kind: abi.KindTextDelta, ID: "t", Delta: "héllo"}, {Kind: abi.KindTextStart}, {Kind: abi.KindRaw, ID: "r"},
-		{Kind: abi.KindToolCall, ID: "c", Tool: &abi.ToolInfo{Name: "f", Input: "{}"}}} {
+		{Kind: abi.KindToolCall, ID: "c", Tool: &abi.ToolInfo{Name: "f", Input: "{}", IsError: true}},
+		{Kind: abi.KindResponseMeta, ID: "r", Meta: &abi.ResponseMeta{ID: "r", ModelID: "m", Timestamp: time.Unix(5, 6).UTC()}},
+		{Kind: abi.KindSource, Source: &abi.Source{URL: "u", Title: "t", MediaType: "m", Filename: "f"}},
+		{Kind: abi.KindFinish, Finish: &abi.Finish{Reason: abi.FinishReason{Unified: abi.ReasonStop, Raw: "stop"}, Usage: abi.Usage{InputTokens: 1, OutputTokens: 2, CacheReadTokens: 3, CacheWriteTokens: 4, ReasoningTokens: 5}}},
+		{Kind: abi.KindStreamStart}, {Kind: abi.KindStreamStart, Warnings: []abi.Warning{{Type: "x", Message: "y"}}},
+		{Kind: abi.KindFile, File: &abi.File{MediaType: "a", Data: []byte("d")}}, {Kind: abi.KindError, Err: errors.New("boom")}} {
 		f.Add(abi.EncodePart(&p))
 	}
 	g := New(make([]byte, 1024), Env{})
