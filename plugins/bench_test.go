@@ -45,9 +45,9 @@ import (
 // with a 1 s deadline (loadBench): they measure the guard's cost, which
 // does not depend on the deadline.
 //
-// TODO(next): the Go guest's SDK costs ~0.3 µs per part and ~0.6–0.9 µs
-// for open+close (plugins/README.md, "Performance"); the rest of a
-// refusal part is refusalcore's Feed. These rows go through hosts that
+// TODO(next): the Go guest's SDK costs ~0.2 µs per part and ~0.25 µs for
+// open+close (plugins/README.md, "Performance"); the rest of a refusal
+// part (~0.8 µs) is refusalcore's Feed. These rows go through hosts that
 // call the guest for every part: a v1.1 host that honours the refusal
 // plugin's hints (static verdicts for the preamble and the non-text
 // kinds, auto_close, retryhost_open_part) makes 8 calls per refusal
