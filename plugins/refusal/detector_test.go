@@ -158,3 +158,30 @@ func TestStaticVerdicts(t *testing.T) {
 	_, h := load(t, backends[1], "").(*wasmtest.Instance).Hints()
 	require.Equal(t, abi.Hints{Static: want, AutoClose: true}, h)
 }
+
+// TestStreamStatesReused: closed streams' states are recycled (a free
+// list); a recycled state starts clean, so the refusal's text is exact.
+func TestStreamStatesReused(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range backends {
+		t.Run(b.Name, func(t *testing.T) {
+			p := load(t, b, "")
+			long := plugintest.TextStream("I'm sorry, but I can't help with that, and here is a long explanation of why.", 200)
+			for i := range 4 {
+				parts := plugintest.TextStream("I'm sorry, but I can't do it.", 2)
+				if i%2 == 1 {
+					parts = long
+				}
+				r, err := plugintest.Run(ctx, p, abi.StreamInfo{ID: uint64(i)}, parts)
+				require.NoError(t, err)
+				var re *abi.RefusalError
+				require.ErrorAs(t, r.Err, &re)
+				want := "I'm sorry, but I can't"
+				if i%2 == 1 {
+					want = "I'm sorry, but I can't help with that, and here is a long explanation of why."
+				}
+				require.Equal(t, want, re.Text, "stream %d", i)
+			}
+		})
+	}
+}
