@@ -48,6 +48,10 @@ func main() {}
 type detector struct {
 	m      *refusalcore.Matcher
 	policy abi.TransformPolicy
+	// free holds closed streams for reuse: an instance is single-threaded,
+	// and its streams come and go, so after warm-up Open allocates
+	// nothing. It never holds more than the most streams open at once.
+	free []*stream
 }
 
 func newDetector(raw []byte) (*detector, error) {
@@ -95,9 +99,29 @@ func newDetector(raw []byte) (*detector, error) {
 // Policy is declared to the host at load.
 func (d *detector) Policy() abi.TransformPolicy { return d.policy }
 
+// Static declares what the stream answers without reading a part (see
+// stream): the preamble is held, every kind but a text delta detaches.
+// The host (or the SDK) answers those parts without a call.
+func (d *detector) Static() map[abi.PartKind]abi.PartAction {
+	m := map[abi.PartKind]abi.PartAction{
+		abi.KindStreamStart:  abi.PartHold,
+		abi.KindResponseMeta: abi.PartHold,
+		abi.KindTextStart:    abi.PartHold,
+	}
+	for k := abi.KindTextEnd; k <= abi.KindError; k++ {
+		m[k] = abi.PartDetach
+	}
+	return m
+}
+
 func (d *detector) Open(abi.StreamInfo) (transform.Stream, error) {
-	s := &stream{}
-	s.text = s.inline[:0]
+	var s *stream
+	if n := len(d.free); n > 0 {
+		s, d.free = d.free[n-1], d.free[:n-1]
+	} else {
+		s = &stream{d: d}
+		s.text = s.inline[:0]
+	}
 	s.st.Reset(d.m)
 	return s, nil
 }
@@ -111,6 +135,7 @@ func (d *detector) Open(abi.StreamInfo) (transform.Stream, error) {
 //   - any other part detaches (a tool call or reasoning is no refusal);
 //   - at the end, whatever is held passes.
 type stream struct {
+	d    *detector
 	text []byte            // the leading text as sent, for the RefusalError
 	st   refusalcore.State // the decision, fed delta by delta: O(delta) per part
 	// inline holds text until it outgrows it: one allocation per stream
@@ -139,4 +164,13 @@ func (s *stream) Part(p *abi.Part) (abi.Verdict, error) {
 
 func (s *stream) End() (abi.Verdict, error) { return abi.Verdict{Action: abi.PartPass}, nil }
 
-func (s *stream) Close() { s.text, s.st = nil, refusalcore.State{} }
+// Close returns the stream to the detector's free list (the SDK never
+// calls a closed stream again). A text buffer grown past 1 KiB is not
+// kept.
+func (s *stream) Close() {
+	if cap(s.text) > 1<<10 {
+		s.text = s.inline[:0]
+	}
+	s.text = s.text[:0]
+	s.d.free = append(s.d.free, s)
+}

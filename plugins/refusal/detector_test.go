@@ -9,6 +9,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/plugins/internal/plugintest"
+	"github.com/retryhost/retryhost/plugins/internal/wasmtest"
 	"github.com/retryhost/retryhost/plugins/sdk"
 )
 
@@ -137,8 +138,50 @@ func TestManyStreamsInterleaved(t *testing.T) {
 	require.ErrorAs(t, errA, &re)
 	require.Equal(t, "I'm sorry, but I cannot ", re.Text, "the text held when it matched, as sent")
 	require.True(t, detachedB)
-	require.Equal(t, 2, native.OpenStreams())
-	a.Close()
+	require.Zero(t, native.OpenStreams(), "auto_close: both streams were forgotten at their ERROR and DETACH")
+	a.Close() // the host's close after an auto-close is harmless
 	b.Close()
 	require.Zero(t, native.OpenStreams())
+}
+
+// TestStaticVerdicts: the plugin declares exactly what it answers without
+// reading a part (the preamble held, every kind but a text delta
+// detached), and auto_close; natively sdk.Load checks on every part of
+// every test above that the streams keep that promise.
+func TestStaticVerdicts(t *testing.T) {
+	want := map[abi.PartKind]abi.PartAction{abi.KindStreamStart: abi.PartHold, abi.KindResponseMeta: abi.PartHold, abi.KindTextStart: abi.PartHold}
+	for k := abi.KindTextEnd; k <= abi.KindError; k++ {
+		want[k] = abi.PartDetach
+	}
+	native := load(t, backends[0], "").(*sdk.Plugin)
+	require.Equal(t, abi.Hints{Static: want, AutoClose: true}, native.Hints())
+	_, h := load(t, backends[1], "").(*wasmtest.Instance).Hints()
+	require.Equal(t, abi.Hints{Static: want, AutoClose: true}, h)
+}
+
+// TestStreamStatesReused: closed streams' states are recycled (a free
+// list); a recycled state starts clean, so the refusal's text is exact.
+func TestStreamStatesReused(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range backends {
+		t.Run(b.Name, func(t *testing.T) {
+			p := load(t, b, "")
+			long := plugintest.TextStream("I'm sorry, but I can't help with that, and here is a long explanation of why.", 200)
+			for i := range 4 {
+				parts := plugintest.TextStream("I'm sorry, but I can't do it.", 2)
+				if i%2 == 1 {
+					parts = long
+				}
+				r, err := plugintest.Run(ctx, p, abi.StreamInfo{ID: uint64(i)}, parts)
+				require.NoError(t, err)
+				var re *abi.RefusalError
+				require.ErrorAs(t, r.Err, &re)
+				want := "I'm sorry, but I can't"
+				if i%2 == 1 {
+					want = "I'm sorry, but I can't help with that, and here is a long explanation of why."
+				}
+				require.Equal(t, want, re.Text, "stream %d", i)
+			}
+		})
+	}
 }

@@ -3,10 +3,13 @@
 package sdk
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
+	"unsafe"
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/plugins/sdk/internal/guest"
@@ -20,6 +23,13 @@ var ErrConfigRejected = errors.New("sdk: config rejected")
 // that failed a call (in Wasm: a negative result or an invalid verdict,
 // to which the host applies the plugin's fail policy).
 var ErrPluginFailed = errors.New("sdk: plugin failed")
+
+// ErrStaticBroken is wrapped by the error of a natively loaded plugin's
+// Part when the transform broke the promise of its static verdicts
+// (transform.Static): for a part of a declared kind, Stream.Part answered
+// another verdict or changed the stream's state. A v1.1 host never calls
+// the guest for those parts, so the plugin would behave differently there.
+var ErrStaticBroken = errors.New("sdk: static verdict promise broken")
 
 // SetLogger routes the plugin's [Log] lines natively (tests); nil drops
 // them. In Wasm the lines go to the host's logger.
@@ -48,7 +58,10 @@ type Plugin struct {
 	g      *guest.Guest
 	in     []byte // the current call's input, for the input import
 	policy abi.TransformPolicy
-	next   int64
+	hints  abi.Hints
+	next   int64   // the highest handle used
+	free   []int64 // handles of closed streams, reused first (ABI.md §6.3)
+	broken error   // the static promise broken in the current call
 }
 
 // Load builds the registered condition and/or transform with config, as
@@ -64,13 +77,14 @@ func Load(name string, config []byte) (*Plugin, error) {
 			return len(p.in)
 		},
 		Policy: func(rec []byte) int32 {
-			pol, err := abi.DecodePolicy(rec)
+			pol, hints, err := abi.DecodePolicyHints(rec)
 			if err != nil {
 				return int32(abi.StatusInvalid)
 			}
-			p.policy = pol
+			p.policy, p.hints = pol, hints
 			return 0
 		},
+		CheckStatic: p.checkStatic,
 	})
 	p.in = config
 	rc := p.g.Init(int32(len(config)))
@@ -89,6 +103,40 @@ func (p *Plugin) Name() string { return p.name }
 
 // Policy returns the policy the plugin declared at load (zero if none).
 func (p *Plugin) Policy() abi.TransformPolicy { return p.policy }
+
+// Hints returns the hints the plugin declared at load: its static
+// verdicts and auto_close (which the SDK always declares for a transform).
+func (p *Plugin) Hints() abi.Hints { return p.hints }
+
+// checkStatic runs Stream.Part for a part of a kind with a static verdict
+// (the Wasm guest answers those without a call) and checks the promise:
+// the declared verdict, and no change to the stream's own fields (a
+// shallow, byte-wise comparison of the struct a pointer stream points to).
+func (p *Plugin) checkStatic(s guest.Stream, part *abi.Part, declared abi.PartAction) (abi.Verdict, error) {
+	before := snapshot(s)
+	v, err := s.Part(part)
+	switch {
+	case err != nil:
+		return v, err
+	case v.Action != declared:
+		p.broken = fmt.Errorf("%w: %s: a %s part was declared %s, Stream.Part answered %s", ErrStaticBroken, p.name, part.Kind, declared, v.Action)
+	case before != nil && !bytes.Equal(before, snapshot(s)):
+		p.broken = fmt.Errorf("%w: %s: a %s part was declared %s, and Stream.Part changed the stream's state", ErrStaticBroken, p.name, part.Kind, declared)
+	default:
+		return v, nil
+	}
+	return abi.Verdict{}, p.broken
+}
+
+// snapshot copies the bytes of the struct s points to (nil if s is not a
+// pointer to a struct).
+func snapshot(s guest.Stream) []byte {
+	v := reflect.ValueOf(s)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	return bytes.Clone(unsafe.Slice((*byte)(v.UnsafePointer()), v.Elem().Type().Size()))
+}
 
 // setInput places rec where the host would: at the start of the buffer
 // when it fits, and behind the input import always.
@@ -123,14 +171,26 @@ func (p *Plugin) Decide(_ context.Context, a *abi.Attempt) (abi.Decision, error)
 func (p *Plugin) Open(_ context.Context, info abi.StreamInfo) (abi.StreamTransform, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.next++
-	h := p.next
+	h := p.handle()
 	rc := p.g.Open(h, p.setInput(abi.AppendStreamInfo(nil, &info)))
 	p.in = nil
 	if rc < 0 {
+		p.free = append(p.free, h)
 		return nil, fmt.Errorf("%w: open returned %d", ErrPluginFailed, rc)
 	}
 	return &nativeStream{p: p, h: h}, nil
+}
+
+// handle picks a stream handle as the host does: a closed stream's first,
+// so handles stay dense (ABI.md §6.3).
+func (p *Plugin) handle() int64 {
+	if n := len(p.free); n > 0 {
+		h := p.free[n-1]
+		p.free = p.free[:n-1]
+		return h
+	}
+	p.next++
+	return p.next
 }
 
 // OpenStreams is the number of streams opened and not yet closed.
@@ -153,6 +213,10 @@ func (s *nativeStream) Part(_ context.Context, part *abi.Part) (abi.Verdict, err
 	s.rec = abi.AppendPart(s.rec[:0], part)
 	v := s.p.g.Part(s.h, s.p.setInput(s.rec))
 	s.p.in = nil
+	if err := s.p.broken; err != nil {
+		s.p.broken = nil
+		return abi.Verdict{}, err
+	}
 	return s.p.verdict(v)
 }
 
@@ -167,7 +231,8 @@ func (s *nativeStream) Close() {
 	defer s.p.mu.Unlock()
 	if !s.closed {
 		s.closed = true
-		s.p.g.Close(s.h)
+		s.p.g.Close(s.h) // a no-op after an auto-close
+		s.p.free = append(s.p.free, s.h)
 	}
 }
 

@@ -2,8 +2,10 @@
 // or a transform as plain Go, register it, build it to Wasm. The SDK does
 // the ABI (abi/ABI.md): it registers a 64 KiB scratch buffer, decodes the
 // records into abi.Attempt and abi.Part values, encodes your answers,
-// declares your policy, and yields at the end of every export so the
-// guest's garbage collector runs.
+// declares your policy (with, for a transform, its static verdicts and
+// auto_close: ABI v1.1), closes a decided stream itself, and yields to the
+// scheduler every few hundred exports so the guest's runtime goroutines
+// (the garbage collector's) run.
 //
 // A plugin is a main package that imports the kind it is,
 // [github.com/retryhost/retryhost/plugins/sdk/condition] or

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/retryhost/retryhost/abi"
@@ -67,13 +68,16 @@ type Instance struct {
 	mem    api.Memory
 	opts   Options
 	policy abi.TransformPolicy
+	hints  abi.Hints
 
 	mu                                   sync.Mutex
 	bufPtr, bufCap                       uint32
 	in                                   []byte
 	stack                                []uint64
 	decide, open, part, parts, end, clos api.Function
-	next                                 int64
+	openPart                             api.Function
+	next                                 int64   // the highest stream handle used
+	free                                 []int64 // handles of closed streams, reused first (ABI.md §6.3)
 	scratch                              []byte
 }
 
@@ -115,7 +119,19 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, o Options) 
 		return nil, errors.New("no " + abi.ExportABIVersion + " marker")
 	}
 	mc := wazero.NewModuleConfig().WithName("").WithStartFunctions()
-	mod, err := rt.InstantiateModule(ctx, cm, mc)
+	ictx := ctx
+	if o.Guarded {
+		// A guarded call's deadline would be charged with the host's work
+		// of growing the guest's memory (a new slice and a copy of it all,
+		// 15–120 ms on a loaded machine: the Go guests' heap grows in
+		// 512 KiB steps): reserve the whole memory limit up front, so that
+		// growing never copies. The product host instead pauses its
+		// watchdog while it grows (host.guestMemory).
+		ictx = experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capacity, limit uint64) experimental.LinearMemory {
+			return &reserved{buf: make([]byte, 0, max(capacity, limit))}
+		}))
+	}
+	mod, err := rt.InstantiateModule(ictx, cm, mc)
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +147,7 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, o Options) 
 	in.parts = mod.ExportedFunction(abi.ExportParts)
 	in.end = mod.ExportedFunction(abi.ExportEnd)
 	in.clos = mod.ExportedFunction(abi.ExportClose)
+	in.openPart = mod.ExportedFunction(exportOpenPart)
 	in.in = o.Config
 	rc, err := mod.ExportedFunction(abi.ExportInit).Call(ctx, uint64(len(o.Config)))
 	in.in = nil
@@ -183,14 +200,28 @@ func (in *Instance) hostPolicy(_ context.Context, m api.Module, s []uint64) {
 		s[0] = status(abi.StatusFault)
 		return
 	}
-	p, err := abi.DecodePolicy(b)
+	p, h, err := abi.DecodePolicyHints(b)
 	if err != nil {
 		s[0] = status(abi.StatusInvalid)
 		return
 	}
-	in.policy = p
+	in.policy, in.hints = p, h
 	s[0] = 0
 }
+
+// reserved is a linear memory whose capacity is reserved up front: it
+// never moves (see Load, Options.Guarded).
+type reserved struct{ buf []byte }
+
+func (m *reserved) Reallocate(size uint64) []byte {
+	if size > uint64(cap(m.buf)) {
+		return nil
+	}
+	m.buf = m.buf[:size]
+	return m.buf
+}
+
+func (m *reserved) Free() {}
 
 // Close releases the instance and its runtime.
 func (in *Instance) Close(ctx context.Context) error { return in.rt.Close(ctx) }
@@ -207,6 +238,22 @@ func (in *Instance) Name() string { return in.name }
 
 // Policy returns the declared policy.
 func (in *Instance) Policy() abi.TransformPolicy { return in.policy }
+
+// Hints returns the declared policy and its v1.1 hints (static verdicts,
+// auto_close). This host calls every export regardless, as a v1.0 host.
+func (in *Instance) Hints() (abi.TransformPolicy, abi.Hints) { return in.policy, in.hints }
+
+// handle picks a stream handle as the product host does: a closed
+// stream's first, so handles stay dense (ABI.md §6.3).
+func (in *Instance) handle() int64 {
+	if n := len(in.free); n > 0 {
+		h := in.free[n-1]
+		in.free = in.free[:n-1]
+		return h
+	}
+	in.next++
+	return in.next
+}
 
 // setInput writes rec into the buffer when it fits, and behind input.
 func (in *Instance) setInput(rec []byte) uint64 {
@@ -262,17 +309,48 @@ func (in *Instance) Decide(ctx context.Context, a *abi.Attempt) (abi.Decision, e
 func (in *Instance) Open(ctx context.Context, info abi.StreamInfo) (abi.StreamTransform, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.next++
-	h := in.next
+	h := in.handle()
 	r, err := in.call(ctx, in.open, uint64(h), in.setInput(abi.AppendStreamInfo(nil, &info)))
 	in.in = nil
 	if err != nil {
 		return nil, err
 	}
 	if int32(r) < 0 {
+		in.free = append(in.free, h)
 		return nil, fmt.Errorf("%w: open returned %d", ErrPluginFailed, int32(r))
 	}
 	return &Stream{in: in, h: h}, nil
+}
+
+// OpenPart runs retryhost_open_part (ABI v1.1): the stream's open and its
+// first part in one call. On an error no stream is open.
+func (in *Instance) OpenPart(ctx context.Context, info abi.StreamInfo, p *abi.Part) (*Stream, abi.Verdict, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.openPart == nil {
+		return nil, abi.Verdict{}, fmt.Errorf("%w: no %s export", ErrPluginFailed, exportOpenPart)
+	}
+	buf := abi.AppendStreamInfo(in.scratch[:0], &info)
+	infoLen := len(buf)
+	for len(buf)%8 != 0 {
+		buf = append(buf, 0)
+	}
+	buf = abi.AppendPart(buf, p)
+	in.scratch = buf
+	if uint32(len(buf)) > in.bufCap {
+		return nil, abi.Verdict{}, errors.New("open_part input does not fit the buffer")
+	}
+	in.mem.Write(in.bufPtr, buf)
+	h := in.handle()
+	r, err := in.call(ctx, in.openPart, uint64(h), uint64(infoLen), uint64(len(buf)-(infoLen+7)&^7))
+	if err == nil {
+		var v abi.Verdict
+		if v, err = in.verdict(r, in.bufPtr); err == nil {
+			return &Stream{in: in, h: h}, v, nil
+		}
+	}
+	in.free = append(in.free, h)
+	return nil, abi.Verdict{}, err
 }
 
 // Stream is one stream of an Instance.
@@ -316,7 +394,10 @@ func (s *Stream) Close() {
 	defer in.mu.Unlock()
 	if !s.closed {
 		s.closed = true
+		// Called even after the guest's auto-close, as a v1.0 host does
+		// (the guest ignores it).
 		_, _ = in.call(context.Background(), in.clos, uint64(s.h))
+		in.free = append(in.free, s.h)
 	}
 }
 
@@ -400,3 +481,6 @@ func (in *Instance) verdict(packed uint64, ptr uint32) (abi.Verdict, error) {
 
 // status is a Status as an i32 result on the stack.
 func status(s abi.Status) uint64 { return uint64(uint32(int32(s))) }
+
+// exportOpenPart is the optional v1.1 export retryhost_open_part (ABI.md §6.3).
+const exportOpenPart = "retryhost_open_part"

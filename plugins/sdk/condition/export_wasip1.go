@@ -8,9 +8,11 @@ import (
 
 //go:wasmexport retryhost_decide
 func retryhostDecide(attemptLen int32) int32 {
-	defer guest.MaybeYield() // let the guest's GC run (DESIGN.md, measured facts)
-	if guest.G == nil {
+	g := guest.G
+	if g == nil {
 		return -1
 	}
-	return guest.G.Decide(attemptLen)
+	r := g.Decide(attemptLen)
+	guest.MaybeYield() // let the guest's GC run (DESIGN.md, measured facts)
+	return r
 }

@@ -6,49 +6,69 @@ import (
 	"github.com/retryhost/retryhost/plugins/sdk/internal/guest"
 )
 
-// The hot exports yield every guest.YieldEvery calls so the guest's GC
-// runs (DESIGN.md, measured facts).
+// The hot exports call guest.MaybeYield last (not deferred: a defer costs
+// more than a part in Go-in-Wasm), so the guest's GC runs (DESIGN.md,
+// measured facts). A panic traps the module either way.
 
 //go:wasmexport retryhost_open
 func retryhostOpen(stream int64, infoLen int32) int32 {
-	defer guest.MaybeYield()
-	if guest.G == nil {
+	g := guest.G
+	if g == nil {
 		return -1
 	}
-	return guest.G.Open(stream, infoLen)
+	r := g.Open(stream, infoLen)
+	guest.MaybeYield()
+	return r
+}
+
+//go:wasmexport retryhost_open_part
+func retryhostOpenPart(stream int64, infoLen, partLen int32) int64 {
+	g := guest.G
+	if g == nil {
+		return int64(guest.FailVerdict)
+	}
+	r := g.OpenPart(stream, infoLen, partLen)
+	guest.MaybeYield()
+	return int64(r)
 }
 
 //go:wasmexport retryhost_part
 func retryhostPart(stream int64, partLen int32) int64 {
-	defer guest.MaybeYield()
-	if guest.G == nil {
+	g := guest.G
+	if g == nil {
 		return int64(guest.FailVerdict)
 	}
-	return int64(guest.G.Part(stream, partLen))
+	r := g.Part(stream, partLen)
+	guest.MaybeYield()
+	return int64(r)
 }
 
 //go:wasmexport retryhost_parts
 func retryhostParts(count, inLen int32) int32 {
-	defer guest.MaybeYield()
-	if guest.G == nil {
+	g := guest.G
+	if g == nil {
 		return -1
 	}
-	return guest.G.Parts(count, inLen)
+	r := g.Parts(count, inLen)
+	guest.MaybeYield()
+	return r
 }
 
 //go:wasmexport retryhost_end
 func retryhostEnd(stream int64) int64 {
-	defer guest.MaybeYield()
-	if guest.G == nil {
+	g := guest.G
+	if g == nil {
 		return int64(guest.FailVerdict)
 	}
-	return int64(guest.G.End(stream))
+	r := g.End(stream)
+	guest.MaybeYield()
+	return int64(r)
 }
 
 //go:wasmexport retryhost_close
 func retryhostClose(stream int64) {
-	defer guest.MaybeYield()
-	if guest.G != nil {
-		guest.G.Close(stream)
+	if g := guest.G; g != nil {
+		g.Close(stream)
 	}
+	guest.MaybeYield()
 }

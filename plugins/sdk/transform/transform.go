@@ -13,7 +13,8 @@ import (
 
 // Transform opens one Stream per stream. A Transform that also has a
 // Policy() abi.TransformPolicy method declares that policy (fail-open or
-// fail-closed, hold caps) to the host at load.
+// fail-closed, hold caps) to the host at load; one that also implements
+// [Static] declares static verdicts per part kind.
 type Transform interface {
 	Open(info abi.StreamInfo) (Stream, error)
 }
@@ -25,14 +26,37 @@ type Transform interface {
 // only during the call (for text parts they point into the scratch
 // buffer): copy what you keep. End resolves what is still held when the
 // upstream ended cleanly (HOLD there means PASS). Close is called exactly
-// once per opened stream. An error from Part or End is a failure of the
-// plugin, not a verdict: the plugin's fail policy applies; to fail the
-// attempt, answer abi.PartError with an error (an *abi.RefusalError for a
+// once per opened stream: by the SDK itself right after the stream
+// answers ERROR or DETACH (from Part or End) or fails (auto_close: the
+// host need not call in again), else when the host closes the stream.
+// After Close the SDK never calls the Stream again, so Close may recycle
+// it (a free list of stream states is the cheapest Open). An error from
+// Part or End is a failure of the plugin, not a verdict: the plugin's fail
+// policy applies; to fail the attempt, answer abi.PartError with an error (an *abi.RefusalError for a
 // refusal, an *abi.TransformError to carry a class and a code).
-type Stream interface {
-	Part(p *abi.Part) (abi.Verdict, error)
-	End() (abi.Verdict, error)
-	Close()
+//
+// It is the SDK's own interface type (an alias), so that handing a Stream
+// to the SDK costs no interface conversion.
+type Stream = guest.Stream
+
+// Static is implemented by a Transform that declares static verdicts: for
+// each part kind in the map, the verdict its streams give every part of
+// that kind without reading it and without changing any state (only
+// abi.PartPass, PartHold, PartDrop and PartDetach; anything else rejects
+// the load). Default (no Static method, or a nil map): none, every part
+// reaches Stream.Part.
+//
+// Declaring them saves a call per such part: a v1.1 host answers them
+// itself, and the SDK answers them without decoding the part or calling
+// Stream.Part on a host that calls anyway. It is a promise: the host
+// relies on it, so Stream.Part is then never called for those kinds.
+// sdk.Load checks it in native tests (it calls Stream.Part for every part
+// and fails the call if the verdict differs or the stream's state
+// changed). Declare only what never depends on the stream's state: a
+// detector that holds the preamble (stream start, response metadata,
+// text start) and detaches on every non-text part is the typical case.
+type Static interface {
+	Static() map[abi.PartKind]abi.PartAction
 }
 
 // Register makes newTransform the plugin's transform. It is called once
@@ -53,11 +77,14 @@ func Register(newTransform func(config []byte) (Transform, error)) {
 type adapter struct{ t Transform }
 
 func (a adapter) Open(info abi.StreamInfo) (guest.Stream, error) {
-	s, err := a.t.Open(info)
-	if err != nil || s == nil {
-		return nil, err
+	return a.t.Open(info)
+}
+
+func (a adapter) Static() map[abi.PartKind]abi.PartAction {
+	if s, ok := a.t.(Static); ok {
+		return s.Static()
 	}
-	return s, nil
+	return nil
 }
 
 func (a adapter) Policy() abi.TransformPolicy {

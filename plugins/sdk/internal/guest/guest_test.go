@@ -57,7 +57,7 @@ func newHarness(t *testing.T, bufSize int, cond func([]byte) (Decider, error), t
 			return len(h.in)
 		},
 		Policy: func(rec []byte) int32 {
-			if _, err := abi.DecodePolicy(rec); err != nil {
+			if _, _, err := abi.DecodePolicyHints(rec); err != nil {
 				return int32(abi.StatusInvalid)
 			}
 			h.pol = append([]byte(nil), rec...)
@@ -94,7 +94,9 @@ func TestInit(t *testing.T) {
 	calls := 0
 	h, rc = newHarness(t, 1024, nil, func([]byte) (Transform, error) { return upper{&calls}, nil }, "")
 	require.Zero(t, rc)
-	require.Nil(t, h.pol, "no Policy method, no policy declared")
+	_, hints, err := abi.DecodePolicyHints(h.pol)
+	require.NoError(t, err)
+	require.Equal(t, abi.Hints{AutoClose: true}, hints, "a transform always declares auto_close, and no static verdict unless it has some")
 }
 
 func TestDecideReadsLargeInputThroughImport(t *testing.T) {
@@ -142,25 +144,43 @@ func TestPartVerdicts(t *testing.T) {
 	require.Equal(t, abi.PackVerdict(abi.PartDrop, 0), part("drop"))
 	require.Equal(t, abi.PackVerdict(abi.PartHold, 0), part("hold"))
 	require.Equal(t, FailVerdict, part("bad"))
+	require.Zero(t, h.g.Streams(), "a failed stream is forgotten (the host may not close it)")
+	h.g.Close(5) // a close of a forgotten stream is harmless
+	require.Zero(t, h.g.Open(5, h.put(abi.AppendStreamInfo(nil, &abi.StreamInfo{ID: 1, Model: "m"}))), "and its handle can be reused")
 	a, n, err = abi.UnpackVerdict(part("err"))
 	require.NoError(t, err)
 	require.Equal(t, abi.PartError, a)
 	e, err := abi.DecodeError(h.g.Buf[:n], "upper")
 	require.NoError(t, err)
 	require.Equal(t, &abi.TransformError{Transform: "upper", Class: abi.ClassTransform, Code: 7, Message: "no"}, e)
+	require.Zero(t, h.g.Streams(), "auto_close: an ERROR verdict forgets the stream")
+	require.Equal(t, FailVerdict, part("abc"), "the handle is no longer open")
+	reopen := func() {
+		t.Helper()
+		require.Zero(t, h.g.Open(5, h.put(abi.AppendStreamInfo(nil, &abi.StreamInfo{ID: 1, Model: "m"}))))
+	}
+	reopen()
 
 	big := strings.Repeat("z", 3000) // through the input import; the replacement does not fit 1 KiB
 	require.Equal(t, FailVerdict, part(big), "a payload past the buffer is a plugin failure, not an overflow")
+	reopen()
 
 	// A tool call goes through the general decoder.
 	v = h.g.Part(5, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindToolCall, ID: "c", Tool: &abi.ToolInfo{Name: "f", Input: "{}"}})))
 	a, _, err = abi.UnpackVerdict(v)
 	require.NoError(t, err)
 	require.Equal(t, abi.PartReplace, a)
+	require.Equal(t, abi.PackVerdict(abi.PartHold, 0), part("hold"), "the general decoder's fields do not leak into the next part")
 
-	require.Equal(t, abi.PackVerdict(abi.PartError, 0), h.g.End(5))
+	require.Equal(t, abi.PackVerdict(abi.PartDetach, 0), part("stop"))
+	require.Zero(t, h.g.Streams(), "auto_close: a DETACH verdict forgets the stream")
+	reopen()
+	require.Equal(t, abi.PackVerdict(abi.PartError, 0), h.g.End(5), "ERROR from End forgets the stream too")
+	require.Zero(t, h.g.Streams())
+	reopen()
 	require.Equal(t, FailVerdict, h.g.Part(6, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta}))), "unknown stream")
 	require.Equal(t, FailVerdict, h.g.Part(5, h.put([]byte{0, 0, 0, 0})), "kind 0 is malformed")
+	reopen()
 	require.Equal(t, 1, h.g.Streams())
 	h.g.Close(5)
 	h.g.Close(5) // a second close is harmless
@@ -282,5 +302,123 @@ func FuzzDecodeAttempt(f *testing.F) {
 		if ok {
 			require.Equal(t, want, g.a)
 		}
+	})
+}
+
+// static is upper with static verdicts: the preamble held, tool calls detached.
+type static struct{ upper }
+
+func (static) Static() map[abi.PartKind]abi.PartAction {
+	return map[abi.PartKind]abi.PartAction{abi.KindStreamStart: abi.PartHold, abi.KindToolCall: abi.PartDetach}
+}
+
+func TestStaticVerdicts(t *testing.T) {
+	calls := 0
+	h, rc := newHarness(t, 1024, nil, func([]byte) (Transform, error) { return static{upper{&calls}}, nil }, "")
+	require.Zero(t, rc)
+	_, hints, err := abi.DecodePolicyHints(h.pol)
+	require.NoError(t, err)
+	require.Equal(t, abi.Hints{AutoClose: true, Static: map[abi.PartKind]abi.PartAction{abi.KindStreamStart: abi.PartHold, abi.KindToolCall: abi.PartDetach}}, hints)
+
+	require.Zero(t, h.g.Open(1, h.put(abi.AppendStreamInfo(nil, &abi.StreamInfo{}))))
+	// A host that ignores the hints still sends those parts: the SDK
+	// answers them from the table, without calling the stream.
+	require.Equal(t, abi.PackVerdict(abi.PartHold, 0), h.g.Part(1, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindStreamStart}))))
+	require.Zero(t, calls)
+	require.Equal(t, abi.PackVerdict(abi.PartHold, 0), h.g.Part(1, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta, Delta: "hold"}))))
+	require.Equal(t, 1, calls)
+	require.Equal(t, abi.PackVerdict(abi.PartDetach, 0), h.g.Part(1, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindToolCall, Tool: &abi.ToolInfo{}}))))
+	require.Equal(t, 1, calls)
+	require.Zero(t, h.g.Streams(), "a static DETACH forgets the stream too")
+}
+
+type badStatic struct{ upper }
+
+func (badStatic) Static() map[abi.PartKind]abi.PartAction {
+	return map[abi.PartKind]abi.PartAction{abi.KindFinish: abi.PartError}
+}
+
+func TestStaticVerdictRejected(t *testing.T) {
+	calls := 0
+	h, rc := newHarness(t, 1024, nil, func([]byte) (Transform, error) { return badStatic{upper{&calls}}, nil }, "")
+	require.Positive(t, rc)
+	require.Contains(t, string(h.g.Buf[:rc]), "only pass, hold, drop and detach")
+}
+
+func TestOpenPart(t *testing.T) {
+	calls := 0
+	h, rc := newHarness(t, 1024, nil, func([]byte) (Transform, error) { return static{upper{&calls}}, nil }, "")
+	require.Zero(t, rc)
+	put := func(info abi.StreamInfo, p abi.Part) (int32, int32) {
+		rec := abi.AppendStreamInfo(nil, &info)
+		n := len(rec)
+		for len(rec)%8 != 0 {
+			rec = append(rec, 0xAA)
+		}
+		rec = abi.AppendPart(rec, &p)
+		h.put(rec)
+		return int32(n), int32(len(rec) - (n+7)&^7)
+	}
+	in, pn := put(abi.StreamInfo{ID: 1, Model: "m"}, abi.Part{Kind: abi.KindTextDelta, ID: "t", Delta: "hold"})
+	require.Equal(t, abi.PackVerdict(abi.PartHold, 0), h.g.OpenPart(3, in, pn))
+	require.Equal(t, 1, h.g.Streams())
+	require.Equal(t, abi.PackVerdict(abi.PartDrop, 0), h.g.Part(3, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta, Delta: "drop"}))))
+
+	in, pn = put(abi.StreamInfo{ID: 2}, abi.Part{Kind: abi.KindTextDelta, ID: "t", Delta: "err"})
+	a, _, err := abi.UnpackVerdict(h.g.OpenPart(1, in, pn))
+	require.NoError(t, err)
+	require.Equal(t, abi.PartError, a)
+	require.Equal(t, 1, h.g.Streams(), "auto_close: the stream that failed its first part is forgotten")
+
+	in, pn = put(abi.StreamInfo{ID: 2}, abi.Part{Kind: abi.KindStreamStart})
+	require.Equal(t, abi.PackVerdict(abi.PartHold, 0), h.g.OpenPart(2, in, pn), "a static first part")
+	require.Equal(t, FailVerdict, h.g.OpenPart(3, in, pn), "a handle in use: the open fails")
+	require.Equal(t, 2, h.g.Streams(), "and keeps nothing")
+	in, pn = put(abi.StreamInfo{ID: 4}, abi.Part{Kind: abi.KindTextDelta, Delta: "bad"})
+	require.Equal(t, FailVerdict, h.g.OpenPart(4, in, pn), "the part failed")
+	require.Equal(t, 2, h.g.Streams(), "the guest keeps nothing of a failed open_part: the host will not close it")
+}
+
+// TestHandles: handles index a slice; a host that does not reuse them
+// (beyond the dense range) still works.
+func TestHandles(t *testing.T) {
+	calls := 0
+	h, rc := newHarness(t, 1024, nil, func([]byte) (Transform, error) { return upper{&calls}, nil }, "")
+	require.Zero(t, rc)
+	info := abi.AppendStreamInfo(nil, &abi.StreamInfo{Model: "m"})
+	for _, hd := range []int64{1, 9, maxDense, maxDense + 1, 1 << 40} {
+		require.Zero(t, h.g.Open(hd, h.put(info)), "handle %d", hd)
+	}
+	require.Equal(t, int32(-1), h.g.Open(0, h.put(info)), "handles are ≥ 1")
+	require.Equal(t, int32(-1), h.g.Open(-3, h.put(info)))
+	require.Equal(t, 5, h.g.Streams())
+	for _, hd := range []int64{1, 9, maxDense, maxDense + 1, 1 << 40} {
+		require.Equal(t, abi.PackVerdict(abi.PartHold, 0), h.g.Part(hd, h.put(abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta, Delta: "hold"}))))
+		h.g.Close(hd)
+	}
+	require.Zero(t, h.g.Streams())
+}
+
+// FuzzDecodePart: the in-place decoder reads what abi.DecodePart reads,
+// and rejects what it rejects.
+func FuzzDecodePart(f *testing.F) {
+	for _, p := range []abi.Part{{Kind: abi.KindTextDelta, ID: "t", Delta: "héllo"}, {Kind: abi.KindTextStart}, {Kind: abi.KindRaw, ID: "r"},
+		{Kind: abi.KindToolCall, ID: "c", Tool: &abi.ToolInfo{Name: "f", Input: "{}", IsError: true}},
+		{Kind: abi.KindResponseMeta, ID: "r", Meta: &abi.ResponseMeta{ID: "r", ModelID: "m", Timestamp: time.Unix(5, 6).UTC()}},
+		{Kind: abi.KindSource, Source: &abi.Source{URL: "u", Title: "t", MediaType: "m", Filename: "f"}},
+		{Kind: abi.KindFinish, Finish: &abi.Finish{Reason: abi.FinishReason{Unified: abi.ReasonStop, Raw: "stop"}, Usage: abi.Usage{InputTokens: 1, OutputTokens: 2, CacheReadTokens: 3, CacheWriteTokens: 4, ReasoningTokens: 5}}},
+		{Kind: abi.KindStreamStart}, {Kind: abi.KindStreamStart, Warnings: []abi.Warning{{Type: "x", Message: "y"}}},
+		{Kind: abi.KindFile, File: &abi.File{MediaType: "a", Data: []byte("d")}}, {Kind: abi.KindError, Err: errors.New("boom")}} {
+		f.Add(abi.EncodePart(&p))
+	}
+	g := New(make([]byte, 1024), Env{})
+	f.Fuzz(func(t *testing.T, rec []byte) {
+		want, _, err := abi.DecodePart(rec)
+		ok := g.decodePart(rec)
+		require.Equal(t, err == nil, ok, "%x", rec)
+		if ok {
+			require.Equal(t, want, g.p)
+		}
+		g.p, g.pFull = abi.Part{}, false
 	})
 }
