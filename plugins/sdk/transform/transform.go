@@ -32,8 +32,12 @@ type Transform interface {
 // After Close the SDK never calls the Stream again, so Close may recycle
 // it (a free list of stream states is the cheapest Open). An error from
 // Part or End is a failure of the plugin, not a verdict: the plugin's fail
-// policy applies; to fail the attempt, answer abi.PartError with an error (an *abi.RefusalError for a
-// refusal, an *abi.TransformError to carry a class and a code).
+// policy applies; to fail the attempt, answer abi.PartError with an error
+// (an *abi.RefusalError for a refusal, an *abi.TransformError to carry a
+// class and a code). The SDK encodes the verdict before Part or End
+// returns to the host, so its error and its replacement parts may point
+// into the stream's own state (an error value kept in the Stream costs no
+// allocation; the refusal plugin does this).
 //
 // It is the SDK's own interface type (an alias), so that handing a Stream
 // to the SDK costs no interface conversion.
