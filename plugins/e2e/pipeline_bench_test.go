@@ -48,30 +48,16 @@ func BenchmarkPipeline(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	wasm := func(name string, bin []byte, opts ...host.Option) func(b *testing.B) abi.Transformer {
-		return func(b *testing.B) abi.Transformer {
-			rt, err := host.New(ctx, append(opts, host.WithCacheDir(plugintest.CacheDir()))...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = rt.Close(ctx) })
-			p, err := rt.Load(ctx, name, bin)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return p
-		}
-	}
 	for _, tc := range []struct {
 		name string
 		tr   func(b *testing.B) abi.Transformer
 	}{
 		{"no-transform", func(*testing.B) abi.Transformer { return nil }},
 		{"native-refusal", func(*testing.B) abi.Transformer { return native }},
-		{"wasm-go-refusal/guarded", wasm("refusal", plugins.Refusal)},
-		{"wasm-go-refusal/trusted", wasm("refusal", plugins.Refusal, host.WithTrusted())},
-		{"wasm-c-refusal/guarded", wasm("c-refusal", plugins.CRefusal)},
-		{"wasm-c-refusal/trusted", wasm("c-refusal", plugins.CRefusal, host.WithTrusted())},
+		{"wasm-go-refusal/guarded", wasmTransform("refusal", plugins.Refusal)},
+		{"wasm-go-refusal/trusted", wasmTransform("refusal", plugins.Refusal, host.WithTrusted())},
+		{"wasm-c-refusal/guarded", wasmTransform("c-refusal", plugins.CRefusal)},
+		{"wasm-c-refusal/trusted", wasmTransform("c-refusal", plugins.CRefusal, host.WithTrusted())},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var opts []driver.StreamOption
@@ -116,4 +102,22 @@ func drainN(b *testing.B, s driver.Stream, want int) {
 		b.Fatalf("got %d parts, want %d", n, want)
 	}
 	_ = s.Close()
+}
+
+// wasmTransform loads a built-in plugin in a runtime of its own (closed
+// with the benchmark), for a benchmark table's row.
+func wasmTransform(name string, bin []byte, opts ...host.Option) func(b *testing.B) abi.Transformer {
+	return func(b *testing.B) abi.Transformer {
+		ctx := context.Background()
+		rt, err := host.New(ctx, append(opts, host.WithCacheDir(plugintest.CacheDir()))...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = rt.Close(ctx) })
+		p, err := rt.Load(ctx, name, bin)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return p
+	}
 }

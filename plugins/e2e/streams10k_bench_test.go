@@ -10,7 +10,6 @@ import (
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/plugins"
-	"github.com/retryhost/retryhost/plugins/internal/plugintest"
 )
 
 // Benchmark10kStreams: 10,000 streams live at once through the built-in
@@ -34,29 +33,15 @@ func Benchmark10kStreams(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	wasm := func(bin []byte, opts ...host.Option) func(b *testing.B) abi.Transformer {
-		return func(b *testing.B) abi.Transformer {
-			rt, err := host.New(ctx, append(opts, host.WithCacheDir(plugintest.CacheDir()))...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = rt.Close(ctx) })
-			p, err := rt.Load(ctx, "refusal", bin)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return p
-		}
-	}
 	for _, tc := range []struct {
 		name string
 		load func(b *testing.B) abi.Transformer
 	}{
 		{"native", func(*testing.B) abi.Transformer { return native }},
-		{"go/guarded", wasm(plugins.Refusal)},
-		{"go/trusted", wasm(plugins.Refusal, host.WithTrusted())},
-		{"c/guarded", wasm(plugins.CRefusal)},
-		{"c/trusted", wasm(plugins.CRefusal, host.WithTrusted())},
+		{"go/guarded", wasmTransform("refusal", plugins.Refusal)},
+		{"go/trusted", wasmTransform("refusal", plugins.Refusal, host.WithTrusted())},
+		{"c/guarded", wasmTransform("c-refusal", plugins.CRefusal)},
+		{"c/trusted", wasmTransform("c-refusal", plugins.CRefusal, host.WithTrusted())},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var before, peak runtime.MemStats
