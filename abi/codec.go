@@ -546,20 +546,22 @@ func AppendError(dst []byte, err error) []byte {
 	// The direct type assertions first: errors.As reflects, which costs
 	// about a microsecond in a Go guest compiled to Wasm, where a refusal
 	// is encoded on the hot path.
-	re, isRefusal := err.(*RefusalError)
-	te, isTransform := err.(*TransformError)
-	switch {
-	case isRefusal && re != nil:
-	case isTransform && te != nil:
-	case errors.As(err, &re):
-		isRefusal = true
-	case errors.As(err, &te):
-		isTransform = true
+	var re *RefusalError
+	var te *TransformError
+	switch e := err.(type) {
+	case *RefusalError:
+		re = e
+	case *TransformError:
+		te = e
+	default:
+		if !errors.As(err, &re) {
+			errors.As(err, &te)
+		}
 	}
 	switch {
-	case isRefusal && re != nil:
+	case re != nil:
 		kind, class, phrase, text = errKindRefusal, ClassRefusal, re.Phrase, re.Text
-	case isTransform && te != nil:
+	case te != nil:
 		class, code, msg = te.Class, te.Code, te.Message
 	case err != nil:
 		msg = err.Error()

@@ -82,11 +82,7 @@ func benchCases() []benchCase {
 	}
 	viaHost := func(bin []byte, opts ...host.Option) func(b *testing.B) abi.Transformer {
 		return func(b *testing.B) abi.Transformer {
-			ctx := context.Background()
-			rt, err := host.New(ctx, append(opts, host.WithCacheDir(plugintest.CacheDir()))...)
-			require.NoError(b, err)
-			b.Cleanup(func() { _ = rt.Close(ctx) })
-			p, err := rt.Load(ctx, "refusal", bin, host.WithInstances(1))
+			p, err := plugintest.Runtime(b, opts...).Load(context.Background(), "refusal", bin, host.WithInstances(1))
 			require.NoError(b, err)
 			return p
 		}

@@ -20,15 +20,10 @@ import (
 // first call past the default 50 ms, which would fail open and flake the
 // test) and trusted (no guard).
 func runtimes(t *testing.T) map[string]*host.Runtime {
-	ctx := context.Background()
-	out := map[string]*host.Runtime{}
-	for name, opts := range map[string][]host.Option{"guarded": {host.WithCallTimeout(10 * time.Second)}, "trusted": {host.WithTrusted()}} {
-		rt, err := host.New(ctx, append(opts, host.WithCacheDir(plugintest.CacheDir()))...)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = rt.Close(ctx) })
-		out[name] = rt
+	return map[string]*host.Runtime{
+		"guarded": plugintest.Runtime(t, host.WithCallTimeout(10*time.Second)),
+		"trusted": plugintest.Runtime(t, host.WithTrusted()),
 	}
-	return out
 }
 
 // TestBuiltinsThroughHost loads every built plugin in the host with its

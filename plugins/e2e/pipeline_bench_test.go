@@ -108,13 +108,7 @@ func drainN(b *testing.B, s driver.Stream, want int) {
 // with the benchmark), for a benchmark table's row.
 func wasmTransform(name string, bin []byte, opts ...host.Option) func(b *testing.B) abi.Transformer {
 	return func(b *testing.B) abi.Transformer {
-		ctx := context.Background()
-		rt, err := host.New(ctx, append(opts, host.WithCacheDir(plugintest.CacheDir()))...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = rt.Close(ctx) })
-		p, err := rt.Load(ctx, name, bin)
+		p, err := plugintest.Runtime(b, opts...).Load(context.Background(), name, bin)
 		if err != nil {
 			b.Fatal(err)
 		}

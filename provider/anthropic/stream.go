@@ -126,7 +126,8 @@ func (s *source) event(q []abi.Part, ev ant.MessageStreamEventUnion) ([]abi.Part
 			b.input.WriteString(d.PartialJSON)
 			q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: b.id, Delta: d.PartialJSON})
 		case d.Type == "citations_delta" && b.kind == blockText:
-			if src := citation(&d.Citation); src != nil {
+			c := &d.Citation
+			if src := citedSource(c.Type, c.URL, c.Title, c.Source, c.DocumentTitle); src != nil {
 				q = append(q, abi.Part{Kind: abi.KindSource, ID: b.id, Source: src})
 			}
 		}
@@ -202,13 +203,10 @@ func (s *source) serverResult(q []abi.Part, cb *ant.ContentBlockStartEventConten
 	return q
 }
 
-// citation maps a citation of the answer's text to the source it cites:
+// citedSource maps a citation of the answer's text (its type and fields,
+// from a stream delta or a message's text block) to the source it cites:
 // a web page (web search), a search result, or a document of the request
 // (by title). Nil when it names nothing a caller could show.
-func citation(c *ant.CitationsDeltaCitationUnion) *abi.Source {
-	return citedSource(c.Type, c.URL, c.Title, c.Source, c.DocumentTitle)
-}
-
 func citedSource(typ, url, title, source, documentTitle string) *abi.Source {
 	switch typ {
 	case "web_search_result_location":

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/plugins/internal/wasmtest"
 	"github.com/retryhost/retryhost/plugins/sdk"
 )
@@ -46,6 +47,20 @@ func Engine() *wasmtest.Engine {
 // seconds under -race.
 func CacheDir() string {
 	return filepath.Join(os.TempDir(), "retryhost-wasmtest-"+runtime.Version())
+}
+
+// Runtime is a product host runtime for a test or benchmark, sharing
+// CacheDir and closed when tb ends; opts come first (a later CacheDir
+// would override theirs).
+func Runtime(tb testing.TB, opts ...host.Option) *host.Runtime {
+	tb.Helper()
+	ctx := context.Background()
+	rt, err := host.New(ctx, append(opts, host.WithCacheDir(CacheDir()))...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = rt.Close(ctx) })
+	return rt
 }
 
 // Native is the backend running the plugin registered in this test binary
