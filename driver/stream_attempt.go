@@ -200,7 +200,7 @@ func (s *attemptStream) commitNow() {
 // own deadline.
 func (s *attemptStream) cause() error {
 	if s.parent.Err() != nil {
-		return context.Cause(s.parent)
+		return causeOf(s.parent)
 	}
 	return context.Cause(s.ctx)
 }
