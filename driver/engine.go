@@ -187,7 +187,7 @@ func (q *request) record(err error, finish FinishReason, usage Usage) {
 	classify(err, q.a, now, q.r.cfg.retryAfterCap)
 	q.records = append(q.records, AttemptRecord{
 		Number: q.cur.number, Model: q.cur.model, Err: err, Finish: finish,
-		Class: q.a.Class, Status: q.a.Status, Duration: q.a.Duration,
+		Class: q.a.Class, Status: q.a.Status, Duration: q.a.Duration, Overrides: q.cur.overrides,
 	})
 	q.count(q.a.Model).attempts++
 }
@@ -437,7 +437,8 @@ func (q *request) advance(ctx context.Context, next *step) error {
 		}
 	}
 	if f := q.r.cfg.onRetry; f != nil {
-		ov := f(ctx, RetryInfo{Failed: q.a, Next: next.model, Number: next.number, Delay: next.delay})
+		ov := f(ctx, RetryInfo{Failed: q.a, Next: next.model, Number: next.number, Delay: next.delay,
+			Overrides: next.overrides, FailedOverrides: q.records[len(q.records)-1].Overrides})
 		next.overrides = next.overrides.over(ov)
 	}
 	if ctx.Err() != nil {
@@ -469,7 +470,7 @@ func (q *request) succeed(ctx context.Context) {
 	if f != nil {
 		q.records = append(q.records, AttemptRecord{
 			Number: q.cur.number, Model: q.cur.model, Duration: now.Sub(q.attemptAt),
-			ConditionErr: q.accepted,
+			Overrides: q.cur.overrides, ConditionErr: q.accepted,
 		})
 		f(ctx, Outcome{Model: q.cur.model, Attempts: q.records, Elapsed: now.Sub(q.begun)})
 	}

@@ -61,6 +61,10 @@ type AttemptRecord struct {
 	Class    abi.ErrorClass
 	Status   int
 	Duration time.Duration
+	// Overrides are the request overrides the attempt was sent with (the
+	// matched rule's, merged with the OnRetry callback's); zero for the
+	// first attempt and for attempts no rule or callback changed.
+	Overrides Overrides
 	// ConditionErr holds what went wrong with the conditions asked about
 	// this attempt and treated as no opinion (fail-open): a condition's
 	// error or panic, or an *[UnknownModelError] for a switch to a model

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -477,6 +478,17 @@ func (s *attemptStream) fireOutcome() {
 		err = nil
 	}
 	s.onEnd(err)
+}
+
+var _ HeaderStream = (*attemptStream)(nil)
+
+// Header returns the HTTP response headers of the attempt's upstream when
+// it carries them ([HeaderStream]), else nil. It reads no per-part state.
+func (s *attemptStream) Header() http.Header {
+	if hs, ok := s.up.(interface{ Header() http.Header }); ok {
+		return hs.Header()
+	}
+	return nil
 }
 
 // Close abandons the stream: the upstream is closed at once (also when a
