@@ -459,7 +459,7 @@ func (q *request) succeed(ctx context.Context) {
 	if q.r.cool != nil {
 		q.r.coolSucceeded(q.cur.model)
 	}
-	switched, f := q.cur.model != q.startModel, q.r.cfg.onSuccess
+	switched, f := !sameModel(q.cur.model, q.startModel), q.r.cfg.onSuccess
 	if !switched && f == nil {
 		return // the common case reads no clock
 	}

@@ -236,7 +236,7 @@ func (q *request) observeStart(ctx context.Context, o Observer) {
 // attempt's own context derives from.
 func (q *request) observeAttempt() context.Context {
 	t := q.obs
-	failOver := t.prevModel != nil && t.prevModel != q.cur.model
+	failOver := t.prevModel != nil && !sameModel(t.prevModel, q.cur.model)
 	if failOver {
 		t.failOvers++
 	}

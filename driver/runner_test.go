@@ -377,3 +377,39 @@ func TestDo_CallbacksSeeTheOverridesSent(t *testing.T) {
 	require.Equal(t, &temp, retries[1].FailedOverrides.Temperature, "and those the failed attempt was sent with")
 	require.Nil(t, retries[1].Overrides.Headers, "before the callback's own")
 }
+
+// mapModel is a Model implemented by a struct value that holds a map: its
+// dynamic type is not comparable, so comparing two such interface values
+// with == panics.
+type mapModel struct {
+	key  string
+	meta map[string]string
+}
+
+func (m mapModel) Key() string { return m.key }
+func (m mapModel) Generate(context.Context, *Request) (*Response, error) {
+	return nil, errors.New("not used")
+}
+func (m mapModel) Stream(context.Context, *Request) (Stream, error) { return nil, errors.New("not used") }
+
+// A model of an uncomparable type is a valid Model: nothing in the driver
+// may panic on it (it did: New, the sticky update and the observer compared
+// models with ==).
+func TestRunner_UncomparableModelsDoNotPanic(t *testing.T) {
+	a := mapModel{"test/a", map[string]string{"tier": "1"}}
+	b := mapModel{"test/b", map[string]string{"tier": "2"}}
+	r, err := New(a, WithRules(Fallback(b)), WithModels(b), WithSticky(StickyRequests(1)), WithObserver(&recObserver{}),
+		WithOnSuccess(func(context.Context, Outcome) {}))
+	require.NoError(t, err)
+	fn, log := script(status(503))
+	got, err := Do(context.Background(), r, fn)
+	require.NoError(t, err)
+	require.Equal(t, "ok from test/b", got)
+	require.Equal(t, []string{"test/a", "test/b"}, models(*log))
+	fn, log = script()
+	_, err = Do(context.Background(), r, fn)
+	require.NoError(t, err)
+	require.Equal(t, []string{"test/b"}, models(*log), "the sticky fallback held")
+	_, err = New(a, WithModels(mapModel{"test/a", nil}))
+	require.NoError(t, err, "same type and key: the same model")
+}
