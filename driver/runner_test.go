@@ -390,7 +390,9 @@ func (m mapModel) Key() string { return m.key }
 func (m mapModel) Generate(context.Context, *Request) (*Response, error) {
 	return nil, errors.New("not used")
 }
-func (m mapModel) Stream(context.Context, *Request) (Stream, error) { return nil, errors.New("not used") }
+func (m mapModel) Stream(context.Context, *Request) (Stream, error) {
+	return nil, errors.New("not used")
+}
 
 // A model of an uncomparable type is a valid Model: nothing in the driver
 // may panic on it (it did: New, the sticky update and the observer compared
