@@ -1,7 +1,12 @@
 package e2e_test
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -62,4 +67,55 @@ func TestAnthropicRefusalAfterEmptyBlockFailsOver(t *testing.T) {
 		require.Len(t, ends, 2)
 		require.Equal(t, abi.ClassRefusal, ends[0].Class)
 	})
+}
+
+// Issue 12 item 8: a Retry-After too long to represent, sent through the
+// real SDK client, makes the retry wait WithRetryAfterCap, not the rule's
+// own few milliseconds.
+func TestHugeRetryAfterIsCapped(t *testing.T) {
+	const limit = 30 * time.Millisecond
+	for name, header := range map[string][2]string{
+		"seconds 1e9":  {"retry-after", "1000000000"},
+		"seconds 1e12": {"retry-after", "1000000000000"},
+		"ms 1e12":      {"retry-after-ms", "1000000000000"},
+		"far date":     {"retry-after", "Fri, 31 Dec 9999 23:59:59 GMT"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			limited := transcript(t, "openai", "rate_limit_429")
+			delete(limited.Headers, "retry-after")
+			delete(limited.Headers, "retry-after-ms")
+			limited.Headers[header[0]] = header[1]
+			answer := transcript(t, "openai", "text")
+			var calls atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				if calls.Add(1) == 1 {
+					for k, v := range limited.Headers {
+						w.Header().Set(k, v)
+					}
+					w.WriteHeader(limited.Status)
+					_, _ = io.WriteString(w, limited.Body)
+					return
+				}
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, wiretest.SSE(answer))
+			}))
+			t.Cleanup(srv.Close)
+
+			rec := &attempts{}
+			r, err := driver.New(openaiModel(t, srv.URL, srv.Client()), driver.WithObserver(rec),
+				driver.WithRetryAfterCap(limit), driver.WithRules(driver.OnStatus(429).Retry().Delay(time.Millisecond)))
+			require.NoError(t, err)
+			rm, err := driver.NewRetryableModel(r)
+			require.NoError(t, err)
+			s, err := rm.Stream(t.Context(), request())
+			require.NoError(t, err)
+			text, _, err := read(t, s)
+			require.NoError(t, err)
+			require.Equal(t, openaiText(t, answer), text)
+			ends := rec.get()
+			require.Len(t, ends, 2)
+			require.Equal(t, limit, ends[0].Delay, "the cap, not the rule's 1 ms")
+		})
+	}
 }
