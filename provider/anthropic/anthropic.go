@@ -168,7 +168,7 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 				Name: b.Name, Input: compact(b.Input), ProviderExecuted: b.Type == "server_tool_use"}})
 		}
 	}
-	if msg.StopReason == ant.StopReasonRefusal && len(resp.Content) == 0 {
+	if msg.StopReason == ant.StopReasonRefusal && !slices.ContainsFunc(resp.Content, func(p abi.Part) bool { return hasOutput(&p) }) {
 		return nil, adapter.Refusal(provider, "refusal", msg.StopDetails.Explanation)
 	}
 	return resp, nil
@@ -349,6 +349,10 @@ func message(msg *driver.Message) (ant.MessageParam, error) {
 	}
 	return ant.MessageParam{}, fmt.Errorf("unknown role %q", msg.Role)
 }
+
+// hasOutput reports whether p is output the caller would keep, by the
+// driver's default commit rule: empty text and thinking blocks are not.
+func hasOutput(p *abi.Part) bool { return driver.CommitOnOutput.IsContent(p) }
 
 // compact returns a tool input as compact JSON text, "{}" when empty.
 func compact(raw json.RawMessage) string {

@@ -129,6 +129,12 @@ func TestStream(t *testing.T) {
 			usage:  abi.Usage{InputTokens: 30, OutputTokens: 5},
 		},
 		{name: "refusal_stop", kinds: "stream-start response-metadata", recvErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
+		// Issue 12 item 7: an empty block is not content; the refusal
+		// after it is still an error the driver can fail over on.
+		{name: "refusal_stop_after_empty_text", kinds: "stream-start response-metadata text-start text-end",
+			recvErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
+		{name: "refusal_stop_after_empty_thinking", kinds: "stream-start response-metadata reasoning-start reasoning-end",
+			recvErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
 		{
 			name:    "overloaded_event",
 			kinds:   "stream-start response-metadata text-start text-delta",
@@ -234,6 +240,7 @@ func TestGenerate(t *testing.T) {
 			finish: abi.FinishReason{Unified: abi.ReasonToolCalls, Raw: "tool_use"}, usage: abi.Usage{InputTokens: 472, OutputTokens: 89},
 			tool: &abi.ToolInfo{Name: "get_weather", Input: `{"location":"San Francisco, CA"}`}},
 		{name: "generate_refusal_stop", wantErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
+		{name: "generate_refusal_after_empty_blocks", wantErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
 	}
 	for name, w := range httpErrors {
 		tests = append(tests, genCase{name: name, wantErr: &w})
