@@ -213,7 +213,12 @@ func openError(ctx context.Context, err error, raw *http.Response) error {
 func streamError(err error) error {
 	var api *ant.Error
 	if errors.As(err, &api) && api.StatusCode < 400 {
-		return adapter.EventError(provider, string(api.Type()), "", api.Message, []byte(api.RawJSON()), err)
+		raw := []byte(api.RawJSON())
+		msg := api.Message
+		if msg == "" && !json.Valid(raw) {
+			msg = strings.ToValidUTF8(strings.TrimSpace(string(raw[:min(len(raw), 200)])), "") // a proxy's text
+		}
+		return adapter.EventError(provider, string(api.Type()), "", msg, raw, err)
 	}
 	return err
 }

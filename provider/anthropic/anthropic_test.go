@@ -151,6 +151,18 @@ func TestStream(t *testing.T) {
 			kinds:   "stream-start response-metadata",
 			recvErr: &wantErr{class: abi.ClassServer, typ: "api_error", retryable: true},
 		},
+		// Issue 12 item 9: an error event that says nothing is a
+		// retryable server fault, not an unclassified error.
+		{
+			name:    "error_event_no_data",
+			kinds:   "stream-start response-metadata",
+			recvErr: &wantErr{class: abi.ClassServer, retryable: true},
+		},
+		{
+			name:    "error_event_not_json",
+			kinds:   "stream-start response-metadata",
+			recvErr: &wantErr{class: abi.ClassServer, retryable: true},
+		},
 		{
 			name:    "cut",
 			kinds:   "stream-start response-metadata text-start text-delta*2",
@@ -581,4 +593,16 @@ func TestStreamRawChunks(t *testing.T) {
 	want, err := wiretest.Collect(st, 1000)
 	require.NoError(t, err)
 	require.Equal(t, want, mapped)
+}
+
+// An error event whose data is not JSON keeps the text as its message.
+func TestStreamErrorEventNotJSON(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("error_event_not_json"))
+	st, err := model(t, srv).Stream(context.Background(), request())
+	require.NoError(t, err)
+	_, err = wiretest.Collect(st, 100)
+	var pe *driver.ProviderError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "upstream connect error or disconnect/reset before headers", pe.Message)
+	require.Equal(t, "upstream connect error or disconnect/reset before headers", string(pe.Body))
 }
