@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -150,6 +151,18 @@ func TestStream(t *testing.T) {
 			name:    "api_error_event",
 			kinds:   "stream-start response-metadata",
 			recvErr: &wantErr{class: abi.ClassServer, typ: "api_error", retryable: true},
+		},
+		// Issue 12 item 9: an error event that says nothing is a
+		// retryable server fault, not an unclassified error.
+		{
+			name:    "error_event_no_data",
+			kinds:   "stream-start response-metadata",
+			recvErr: &wantErr{class: abi.ClassServer, retryable: true},
+		},
+		{
+			name:    "error_event_not_json",
+			kinds:   "stream-start response-metadata",
+			recvErr: &wantErr{class: abi.ClassServer, retryable: true},
 		},
 		{
 			name:    "cut",
@@ -581,4 +594,50 @@ func TestStreamRawChunks(t *testing.T) {
 	want, err := wiretest.Collect(st, 1000)
 	require.NoError(t, err)
 	require.Equal(t, want, mapped)
+}
+
+// An error event whose data is not JSON keeps the text as its message.
+func TestStreamErrorEventNotJSON(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("error_event_not_json"))
+	st, err := model(t, srv).Stream(context.Background(), request())
+	require.NoError(t, err)
+	_, err = wiretest.Collect(st, 100)
+	var pe *driver.ProviderError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "upstream connect error or disconnect/reset before headers", pe.Message)
+	require.Equal(t, "upstream connect error or disconnect/reset before headers", string(pe.Body))
+}
+
+// Issue 12 item 10: a byte-order mark opening the body and CR or CRLF line
+// endings (each allowed by the SSE spec) give the same parts as the plain
+// transcript, through the real SDK client: no first event lost, no line
+// left unsplit.
+func TestStreamFraming(t *testing.T) {
+	collect := func(t *testing.T, name string) []abi.Part {
+		srv := wiretest.ServeFile(t, wire(name))
+		st, err := model(t, srv).Stream(context.Background(), request())
+		require.NoError(t, err)
+		parts, err := wiretest.Collect(st, 1000)
+		require.NoError(t, err)
+		return parts
+	}
+	want := collect(t, "text")
+	require.NotNil(t, wiretest.Finish(want))
+	for _, name := range []string{"text_bom", "text_crlf", "text_cr", "text_mixed"} {
+		t.Run(name, func(t *testing.T) {
+			require.Equal(t, want, collect(t, name))
+		})
+	}
+}
+
+// The stream exposes the HTTP response headers, so a caller can log the
+// provider's request id.
+func TestStreamHeader(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	st, err := model(t, srv).Stream(context.Background(), request())
+	require.NoError(t, err)
+	defer st.Close()
+	h, ok := st.(interface{ Header() http.Header })
+	require.True(t, ok, "%T has no Header method", st)
+	require.Equal(t, "req_011CSHoEeqs5C35K2UUqR7Fy", h.Header().Get("request-id"))
 }

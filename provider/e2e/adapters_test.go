@@ -119,3 +119,26 @@ func TestHugeRetryAfterIsCapped(t *testing.T) {
 		})
 	}
 }
+
+// Issue 12 item 9: Anthropic's stream breaks with an "event: error" line
+// that carries no data. It is a server fault, so a rule on ClassServer
+// fails over (an unclassified error would have ended the request).
+func TestAnthropicEmptyErrorEventFailsOver(t *testing.T) {
+	first := wiretest.Serve(t, transcript(t, "anthropic", "error_event_no_data"))
+	answer := transcript(t, "openai", "text")
+	second := wiretest.Serve(t, answer)
+	rec := &attempts{}
+	r, err := driver.New(anthropicModel(t, first), driver.WithObserver(rec),
+		driver.WithRules(driver.OnClass(abi.ClassServer).Switch(openaiModel(t, second.URL, second.Client()))))
+	require.NoError(t, err)
+	rm, err := driver.NewRetryableModel(r)
+	require.NoError(t, err)
+	s, err := rm.Stream(t.Context(), request())
+	require.NoError(t, err)
+	text, _, err := read(t, s)
+	require.NoError(t, err)
+	require.Equal(t, openaiText(t, answer), text)
+	ends := rec.get()
+	require.Len(t, ends, 2)
+	require.Equal(t, abi.ClassServer, ends[0].Class)
+}
