@@ -32,9 +32,9 @@ const defaultRules = `
 		{"when": {"status": [429]}, "action": "retry", "attempts": 4},
 		{"when": {"status": [429]}, "action": "switch", "model": "backup"},
 		{"when": {"status_range": [500, 599]}, "action": "switch", "model": "backup"},
-		{"when": {"class": ["network", "timeout", "refusal"]}, "action": "switch", "model": "backup"}
+		{"when": {"class": ["server", "overloaded", "network", "timeout", "refusal"]}, "action": "switch", "model": "backup"}
 	],
-	"backoff": {"delay": "500ms", "factor": 2, "max_delay": "4s", "jitter": "equal"},
+	"backoff": {"delay": "1s", "factor": 2, "max_delay": "4s", "jitter": "equal"},
 	"deadlines": {"first_content": "1500ms", "gap": "1s"}`
 
 type rig struct {

@@ -26,6 +26,7 @@ type act struct {
 	gap        time.Duration   // between content chunks
 	afterText  <-chan struct{} // after the last content, before the finish: wait
 	malformed  int             // malformed events sent before each content chunk
+	refusal    string          // a declared refusal delta after the chunks
 	errorEvent string          // an in-stream error event after the chunks (no finish)
 	cut        bool            // after the chunks, reset the connection (no finish, no [DONE])
 	noFinish   bool            // after the chunks, end cleanly but without finish or [DONE]
@@ -170,6 +171,12 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		text, _ := json.Marshal(c)
 		if !send(chunk(`{"content":`+string(text)+`}`, "")) {
+			return
+		}
+	}
+	if a.refusal != "" {
+		text, _ := json.Marshal(a.refusal)
+		if !send(chunk(`{"refusal":`+string(text)+`}`, "")) {
 			return
 		}
 	}
