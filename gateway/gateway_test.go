@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"testing"
+	"time"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -198,3 +200,22 @@ func TestConcurrencyLimit(t *testing.T) {
 }
 
 var _ = option.WithHeader
+
+// The per-write deadline does not outlive its request: the next request on
+// the same keep-alive connection is served after the deadline has passed
+// (net/http clears it after each request; this holds the gateway to it).
+func TestWriteDeadlineClearedForKeepAlive(t *testing.T) {
+	r := newRig(t, "", WithWriteTimeout(100*time.Millisecond))
+	var reused []bool
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = append(reused, i.Reused) }}
+	ctx := httptrace.WithClientTrace(context.Background(), trace)
+	for i := range 2 {
+		got := r.stream("primary")
+		require.NoError(t, got.err)
+		cc, err := r.client.Chat.Completions.New(ctx, params("primary"))
+		require.NoError(t, err, "request %d", i)
+		require.Equal(t, "ok", cc.Choices[0].Message.Content)
+		time.Sleep(200 * time.Millisecond) // past the write deadline (no assertion on time)
+	}
+	require.Contains(t, reused, true, "the test needs a reused connection")
+}
