@@ -52,7 +52,7 @@ func openChain(ctx context.Context, c clock, ts []abi.Transformer, info abi.Stre
 		if err != nil {
 			if s.policy.Fail == abi.FailClosed {
 				ch.close()
-				return nil, &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: "open: " + err.Error()}
+				return nil, &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: "open: " + err.Error(), Err: err}
 			}
 			continue
 		}
@@ -207,7 +207,7 @@ func (c *chain) hold(i int, p Part, out *[]Part) error {
 		s.bytes += p.Size()
 		return nil
 	}
-	if s.policy.OnCap == abi.CapFail {
+	if s.policy.FailsAtCap() {
 		err := &abi.HoldCapError{Transform: s.name, Cap: capHit, Parts: len(s.held), Bytes: s.bytes}
 		if len(s.held) > 0 {
 			err.Held = now.Sub(s.since)
@@ -269,7 +269,7 @@ func (c *chain) transformFailed(i int, cause error, out *[]Part) error {
 		closeTransform(s.st)
 		s.st = nil
 		c.active--
-		return &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: cause.Error()}
+		return &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: cause.Error(), Err: cause}
 	}
 	return c.detach(i, out)
 }
