@@ -71,6 +71,7 @@ type request struct {
 	begun      time.Time
 	budgetAt   time.Time // zero: no budget
 	startModel Model
+	named      bool // the caller named the start model (StartOn): no sticky
 	cur        step
 	attemptAt  time.Time
 	deadline   *DeadlineError // the cause installed on the current attempt's ctx
@@ -91,8 +92,13 @@ func (q *request) start(ctx context.Context, r *Runner) step {
 	q.begun = r.cfg.now()
 	q.disabled = r.cfg.disabled != nil && r.cfg.disabled()
 	q.startModel = r.base
+	if m := startFrom(ctx); m != nil {
+		q.startModel, q.named = m, true
+	}
 	if !q.disabled {
-		q.startModel = r.stickyStart(q.begun)
+		if !q.named {
+			q.startModel = r.stickyStart(q.begun)
+		}
 		if r.cool != nil {
 			q.startModel = r.coolStart(q.startModel, q.begun)
 		}
@@ -464,7 +470,7 @@ func (q *request) succeed(ctx context.Context) {
 		return // the common case reads no clock
 	}
 	now := q.r.cfg.now()
-	if switched {
+	if switched && !q.named {
 		q.r.stickySet(q.cur.model, now)
 	}
 	if f != nil {

@@ -52,7 +52,7 @@ func openChain(ctx context.Context, c clock, ts []abi.Transformer, info abi.Stre
 		if err != nil {
 			if s.policy.Fail == abi.FailClosed {
 				ch.close()
-				return nil, &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: "open: " + err.Error()}
+				return nil, &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: "open: " + err.Error(), Err: err}
 			}
 			continue
 		}
@@ -219,7 +219,7 @@ func (c *chain) hold(i int, p Part, out *[]Part) error {
 // detach.
 func (c *chain) capHit(i int, capName string, now time.Time, out *[]Part) error {
 	s := &c.stages[i]
-	if s.policy.OnCap == abi.CapFail {
+	if s.policy.FailsAtCap() {
 		err := &abi.HoldCapError{Transform: s.name, Cap: capName, Parts: len(s.held), Bytes: s.bytes}
 		if len(s.held) > 0 {
 			err.Held = now.Sub(s.since)
@@ -312,7 +312,7 @@ func (c *chain) transformFailed(i int, cause error, out *[]Part) error {
 		closeTransform(s.st)
 		s.st = nil
 		c.active--
-		return &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: cause.Error()}
+		return &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: cause.Error(), Err: cause}
 	}
 	return c.detach(i, out)
 }
