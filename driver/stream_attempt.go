@@ -65,7 +65,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		gap:    sp.gap,
 		clock:  sp.clock,
 	}
-	s.firstT = armDeadline(sp.clock, sp.firstContent, abi.DeadlineFirstContent, cancel)
+	s.first = armFirstContent(sp.clock, sp.firstContent, cancel)
 
 	fail := func(err error) attemptResult {
 		if actx.Err() != nil {
@@ -110,12 +110,9 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 				return fail(partError(q))
 			}
 			if sp.commit.IsContent(q) {
-				if actx.Err() != nil {
-					// A deadline fired as the content arrived: still
-					// before commit, so still recoverable.
-					return fail(context.Cause(actx))
+				if err := s.commitNow(); err != nil {
+					return fail(err)
 				}
-				s.commitNow()
 				return attemptResult{stream: s}
 			}
 		}
@@ -126,7 +123,9 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 					r.finish = s.out[i].Finish
 				}
 			}
-			s.commitNow()
+			if err := s.commitNow(); err != nil {
+				return fail(err)
+			}
 			return r
 		}
 	}
@@ -171,7 +170,7 @@ type attemptStream struct {
 	clock  clock
 	gap    time.Duration
 
-	firstT stopper
+	first  *firstWatch
 	gapW   *gapWatch
 	stopAF func() bool
 
@@ -186,13 +185,22 @@ type attemptStream struct {
 	finish atomic.Pointer[abi.Finish] // the last finish part delivered, for the observer
 }
 
-// commitNow stops the pre-commit deadline and arms the gap deadline.
-func (s *attemptStream) commitNow() {
-	stop(s.firstT)
-	s.firstT = nil
+// commitNow disarms the first-content deadline and arms the gap deadline.
+// It fails (and commits nothing) when a deadline fired first: the first
+// content's, even if its timer's cancel has not run yet, or the attempt's
+// or the caller's, which is still before commit and so still recoverable.
+// Once it returns nil, the first-content deadline can no longer fire.
+func (s *attemptStream) commitNow() error {
+	if !s.first.disarm() {
+		return s.first.err
+	}
+	if err := s.ctx.Err(); err != nil {
+		return context.Cause(s.ctx)
+	}
 	if s.gap > 0 && !s.upDone {
 		s.gapW = startGapWatch(s.clock, s.gap, s.cancel)
 	}
+	return nil
 }
 
 // cause explains why the attempt's context ended: the caller's cause or the
@@ -200,14 +208,14 @@ func (s *attemptStream) commitNow() {
 // own deadline.
 func (s *attemptStream) cause() error {
 	if s.parent.Err() != nil {
-		return context.Cause(s.parent)
+		return causeOf(s.parent)
 	}
 	return context.Cause(s.ctx)
 }
 
 // release ends the attempt: timers, upstream and transforms. Idempotent.
 func (s *attemptStream) release() {
-	stop(s.firstT)
+	s.first.disarm()
 	s.gapW.stop()
 	if s.stopAF != nil {
 		s.stopAF()
@@ -230,11 +238,16 @@ func (s *attemptStream) Recv() (p Part, err error) {
 		// touches no state of its own, so it needs no lock: a concurrent
 		// Close only closes the upstream (which the Stream contract allows)
 		// and the error that follows takes the locked path below.
+		g := s.gapW // set at commit and never changed
+		if g != nil {
+			g.waiting()
+		}
 		p, err = s.up.Recv()
+		if g != nil {
+			g.received(err == nil && s.commit.IsContent(&p))
+		}
 		if err == nil && p.Kind != abi.KindError {
-			if s.gapW != nil && s.commit.IsContent(&p) {
-				s.gapW.seq.Add(1) // gapW is set before commit and never changes
-			} else if p.Kind == abi.KindFinish {
+			if p.Kind == abi.KindFinish {
 				s.finish.Store(p.Finish)
 			}
 			return p, nil
@@ -293,7 +306,7 @@ func (s *attemptStream) recv() (Part, error) {
 		}
 		if !s.upDone && s.ch.active == 0 {
 			s.fast.Store(true) // from the next Recv on
-			p, err := s.up.Recv()
+			p, err := s.pull()
 			if err != nil || p.Kind == abi.KindError {
 				s.fast.Store(false)
 				return s.recvSlow(p, err)
@@ -304,7 +317,7 @@ func (s *attemptStream) recv() (Part, error) {
 			s.end(io.EOF)
 			continue
 		}
-		p, err := s.up.Recv()
+		p, err := s.pull()
 		if err != nil {
 			if err == io.EOF {
 				s.upDone = true
@@ -341,12 +354,23 @@ func (s *attemptStream) deliver(p Part) (Part, error) {
 		s.end(partError(&p))
 		return Part{}, s.err
 	}
-	if s.gapW != nil && s.commit.IsContent(&p) {
-		s.gapW.seq.Add(1)
-	} else if p.Kind == abi.KindFinish {
+	if p.Kind == abi.KindFinish {
 		s.finish.Store(p.Finish)
 	}
 	return p, nil
+}
+
+// pull waits for the next upstream part after commit. With a gap deadline
+// it tells the gap watch that the time is the upstream's, not the caller's.
+func (s *attemptStream) pull() (Part, error) {
+	g := s.gapW
+	if g == nil {
+		return s.up.Recv()
+	}
+	g.waiting()
+	p, err := s.up.Recv()
+	g.received(err == nil && s.commit.IsContent(&p))
+	return p, err
 }
 
 // end records the stream's terminal state and releases the attempt. The
