@@ -381,6 +381,14 @@ func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventU
 			// can still switch models.
 			return q, adapter.Refusal(s.provider, "refusal", s.refusal.String())
 		}
+		if s.refusal.Len() > 0 {
+			// Held while nothing else had come, then content followed:
+			// the refusal is text now, never dropped.
+			s.refused = true
+			q = s.openBlock(q, refusalID, abi.KindTextStart, abi.KindTextEnd)
+			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: s.refusal.String()})
+			s.refusal.Reset()
+		}
 		for len(s.open) > 0 {
 			q = s.closeBlock(q, s.open[0].id)
 		}

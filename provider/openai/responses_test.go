@@ -88,6 +88,13 @@ func TestResponsesStream(t *testing.T) {
 			usage:  abi.Usage{InputTokens: 21, OutputTokens: 12},
 		},
 		{
+			name:   "responses_refusal_then_text",
+			kinds:  "stream-start response-metadata text-start text-delta text-end text-start text-delta text-end finish",
+			text:   "Here is something else.I'm sorry, but I can't help with that.",
+			finish: abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"},
+			usage:  abi.Usage{InputTokens: 21, OutputTokens: 12},
+		},
+		{
 			name:    "responses_refusal",
 			kinds:   "stream-start response-metadata",
 			recvErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"},
