@@ -108,10 +108,7 @@ func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, err
 			if s.content || s.refusalOpen {
 				// A refusal after content cannot be failed over any more:
 				// deliver it as text and finish with ReasonRefusal.
-				if !s.refusalOpen {
-					s.refusalOpen = true
-					q = append(q, abi.Part{Kind: abi.KindTextStart, ID: refusalID})
-				}
+				q = s.flushRefusal(q)
 				q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: d.Refusal})
 			} else {
 				s.refusal.WriteString(d.Refusal)
@@ -144,6 +141,9 @@ func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, err
 				// can still switch models.
 				return q, adapter.Refusal(s.provider, ch.FinishReason, s.refusal.String())
 			}
+			if s.refusal.Len() > 0 {
+				q = s.flushRefusal(q) // held, then content came: text, never dropped
+			}
 			if s.refusalOpen {
 				s.reason = abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"}
 			}
@@ -151,6 +151,20 @@ func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, err
 		}
 	}
 	return q, nil
+}
+
+// flushRefusal opens the refusal text block, once, and delivers the
+// refusal text held while no content had come.
+func (s *source) flushRefusal(q []abi.Part) []abi.Part {
+	if !s.refusalOpen {
+		s.refusalOpen = true
+		q = append(q, abi.Part{Kind: abi.KindTextStart, ID: refusalID})
+	}
+	if s.refusal.Len() > 0 {
+		q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: s.refusal.String()})
+		s.refusal.Reset()
+	}
+	return q
 }
 
 func (s *source) closeReasoning(q []abi.Part) []abi.Part {
