@@ -134,7 +134,7 @@ func TestStream(t *testing.T) {
 			// is delivered as text, not dropped.
 			name:   "refusal_then_content",
 			kinds:  "stream-start response-metadata text-start text-delta text-start text-delta text-end*2 finish",
-			text:   " Here is a safer alternative.I'm sorry, I cannot assist with that request.",
+			text:   "I'm sorry, I cannot assist with that request. Here is a safer alternative.",
 			finish: abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"},
 			usage:  abi.Usage{InputTokens: 40, OutputTokens: 10},
 		},

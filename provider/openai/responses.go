@@ -288,8 +288,10 @@ type responsesSource struct {
 	called  bool                 // a function call completed
 	refusal strings.Builder      // a refusal before any content
 	refused bool                 // a refusal after content went out as text
-	// refusalItem is the message item whose refusal went out as text.
+	// refusalItem is the message item of the refusal; refusalDone reports
+	// that it ended while its refusal was held.
 	refusalItem string
+	refusalDone bool
 }
 
 type openBlock struct {
@@ -325,6 +327,11 @@ func (s *responsesSource) Next(q []abi.Part) ([]abi.Part, error) {
 }
 
 func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventUnion) ([]abi.Part, error) {
+	if s.refusal.Len() > 0 && startsOutput(ev) {
+		// Content after a held refusal: the refusal cannot fail over any
+		// more; it goes out first, as text, in the order it came.
+		q = s.flushRefusal(q)
+	}
 	switch ev.Type {
 	case "response.created", "response.in_progress", "response.queued":
 		if r := &ev.Response; !s.metaSent && (r.ID != "" || r.Model != "") {
@@ -353,10 +360,11 @@ func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventU
 		if s.content || s.refused {
 			// After content a refusal cannot fail over any more: deliver
 			// it as text and finish with ReasonRefusal.
-			s.refused, s.refusalItem = true, ev.ItemID
-			q = s.openBlock(q, refusalID, abi.KindTextStart, abi.KindTextEnd)
+			s.refusalItem = ev.ItemID
+			q = s.flushRefusal(q)
 			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: ev.Delta})
 		} else {
+			s.refusalItem = ev.ItemID
 			s.refusal.WriteString(ev.Delta)
 		}
 	case "response.output_text.annotation.added":
@@ -370,6 +378,9 @@ func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventU
 		}
 	case "response.output_item.done":
 		it := &ev.Item
+		if it.ID == s.refusalItem && s.refusal.Len() > 0 {
+			s.refusalDone = true
+		}
 		q = s.closeBlock(q, it.ID)
 		if it.Type == "function_call" {
 			q = s.endTool(q, it)
@@ -382,12 +393,7 @@ func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventU
 			return q, adapter.Refusal(s.provider, "refusal", s.refusal.String())
 		}
 		if s.refusal.Len() > 0 {
-			// Held while nothing else had come, then content followed:
-			// the refusal is text now, never dropped.
-			s.refused = true
-			q = s.openBlock(q, refusalID, abi.KindTextStart, abi.KindTextEnd)
-			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: s.refusal.String()})
-			s.refusal.Reset()
+			q = s.flushRefusal(q) // content came after it: text, never dropped
 		}
 		for len(s.open) > 0 {
 			q = s.closeBlock(q, s.open[0].id)
@@ -404,6 +410,33 @@ func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventU
 		return q, adapter.EventError(s.provider, "", ev.Code, ev.Message, []byte(ev.RawJSON()), nil)
 	}
 	return q, nil
+}
+
+// startsOutput reports whether ev carries output that commits a stream.
+func startsOutput(ev *responses.ResponseStreamEventUnion) bool {
+	switch ev.Type {
+	case "response.output_text.delta", "response.reasoning_summary_text.delta", "response.reasoning_text.delta",
+		"response.function_call_arguments.delta":
+		return ev.Delta != ""
+	case "response.output_item.added", "response.output_item.done":
+		return ev.Item.Type == "function_call"
+	}
+	return false
+}
+
+// flushRefusal opens the refusal text block, once, and delivers the
+// refusal text held while no content had come.
+func (s *responsesSource) flushRefusal(q []abi.Part) []abi.Part {
+	s.refused = true
+	q = s.openBlock(q, refusalID, abi.KindTextStart, abi.KindTextEnd)
+	if s.refusal.Len() > 0 {
+		q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: s.refusal.String()})
+		s.refusal.Reset()
+	}
+	if s.refusalDone {
+		q = s.closeBlock(q, refusalID)
+	}
+	return q
 }
 
 func (s *responsesSource) startTool(q []abi.Part, it *responses.ResponseOutputItemUnion) []abi.Part {

@@ -90,7 +90,7 @@ func TestResponsesStream(t *testing.T) {
 		{
 			name:   "responses_refusal_then_text",
 			kinds:  "stream-start response-metadata text-start text-delta text-end text-start text-delta text-end finish",
-			text:   "Here is something else.I'm sorry, but I can't help with that.",
+			text:   "I'm sorry, but I can't help with that.Here is something else.",
 			finish: abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"},
 			usage:  abi.Usage{InputTokens: 21, OutputTokens: 12},
 		},

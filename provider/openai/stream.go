@@ -87,7 +87,13 @@ func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, err
 			continue // n > 1 is not part of the driver's model
 		}
 		d := &ch.Delta
-		if r := reasoningText(d.JSON.ExtraFields); r != "" {
+		r := reasoningText(d.JSON.ExtraFields)
+		if s.refusal.Len() > 0 && (r != "" || d.Content != "" || len(d.ToolCalls) > 0) {
+			// Content after a held refusal: the refusal cannot fail over
+			// any more; it goes out first, as text, in the order it came.
+			q = s.flushRefusal(q)
+		}
+		if r != "" {
 			if !s.reasoningOpen {
 				s.reasoningOpen = true
 				q = append(q, abi.Part{Kind: abi.KindReasoningStart, ID: reasoningID})
