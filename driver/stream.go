@@ -105,11 +105,13 @@ func withStreamClock(k clock) StreamOption {
 }
 
 // RetryableModel is a [Model] that retries and fails over: every call runs
-// on the rules, budgets and callbacks of a [Runner]. Generate judges each
-// result with the rules too (a content-filter finish can switch models);
-// Stream runs each attempt through the transform chain into the commit
-// gate, so that nothing reaches the caller until an attempt commits, and
-// nothing is ever re-run after that.
+// on the rules, budgets and callbacks of a [Runner]. Generate runs each
+// response through the transform chain (a refusal in a whole answer fails
+// the attempt over, as in a stream) and judges each result with the rules
+// too (a content-filter finish can switch models); Stream runs each
+// attempt through the transform chain into the commit gate, so that
+// nothing reaches the caller until an attempt commits, and nothing is ever
+// re-run after that.
 //
 // Being a Model, it composes: use it as a model of another Runner (the
 // inner layer recovers refusals and content filters per model, the outer

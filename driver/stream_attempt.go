@@ -90,8 +90,12 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 
 	scanned := 0
 	for {
-		p, err := up.Recv()
-		if err != nil {
+		p, expired, err := s.next()
+		if expired {
+			if err := ch.expire(sp.clock.Now(), &s.out); err != nil {
+				return fail(err)
+			}
+		} else if err != nil {
 			if err != io.EOF {
 				return fail(err)
 			}
@@ -173,6 +177,11 @@ type attemptStream struct {
 	first  *firstWatch
 	gapW   *gapWatch
 	stopAF func() bool
+
+	// pending is the upstream Recv running on a goroutine of its own, when
+	// a wait for it was bounded by a hold time that ran out first (see
+	// next); nil otherwise. At most one Recv is ever in flight.
+	pending chan upPart
 
 	mu     sync.Mutex // the slow path of Recv vs a concurrent Close
 	out    []Part
@@ -304,7 +313,7 @@ func (s *attemptStream) recv() (Part, error) {
 		if s.head != 0 {
 			s.out, s.head = s.out[:0], 0
 		}
-		if !s.upDone && s.ch.active == 0 {
+		if !s.upDone && s.ch.active == 0 && s.pending == nil {
 			s.fast.Store(true) // from the next Recv on
 			p, err := s.pull()
 			if err != nil || p.Kind == abi.KindError {
@@ -317,7 +326,16 @@ func (s *attemptStream) recv() (Part, error) {
 			s.end(io.EOF)
 			continue
 		}
-		p, err := s.pull()
+		p, expired, err := s.next()
+		if expired {
+			if err := s.ch.expire(s.clock.Now(), &s.out); err != nil {
+				if s.ctx.Err() != nil {
+					err = s.cause()
+				}
+				s.end(err)
+			}
+			continue
+		}
 		if err != nil {
 			if err == io.EOF {
 				s.upDone = true
@@ -360,8 +378,8 @@ func (s *attemptStream) deliver(p Part) (Part, error) {
 	return p, nil
 }
 
-// pull waits for the next upstream part after commit. With a gap deadline
-// it tells the gap watch that the time is the upstream's, not the caller's.
+// pull waits for the next upstream part. With a gap deadline it tells the
+// gap watch that the time is the upstream's, not the caller's.
 func (s *attemptStream) pull() (Part, error) {
 	g := s.gapW
 	if g == nil {
@@ -371,6 +389,69 @@ func (s *attemptStream) pull() (Part, error) {
 	p, err := s.up.Recv()
 	g.received(err == nil && s.commit.IsContent(&p))
 	return p, err
+}
+
+// upPart is the result of one upstream Recv.
+type upPart struct {
+	p   Part
+	err error
+}
+
+// next waits for the next upstream part through the transform chain's
+// eyes: while no transform holds a part it is pull, on this goroutine.
+// While one does, the wait is bounded by the oldest held part's
+// MaxHoldTime, so held text never waits on a silent provider longer than
+// the cap promises: the upstream Recv then runs on a goroutine of its own,
+// and when the hold time runs out first next reports expired and keeps
+// that Recv pending for the next call (one Recv in flight at most, so
+// back-pressure holds, and no part is lost or reordered). The timer fires
+// into a channel made for this wait alone, so a timer that fires just as
+// the part arrives is either the one select picks (the part stays pending)
+// or never seen.
+func (s *attemptStream) next() (p Part, expired bool, err error) {
+	due, held := s.ch.holdDue()
+	if !held && s.pending == nil {
+		p, err = s.pull()
+		return p, false, err
+	}
+	if s.pending == nil {
+		c, up := make(chan upPart, 1), s.up
+		s.pending = c
+		go func() { // ends when Recv returns: at the latest when release closes up
+			p, err := up.Recv()
+			c <- upPart{p, err}
+		}()
+	}
+	var fired chan struct{}
+	var t stopper
+	if held {
+		wait := due.Sub(s.clock.Now())
+		if wait <= 0 {
+			return Part{}, true, nil
+		}
+		fired = make(chan struct{})
+		t = s.clock.AfterFunc(wait, func() { close(fired) })
+	}
+	g := s.gapW
+	if g != nil {
+		g.waiting()
+	}
+	select {
+	case r := <-s.pending:
+		if t != nil {
+			t.Stop()
+		}
+		s.pending = nil
+		if g != nil {
+			g.received(r.err == nil && s.commit.IsContent(&r.p))
+		}
+		return r.p, false, r.err
+	case <-fired: // nil, and so never ready, when nothing is held
+		if g != nil {
+			g.received(false)
+		}
+		return Part{}, true, nil
+	}
 }
 
 // end records the stream's terminal state and releases the attempt. The

@@ -553,6 +553,38 @@ func TestStreamRawChunks(t *testing.T) {
 	require.Equal(t, want, mapped)
 }
 
+// ProviderOptions fields are top-level fields taken literally (a name with
+// a '.' is not a path), raw JSON values go as they are, and a max_tokens
+// among them replaces MaxOutputTokens' max_completion_tokens: a gateway
+// forwards its client's fields through them unchanged.
+func TestProviderOptionsForwardedLiterally(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	req := &driver.Request{
+		Messages:        []driver.Message{{Role: driver.RoleUser, Content: []driver.Content{{Text: "hi"}}}},
+		MaxOutputTokens: 64,
+		ProviderOptions: map[string]any{"openai": map[string]any{
+			"x.vendor":        json.RawMessage(`{"a":[1,2.50,"x"]}`),
+			"response_format": json.RawMessage(`{"type":"json_object"}`),
+			"max_tokens":      json.RawMessage(`7`),
+			"weird*?|#@:key":  true,
+		}},
+	}
+	m := model(t, srv)
+	require.Equal(t, "openai", m.Provider())
+	st, err := m.Stream(context.Background(), req)
+	require.NoError(t, err)
+	_, err = wiretest.Collect(st, 100)
+	require.NoError(t, err)
+	var body map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(srv.Requests()[0].Body, &body))
+	require.JSONEq(t, `{"a":[1,2.50,"x"]}`, string(body["x.vendor"]))
+	require.JSONEq(t, `{"type":"json_object"}`, string(body["response_format"]))
+	require.Equal(t, "7", string(body["max_tokens"]))
+	require.Equal(t, "true", string(body["weird*?|#@:key"]))
+	require.NotContains(t, body, "max_completion_tokens")
+	require.NotContains(t, body, "x")
+}
+
 // Issue 12 item 10: a byte-order mark opening the body and CR or CRLF line
 // endings (each allowed by the SSE spec) give the same parts as the plain
 // transcript, through the real SDK client: no first event lost, no line
@@ -585,36 +617,4 @@ func TestStreamHeader(t *testing.T) {
 	h, ok := st.(interface{ Header() http.Header })
 	require.True(t, ok, "%T has no Header method", st)
 	require.Equal(t, "req_7f3c2b1a9e", h.Header().Get("x-request-id"))
-}
-
-// ProviderOptions fields are top-level fields taken literally (a name with
-// a '.' is not a path), raw JSON values go as they are, and a max_tokens
-// among them replaces MaxOutputTokens' max_completion_tokens: a gateway
-// forwards its client's fields through them unchanged.
-func TestProviderOptionsForwardedLiterally(t *testing.T) {
-	srv := wiretest.ServeFile(t, wire("text"))
-	req := &driver.Request{
-		Messages:        []driver.Message{{Role: driver.RoleUser, Content: []driver.Content{{Text: "hi"}}}},
-		MaxOutputTokens: 64,
-		ProviderOptions: map[string]any{"openai": map[string]any{
-			"x.vendor":        json.RawMessage(`{"a":[1,2.50,"x"]}`),
-			"response_format": json.RawMessage(`{"type":"json_object"}`),
-			"max_tokens":      json.RawMessage(`7`),
-			"weird*?|#@:key":  true,
-		}},
-	}
-	m := model(t, srv)
-	require.Equal(t, "openai", m.Provider())
-	st, err := m.Stream(context.Background(), req)
-	require.NoError(t, err)
-	_, err = wiretest.Collect(st, 100)
-	require.NoError(t, err)
-	var body map[string]json.RawMessage
-	require.NoError(t, json.Unmarshal(srv.Requests()[0].Body, &body))
-	require.JSONEq(t, `{"a":[1,2.50,"x"]}`, string(body["x.vendor"]))
-	require.JSONEq(t, `{"type":"json_object"}`, string(body["response_format"]))
-	require.Equal(t, "7", string(body["max_tokens"]))
-	require.Equal(t, "true", string(body["weird*?|#@:key"]))
-	require.NotContains(t, body, "max_completion_tokens")
-	require.NotContains(t, body, "x")
 }
