@@ -3,6 +3,8 @@ package host
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 )
 
 // Reasons a load fails. A [*LoadError] carries exactly one of them; branch
@@ -17,13 +19,46 @@ var (
 	ErrInit            = errors.New("host: plugin failed during init")
 	ErrConfigRejected  = errors.New("host: plugin rejected its config")
 	ErrNoBuffer        = errors.New("host: plugin registered no valid scratch buffer")
+	// ErrLimit: the module exceeds one of the operator's [ModuleLimits]
+	// (its size, counts, tables, nesting) or took longer than
+	// ModuleLimits.CompileTimeout to compile. The LoadError's Err is a
+	// [*LimitError] naming the limit.
+	ErrLimit = errors.New("host: module exceeds a sandbox limit")
+	// ErrStartSection: the module has a Wasm start section. wazero runs it
+	// inside instantiation, where no deadline can reach it, so the host
+	// refuses it; a reactor initialises in _initialize instead (ABI.md).
+	ErrStartSection = errors.New("host: module has a start section")
 )
+
+// LimitError names the [ModuleLimits] field a module exceeds. It is the Err
+// of a [*LoadError] whose Reason is [ErrLimit]. Got may be a lower bound:
+// the check stops at the first excess.
+type LimitError struct {
+	Limit string // the ModuleLimits field: "Exports", "Nesting", "CompileTimeout" …
+	Got   uint64 // what the module declares (bytes, entries, a count; nanoseconds for CompileTimeout)
+	Max   uint64 // the limit in force
+	Where string // "function body 12", "table 0", or empty
+}
+
+func (e *LimitError) Error() string {
+	if e.Limit == "CompileTimeout" {
+		return fmt.Sprintf("CompileTimeout: compiling took longer than %v", time.Duration(e.Max))
+	}
+	if e.Where == "" {
+		return fmt.Sprintf("%s: %d exceeds the limit of %d", e.Limit, e.Got, e.Max)
+	}
+	return fmt.Sprintf("%s: %s: %d exceeds the limit of %d", e.Limit, e.Where, e.Got, e.Max)
+}
 
 // Kinds of plugin failure at call time. A [*PluginError] carries exactly one.
 var (
 	// ErrTrap: the guest trapped (unreachable, out-of-bounds access, a Go
 	// panic, out of memory). The instance is discarded.
 	ErrTrap = errors.New("host: plugin trapped")
+	// ErrStackOverflow: the guest's call stack reached wazero's ceiling
+	// (unbounded recursion). It comes with [ErrTrap]: a [*PluginError]
+	// whose Kind is ErrTrap wraps it, so errors.Is matches both.
+	ErrStackOverflow = errors.New("host: plugin call stack overflowed")
 	// ErrTimeout: the call outlived the per-call deadline and was stopped.
 	// The instance is discarded.
 	ErrTimeout = errors.New("host: plugin call timed out")
@@ -50,7 +85,8 @@ var (
 var ErrClosed = errors.New("host: closed")
 
 // LoadError reports why a plugin could not be loaded. Reason is one of the
-// ErrXxx load sentinels above; errors.Is matches it. Err, when set, is the
+// ErrXxx load sentinels above, or the Load context's error when it ended
+// first (context.Canceled, context.DeadlineExceeded); errors.Is matches it. Err, when set, is the
 // underlying cause (wazero's error, a guest's rejection reason).
 type LoadError struct {
 	Plugin string
@@ -59,10 +95,13 @@ type LoadError struct {
 }
 
 func (e *LoadError) Error() string {
+	// The reasons are sentinels that say "host: " themselves; the message
+	// says it once.
+	reason := strings.TrimPrefix(fmt.Sprint(e.Reason), "host: ")
 	if e.Err == nil {
-		return fmt.Sprintf("host: load plugin %q: %v", e.Plugin, e.Reason)
+		return fmt.Sprintf("host: load plugin %q: %s", e.Plugin, reason)
 	}
-	return fmt.Sprintf("host: load plugin %q: %v: %v", e.Plugin, e.Reason, e.Err)
+	return fmt.Sprintf("host: load plugin %q: %s: %v", e.Plugin, reason, e.Err)
 }
 
 // Is reports whether target is e's Reason.

@@ -29,6 +29,7 @@ type config struct {
 	outputCap    int
 	logLineLimit int
 	observer     Observer // nil: none
+	limits       ModuleLimits
 	// ctxGuard makes calls use wazero's own guard (a context with a timeout
 	// per call) instead of the watchdog; benchmarks compare the two.
 	ctxGuard bool
@@ -49,6 +50,7 @@ func defaultConfig() config {
 		breakerSpan:  time.Minute,
 		outputCap:    64 << 10,
 		logLineLimit: 1000,
+		limits:       DefaultModuleLimits(),
 	}
 }
 
@@ -152,4 +154,89 @@ func WithInstances(n int) LoadOption {
 // defaults, if it declared none).
 func WithPolicy(p abi.TransformPolicy) LoadOption {
 	return loadOptionFunc(func(c *loadConfig) { c.policy = &p })
+}
+
+// ModuleLimits bounds what a module may declare and what loading it may
+// cost the host, checked by a linear pre-parse of the binary before wazero
+// decodes or compiles it (wazero allocates what a module declares, lists
+// exports in quadratic time and compiles nested blocks in quadratic time).
+// A module past a limit fails to load with [ErrLimit] and a [*LimitError]
+// naming the field. The defaults leave room many times over for the
+// built-in plugins (the Go-SDK builds: 3.4–4 MB, about 2,400 functions, 19
+// imports, 5–10 exports, 1 MB of data, bodies up to 50 KB, nesting 549, 20
+// locals, one table of 6,500 entries; the C builds are far smaller).
+// A ModuleLimits is a plain value, safe to copy.
+type ModuleLimits struct {
+	// ModuleBytes: size of the binary. Default 16 MiB.
+	ModuleBytes int
+	// Functions: imported and defined functions. Default 50,000.
+	Functions int
+	// Imports: imports of any kind. Default 1,000.
+	Imports int
+	// Exports: exports of any kind. Default 1,000.
+	Exports int
+	// DataBytes: bytes of all data segments together. Default 8 MiB.
+	DataBytes int
+	// BodyBytes: size of one function body. Default 1 MiB.
+	BodyBytes int
+	// Nesting: depth of nested blocks, loops and ifs in one function
+	// (compile time is quadratic in it). Default 2,048.
+	Nesting int
+	// Locals: declared locals of one function. Default 50,000.
+	Locals int
+	// Tables: imported and defined tables. Default 4.
+	Tables int
+	// TableEntries: entries all tables of one instance can ever hold
+	// together (8 bytes of host memory each, outside WithMemoryLimit): a
+	// table's declared maximum, or its size if it declares none (then the
+	// code may not grow it). Default 1,048,576 (8 MiB).
+	TableEntries int
+	// CompileTimeout bounds compiling one module, in trusted mode too;
+	// the Load context's deadline applies as well. Default 60s.
+	CompileTimeout time.Duration
+}
+
+// DefaultModuleLimits returns the limits a [Runtime] applies unless
+// [WithModuleLimits] says otherwise.
+func DefaultModuleLimits() ModuleLimits {
+	return ModuleLimits{
+		ModuleBytes:    16 << 20,
+		Functions:      50_000,
+		Imports:        1000,
+		Exports:        1000,
+		DataBytes:      8 << 20,
+		BodyBytes:      1 << 20,
+		Nesting:        2048,
+		Locals:         50_000,
+		Tables:         4,
+		TableEntries:   1 << 20,
+		CompileTimeout: time.Minute,
+	}
+}
+
+// WithModuleLimits sets the limits every module loaded through the
+// Runtime must meet. A field ≤ 0 keeps its default (see [ModuleLimits]);
+// there is no "unlimited".
+func WithModuleLimits(l ModuleLimits) Option {
+	return optionFunc(func(c *config) {
+		set := func(dst *int, v int) {
+			if v > 0 {
+				*dst = v
+			}
+		}
+		m := &c.limits
+		set(&m.ModuleBytes, l.ModuleBytes)
+		set(&m.Functions, l.Functions)
+		set(&m.Imports, l.Imports)
+		set(&m.Exports, l.Exports)
+		set(&m.DataBytes, l.DataBytes)
+		set(&m.BodyBytes, l.BodyBytes)
+		set(&m.Nesting, l.Nesting)
+		set(&m.Locals, l.Locals)
+		set(&m.Tables, l.Tables)
+		set(&m.TableEntries, l.TableEntries)
+		if l.CompileTimeout > 0 {
+			m.CompileTimeout = l.CompileTimeout
+		}
+	})
 }

@@ -58,9 +58,6 @@ func (e *LimitError) Error() string {
 // inside instantiation, before the host can put a deadline on it.
 var ErrStartSection = errors.New("module has a start section")
 
-// ErrUnboundedTable: the code grows a table that declares no maximum.
-var ErrUnboundedTable = errors.New("table.grow on a table with no declared maximum")
-
 // FormatError: the binary is not a module this reader can walk; wazero
 // would refuse it too.
 type FormatError struct {
@@ -125,7 +122,9 @@ type checker struct {
 }
 
 // Check walks b and returns what it learned, or the first limit exceeded
-// (*LimitError), ErrStartSection, ErrUnboundedTable, or a *FormatError.
+// (*LimitError), ErrStartSection, or a *FormatError. A table the code
+// grows must declare a maximum (wazero's table.grow stops there), even
+// with no TableEntries limit.
 func Check(b []byte, lim Limits) (Info, error) {
 	c := &checker{r: reader{b: b}, lim: lim}
 	err := c.module()
@@ -453,7 +452,9 @@ func (c *checker) tableTotals() error {
 		case t.hasMax:
 			total += t.max
 		case t.grown:
-			return fmt.Errorf("%w (table %d)", ErrUnboundedTable, i)
+			// table.grow may take it to 2^32-1 entries.
+			return &LimitError{Limit: "TableEntries", Got: 1<<32 - 1, Max: c.lim.TableEntries,
+				Where: fmt.Sprintf("table %d, grown by the code with no declared maximum", i)}
 		default:
 			total += t.min
 		}

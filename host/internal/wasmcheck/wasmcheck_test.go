@@ -35,7 +35,7 @@ func wasmFiles(t testing.TB) []string {
 // pre-parse unchanged, except the hostile fixtures it exists to refuse.
 func TestCheck_RealModules(t *testing.T) {
 	refused := map[string]error{
-		"tablegrow.wasm": ErrUnboundedTable, "tablefill.wasm": &LimitError{},
+		"tablegrow.wasm": &LimitError{}, "tablefill.wasm": &LimitError{},
 		"tablehuge.wasm": &LimitError{}, "startloop.wasm": ErrStartSection,
 		"garbage_bytes.wasm": nil,
 	}
@@ -49,7 +49,7 @@ func TestCheck_RealModules(t *testing.T) {
 			case !special:
 				require.NoError(t, err)
 				require.Positive(t, info.Functions)
-			case errors.Is(want, ErrStartSection) || errors.Is(want, ErrUnboundedTable):
+			case errors.Is(want, ErrStartSection):
 				require.ErrorIs(t, err, want)
 			default:
 				var le *LimitError
