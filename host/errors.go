@@ -19,36 +19,11 @@ var (
 	ErrInit            = errors.New("host: plugin failed during init")
 	ErrConfigRejected  = errors.New("host: plugin rejected its config")
 	ErrNoBuffer        = errors.New("host: plugin registered no valid scratch buffer")
-	// ErrLimit: the module exceeds one of the operator's [ModuleLimits]
-	// (its size, counts, tables, nesting) or took longer than
-	// ModuleLimits.CompileTimeout to compile. The LoadError's Err is a
-	// [*LimitError] naming the limit.
-	ErrLimit = errors.New("host: module exceeds a sandbox limit")
 	// ErrStartSection: the module has a Wasm start section. wazero runs it
 	// inside instantiation, where no deadline can reach it, so the host
 	// refuses it; a reactor initialises in _initialize instead (ABI.md).
 	ErrStartSection = errors.New("host: module has a start section")
 )
-
-// LimitError names the [ModuleLimits] field a module exceeds. It is the Err
-// of a [*LoadError] whose Reason is [ErrLimit]. Got may be a lower bound:
-// the check stops at the first excess.
-type LimitError struct {
-	Limit string // the ModuleLimits field: "Exports", "Nesting", "CompileTimeout" …
-	Got   uint64 // what the module declares (bytes, entries, a count; nanoseconds for CompileTimeout)
-	Max   uint64 // the limit in force
-	Where string // "function body 12", "table 0", or empty
-}
-
-func (e *LimitError) Error() string {
-	if e.Limit == "CompileTimeout" {
-		return fmt.Sprintf("CompileTimeout: compiling took longer than %v", time.Duration(e.Max))
-	}
-	if e.Where == "" {
-		return fmt.Sprintf("%s: %d exceeds the limit of %d", e.Limit, e.Got, e.Max)
-	}
-	return fmt.Sprintf("%s: %s: %d exceeds the limit of %d", e.Limit, e.Where, e.Got, e.Max)
-}
 
 // Kinds of plugin failure at call time. A [*PluginError] carries exactly one.
 var (
@@ -78,7 +53,68 @@ var (
 	// ErrWrongKind: Decide on a plugin that is not a condition, or Open on
 	// one that is not a transform.
 	ErrWrongKind = errors.New("host: plugin does not implement this kind")
+	// ErrNoCapacity: no instance had room for another stream (ABI v1.2:
+	// the plugin's declared max_streams, or its retryhost_open answered
+	// OpenNoRoom). Only that stream fails, by the plugin's fail policy; it
+	// is not a failure of the plugin and never trips its breaker.
+	ErrNoCapacity = errors.New("host: plugin has no room for another stream")
+	// ErrLimit: the plugin's output went over one of the host's caps (a
+	// REPLACE's parts or bytes, per call or per stream); the Err of the
+	// [*PluginError] is a [*LimitError] naming it. The stream fails by the
+	// plugin's fail policy and the failure counts for the breaker; the
+	// instance and its other streams are kept.
+	//
+	// At load, ErrLimit is the Reason of a [*LoadError]: the module exceeds
+	// one of the operator's [ModuleLimits] (its size, counts, tables,
+	// nesting) or took longer than ModuleLimits.CompileTimeout to compile;
+	// its Err is a [*LimitError] naming the ModuleLimits field.
+	ErrLimit = errors.New("host: plugin exceeded a host limit")
 )
+
+// LimitError names the host limit a plugin exceeded ([ErrLimit]).
+type LimitError struct {
+	// Limit is the limit's name: at call time "replace parts per call",
+	// "replace bytes per call", "replace parts per stream" or "replace
+	// bytes per stream"; at load the [ModuleLimits] field ("Exports",
+	// "Nesting", "TableEntries", "CompileTimeout" …).
+	Limit string
+	Max   int // the limit's value (nanoseconds for CompileTimeout)
+	// Got is, at load, what the module declares (a count, bytes, entries;
+	// a lower bound, as the check stops at the first excess), or 0.
+	Got int
+	// Where locates a load limit's excess ("function body 12", "table
+	// 0"), or is empty.
+	Where string
+}
+
+func (e *LimitError) Error() string {
+	switch {
+	case e.Limit == "CompileTimeout":
+		return fmt.Sprintf("CompileTimeout: compiling took longer than %v", time.Duration(e.Max))
+	case e.Got == 0:
+		return fmt.Sprintf("over the host's limit on %s (%d)", e.Limit, e.Max)
+	case e.Where == "":
+		return fmt.Sprintf("%s: %d exceeds the limit of %d", e.Limit, e.Got, e.Max)
+	}
+	return fmt.Sprintf("%s: %s: %d exceeds the limit of %d", e.Limit, e.Where, e.Got, e.Max)
+}
+
+// Is makes errors.Is(err, ErrLimit) true.
+func (e *LimitError) Is(target error) bool { return target == ErrLimit }
+
+// ResultError is a guest's own negative result from an export
+// (retryhost_decide, retryhost_open, retryhost_parts, a failed
+// retryhost_open_part): the plugin reported a failure ([ErrPluginFailed]).
+// Result is the guest's value, which is the guest's business, not an
+// [abi.Status] (statuses are what imports return).
+type ResultError struct {
+	Export string // "retryhost_decide", …
+	Result int64
+}
+
+func (e *ResultError) Error() string {
+	return fmt.Sprintf("%s returned %d", e.Export, e.Result)
+}
 
 // ErrClosed is returned after [Runtime.Close] or [Plugin.Close], and by
 // [Runtime.Load] on a closed runtime.

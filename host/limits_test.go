@@ -122,7 +122,7 @@ func TestLoad_LimitsAreTheOperators(t *testing.T) {
 			var le *LimitError
 			require.ErrorAs(t, err, &le)
 			require.Equal(t, tc.limit, le.Limit)
-			require.Equal(t, uint64(tc.value), le.Max)
+			require.Equal(t, tc.value, le.Max)
 		})
 	}
 	_, err = newRuntime(t, WithModuleLimits(ModuleLimits{})).Load(ctx, "refusal", fixture(t, "refusal"))

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strings"
@@ -118,17 +119,27 @@ func (rt *Runtime) watchdog() {
 // busy is scratch space, returned for reuse. A deadline that is not
 // positive (idle, claimed, or paused while the host grows the guest's
 // memory) is never expired.
+//
+// A call that has run for more than a quarter of the timeout marks its
+// plugin slow: its later calls are measured in CPU time (measuredCall), and
+// a measured call past its wall-clock deadline is only stopped once its
+// thread has used the timeout in CPU time (instance.extend).
 func (rt *Runtime) expire(now int64, busy []*instance) []*instance {
+	long := int64(rt.cfg.callTimeout) * 3 / 4 // deadline - now below this: ran > timeout/4
 	rt.watchMu.Lock()
 	for in := range rt.watched {
-		if d := in.deadline.Load(); d > 0 && now > d {
+		d := in.deadline.Load()
+		if d > 0 && d-now < long && cpuClock && !in.p.slow.Load() {
+			in.p.slow.Store(true)
+		}
+		if d > 0 && now > d {
 			busy = append(busy, in)
 		}
 	}
 	rt.watchMu.Unlock()
 	for _, in := range busy {
 		d := in.deadline.Load()
-		if d > 0 && now > d && in.deadline.CompareAndSwap(d, deadlineClaimed) {
+		if d > 0 && now > d && !in.extend(now, d) && in.deadline.CompareAndSwap(d, deadlineClaimed) {
 			in.ctx.stop()
 		}
 	}
@@ -215,19 +226,12 @@ func (rt *Runtime) Load(ctx context.Context, name string, wasm []byte, opts ...L
 			_ = cm.Close(ctx)
 			return nil, err
 		}
-		s.inst = in
+		s.install(in)
 		if i == 0 {
 			declared, hints = in.declared, in.hints
 		}
 	}
-	switch {
-	case lc.policy != nil:
-		p.policy = *lc.policy
-	case declared != nil:
-		p.policy = *declared
-	}
-	p.hints, p.static, p.autoClose = hints, hints.Table(), hints.AutoClose
-	p.breaker.n, p.breaker.span = rt.cfg.breakerN, rt.cfg.breakerSpan
+	p.settle(lc.policy, declared, hints)
 	rt.mu.Lock()
 	if rt.closed {
 		rt.mu.Unlock()
@@ -256,7 +260,7 @@ func (rt *Runtime) precheck(name string, wasm []byte) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &le):
-		return loadErr(name, ErrLimit, &LimitError{Limit: le.Limit, Got: le.Got, Max: le.Max, Where: le.Where})
+		return loadErr(name, ErrLimit, &LimitError{Limit: le.Limit, Got: int(min(le.Got, math.MaxInt)), Max: int(min(le.Max, math.MaxInt)), Where: le.Where})
 	case errors.Is(err, wasmcheck.ErrStartSection):
 		return loadErr(name, ErrStartSection, errors.New("use an exported _initialize; a start function runs before any deadline"))
 	default:
@@ -282,7 +286,7 @@ func (rt *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazer
 		if ctx.Err() != nil {
 			return nil, loadErr(name, ctx.Err(), nil)
 		}
-		return nil, loadErr(name, ErrLimit, &LimitError{Limit: "CompileTimeout", Max: uint64(limit)})
+		return nil, loadErr(name, ErrLimit, &LimitError{Limit: "CompileTimeout", Max: int(limit)})
 	}
 	if err != nil {
 		return nil, loadErr(name, ErrInvalidModule, err)
