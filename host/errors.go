@@ -137,7 +137,10 @@ func (e *LoadError) Error() string {
 	if e.Err == nil {
 		return fmt.Sprintf("host: load plugin %q: %s", e.Plugin, reason)
 	}
-	return fmt.Sprintf("host: load plugin %q: %s: %v", e.Plugin, reason, e.Err)
+	// A cause from a call (init) carries a call-time sentinel: say host:
+	// once there too.
+	cause := strings.ReplaceAll(e.Err.Error(), ": host: ", ": ")
+	return fmt.Sprintf("host: load plugin %q: %s: %s", e.Plugin, reason, strings.TrimPrefix(cause, "host: "))
 }
 
 // Is reports whether target is e's Reason.

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/abi"
-	"github.com/retryhost/retryhost/host/internal/wasmgen"
+	"github.com/retryhost/retryhost/internal/wasmgen"
 )
 
 // bomb is a module the load path must refuse, cheaply, before wazero.
