@@ -176,14 +176,14 @@ func TestLoad_CompileHonoursContext(t *testing.T) {
 // Load context ends, not only at the init deadline.
 func TestLoad_ContextEndsInit(t *testing.T) {
 	engines(t, func(t *testing.T, opts ...Option) {
-		rt := newRuntime(t, append(opts, optionFunc(func(c *config) { c.initTimeout = time.Hour }))...)
+		rt := newRuntime(t, append(opts, WithInitTimeout(time.Hour))...)
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		_, err := rt.Load(ctx, "initloop", fixture(t, "initloop"))
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 
 		// With a live context the init deadline stops it.
-		rt = newRuntime(t, append(opts, optionFunc(func(c *config) { c.initTimeout = 100 * time.Millisecond }))...)
+		rt = newRuntime(t, append(opts, WithInitTimeout(100*time.Millisecond))...)
 		_, err = rt.Load(context.Background(), "initloop", fixture(t, "initloop"))
 		require.ErrorIs(t, err, ErrInit)
 		require.ErrorIs(t, err, ErrTimeout)

@@ -350,3 +350,16 @@ func WithModuleLimits(l ModuleLimits) Option {
 		}
 	})
 }
+
+// WithInitTimeout bounds each instance's initialisation (_initialize and
+// retryhost_init) in guarded mode; the Load context ends it too. Default
+// 5s. A plugin that outlives it fails to load ([ErrInit] wrapping
+// [ErrTimeout]). Values ≤ 0 keep the default. In trusted mode nothing can
+// stop guest code, init included.
+func WithInitTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.initTimeout = d
+		}
+	})
+}
