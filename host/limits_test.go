@@ -37,6 +37,11 @@ var loadBombs = []bomb{
 	{"locals", gen(func() []byte { return wasmgen.Locals(1 << 30) }), ErrLimit, "Locals"},
 	{"many functions", gen(func() []byte { return wasmgen.Nested(60_000, 0) }), ErrLimit, "Functions"},
 	{"huge body", gen(func() []byte { return wasmgen.Nested(1, 1<<19) }), ErrLimit, "BodyBytes"},
+	{"types", gen(func() []byte { return wasmgen.Types(1_000_000) }), ErrLimit, "Types"},
+	{"globals", gen(func() []byte { return wasmgen.Globals(1_000_000) }), ErrLimit, "Globals"},
+	{"data segments", gen(func() []byte { return wasmgen.DataSegments(1_000_000) }), ErrLimit, "DataSegments"},
+	{"elements", gen(func() []byte { return wasmgen.Elements(1_000_000) }), ErrLimit, "Elements"},
+	{"names", gen(func() []byte { return wasmgen.Names(1_000_000) }), ErrLimit, "Names"},
 	{"declared lengths past the end", gen(func() []byte {
 		// A 60-byte module found by the fuzzer: its import vector claims
 		// 2^32-1 entries, which made wazero allocate ~200 GB and kill the
@@ -112,6 +117,10 @@ func TestLoad_LimitsAreTheOperators(t *testing.T) {
 		{"Locals", 1, "refusal"},
 		{"Tables", 3, "tablehuge"},
 		{"TableEntries", 4095, "tablegrowmax"},
+		{"Types", 2, "refusal"},
+		{"Globals", 1, "hinted"},
+		{"DataSegments", 1, "refusal"},
+		{"Elements", 1, "tablegrowmax"},
 	}
 	for _, tc := range tight {
 		t.Run(tc.limit, func(t *testing.T) {
@@ -134,6 +143,8 @@ func limitField(l *ModuleLimits, name string) *int {
 		"ModuleBytes": &l.ModuleBytes, "Functions": &l.Functions, "Imports": &l.Imports,
 		"Exports": &l.Exports, "DataBytes": &l.DataBytes, "BodyBytes": &l.BodyBytes,
 		"Nesting": &l.Nesting, "Locals": &l.Locals, "Tables": &l.Tables, "TableEntries": &l.TableEntries,
+		"Types": &l.Types, "Globals": &l.Globals, "DataSegments": &l.DataSegments, "Elements": &l.Elements,
+		"Names": &l.Names,
 	}[name]
 }
 

@@ -273,8 +273,9 @@ func WithPolicy(p abi.TransformPolicy) LoadOption {
 // A module past a limit fails to load with [ErrLimit] and a [*LimitError]
 // naming the field. The defaults leave room many times over for the
 // built-in plugins (the Go-SDK builds: 3.4–4 MB, about 2,400 functions, 19
-// imports, 5–10 exports, 1 MB of data, bodies up to 50 KB, nesting 549, 20
-// locals, one table of 6,500 entries; the C builds are far smaller).
+// imports, 5–10 exports, 1 MB of data in 41,000 segments, bodies up to 50
+// KB, nesting 549, 20 locals, one table of 6,500 entries, 13 types, 8
+// globals; the C builds are far smaller).
 // A ModuleLimits is a plain value, safe to copy.
 type ModuleLimits struct {
 	// ModuleBytes: size of the binary. Default 16 MiB.
@@ -301,6 +302,21 @@ type ModuleLimits struct {
 	// table's declared maximum, or its size if it declares none (then the
 	// code may not grow it). Default 1,048,576 (8 MiB).
 	TableEntries int
+	// Types: function types. wazero keeps a few hundred bytes per type
+	// (15 MiB of types took 1.5 GB to decode). Default 10,000.
+	Types int
+	// Globals: imported and defined globals (kept per instance). Default
+	// 10,000.
+	Globals int
+	// DataSegments: data segments (a Go guest has ~40,000 per MB of
+	// data). Default 500,000.
+	DataSegments int
+	// Elements: element segments and their items together. Default
+	// 262,144.
+	Elements int
+	// Names: entries of the "name" custom section's function and local
+	// maps, which wazero decodes. Default 262,144.
+	Names int
 	// CompileTimeout bounds compiling one module, in trusted mode too;
 	// the Load context's deadline applies as well. Default 2m (a 4 MB Go guest
 	// compiles in 3–8 s, 25 s under the race detector).
@@ -321,6 +337,11 @@ func DefaultModuleLimits() ModuleLimits {
 		Locals:         50_000,
 		Tables:         4,
 		TableEntries:   1 << 20,
+		Types:          10_000,
+		Globals:        10_000,
+		DataSegments:   500_000,
+		Elements:       1 << 18,
+		Names:          1 << 18,
 		CompileTimeout: 2 * time.Minute,
 	}
 }
@@ -346,6 +367,11 @@ func WithModuleLimits(l ModuleLimits) Option {
 		set(&m.Locals, l.Locals)
 		set(&m.Tables, l.Tables)
 		set(&m.TableEntries, l.TableEntries)
+		set(&m.Types, l.Types)
+		set(&m.Globals, l.Globals)
+		set(&m.DataSegments, l.DataSegments)
+		set(&m.Elements, l.Elements)
+		set(&m.Names, l.Names)
 		if l.CompileTimeout > 0 {
 			m.CompileTimeout = l.CompileTimeout
 		}

@@ -254,6 +254,9 @@ func (rt *Runtime) precheck(name string, wasm []byte) error {
 		DataBytes: uint64(l.DataBytes), BodyBytes: uint64(l.BodyBytes),
 		Nesting: uint64(l.Nesting), Locals: uint64(l.Locals),
 		Tables: uint64(l.Tables), TableEntries: uint64(l.TableEntries),
+		Types: uint64(l.Types), Globals: uint64(l.Globals),
+		DataSegments: uint64(l.DataSegments), Elements: uint64(l.Elements),
+		Names: uint64(l.Names),
 	})
 	var le *wasmcheck.LimitError
 	switch {
