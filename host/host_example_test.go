@@ -8,6 +8,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/internal/wasmgen"
 )
 
 // Load a condition plugin and ask it about a failed attempt.
@@ -55,4 +56,21 @@ func ExampleRegistry() {
 	st.Close()
 	fmt.Println(v.Action, v.Replace[0].Delta)
 	// Output: replace HI
+}
+
+// A module that declares more than the operator allows is refused before
+// wazero decodes it, with the limit named; the operator can raise it.
+func ExampleWithModuleLimits() {
+	ctx := context.Background()
+	rt, _ := host.New(ctx, host.WithModuleLimits(host.ModuleLimits{Exports: 100}))
+	defer rt.Close(ctx)
+	_, err := rt.Load(ctx, "chatty", wasmgen.Exports(150))
+	var le *host.LimitError
+	if errors.Is(err, host.ErrLimit) && errors.As(err, &le) {
+		fmt.Println(le.Limit, le.Got, le.Max)
+	}
+	fmt.Println(err)
+	// Output:
+	// Exports 150 100
+	// host: load plugin "chatty": plugin exceeded a host limit: Exports: 150 exceeds the limit of 100
 }
