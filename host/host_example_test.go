@@ -8,7 +8,6 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/host"
-	"github.com/retryhost/retryhost/internal/wasmgen"
 )
 
 // Load a condition plugin and ask it about a failed attempt.
@@ -59,18 +58,20 @@ func ExampleRegistry() {
 }
 
 // A module that declares more than the operator allows is refused before
-// wazero decodes it, with the limit named; the operator can raise it.
+// wazero decodes it, with the limit named. tablegrowmax.wasm declares a
+// table of up to 4,096 entries (32 KiB of host memory per instance).
 func ExampleWithModuleLimits() {
 	ctx := context.Background()
-	rt, _ := host.New(ctx, host.WithModuleLimits(host.ModuleLimits{Exports: 100}))
+	rt, _ := host.New(ctx, host.WithModuleLimits(host.ModuleLimits{TableEntries: 1024}))
 	defer rt.Close(ctx)
-	_, err := rt.Load(ctx, "chatty", wasmgen.Exports(150))
+	wasm, _ := os.ReadFile("testdata/tablegrowmax.wasm")
+	_, err := rt.Load(ctx, "tables", wasm)
 	var le *host.LimitError
 	if errors.Is(err, host.ErrLimit) && errors.As(err, &le) {
 		fmt.Println(le.Limit, le.Got, le.Max)
 	}
 	fmt.Println(err)
 	// Output:
-	// Exports 150 100
-	// host: load plugin "chatty": plugin exceeded a host limit: Exports: 150 exceeds the limit of 100
+	// TableEntries 4096 1024
+	// host: load plugin "tables": plugin exceeded a host limit: TableEntries: table 0: 4096 exceeds the limit of 1024
 }
