@@ -14,6 +14,7 @@ import (
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/plugins/internal/plugintest"
 )
 
@@ -139,4 +140,33 @@ func kinds(ps []abi.Part) []string {
 		out[i] = p.Kind.String()
 	}
 	return out
+}
+
+// TestRefusalBuilds_SameCapPolicy: the Go and C builds of the refusal
+// detector declare the same on_cap for the same config (ABI v1.2: unset
+// follows "fail", "flush" and "fail" are explicit).
+func TestRefusalBuilds_SameCapPolicy(t *testing.T) {
+	ctx := context.Background()
+	rt := plugintest.Runtime(t, host.WithCallTimeout(10*time.Second))
+	goBuild, err := os.ReadFile("../refusal/refusal.wasm")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		config string
+		onCap  abi.CapAction
+		fails  bool
+	}{
+		{`{}`, abi.CapDefault, false},
+		{`{"fail":"closed"}`, abi.CapDefault, true},
+		{`{"fail":"closed","on_cap":"flush"}`, abi.CapFlush, false},
+		{`{"on_cap":"fail"}`, abi.CapFail, true},
+	} {
+		for build, wasm := range map[string][]byte{"go": goBuild, "c": plugins.Refusal} {
+			p, err := rt.Load(ctx, "refusal-"+build, wasm, host.WithConfig([]byte(tc.config)), host.WithInstances(1))
+			require.NoError(t, err, build)
+			pol := p.Policy()
+			require.Equal(t, tc.onCap, pol.OnCap, "%s %s", build, tc.config)
+			require.Equal(t, tc.fails, pol.FailsAtCap(), "%s %s", build, tc.config)
+			require.NoError(t, p.Close(ctx))
+		}
+	}
 }
