@@ -198,7 +198,7 @@ func (in *instance) call(f api.Function, timeout time.Duration) error {
 }
 
 // wallFactor bounds a measured call's wall-clock time: a call whose thread
-// is starved of CPU may take this many times its timeout before it is
+// is starved of CPU may take this many times the call timeout before it is
 // stopped anyway (1 s at the default 50 ms).
 const wallFactor = 20
 
@@ -220,7 +220,9 @@ func (in *instance) measuredCall(f api.Function, timeout time.Duration) error {
 	if ok {
 		in.cpu0.Store(c0)
 		in.budget.Store(int64(timeout))
-		in.wallCap.Store(start + wallFactor*int64(timeout))
+		// 20× the call timeout in all (1 s by default); an init call
+		// (seconds of timeout) gets the same grace, not 20× its own.
+		in.wallCap.Store(start + int64(timeout) + (wallFactor-1)*int64(rt.cfg.callTimeout))
 		in.tid.Store(tid)
 	}
 	in.deadline.Store(start + int64(timeout))
