@@ -170,3 +170,45 @@ func TestRefusalBuilds_SameCapPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldCapsClampedThroughTheDriver (issue 11 item 5): a plugin that
+// declares the largest hold caps the record can say and holds every part
+// is held to the operator's maxima by the driver: fail-open, the parts are
+// flushed at 256 and all arrive once; fail-closed, the attempt fails with a
+// HoldCapError at 256 parts instead of buffering the whole upstream.
+func TestHoldCapsClampedThroughTheDriver(t *testing.T) {
+	ctx := context.Background()
+	rt := plugintest.Runtime(t, host.WithCallTimeout(10*time.Second))
+	text := make([]byte, 2000)
+	for i := range text {
+		text[i] = 'a' + byte(i%26)
+	}
+	for _, closed := range []bool{false, true} {
+		cfg := []byte{0}
+		if closed {
+			cfg[0] = 1
+		}
+		p, err := rt.Load(ctx, "holdall", hostFixture(t, "holdall"), host.WithConfig(cfg))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.Close(ctx) })
+		m := &streamer{key: "p/a", parts: plugintest.TextStream(string(text), 2)} // 1000 deltas
+		r, err := driver.New(m)
+		require.NoError(t, err)
+		rm, err := driver.NewRetryableModel(r, driver.WithTransforms(p))
+		require.NoError(t, err)
+		s, err := rm.Stream(ctx, &driver.Request{})
+		var out []abi.Part
+		if err == nil {
+			out, err = drain(s)
+		}
+		if closed {
+			var hc *abi.HoldCapError
+			require.ErrorAs(t, err, &hc)
+			require.Equal(t, 256, hc.Parts, "held up to the operator's maximum, not the declared 2^32-1")
+			require.Empty(t, out)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, m.parts, out, "flushed at the cap, every part once, in order")
+	}
+}
