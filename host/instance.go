@@ -145,7 +145,7 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 	if in.bufCap == 0 {
 		why := fmt.Errorf("call %s.%s with %d to %d bytes during %s", abi.ModuleName, abi.ImportBuffer, abi.MinBufferSize, rt.cfg.maxBuffer, abi.ExportInit)
 		if in.bufStatus != abi.StatusOK {
-			why = fmt.Errorf("%w (the last call got %v)", why, in.bufStatus)
+			why = fmt.Errorf("%w (the last call got %s)", why, in.bufStatus.String())
 		}
 		return fail(ErrNoBuffer, why)
 	}
