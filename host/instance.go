@@ -222,7 +222,11 @@ func (in *instance) measuredCall(f api.Function, timeout time.Duration) error {
 		in.budget.Store(int64(timeout))
 		// 20× the call timeout in all (1 s by default); an init call
 		// (seconds of timeout) gets the same grace, not 20× its own.
-		in.wallCap.Store(start + int64(timeout) + (wallFactor-1)*int64(rt.cfg.callTimeout))
+		f := int64(wallFactor)
+		if rt.cfg.wallFactor > 0 {
+			f = int64(rt.cfg.wallFactor)
+		}
+		in.wallCap.Store(start + int64(timeout) + (f-1)*int64(rt.cfg.callTimeout))
 		in.tid.Store(tid)
 	}
 	in.deadline.Store(start + int64(timeout))
