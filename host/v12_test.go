@@ -380,3 +380,36 @@ func TestLogLimit_IsALifetimeBudget(t *testing.T) {
 	require.Equal(t, 2, n, "the first 2 lines of the instance's life, then none")
 	require.Equal(t, 1, warned, "one warning when the budget is spent")
 }
+
+// TestCapacity_OpenPartNoRoom: the i64 OpenNoRoom from retryhost_open_part
+// is a refusal for lack of room, not a failure: no breaker count, no
+// discarded instance, no close owed.
+func TestCapacity_OpenPartNoRoom(t *testing.T) {
+	ctx := context.Background()
+	rt := newRuntime(t, WithBreaker(1, time.Hour))
+	p, err := rt.Load(ctx, "noroom", fixture(t, "noroom_openpart"), WithInstances(1))
+	require.NoError(t, err)
+	part := abi.Part{Kind: abi.KindTextDelta, Delta: "x"}
+	first, err := p.Open(ctx, abi.StreamInfo{ID: 1})
+	require.NoError(t, err)
+	_, err = first.Part(ctx, &part)
+	require.NoError(t, err)
+	gen := p.slots[0].gen
+	for i := range 5 {
+		st, err := p.Open(ctx, abi.StreamInfo{ID: uint64(2 + i)})
+		require.NoError(t, err, "no capacity declared: the host opens lazily")
+		_, err = st.Part(ctx, &part)
+		require.ErrorIs(t, err, ErrNoCapacity)
+		var re *ResultError
+		require.ErrorAs(t, err, &re)
+		require.Equal(t, ResultError{Export: abi.ExportOpenPart, Result: int64(abi.OpenNoRoom)}, *re)
+		st.Close()
+	}
+	require.Equal(t, gen, p.slots[0].gen, "the instance is kept")
+	first.Close()
+	st, err := p.Open(ctx, abi.StreamInfo{ID: 9})
+	require.NoError(t, err, "not disabled")
+	_, err = st.Part(ctx, &part)
+	require.NoError(t, err, "room again after the close")
+	st.Close()
+}
