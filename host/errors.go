@@ -151,8 +151,10 @@ func (e *LoadError) Unwrap() error { return e.Err }
 
 // PluginError reports a failure of a plugin during a call. Kind is one of
 // ErrTrap, ErrTimeout, ErrExit, ErrABIViolation, ErrInstanceLost,
-// ErrDisabled, ErrPluginFailed, ErrWrongKind or ErrClosed; errors.Is
-// matches it. Op is the export or method ("decide", "open", "part", "end",
+// ErrDisabled, ErrPluginFailed, ErrWrongKind, ErrClosed, ErrNoCapacity or
+// ErrLimit; errors.Is matches it. Under fail-closed the driver's error
+// wraps it (an *abi.TransformError of class plugin), so errors.As finds it
+// there too. Op is the export or method ("decide", "open", "part", "end",
 // "close").
 type PluginError struct {
 	Plugin string

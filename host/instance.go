@@ -150,7 +150,7 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 	if in.bufCap == 0 {
 		why := fmt.Errorf("call %s.%s with %d to %d bytes during %s", abi.ModuleName, abi.ImportBuffer, abi.MinBufferSize, rt.cfg.maxBuffer, abi.ExportInit)
 		if in.bufStatus != abi.StatusOK {
-			why = fmt.Errorf("%w (the last call got %v)", why, in.bufStatus)
+			why = fmt.Errorf("%w (the last call got %s)", why, in.bufStatus.String())
 		}
 		return fail(ErrNoBuffer, why)
 	}
@@ -203,7 +203,7 @@ func (in *instance) call(f api.Function, timeout time.Duration) error {
 }
 
 // wallFactor bounds a measured call's wall-clock time: a call whose thread
-// is starved of CPU may take this many times its timeout before it is
+// is starved of CPU may take this many times the call timeout before it is
 // stopped anyway (1 s at the default 50 ms).
 const wallFactor = 20
 
@@ -225,7 +225,13 @@ func (in *instance) measuredCall(f api.Function, timeout time.Duration) error {
 	if ok {
 		in.cpu0.Store(c0)
 		in.budget.Store(int64(timeout))
-		in.wallCap.Store(start + wallFactor*int64(timeout))
+		// 20× the call timeout in all (1 s by default); an init call
+		// (seconds of timeout) gets the same grace, not 20× its own.
+		f := int64(wallFactor)
+		if rt.cfg.wallFactor > 0 {
+			f = int64(rt.cfg.wallFactor)
+		}
+		in.wallCap.Store(start + int64(timeout) + (f-1)*int64(rt.cfg.callTimeout))
 		in.tid.Store(tid)
 	}
 	in.deadline.Store(start + int64(timeout))

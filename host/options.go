@@ -43,6 +43,10 @@ type config struct {
 	// guest memory, on the calling goroutine.
 	clock  func() int64
 	onGrow func()
+	// wallFactor replaces the wall-clock cap of CPU-timed calls (0: the
+	// default 20× the call timeout): a test on a machine loaded beyond
+	// its own spinners checks CPU-time semantics, not that cap.
+	wallFactor int
 }
 
 func defaultConfig() config {
