@@ -35,8 +35,9 @@ type config struct {
 	MaxHeldParts int    `json:"max_held_parts"`
 	MaxHeldBytes int    `json:"max_held_bytes"`
 	MaxHoldTime  string `json:"max_hold_time"`
-	// OnCap is "flush" (default: release the held parts and detach) or
-	// "fail" (fail the attempt) when a cap is hit.
+	// OnCap is "flush" (release the held parts and detach) or "fail"
+	// (fail the attempt) when a cap is hit; empty follows fail: "closed"
+	// fails, "open" flushes (ABI v1.2's default).
 	OnCap string `json:"on_cap"`
 }
 
@@ -110,7 +111,9 @@ func newDetector(raw []byte) (*detector, error) {
 		return nil, errors.New(`config: "fail": must be "open" or "closed"`)
 	}
 	switch c.OnCap {
-	case "", "flush":
+	case "":
+	case "flush":
+		d.policy.OnCap = abi.CapFlush
 	case "fail":
 		d.policy.OnCap = abi.CapFail
 	default:
