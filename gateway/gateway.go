@@ -247,6 +247,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.Serv
 func (g *Gateway) Reload(ctx context.Context) error {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
+	if g.cur.Load() == nil {
+		return ErrShuttingDown // closed
+	}
 	gen, err := g.load(ctx)
 	if err != nil {
 		g.stats.reloadFailures.Add(1)
@@ -254,13 +257,7 @@ func (g *Gateway) Reload(ctx context.Context) error {
 			slog.String("source", g.src.name), slog.String("error", err.Error()))
 		return err
 	}
-	old := g.cur.Swap(gen)
-	if old == nil { // closed meanwhile
-		g.cur.Store(nil)
-		gen.release()
-		return ErrShuttingDown
-	}
-	old.release()
+	g.cur.Swap(gen).release() // closes it after its last request
 	g.stats.reloads.Add(1)
 	g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "policy reloaded", slog.String("source", g.src.name),
 		slog.Int("routes", len(gen.names)))

@@ -109,6 +109,7 @@ func TestRequestErrors(t *testing.T) {
 		{`{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, "model_not_found", 404},
 		{`{"model":"primary","fallbacks":["nope"],"messages":[{"role":"user","content":"hi"}]}`, "model_not_found", 404},
 		{`{"model":"primary","messages":[]}`, "invalid_request", 400},
+		{`{"model":"primary","fallbacks":["backup","backup","backup","backup","backup","backup","backup","backup","backup"],"messages":[{"role":"user","content":"hi"}]}`, "invalid_request", 400},
 		{`{"model":"primary","n":2,"messages":[{"role":"user","content":"hi"}]}`, "invalid_request", 400},
 		{`{"messages":[{"role":"user","content":"hi"}]}`, "invalid_request", 400},
 		{`[1,2]`, "invalid_request", 400},
@@ -218,4 +219,24 @@ func TestWriteDeadlineClearedForKeepAlive(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // past the write deadline (no assertion on time)
 	}
 	require.Contains(t, reused, true, "the test needs a reused connection")
+}
+
+// WithUpstreamConns caps the connections to an upstream: a second request
+// waits for the first one's connection.
+func TestUpstreamConnectionLimit(t *testing.T) {
+	r := newRig(t, `"rules": []`, WithUpstreamConns(1))
+	hold := make(chan struct{})
+	r.up["primary"].play(act{chunks: []string{"first"}, afterText: hold}, act{chunks: []string{"second"}})
+	first := make(chan streamed, 1)
+	go func() { first <- r.stream("primary") }()
+	require.Eventually(t, func() bool { return len(r.up["primary"].requests()) == 1 }, 5*time.Second, time.Millisecond)
+	second := make(chan streamed, 1)
+	go func() { second <- r.stream("primary") }()
+	require.Never(t, func() bool { return len(r.up["primary"].requests()) > 1 }, 200*time.Millisecond, 5*time.Millisecond,
+		"a second upstream connection was opened")
+	close(hold)
+	require.Equal(t, "first", (<-first).text)
+	got := <-second
+	require.NoError(t, got.err)
+	require.Equal(t, "second", got.text)
 }

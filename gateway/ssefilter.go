@@ -30,10 +30,12 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
-		resp.Body = &eventReader{src: resp.Body, r: bufio.NewReaderSize(resp.Body, 16<<10), skipped: f.skipped}
+		resp.Body = &eventReader{src: resp.Body, r: newBufReader(resp.Body), skipped: f.skipped}
 	}
 	return resp, nil
 }
+
+func newBufReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 16<<10) }
 
 // eventReader passes well-formed events through unchanged.
 type eventReader struct {
