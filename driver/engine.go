@@ -211,7 +211,7 @@ func (q *request) fail(ctx context.Context, err error) (step, error) {
 		f(ctx, q.a)
 	}
 	if ctx.Err() != nil {
-		return step{}, q.final(ctx, context.Cause(ctx))
+		return step{}, q.final(ctx, causeOf(ctx))
 	}
 	if q.r.cool != nil {
 		q.r.coolFailed(ctx, q.a, q.r.cfg.now())
@@ -396,7 +396,7 @@ func (q *request) advance(ctx context.Context, next *step) error {
 	if next.delay > 0 {
 		if err := q.r.cfg.sleep(ctx, next.delay); err != nil {
 			if ctx.Err() != nil {
-				err = context.Cause(ctx)
+				err = causeOf(ctx)
 			}
 			return q.final(ctx, err)
 		}
@@ -406,7 +406,7 @@ func (q *request) advance(ctx context.Context, next *step) error {
 		next.overrides = next.overrides.over(ov)
 	}
 	if ctx.Err() != nil {
-		return q.final(ctx, context.Cause(ctx))
+		return q.final(ctx, causeOf(ctx))
 	}
 	q.cur = *next
 	return nil

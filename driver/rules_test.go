@@ -187,7 +187,7 @@ func TestDo_ForeignConditions(t *testing.T) {
 			wantModels: []string{"test/base", "test/fb2"}},
 		{name: "a native rule by key", rules: []Condition{AnyError().SwitchKey("test/fb2")},
 			wantModels: []string{"test/base", "test/fb2"}},
-		{name: "a key known from a native rule", rules: []Condition{switchTo("test/fb"), OnStatus(999).Switch(fb)},
+		{name: "a key known from a native rule", rules: []Condition{switchTo("test/fb"), OnStatus(418).Switch(fb)},
 			wantModels: []string{"test/base", "test/fb"}},
 		{name: "an unknown key is skipped with a log line", rules: []Condition{switchTo("nope/model"), Fallback(fb)},
 			wantModels: []string{"test/base", "test/fb"}, wantLog: "nope/model"},

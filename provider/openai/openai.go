@@ -194,13 +194,17 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 	}
 	params.StreamOptions.IncludeUsage = param.NewOpt(true)
 	var raw *http.Response
-	st := m.client.Chat.Completions.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw))...)
+	st := m.client.Chat.Completions.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), option.WithMiddleware(adapter.NormalizeSSE))...)
 	if err := st.Err(); err != nil {
 		_ = st.Close()
 		return nil, m.openError(ctx, err, raw)
 	}
 	src := &source{provider: m.provider, st: st, tools: map[int64]*toolCall{}, raw: m.raw}
-	return adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart}), nil
+	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart})
+	if raw != nil {
+		s.SetHeader(raw.Header)
+	}
+	return s, nil
 }
 
 // openError maps the error of a call that got no usable response.

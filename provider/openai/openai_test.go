@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -573,4 +574,38 @@ func TestProviderOptionsForwardedLiterally(t *testing.T) {
 	require.Equal(t, "true", string(body["weird*?|#@:key"]))
 	require.NotContains(t, body, "max_completion_tokens")
 	require.NotContains(t, body, "x")
+}
+
+// Issue 12 item 10: a byte-order mark opening the body and CR or CRLF line
+// endings (each allowed by the SSE spec) give the same parts as the plain
+// transcript, through the real SDK client: no first event lost, no line
+// left unsplit.
+func TestStreamFraming(t *testing.T) {
+	collect := func(t *testing.T, name string) []abi.Part {
+		srv := wiretest.ServeFile(t, wire(name))
+		st, err := model(t, srv).Stream(context.Background(), request())
+		require.NoError(t, err)
+		parts, err := wiretest.Collect(st, 1000)
+		require.NoError(t, err)
+		return parts
+	}
+	want := collect(t, "text")
+	require.NotNil(t, wiretest.Finish(want))
+	for _, name := range []string{"text_bom", "text_crlf", "text_cr", "text_mixed"} {
+		t.Run(name, func(t *testing.T) {
+			require.Equal(t, want, collect(t, name))
+		})
+	}
+}
+
+// The stream exposes the HTTP response headers, so a caller can log the
+// provider's request id.
+func TestStreamHeader(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	st, err := model(t, srv).Stream(context.Background(), request())
+	require.NoError(t, err)
+	defer st.Close()
+	h, ok := st.(interface{ Header() http.Header })
+	require.True(t, ok, "%T has no Header method", st)
+	require.Equal(t, "req_7f3c2b1a9e", h.Header().Get("x-request-id"))
 }
