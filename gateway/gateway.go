@@ -163,11 +163,12 @@ func WithLogger(l *slog.Logger) Option {
 // it with [New]; Close it to release its policy. It is safe for concurrent
 // use.
 type Gateway struct {
-	cfg    config
-	src    Source
-	mux    *http.ServeMux
-	client *http.Client // the upstreams' client when the gateway made it; nil otherwise
-	stats  *stats
+	cfg     config
+	src     Source
+	mux     *http.ServeMux
+	client  *http.Client // the upstreams' client when the gateway made it; nil otherwise
+	stats   *stats
+	metrics *metrics
 
 	reloadMu sync.Mutex // serialises Reload
 	cur      atomic.Pointer[generation]
@@ -192,6 +193,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		headerTimeout: 60 * time.Second, writeTimeout: 30 * time.Second,
 		retryAfterBusy: time.Second,
 	}, stats: &stats{}}
+	g.metrics = newMetrics(g.stats)
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("gateway: nil option")
@@ -228,6 +230,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g.mux = http.NewServeMux()
 	g.mux.HandleFunc("/v1/chat/completions", g.authed(g.chat))
 	g.mux.HandleFunc("/v1/models", g.authed(g.models))
+	g.mux.Handle("/metrics", g.authed(g.metrics.handler().ServeHTTP))
 	g.mux.HandleFunc("/healthz", g.healthz)
 	g.mux.HandleFunc("/readyz", g.readyz)
 	g.mux.HandleFunc("/", g.authed(func(w http.ResponseWriter, r *http.Request) {
@@ -342,6 +345,7 @@ type route struct {
 func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	o := g.src.opts
 	o.StreamOptions = append(slices.Clip(o.StreamOptions), driver.WithOnCommit(onCommit))
+	o.RunnerOptions = append(slices.Clip(o.RunnerOptions), driver.WithObserver(observer{g.metrics}))
 	if o.HTTPClient == nil {
 		o.HTTPClient = g.client
 	}
@@ -501,10 +505,12 @@ func (g *Gateway) enter(w http.ResponseWriter) bool {
 	}
 	g.inflight.Add(1)
 	g.mu.Unlock()
+	g.metrics.inflight.Inc()
 	return true
 }
 
 func (g *Gateway) leave() {
+	g.metrics.inflight.Dec()
 	<-g.sem
 	g.inflight.Done()
 }

@@ -240,3 +240,39 @@ func TestUpstreamConnectionLimit(t *testing.T) {
 	require.NoError(t, got.err)
 	require.Equal(t, "second", got.text)
 }
+
+// /metrics exposes requests, attempts, fail-overs, commits, time to first
+// content, in-flight gauges and the gateway's own counters.
+func TestMetrics(t *testing.T) {
+	r := newRig(t, "")
+	r.up["primary"].play(act{status: 503})
+	r.up["backup"].play(act{chunks: []string{"ok"}})
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	r.up["primary"].play(act{malformed: 1, chunks: []string{"ok"}})
+	require.NoError(t, r.stream("primary").err)
+	resp, body := r.rawStream(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+
+	mr, err := r.hc.Get(r.srv.URL + "/metrics")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(mr.Body)
+	mr.Body.Close()
+	body = string(b)
+	for _, want := range []string{
+		`retryhost_gateway_requests_total{code="200",outcome="ok",route="primary"} 2`,
+		`retryhost_gateway_requests_total{code="404",outcome="client_error",route=""} 1`,
+		`retryhost_gateway_attempts_total{class="overloaded",model="openai/up-primary",outcome="error"} 1`,
+		`retryhost_gateway_attempts_total{class="",model="openai/up-backup",outcome="success"} 1`,
+		`retryhost_gateway_failovers_total{to="openai/up-backup"} 1`,
+		`retryhost_gateway_commits_total{model="openai/up-backup"} 1`,
+		`retryhost_gateway_time_to_first_content_seconds_count{model="openai/up-primary"} 1`,
+		`retryhost_gateway_inflight_requests 0`,
+		`retryhost_gateway_inflight_streams 0`,
+		`retryhost_gateway_upstream_malformed_events_total 1`,
+		`go_goroutines`,
+	} {
+		require.Contains(t, body, want)
+	}
+	require.NotContains(t, body, "nope", "a client's unknown route name never becomes a label value")
+}
