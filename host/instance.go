@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,6 +115,10 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 		in.ctx.kill = make(chan struct{})
 	}
 	rt.watch(in)
+	if in.ctx.kill != nil {
+		// The Load context ends init too (Load reports ctx's error).
+		defer context.AfterFunc(ctx, in.ctx.stop)()
+	}
 	fail := func(reason error, err error) (*instance, error) {
 		in.close()
 		return nil, loadErr(p.name, reason, err)
@@ -282,9 +287,20 @@ func classify(err error, claimed bool) error {
 		return fmt.Errorf("%w: %v", ErrExit, err)
 	case errors.As(err, &ee):
 		return fmt.Errorf("%w: %w", ErrExit, err)
+	case isStackOverflow(err):
+		return fmt.Errorf("%w: %w: %w", ErrTrap, ErrStackOverflow, err)
 	default:
 		return fmt.Errorf("%w: %w", ErrTrap, err)
 	}
+}
+
+// isStackOverflow recognises wazero's stack-overflow trap. Its error value
+// is internal to wazero (wasmruntime.ErrRuntimeStackOverflow), so this reads
+// the message: the compiler returns it bare ("stack overflow"), the
+// interpreter with a stack trace ("wasm error: stack overflow\n…").
+func isStackOverflow(err error) bool {
+	msg := err.Error()
+	return msg == "stack overflow" || strings.HasPrefix(msg, "wasm error: stack overflow")
 }
 
 func errOr(err error) error {
