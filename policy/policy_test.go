@@ -21,8 +21,8 @@ func TestExampleLoads(t *testing.T) {
 	})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, p.Close(ctx)) }()
-	require.Equal(t, "openai/gpt-4o-mini", p.Runner.Base().Key())
-	require.Equal(t, "anthropic/claude-sonnet-4-5", p.Models["strong"].Key())
+	require.Equal(t, "fast", p.Runner.Base().Key())
+	require.Equal(t, "strong", p.Models["strong"].Key())
 	require.NotNil(t, p.Runtime)
 
 	_, err = policy.Load(ctx, "testdata/example.json", policy.Options{Dir: "../host/testdata", Getenv: func(string) string { return "" }})

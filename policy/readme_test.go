@@ -12,15 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/host"
-	"github.com/retryhost/retryhost/internal/policy"
 	"github.com/retryhost/retryhost/plugins"
+	"github.com/retryhost/retryhost/policy"
 )
 
 // TestREADMEPolicyBuilds keeps the README's policy example true: the jsonc
 // block under "## Policy files" parses, and builds into a runner, a
 // retryable model and the built-in Wasm plugins it names.
 func TestREADMEPolicyBuilds(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
 	_, section, ok := strings.Cut(string(readme), "## Policy files")
 	require.True(t, ok, "the README has a policy section")
