@@ -120,6 +120,7 @@ type Model struct {
 	id        string
 	provider  string
 	key       string
+	params2   []option.RequestOption // WithParam's, after the request's own
 	maxTokens int64
 	raw       bool
 	client    ant.Client
@@ -173,14 +174,15 @@ func New(id string, opts ...Option) (*Model, error) {
 		}
 		sdk = append(sdk, option.WithHeader(h[0], h[1]))
 	}
+	var params []option.RequestOption // applied after each request's own fields
 	for _, p := range c.params {
 		if err := adapter.CheckParam("anthropic", p.name); err != nil {
 			return nil, err
 		}
-		sdk = append(sdk, option.WithJSONSet(p.name, p.value))
+		params = append(params, option.WithJSONSet(p.name, p.value))
 	}
 	sdk = append(sdk, c.sdkOpts...)
-	return &Model{id: id, provider: c.provider, key: key, maxTokens: int64(c.maxTokens), raw: c.rawChunks, client: ant.NewClient(sdk...)}, nil
+	return &Model{id: id, provider: c.provider, key: key, params2: params, maxTokens: int64(c.maxTokens), raw: c.rawChunks, client: ant.NewClient(sdk...)}, nil
 }
 
 // Key returns the model's key: WithKey's, else "<provider>/<model id>",
@@ -388,7 +390,7 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 			opts = append(opts, option.WithJSONSet(k, fields[k]))
 		}
 	}
-	return p, opts, warnings, nil
+	return p, append(opts, m.params2...), warnings, nil
 }
 
 func message(msg *driver.Message) (ant.MessageParam, error) {

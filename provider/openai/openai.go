@@ -133,6 +133,7 @@ type Model struct {
 	id       string
 	provider string
 	key      string
+	params2  []option.RequestOption // WithParam's, after the request's own
 	legacy   bool
 	raw      bool
 	client   oai.Client
@@ -198,11 +199,12 @@ func New(id string, opts ...Option) (*Model, error) {
 		}
 		sdk = append(sdk, option.WithHeader(h[0], h[1]))
 	}
+	var params []option.RequestOption // applied after each request's own fields
 	for _, p := range c.params {
 		if err := adapter.CheckParam("openai", p.name); err != nil {
 			return nil, err
 		}
-		sdk = append(sdk, option.WithJSONSet(p.name, p.value))
+		params = append(params, option.WithJSONSet(p.name, p.value))
 	}
 	sdk = append(sdk, c.sdkOpts...)
 	key := c.provider + "/" + id
@@ -216,6 +218,7 @@ func New(id string, opts ...Option) (*Model, error) {
 		id:       id,
 		provider: c.provider,
 		key:      key,
+		params2:  params,
 		legacy:   c.legacyMaxTokens,
 		raw:      c.rawChunks,
 		client:   oai.NewClient(sdk...),
@@ -407,7 +410,7 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 			opts = append(opts, option.WithJSONSet(k, fields[k]))
 		}
 	}
-	return p, opts, nil
+	return p, append(opts, m.params2...), nil
 }
 
 func messages(msg *driver.Message) ([]oai.ChatCompletionMessageParamUnion, error) {

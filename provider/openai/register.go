@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/openai/openai-go/v3/option"
+
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/internal/providers"
 )
@@ -20,6 +22,11 @@ func fromSpec(s providers.Spec) (driver.Model, error) {
 	opts := []Option{WithKey(s.Key), WithProvider(s.Provider)}
 	if s.APIKey != "" {
 		opts = append(opts, WithAPIKey(s.APIKey))
+	} else {
+		// A policy's model without api_key_env (a local vLLM or Ollama)
+		// sends no key: not the SDK's default, OPENAI_API_KEY, which
+		// would carry an OpenAI key to whatever server base_url names.
+		opts = append(opts, WithRequestOptions(option.WithHeaderDel("authorization")))
 	}
 	if s.Provider == "azure" {
 		opts = append(opts, WithAzure(s.BaseURL, s.Deployment, s.APIVersion))
