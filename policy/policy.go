@@ -64,7 +64,7 @@ import (
 	"github.com/retryhost/retryhost/internal/strict"
 )
 
-//go:generate go run ./internal/genschema -o schema.json
+//go:generate go run ./internal/jsonschema/gen -src schema.go -o schema.json
 
 func init() { policyhook.Build = buildDoc }
 
