@@ -71,6 +71,7 @@ type request struct {
 	begun      time.Time
 	budgetAt   time.Time // zero: no budget
 	startModel Model
+	named      bool // the caller named the start model (StartOn): no sticky
 	cur        step
 	attemptAt  time.Time
 	deadline   *DeadlineError // the cause installed on the current attempt's ctx
@@ -89,8 +90,13 @@ func (q *request) start(ctx context.Context, r *Runner) step {
 	q.begun = r.cfg.now()
 	q.disabled = r.cfg.disabled != nil && r.cfg.disabled()
 	q.startModel = r.base
+	if m := startFrom(ctx); m != nil {
+		q.startModel, q.named = m, true
+	}
 	if !q.disabled {
-		q.startModel = r.stickyStart(q.begun)
+		if !q.named {
+			q.startModel = r.stickyStart(q.begun)
+		}
 		if r.cool != nil {
 			q.startModel = r.coolStart(q.startModel, q.begun)
 		}
@@ -205,7 +211,7 @@ func (q *request) fail(ctx context.Context, err error) (step, error) {
 		f(ctx, q.a)
 	}
 	if ctx.Err() != nil {
-		return step{}, q.final(ctx, context.Cause(ctx))
+		return step{}, q.final(ctx, causeOf(ctx))
 	}
 	if q.r.cool != nil {
 		q.r.coolFailed(ctx, q.a, q.r.cfg.now())
@@ -390,7 +396,7 @@ func (q *request) advance(ctx context.Context, next *step) error {
 	if next.delay > 0 {
 		if err := q.r.cfg.sleep(ctx, next.delay); err != nil {
 			if ctx.Err() != nil {
-				err = context.Cause(ctx)
+				err = causeOf(ctx)
 			}
 			return q.final(ctx, err)
 		}
@@ -400,7 +406,7 @@ func (q *request) advance(ctx context.Context, next *step) error {
 		next.overrides = next.overrides.over(ov)
 	}
 	if ctx.Err() != nil {
-		return q.final(ctx, context.Cause(ctx))
+		return q.final(ctx, causeOf(ctx))
 	}
 	q.cur = *next
 	return nil
@@ -422,7 +428,7 @@ func (q *request) succeed(ctx context.Context) {
 		return // the common case reads no clock
 	}
 	now := q.r.cfg.now()
-	if switched {
+	if switched && !q.named {
 		q.r.stickySet(q.cur.model, now)
 	}
 	if f != nil {

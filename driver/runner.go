@@ -225,6 +225,14 @@ func Do[R any](ctx context.Context, r *Runner, fn func(ctx context.Context, c *C
 //
 // Errors are as for [Do]. req is not modified.
 func (r *Runner) Generate(ctx context.Context, req *Request) (*Response, error) {
+	return r.generate(ctx, req, nil)
+}
+
+// generate is Generate with an optional check of each response before the
+// rules judge it (RetryableModel runs its transform chain there): an error
+// from check fails the attempt like the model's own error would.
+func (r *Runner) generate(ctx context.Context, req *Request,
+	check func(ctx context.Context, c *Call, resp *Response) (*Response, error)) (*Response, error) {
 	if req == nil {
 		return nil, errors.New("retryhost: Generate needs a request")
 	}
@@ -234,12 +242,17 @@ func (r *Runner) Generate(ctx context.Context, req *Request) (*Response, error) 
 		actx, cancel := q.attemptContext(ctx, &st)
 		c := q.call()
 		resp, err := c.Model.Generate(actx, c.Request(req))
-		err = q.attemptErr(actx, err)
-		cancel()
-		var final error
 		if err == nil && resp == nil {
 			err = fmt.Errorf("retryhost: %s returned neither a response nor an error", c.Model.Key())
 		}
+		if err == nil && check != nil {
+			if resp, err = check(actx, c, resp); err == nil && resp == nil {
+				err = fmt.Errorf("retryhost: the response check of %s returned nothing", c.Model.Key())
+			}
+		}
+		err = q.attemptErr(actx, err)
+		cancel()
+		var final error
 		if err == nil {
 			if q.obs != nil {
 				q.observeResult(resp.Finish, resp.Usage)

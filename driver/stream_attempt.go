@@ -65,7 +65,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		gap:    sp.gap,
 		clock:  sp.clock,
 	}
-	s.firstT = armDeadline(sp.clock, sp.firstContent, abi.DeadlineFirstContent, cancel)
+	s.first = armFirstContent(sp.clock, sp.firstContent, cancel)
 
 	fail := func(err error) attemptResult {
 		if actx.Err() != nil {
@@ -90,8 +90,12 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 
 	scanned := 0
 	for {
-		p, err := up.Recv()
-		if err != nil {
+		p, expired, err := s.next()
+		if expired {
+			if err := ch.expire(sp.clock.Now(), &s.out); err != nil {
+				return fail(err)
+			}
+		} else if err != nil {
 			if err != io.EOF {
 				return fail(err)
 			}
@@ -110,12 +114,9 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 				return fail(partError(q))
 			}
 			if sp.commit.IsContent(q) {
-				if actx.Err() != nil {
-					// A deadline fired as the content arrived: still
-					// before commit, so still recoverable.
-					return fail(context.Cause(actx))
+				if err := s.commitNow(); err != nil {
+					return fail(err)
 				}
-				s.commitNow()
 				return attemptResult{stream: s}
 			}
 		}
@@ -126,7 +127,9 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 					r.finish = s.out[i].Finish
 				}
 			}
-			s.commitNow()
+			if err := s.commitNow(); err != nil {
+				return fail(err)
+			}
 			return r
 		}
 	}
@@ -171,9 +174,14 @@ type attemptStream struct {
 	clock  clock
 	gap    time.Duration
 
-	firstT stopper
+	first  *firstWatch
 	gapW   *gapWatch
 	stopAF func() bool
+
+	// pending is the upstream Recv running on a goroutine of its own, when
+	// a wait for it was bounded by a hold time that ran out first (see
+	// next); nil otherwise. At most one Recv is ever in flight.
+	pending chan upPart
 
 	mu     sync.Mutex // the slow path of Recv vs a concurrent Close
 	out    []Part
@@ -186,13 +194,22 @@ type attemptStream struct {
 	finish atomic.Pointer[abi.Finish] // the last finish part delivered, for the observer
 }
 
-// commitNow stops the pre-commit deadline and arms the gap deadline.
-func (s *attemptStream) commitNow() {
-	stop(s.firstT)
-	s.firstT = nil
+// commitNow disarms the first-content deadline and arms the gap deadline.
+// It fails (and commits nothing) when a deadline fired first: the first
+// content's, even if its timer's cancel has not run yet, or the attempt's
+// or the caller's, which is still before commit and so still recoverable.
+// Once it returns nil, the first-content deadline can no longer fire.
+func (s *attemptStream) commitNow() error {
+	if !s.first.disarm() {
+		return s.first.err
+	}
+	if err := s.ctx.Err(); err != nil {
+		return context.Cause(s.ctx)
+	}
 	if s.gap > 0 && !s.upDone {
 		s.gapW = startGapWatch(s.clock, s.gap, s.cancel)
 	}
+	return nil
 }
 
 // cause explains why the attempt's context ended: the caller's cause or the
@@ -200,14 +217,14 @@ func (s *attemptStream) commitNow() {
 // own deadline.
 func (s *attemptStream) cause() error {
 	if s.parent.Err() != nil {
-		return context.Cause(s.parent)
+		return causeOf(s.parent)
 	}
 	return context.Cause(s.ctx)
 }
 
 // release ends the attempt: timers, upstream and transforms. Idempotent.
 func (s *attemptStream) release() {
-	stop(s.firstT)
+	s.first.disarm()
 	s.gapW.stop()
 	if s.stopAF != nil {
 		s.stopAF()
@@ -230,11 +247,16 @@ func (s *attemptStream) Recv() (p Part, err error) {
 		// touches no state of its own, so it needs no lock: a concurrent
 		// Close only closes the upstream (which the Stream contract allows)
 		// and the error that follows takes the locked path below.
+		g := s.gapW // set at commit and never changed
+		if g != nil {
+			g.waiting()
+		}
 		p, err = s.up.Recv()
+		if g != nil {
+			g.received(err == nil && s.commit.IsContent(&p))
+		}
 		if err == nil && p.Kind != abi.KindError {
-			if s.gapW != nil && s.commit.IsContent(&p) {
-				s.gapW.seq.Add(1) // gapW is set before commit and never changes
-			} else if p.Kind == abi.KindFinish {
+			if p.Kind == abi.KindFinish {
 				s.finish.Store(p.Finish)
 			}
 			return p, nil
@@ -291,9 +313,9 @@ func (s *attemptStream) recv() (Part, error) {
 		if s.head != 0 {
 			s.out, s.head = s.out[:0], 0
 		}
-		if !s.upDone && s.ch.active == 0 {
+		if !s.upDone && s.ch.active == 0 && s.pending == nil {
 			s.fast.Store(true) // from the next Recv on
-			p, err := s.up.Recv()
+			p, err := s.pull()
 			if err != nil || p.Kind == abi.KindError {
 				s.fast.Store(false)
 				return s.recvSlow(p, err)
@@ -304,7 +326,16 @@ func (s *attemptStream) recv() (Part, error) {
 			s.end(io.EOF)
 			continue
 		}
-		p, err := s.up.Recv()
+		p, expired, err := s.next()
+		if expired {
+			if err := s.ch.expire(s.clock.Now(), &s.out); err != nil {
+				if s.ctx.Err() != nil {
+					err = s.cause()
+				}
+				s.end(err)
+			}
+			continue
+		}
 		if err != nil {
 			if err == io.EOF {
 				s.upDone = true
@@ -341,12 +372,86 @@ func (s *attemptStream) deliver(p Part) (Part, error) {
 		s.end(partError(&p))
 		return Part{}, s.err
 	}
-	if s.gapW != nil && s.commit.IsContent(&p) {
-		s.gapW.seq.Add(1)
-	} else if p.Kind == abi.KindFinish {
+	if p.Kind == abi.KindFinish {
 		s.finish.Store(p.Finish)
 	}
 	return p, nil
+}
+
+// pull waits for the next upstream part. With a gap deadline it tells the
+// gap watch that the time is the upstream's, not the caller's.
+func (s *attemptStream) pull() (Part, error) {
+	g := s.gapW
+	if g == nil {
+		return s.up.Recv()
+	}
+	g.waiting()
+	p, err := s.up.Recv()
+	g.received(err == nil && s.commit.IsContent(&p))
+	return p, err
+}
+
+// upPart is the result of one upstream Recv.
+type upPart struct {
+	p   Part
+	err error
+}
+
+// next waits for the next upstream part through the transform chain's
+// eyes: while no transform holds a part it is pull, on this goroutine.
+// While one does, the wait is bounded by the oldest held part's
+// MaxHoldTime, so held text never waits on a silent provider longer than
+// the cap promises: the upstream Recv then runs on a goroutine of its own,
+// and when the hold time runs out first next reports expired and keeps
+// that Recv pending for the next call (one Recv in flight at most, so
+// back-pressure holds, and no part is lost or reordered). The timer fires
+// into a channel made for this wait alone, so a timer that fires just as
+// the part arrives is either the one select picks (the part stays pending)
+// or never seen.
+func (s *attemptStream) next() (p Part, expired bool, err error) {
+	due, held := s.ch.holdDue()
+	if !held && s.pending == nil {
+		p, err = s.pull()
+		return p, false, err
+	}
+	if s.pending == nil {
+		c, up := make(chan upPart, 1), s.up
+		s.pending = c
+		go func() { // ends when Recv returns: at the latest when release closes up
+			p, err := up.Recv()
+			c <- upPart{p, err}
+		}()
+	}
+	var fired chan struct{}
+	var t stopper
+	if held {
+		wait := due.Sub(s.clock.Now())
+		if wait <= 0 {
+			return Part{}, true, nil
+		}
+		fired = make(chan struct{})
+		t = s.clock.AfterFunc(wait, func() { close(fired) })
+	}
+	g := s.gapW
+	if g != nil {
+		g.waiting()
+	}
+	select {
+	case r := <-s.pending:
+		if t != nil {
+			t.Stop()
+		}
+		s.pending = nil
+		if g != nil {
+			g.received(r.err == nil && s.commit.IsContent(&r.p))
+		}
+		return r.p, false, r.err
+	case <-fired: // nil, and so never ready, when nothing is held
+		if g != nil {
+			g.received(false)
+		}
+		return Part{}, true, nil
+	}
 }
 
 // end records the stream's terminal state and releases the attempt. The

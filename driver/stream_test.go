@@ -412,3 +412,35 @@ func FuzzRetryableModel_chaos(f *testing.F) {
 		require.Equal(t, 1, success+failure)
 	})
 }
+
+// Item 3 of issue 12, through the stream driver: a cancellation with a cause
+// after several failed attempts is both context.Canceled and the cause.
+func TestRetryableModel_cancelWithCauseAfterAttempts(t *testing.T) {
+	cause := errors.New("user left")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	h := newHarness(t, [3][]sstep{
+		sscript(preamble(), pErr(errBoom)),
+		sscript(preamble(), pErr(errBoom)),
+		sscript(preamble(), pDo(func() { cancel(cause) })),
+	}, fallbacks, nil)
+	_, err := h.rm.Stream(ctx, &Request{})
+	var re *RetryError
+	require.ErrorAs(t, err, &re)
+	require.Len(t, re.Attempts, 3)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, cause)
+	_, _, failure := h.out.counts()
+	require.Equal(t, 1, failure)
+	require.ErrorIs(t, h.out.failure[0].Err, context.Canceled)
+
+	// After commit, Recv's error is both as well.
+	ctx2, cancel2 := context.WithCancelCause(t.Context())
+	defer cancel2(nil)
+	h = newHarness(t, [3][]sstep{sscript(preamble(), pText("Hi"), pDo(func() { cancel2(cause) })), nil, nil}, fallbacks, nil)
+	s, err := h.rm.Stream(ctx2, &Request{})
+	require.NoError(t, err)
+	_, err = drain(s)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, cause)
+}

@@ -43,7 +43,47 @@ var (
 	// ErrWrongKind: Decide on a plugin that is not a condition, or Open on
 	// one that is not a transform.
 	ErrWrongKind = errors.New("host: plugin does not implement this kind")
+	// ErrNoCapacity: no instance had room for another stream (ABI v1.2:
+	// the plugin's declared max_streams, or its retryhost_open answered
+	// OpenNoRoom). Only that stream fails, by the plugin's fail policy; it
+	// is not a failure of the plugin and never trips its breaker.
+	ErrNoCapacity = errors.New("host: plugin has no room for another stream")
+	// ErrLimit: the plugin's output went over one of the host's caps (a
+	// REPLACE's parts or bytes, per call or per stream); the Err of the
+	// [*PluginError] is a [*LimitError] naming it. The stream fails by the
+	// plugin's fail policy and the failure counts for the breaker; the
+	// instance and its other streams are kept.
+	ErrLimit = errors.New("host: plugin exceeded a host limit")
 )
+
+// LimitError names the host limit a plugin's output exceeded ([ErrLimit]).
+type LimitError struct {
+	// Limit is the limit's name: "replace parts per call", "replace bytes
+	// per call", "replace parts per stream" or "replace bytes per stream".
+	Limit string
+	Max   int // the limit's value for this call
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("over the host's limit on %s (%d)", e.Limit, e.Max)
+}
+
+// Is makes errors.Is(err, ErrLimit) true.
+func (e *LimitError) Is(target error) bool { return target == ErrLimit }
+
+// ResultError is a guest's own negative result from an export
+// (retryhost_decide, retryhost_open, retryhost_parts, a failed
+// retryhost_open_part): the plugin reported a failure ([ErrPluginFailed]).
+// Result is the guest's value, which is the guest's business, not an
+// [abi.Status] (statuses are what imports return).
+type ResultError struct {
+	Export string // "retryhost_decide", …
+	Result int64
+}
+
+func (e *ResultError) Error() string {
+	return fmt.Sprintf("%s returned %d", e.Export, e.Result)
+}
 
 // ErrClosed is returned after [Runtime.Close] or [Plugin.Close], and by
 // [Runtime.Load] on a closed runtime.

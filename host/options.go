@@ -29,6 +29,11 @@ type config struct {
 	outputCap    int
 	logLineLimit int
 	observer     Observer // nil: none
+	// ABI v1.2 runtime limits (see the README's sandbox limits table).
+	breakerCooldown time.Duration
+	maxBuffer       int
+	replace         ReplaceLimits
+	hold            abi.TransformPolicy // operator maxima: caps only
 	// ctxGuard makes calls use wazero's own guard (a context with a timeout
 	// per call) instead of the watchdog; benchmarks compare the two.
 	ctxGuard bool
@@ -49,6 +54,11 @@ func defaultConfig() config {
 		breakerSpan:  time.Minute,
 		outputCap:    64 << 10,
 		logLineLimit: 1000,
+
+		breakerCooldown: 30 * time.Second,
+		maxBuffer:       1 << 20,
+		replace:         defaultReplaceLimits,
+		hold:            abi.TransformPolicy{MaxHeldParts: 256, MaxHeldBytes: 64 << 10, MaxHoldTime: 10 * time.Second},
 	}
 }
 
@@ -100,11 +110,110 @@ func WithMemoryLimit(bytes uint64) Option {
 // plugin from disk instead of compiling it again. Default: no disk cache.
 func WithCacheDir(dir string) Option { return optionFunc(func(c *config) { c.cacheDir = dir }) }
 
-// WithBreaker disables a plugin version after n failures within span, until
-// a new version is loaded. Default 5 within one minute; n ≤ 0 never
-// disables.
+// WithBreaker disables a plugin version that keeps failing: when, within
+// span, it failed at least n times and its last n failures are at least
+// half of its calls since the first of those n (n failures in a row trip
+// it; n failures among many successful calls do not). A disabled plugin answers
+// [ErrDisabled] for the cooldown ([WithBreakerCooldown]), then lets one
+// probe through: a probe that succeeds re-enables it, one that fails
+// disables it for another cooldown. Loading a new version starts afresh.
+// A capacity refusal ([ErrNoCapacity]) is not a failure. Default 5 within
+// one minute; n ≤ 0 never disables.
 func WithBreaker(n int, span time.Duration) Option {
 	return optionFunc(func(c *config) { c.breakerN, c.breakerSpan = n, span })
+}
+
+// WithBreakerCooldown sets how long a plugin the breaker disabled stays
+// disabled before a probe may re-enable it. Default 30s; values ≤ 0 keep
+// the default.
+func WithBreakerCooldown(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.breakerCooldown = d
+		}
+	})
+}
+
+// WithMaxBuffer caps the scratch buffer a plugin may register (ABI v1.2
+// §4.1: a larger one is refused with StatusTooLarge and, unless the plugin
+// registers a smaller one, fails the load with [ErrNoBuffer]). It bounds
+// what the host ever reads of one verdict. Default 1 MiB; values below
+// 64 KiB (what the Go SDK registers) keep the default.
+func WithMaxBuffer(bytes int) Option {
+	return optionFunc(func(c *config) {
+		if bytes >= 64<<10 {
+			c.maxBuffer = bytes
+		}
+	})
+}
+
+// ReplaceLimits caps what a transform's REPLACE verdicts may emit (ABI v1.2
+// §8.6), checked while the host decodes the verdict: a REPLACE over a cap
+// fails the stream with [ErrLimit] (a [*LimitError] names the cap). Zero
+// fields keep their defaults.
+type ReplaceLimits struct {
+	// CallParts and CallBytes cap one verdict's list: default 1024 parts
+	// and 256 KiB of payload ([abi.Part.Size]).
+	CallParts, CallBytes int
+	// StreamParts and StreamBytes cap a stream's REPLACE output beyond 4×
+	// what the stream itself sent through the transform (so a transform
+	// may rewrite every part of a long stream, but not amplify it):
+	// default 1024 parts and 1 MiB.
+	StreamParts, StreamBytes int
+}
+
+var defaultReplaceLimits = ReplaceLimits{CallParts: 1024, CallBytes: 256 << 10, StreamParts: 1024, StreamBytes: 1 << 20}
+
+// WithReplaceLimits sets the caps on REPLACE output. Default
+// ReplaceLimits{CallParts: 1024, CallBytes: 256 << 10, StreamParts: 1024,
+// StreamBytes: 1 << 20}.
+func WithReplaceLimits(l ReplaceLimits) Option {
+	return optionFunc(func(c *config) {
+		c.replace = defaultReplaceLimits
+		for _, f := range []struct {
+			dst *int
+			v   int
+		}{
+			{&c.replace.CallParts, l.CallParts}, {&c.replace.CallBytes, l.CallBytes},
+			{&c.replace.StreamParts, l.StreamParts}, {&c.replace.StreamBytes, l.StreamBytes},
+		} {
+			if f.v > 0 {
+				*f.dst = f.v
+			}
+		}
+	})
+}
+
+// WithHoldLimits sets the operator's maxima for the hold caps a plugin
+// declares in its policy (ABI.md §8.7): a plugin may only tighten them. A
+// declared cap of 0 (the default) or above the maximum becomes the
+// maximum. Default 256 parts, 64 KiB and 10s, the driver's own defaults;
+// values ≤ 0 keep the default. [WithPolicy] is the operator's own word and
+// is not clamped.
+func WithHoldLimits(parts, bytes int, hold time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if parts > 0 {
+			c.hold.MaxHeldParts = parts
+		}
+		if bytes > 0 {
+			c.hold.MaxHeldBytes = bytes
+		}
+		if hold > 0 {
+			c.hold.MaxHoldTime = hold
+		}
+	})
+}
+
+// WithLogLimit sets how many lines each plugin instance may write through
+// the log import over its whole life (a budget, not a rate: ABI.md §4.4);
+// later lines are dropped after one warning. Default 1000; values ≤ 0 keep
+// the default.
+func WithLogLimit(lines int) Option {
+	return optionFunc(func(c *config) {
+		if lines > 0 {
+			c.logLineLimit = lines
+		}
+	})
 }
 
 // LoadOption configures one plugin load.
@@ -149,7 +258,8 @@ func WithInstances(n int) LoadOption {
 }
 
 // WithPolicy overrides the transform policy the plugin declared (or the
-// defaults, if it declared none).
+// defaults, if it declared none). It is the operator's own word: its hold
+// caps are not clamped by [WithHoldLimits].
 func WithPolicy(p abi.TransformPolicy) LoadOption {
 	return loadOptionFunc(func(c *loadConfig) { c.policy = &p })
 }

@@ -115,17 +115,27 @@ func (rt *Runtime) watchdog() {
 // busy is scratch space, returned for reuse. A deadline that is not
 // positive (idle, claimed, or paused while the host grows the guest's
 // memory) is never expired.
+//
+// A call that has run for more than a quarter of the timeout marks its
+// plugin slow: its later calls are measured in CPU time (measuredCall), and
+// a measured call past its wall-clock deadline is only stopped once its
+// thread has used the timeout in CPU time (instance.extend).
 func (rt *Runtime) expire(now int64, busy []*instance) []*instance {
+	long := int64(rt.cfg.callTimeout) * 3 / 4 // deadline - now below this: ran > timeout/4
 	rt.watchMu.Lock()
 	for in := range rt.watched {
-		if d := in.deadline.Load(); d > 0 && now > d {
+		d := in.deadline.Load()
+		if d > 0 && d-now < long && cpuClock && !in.p.slow.Load() {
+			in.p.slow.Store(true)
+		}
+		if d > 0 && now > d {
 			busy = append(busy, in)
 		}
 	}
 	rt.watchMu.Unlock()
 	for _, in := range busy {
 		d := in.deadline.Load()
-		if d > 0 && now > d && in.deadline.CompareAndSwap(d, deadlineClaimed) {
+		if d > 0 && now > d && !in.extend(now, d) && in.deadline.CompareAndSwap(d, deadlineClaimed) {
 			in.ctx.stop()
 		}
 	}
@@ -194,19 +204,12 @@ func (rt *Runtime) Load(ctx context.Context, name string, wasm []byte, opts ...L
 			_ = cm.Close(ctx)
 			return nil, err
 		}
-		s.inst = in
+		s.install(in)
 		if i == 0 {
 			declared, hints = in.declared, in.hints
 		}
 	}
-	switch {
-	case lc.policy != nil:
-		p.policy = *lc.policy
-	case declared != nil:
-		p.policy = *declared
-	}
-	p.hints, p.static, p.autoClose = hints, hints.Table(), hints.AutoClose
-	p.breaker.n, p.breaker.span = rt.cfg.breakerN, rt.cfg.breakerSpan
+	p.settle(lc.policy, declared, hints)
 	rt.mu.Lock()
 	if rt.closed {
 		rt.mu.Unlock()

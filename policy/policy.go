@@ -54,6 +54,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,6 +105,10 @@ type Options struct {
 	Getenv func(string) string
 	// Logger receives the driver's and host's logs. Default: discard.
 	Logger *slog.Logger
+	// HTTPClient, when set, is the HTTP client of the file's provider
+	// models (a gateway bounds its upstream connections and
+	// response-header wait with it). Default: each SDK's own.
+	HTTPClient *http.Client
 	// RunnerOptions and StreamOptions are appended to the ones the file
 	// produces (callbacks, for instance).
 	RunnerOptions []driver.Option

@@ -115,7 +115,7 @@ type runSummary struct {
 
 func runCall(ctx context.Context, pol *policy.Policy, req *driver.Request) (runSummary, error) {
 	var sum runSummary
-	res, err := pol.Runner.Generate(ctx, req)
+	res, err := pol.Model.Generate(ctx, req) // the policy's transforms apply to a whole answer too
 	if err != nil {
 		return sum, err
 	}

@@ -5,6 +5,7 @@
 package providers
 
 import (
+	"net/http"
 	"sync"
 
 	"github.com/retryhost/retryhost/driver"
@@ -22,6 +23,8 @@ type Spec struct {
 	Params   map[string]any
 	// Azure OpenAI: the deployment and the api-version (BaseURL is the endpoint).
 	Deployment, APIVersion string
+	// HTTPClient is the client to use; nil: the SDK's own.
+	HTTPClient *http.Client
 }
 
 // Factory builds the model a Spec describes.

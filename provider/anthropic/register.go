@@ -14,6 +14,9 @@ func init() { providers.Register(provider, fromSpec) }
 
 func fromSpec(s providers.Spec) (driver.Model, error) {
 	opts := []Option{WithKey(s.Key), WithProvider(s.Provider)}
+	if s.HTTPClient != nil {
+		opts = append(opts, WithHTTPClient(s.HTTPClient))
+	}
 	if s.APIKey != "" {
 		opts = append(opts, WithAPIKey(s.APIKey))
 	}

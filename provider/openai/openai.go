@@ -230,7 +230,8 @@ func New(id string, opts ...Option) (*Model, error) {
 func (m *Model) Key() string { return m.key }
 
 // Provider returns the provider's name ("openai", WithProvider's, "azure"
-// with WithAzure), for telemetry whatever the key.
+// with WithAzure): the Request.ProviderOptions entry the model reads, and
+// what telemetry reports whatever the key.
 func (m *Model) Provider() string { return m.provider }
 
 // ModelID returns the model id given to New.
@@ -295,13 +296,17 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 	}
 	params.StreamOptions.IncludeUsage = param.NewOpt(true)
 	var raw *http.Response
-	st := m.client.Chat.Completions.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw))...)
+	st := m.client.Chat.Completions.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), option.WithMiddleware(adapter.NormalizeSSE))...)
 	if err := st.Err(); err != nil {
 		_ = st.Close()
 		return nil, m.openError(ctx, err, raw)
 	}
 	src := &source{provider: m.provider, st: st, tools: map[int64]*toolCall{}, raw: m.raw}
-	return adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart}), nil
+	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart})
+	if raw != nil {
+		s.SetHeader(raw.Header)
+	}
+	return s, nil
 }
 
 // openError maps the error of a call that got no usable response.
@@ -407,10 +412,28 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			opts = append(opts, option.WithJSONSet(k, fields[k]))
+			opts = append(opts, option.WithJSONSet(jsonKey(k), fields[k]))
+		}
+		if _, ok := fields["max_tokens"]; ok && !m.legacy {
+			// The caller's own max_tokens replaces MaxOutputTokens: never both.
+			p.MaxCompletionTokens = param.Opt[int64]{}
 		}
 	}
 	return p, append(opts, m.params2...), nil
+}
+
+// jsonKey escapes a top-level field name for option.WithJSONSet, whose key
+// is a path ("a.b" would set b inside a): every character that is not a
+// letter, digit, '_' or '-' is escaped, so the name is taken literally.
+func jsonKey(k string) string {
+	var b strings.Builder
+	for _, r := range k {
+		if !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r > 0x7f) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 func messages(msg *driver.Message) ([]oai.ChatCompletionMessageParamUnion, error) {

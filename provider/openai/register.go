@@ -20,6 +20,9 @@ func init() {
 
 func fromSpec(s providers.Spec) (driver.Model, error) {
 	opts := []Option{WithKey(s.Key), WithProvider(s.Provider)}
+	if s.HTTPClient != nil {
+		opts = append(opts, WithHTTPClient(s.HTTPClient))
+	}
 	if s.APIKey != "" {
 		opts = append(opts, WithAPIKey(s.APIKey))
 	} else {
