@@ -260,7 +260,7 @@ func (b *builder) model(i int, m *ModelSpec) error {
 		return b.errf(at+".base_url", "%q is not an absolute http(s) URL", baseURL)
 	}
 	switch {
-	case m.APIKeyEnv != "" && !envPattern.MatchString(m.APIKeyEnv):
+	case m.APIKeyEnv != "" && (!envPattern.MatchString(m.APIKeyEnv) || looksLikeSecret(m.APIKeyEnv)):
 		// The value is never quoted: a key pasted here would otherwise
 		// reach logs and CI output through this very error.
 		return b.errf(at+".api_key_env", "not an environment variable name (letters, digits, '_'); it holds the NAME of the variable with the key, never the key (the value is not shown)")
@@ -305,6 +305,14 @@ func (b *builder) model(i int, m *ModelSpec) error {
 	}
 	b.p.Models[m.Name] = model
 	return nil
+}
+
+// looksLikeSecret tells a key pasted into api_key_env from a variable's
+// name even when the key is made of name characters (sk_live_51Hx…):
+// names are words; a long mix of lower case, upper case and digits is not.
+func looksLikeSecret(s string) bool {
+	return len(s) >= 24 && strings.ContainsAny(s, "abcdefghijklmnopqrstuvwxyz") &&
+		strings.ContainsAny(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") && strings.ContainsAny(s, "0123456789")
 }
 
 // withKey makes name the key of a model the caller bound, so that the

@@ -194,6 +194,8 @@ func TestModelMistakes(t *testing.T) {
 	tests := []struct{ name, model, want string }{
 		{"key pasted as the env name", `{name: m, provider: openai, model: gpt-4o, api_key_env: ` + secret + `}`,
 			"line 1:66: models[0].api_key_env: not an environment variable name"},
+		{"key made of name characters", `{name: m, provider: openai, model: gpt-4o, api_key_env: sk_live_51HqLyjWDarjtT1zdp7dc}`,
+			"models[0].api_key_env: not an environment variable name"},
 		{"azure needs a deployment", `{name: m, provider: azure, api_version: v, base_url: "https://x.openai.azure.com", api_key_env: K}`,
 			"models[0].deployment: required for provider azure"},
 		{"azure needs an endpoint", `{name: m, provider: azure, deployment: d, api_version: v, api_key_env: K}`,
@@ -213,6 +215,7 @@ func TestModelMistakes(t *testing.T) {
 			_, err := policy.Parse(context.Background(), []byte("models: ["+tt.model+"]"), policy.Options{Name: "p.yaml", Getenv: env(map[string]string{"K": "k"})})
 			require.ErrorContains(t, err, tt.want)
 			require.NotContains(t, err.Error(), secret)
+			require.NotContains(t, err.Error(), "sk_live")
 			verr := policy.Validate(context.Background(), []byte("models: ["+tt.model+"]"), policy.Options{Name: "p.yaml"})
 			if tt.name != "named key env unset" {
 				require.ErrorContains(t, verr, tt.want, "Validate finds it too")
