@@ -291,7 +291,7 @@ func (b *builder) model(i int, m *ModelSpec) error {
 			return b.errf(at+".api_key_env", "environment variable %s is not set", m.APIKeyEnv)
 		}
 	}
-	factory := providers.Lookup(m.Provider)
+	factory := lookupProvider(m.Provider)
 	if factory == nil {
 		return b.errf(at+".provider", "provider %s is not linked into this program: import _ %q", m.Provider, kind.adapter)
 	}
@@ -306,6 +306,10 @@ func (b *builder) model(i int, m *ModelSpec) error {
 	b.p.Models[m.Name] = model
 	return nil
 }
+
+// lookupProvider finds a linked adapter's factory (a variable for tests:
+// every test binary of this package links both adapters).
+var lookupProvider = providers.Lookup
 
 // looksLikeSecret tells a key pasted into api_key_env from a variable's
 // name even when the key is made of name characters (sk_live_51Hx…):
