@@ -69,12 +69,18 @@ import (
 
 func init() { policyhook.Build = buildDoc }
 
-// Error is a mistake in a policy file: its field path (rules[2].action;
-// empty for the document itself), its 1-based line and column (0 when
-// unknown) and what is wrong. Branch on it with errors.As. Its message
-// never quotes an api_key_env value that looks like a key rather than a
-// variable's name.
-type Error = strict.Error
+// Error is a mistake in a policy file, with its place. Branch on it with
+// errors.As. Its message never quotes an api_key_env value that looks like
+// a key rather than a variable's name.
+type Error struct {
+	Path string // the field: rules[2].action; empty for the document itself
+	Line int    // 1-based; 0 when unknown
+	Col  int    // 1-based; 0 when unknown (a YAML syntax error has a line only)
+	Msg  string // what is wrong
+}
+
+// Error formats the mistake as "line 3:51: rules[0].action: unknown action …".
+func (e *Error) Error() string { return (*strict.Error)(e).Error() }
 
 // Duration is a Go duration string in the file ("250ms", "1m30s"). A bare
 // number is an error: its unit would be a guess.
@@ -233,6 +239,9 @@ func decode(data []byte, name string, f *File) (*strict.Doc, error) {
 }
 
 func (o *Options) wrap(err error) error {
+	if se, ok := err.(*strict.Error); ok {
+		err = (*Error)(se)
+	}
 	if err == nil || o.Name == "" {
 		return err
 	}
