@@ -210,8 +210,6 @@ func TestModelMistakes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			doc := []byte("models:\n  - " + tt.model + "\n")
-			doc[0] = 'm'
 			_, err := policy.Parse(context.Background(), []byte("models: ["+tt.model+"]"), policy.Options{Name: "p.yaml", Getenv: env(map[string]string{"K": "k"})})
 			require.ErrorContains(t, err, tt.want)
 			require.NotContains(t, err.Error(), secret)
