@@ -224,3 +224,21 @@ func TestModelMistakes(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxTokensParamReplacesTheRequests: a max_tokens param on an
+// OpenAI-compatible model replaces the request's MaxOutputTokens instead of
+// sending both fields, which servers reject.
+func TestMaxTokensParamReplacesTheRequests(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t, http.StatusOK)
+	p, err := policy.Parse(ctx, []byte(`models:
+  - {name: m, provider: vllm, model: llama3, base_url: "`+srv.URL+`/v1", params: {max_tokens: 32}}
+`), policy.Options{Name: "p.yaml"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	_, err = p.Models["m"].Generate(ctx, &driver.Request{Messages: []driver.Message{driver.UserText("hi")}, MaxOutputTokens: 500})
+	require.NoError(t, err)
+	body := srv.requests()[0].Body
+	require.Equal(t, 32.0, body["max_tokens"])
+	require.NotContains(t, body, "max_completion_tokens")
+}

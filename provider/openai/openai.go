@@ -148,6 +148,7 @@ type Model struct {
 	provider  string
 	key       string
 	params2   []option.RequestOption // WithParam's, after the request's own
+	paramSet  map[string]bool        // WithParam's names
 	legacy    bool
 	responses bool // WithResponsesAPI
 	raw       bool
@@ -215,7 +216,9 @@ func New(id string, opts ...Option) (*Model, error) {
 		sdk = append(sdk, option.WithHeader(h[0], h[1]))
 	}
 	var params []option.RequestOption // applied after each request's own fields
+	paramSet := map[string]bool{}
 	for _, p := range c.params {
+		paramSet[p.name] = true
 		if err := adapter.CheckParam("openai", p.name); err != nil {
 			return nil, err
 		}
@@ -234,6 +237,7 @@ func New(id string, opts ...Option) (*Model, error) {
 		provider:  c.provider,
 		key:       key,
 		params2:   params,
+		paramSet:  paramSet,
 		legacy:    c.legacyMaxTokens,
 		responses: c.responsesAPI,
 		raw:       c.rawChunks,
@@ -421,7 +425,7 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 	if err != nil {
 		return p, nil, err
 	}
-	if _, ok := fields["max_tokens"]; ok && !m.legacy {
+	if _, ok := fields["max_tokens"]; (ok || m.paramSet["max_tokens"]) && !m.legacy {
 		// The caller's own max_tokens replaces MaxOutputTokens: never both.
 		p.MaxCompletionTokens = param.Opt[int64]{}
 	}
