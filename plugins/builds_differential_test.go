@@ -545,3 +545,67 @@ func TestFoldOrbits(t *testing.T) {
 	}
 	require.Equal(t, []rune{0x17f, 0x212a}, got)
 }
+
+// limitConfigs hit each documented limit of the built-ins' configs
+// (plugins/README.md) just within and just past it.
+func limitConfigs() []struct{ plugin, within, past, why string } {
+	nested := func(n int) string { return strings.Repeat("(", n) + "a" + strings.Repeat(")", n) }
+	classes := func(n int) string { // n class items in patterns of 256 items each
+		var ps []string
+		for n > 0 {
+			k := min(n, 256)
+			ps = append(ps, `{"message":"[`+strings.Repeat("a", k)+`]","give_up":true}`)
+			n -= k
+		}
+		return `{"rules":[` + strings.Join(ps, ",") + `]}`
+	}
+	pad := func(n int) string { return `{"fail":"open"}` + strings.Repeat(" ", n-len(`{"fail":"open"}`)) }
+	return []struct{ plugin, within, past, why string }{
+		{"refusal", pad(65536), pad(65537), "longer than 65536 bytes"},
+		{"refusal", `{"phrases":["a"` + strings.Repeat(`,"a"`, 127) + `]}`, `{"phrases":["a"` + strings.Repeat(`,"a"`, 128) + `]}`, "more than 128 phrases"},
+		{"refusal", `{"phrases":["` + strings.Repeat("x", 200) + `"]}`, `{"phrases":["` + strings.Repeat("x", 201) + `"]}`, "longer than 200 bytes"},
+		{"refusal", `{"phrases":[` + strings.Repeat(`"`+strings.Repeat("y", 128)+`",`, 63) + `"` + strings.Repeat("z", 128) + `"]}`,
+			`{"phrases":[` + strings.Repeat(`"`+strings.Repeat("y", 128)+`",`, 64) + `"z"]}`, "8192 bytes in all"},
+		{"refusal", `{"max_held_bytes":2147483647}`, `{"max_held_bytes":2147483648}`, "0-2147483647"},
+		{"errmatch", manyRules(64), manyRules(65), "more than 64 rules"},
+		{"errmatch", `{"rules":[{"status":[` + strings.Repeat("500,", 31) + `501],"give_up":true}]}`,
+			`{"rules":[{"status":[` + strings.Repeat("500,", 32) + `501],"give_up":true}]}`, "more than 32 items"},
+		{"errmatch", `{"rules":[{"class":[` + strings.Repeat(`"auth",`, 15) + `"auth"],"give_up":true}]}`,
+			`{"rules":[{"class":[` + strings.Repeat(`"auth",`, 16) + `"auth"],"give_up":true}]}`, "more than 16 items"},
+		{"errmatch", `{"rules":[{"model":"` + strings.Repeat("m", 256) + `","give_up":true}]}`,
+			`{"rules":[{"model":"` + strings.Repeat("m", 257) + `","give_up":true}]}`, "longer than 256 bytes"},
+		{"errmatch", `{"rules":[{"switch":{"model":"` + strings.Repeat("m", 256) + `"}}]}`,
+			`{"rules":[{"switch":{"model":"` + strings.Repeat("m", 257) + `"}}]}`, "longer than 256 bytes"},
+		{"errmatch", `{"rules":[{"retry":{"max_attempts":1000000}}]}`, `{"rules":[{"retry":{"max_attempts":1000001}}]}`, "0-1000000"},
+		{"errmatch", `{"rules":[{"max_attempt":1000000,"give_up":true}]}`, `{"rules":[{"max_attempt":1000001,"give_up":true}]}`, "0-1000000"},
+		{"errmatch", `{"rules":[{"message":"` + strings.Repeat("a", 512) + `","give_up":true}]}`,
+			`{"rules":[{"message":"` + strings.Repeat("a", 513) + `","give_up":true}]}`, "longer than 512 bytes"},
+		{"errmatch", `{"rules":[{"message":"a{999}","give_up":true}]}`, `{"rules":[{"message":"a{999}b","give_up":true}]}`, "over 1000 instructions"},
+		{"errmatch", manyPatterns(9, "a{900}"), manyPatterns(10, "a{900}"), "over 8192 instructions in all"},
+		{"errmatch", `{"rules":[{"message":"` + nested(32) + `","give_up":true}]}`, `{"rules":[{"message":"` + nested(33) + `","give_up":true}]}`, "32 deep"},
+		{"errmatch", classes(4096), classes(4097), "4096 class items"},
+		{"finish", rawWords(64), rawWords(65), "more than 64 words"},
+		{"finish", `{"raw":{"X":"` + strings.Repeat("m", 256) + `"}}`, `{"raw":{"X":"` + strings.Repeat("m", 257) + `"}}`, "longer than 256 bytes"},
+		{"finish", `{"raw":{"` + strings.Repeat("w", 256) + `":"m"}}`, `{"raw":{"` + strings.Repeat("w", 257) + `":"m"}}`, "longer than 256 bytes"},
+		{"finish", `{"raw":{"X":"a"},"max_attempts":1000000}`, `{"raw":{"X":"a"},"max_attempts":1000001}`, "0-1000000"},
+	}
+}
+
+// TestBuiltinConfigLimits: each limit of the built-ins' configs admits a
+// config just within it and rejects one just past it, in both builds,
+// with a reason that names it.
+func TestBuiltinConfigLimits(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range limitConfigs() {
+		t.Run(tc.plugin+"/"+tc.why, func(t *testing.T) {
+			c, _ := loadBoth(t, tc.plugin, tc.within)
+			require.NotNil(t, c, "within the limit")
+			c, _ = loadBoth(t, tc.plugin, tc.past)
+			require.Nil(t, c, "past the limit")
+			for label, bin := range map[string][]byte{"c": builds[tc.plugin].c(), "go": builds[tc.plugin].goref()} {
+				_, err := plugintest.Engine().Load(ctx, tc.plugin, bin, wasmtest.Options{Config: []byte(tc.past)})
+				require.ErrorContains(t, err, tc.why, label)
+			}
+		})
+	}
+}

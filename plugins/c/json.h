@@ -309,8 +309,9 @@ static int boolean(int *out) {
 	return fail("want true or false");
 }
 
-/* obj_begin reads '{'; obj_next then reads each key into key (a key longer
- * than cap is reported as unknown: no field is that long) and returns 1,
+/* obj_begin reads '{'; obj_next then reads each key into js_key (a key is
+ * at most 256 bytes: no field name is near, and a map's keys are bounded
+ * so) and returns 1,
  * or 0 at '}' or on a failure. *count is the members read so far. */
 static int obj_begin(void) {
 	if (J.bad) return 0;
@@ -330,7 +331,7 @@ static int obj_next(u32 *count) {
 	const u8 *save = J.key;
 	u32 savelen = J.keylen;
 	J.key = 0;
-	if (!str(js_key, sizeof js_key, &js_keylen, "unknown field")) return 0;
+	if (!str(js_key, sizeof js_key, &js_keylen, "a key is longer than 256 bytes")) return 0;
 	J.key = save;
 	J.keylen = savelen;
 	if (!eat(':')) return syntax();
