@@ -425,11 +425,13 @@ func TestFinishDifferential(t *testing.T) {
 
 // regexC loads the C errmatch with one rule, give_up when message
 // matches p; nil if the config is rejected.
-func regexC(tb testing.TB, p string) *wasmtest.Instance {
+func regexC(tb testing.TB, p string) *wasmtest.Instance { return regexCOn(tb, plugintest.Engine(), p) }
+
+func regexCOn(tb testing.TB, eng *wasmtest.Engine, p string) *wasmtest.Instance {
 	tb.Helper()
 	q, err := json.Marshal(p)
 	require.NoError(tb, err)
-	in, err := plugintest.Engine().Load(context.Background(), "errmatch", plugins.ErrMatch,
+	in, err := eng.Load(context.Background(), "errmatch", plugins.ErrMatch,
 		wasmtest.Options{Config: []byte(`{"rules":[{"message":` + string(q) + `,"give_up":true}]}`)})
 	if err != nil {
 		return nil
@@ -443,9 +445,14 @@ func regexC(tb testing.TB, p string) *wasmtest.Instance {
 // passed) on each text.
 func requireSameMatches(tb testing.TB, p string, texts []string) {
 	tb.Helper()
+	requireSameMatchesOn(tb, plugintest.Engine(), p, texts)
+}
+
+func requireSameMatchesOn(tb testing.TB, eng *wasmtest.Engine, p string, texts []string) {
+	tb.Helper()
 	var pats cfgrule.Patterns
 	goErr := pats.Check(p)
-	c := regexC(tb, p)
+	c := regexCOn(tb, eng, p)
 	require.Equal(tb, goErr == nil, c != nil, "pattern %q: the Go build says %v", p, goErr)
 	if c == nil {
 		return
@@ -512,6 +519,38 @@ func TestRegexDifferential(t *testing.T) {
 	for range n {
 		requireSameMatches(t, genPattern(rng, 0), regexTexts)
 	}
+}
+
+// TestRegexDifferentialInterpreter repeats a sample under wazero's
+// interpreter (the compiler has an open miscompile report, wazero #2516).
+func TestRegexDifferentialInterpreter(t *testing.T) {
+	ctx := context.Background()
+	eng := wasmtest.NewEngine(true, "")
+	t.Cleanup(func() { eng.Close(ctx) })
+	rng := rand.New(rand.NewPCG(43, 44))
+	for _, p := range regexPool {
+		requireSameMatchesOn(t, eng, p, regexTexts)
+	}
+	for range 100 {
+		requireSameMatchesOn(t, eng, genPattern(rng, 0), regexTexts)
+	}
+}
+
+// TestErrMatchHugeAttempt: an Attempt record larger than the 64 KiB
+// scratch buffer (a huge error message) is read with the input import into
+// memory the C guest grows, and decided as the Go build decides it.
+func TestErrMatchHugeAttempt(t *testing.T) {
+	cfg := `{"rules":[{"message":"^a+z$","give_up":true},{"message":"(?i)needle","retry":{"max_attempts":2}}]}`
+	c, g := loadBoth(t, "errmatch", cfg)
+	var as []abi.Attempt
+	for _, msg := range []string{strings.Repeat("a", 300_000) + "z", strings.Repeat("b", 100_000) + "NEEDLE", strings.Repeat("a", 200_000),
+		strings.Repeat("x", 1<<20), "short needle"} {
+		as = append(as, abi.Attempt{Number: 1, Class: abi.ClassServer, Status: 500, Message: msg, RetryAfter: -1})
+	}
+	requireSameDecisions(t, c, g, cfg, as)
+	d, err := c.Decide(context.Background(), &as[0])
+	require.NoError(t, err)
+	require.Equal(t, abi.ActionGiveUp, d.Action)
 }
 
 // FuzzRegexDifferential extends TestRegexDifferential to fuzzed patterns
