@@ -24,7 +24,8 @@ static struct {
 	int bad;
 	const u8 *key; /* the field being read, for messages */
 	u32 keylen;
-} J;
+	i32 item; /* the list item being read (errmatch's rule), or -1 */
+} J = {.item = -1};
 
 /* ---- messages ---- */
 
@@ -61,6 +62,11 @@ static int fail(const char *msg) {
 	J.bad = 1;
 	em_len = 0;
 	em_str("config: ");
+	if (J.item >= 0) {
+		em_str("rule ");
+		em_u64((u64)J.item);
+		em_str(": ");
+	}
 	if (J.key) {
 		em_quoted(J.key, J.keylen);
 		em_str(": ");
