@@ -670,3 +670,34 @@ func TestBuiltinConfigLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusalBuildsFoldEveryScript: with phrases in any script, both
+// refusal builds fold case as unicode.ToLower does (the C build's lower.h)
+// and so give the same verdicts, outputs and errors.
+func TestRefusalBuildsFoldEveryScript(t *testing.T) {
+	ctx := context.Background()
+	phrases := []string{"όχι, δεν μπορώ", "НЕТ, Я НЕ МОГУ", "ոչ, չեմ կարող", "ÿes", "ßtop", "ǆungla", "ⓐⓑ", "𐐨𐐩", "ǉ"}
+	cfg, err := json.Marshal(map[string][]string{"phrases": phrases})
+	require.NoError(t, err)
+	c, g := loadBoth(t, "refusal", string(cfg))
+	texts := []string{"ΌΧΙ, ΔΕΝ ΜΠΟΡΩ να", "Нет, я не могу", "ՈՉ, ՉԵՄ ԿԱՐՈՂ", "Ÿes sir", "ẞTOP", "ǄUNGLA", "ǅungla", "ⒶⒷ", "𐐀𐐁",
+		"Ǉ", "ǈ", "OXI", "no", "Ά", "ǆ", "\u0130"}
+	rng := rand.New(rand.NewPCG(51, 52))
+	refused := 0
+	for _, text := range texts {
+		for range 3 {
+			parts := plugintest.TextStream(text, 1+rng.IntN(5), 1+rng.IntN(3))
+			want, err := plugintest.Run(ctx, g, abi.StreamInfo{ID: 1}, parts)
+			require.NoError(t, err)
+			got, err := plugintest.Run(ctx, c, abi.StreamInfo{ID: 1}, parts)
+			require.NoError(t, err)
+			require.Equal(t, want.Actions, got.Actions, "%q", text)
+			require.Equal(t, want.Out, got.Out, "%q", text)
+			require.Equal(t, want.Err, got.Err, "%q", text)
+			if want.Err != nil {
+				refused++
+			}
+		}
+	}
+	require.GreaterOrEqual(t, refused, 3*8, "most texts are refusals once folded")
+}
