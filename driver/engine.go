@@ -82,6 +82,9 @@ type request struct {
 	accepted   error        // the ConditionErr of an accepted result, for its success record
 	callv      *Call        // reused between attempts; separate so q itself can stay on the stack
 
+	inBudget  bool // counted as a request in flight by the retry budget
+	retrySlot bool // holds a retry-in-flight slot of the retry budget
+
 	op  opCode    // which API runs the request; set before start
 	obs *observed // telemetry state (observer.go); nil without an Observer
 }
@@ -105,6 +108,9 @@ func (q *request) start(ctx context.Context, r *Runner) step {
 	}
 	if r.cfg.budget > 0 {
 		q.budgetAt = q.begun.Add(r.cfg.budget)
+	}
+	if r.budget != nil {
+		q.budgetBegin()
 	}
 	q.cur = step{model: q.startModel, number: 1, timeout: r.cfg.attemptTimeout}
 	q.attemptAt = q.begun // the first attempt starts now: one clock read fewer
@@ -196,6 +202,7 @@ func (q *request) record(err error, finish FinishReason, usage Usage) {
 		Class: q.a.Class, Status: q.a.Status, Duration: q.a.Duration, Overrides: q.cur.overrides,
 	})
 	q.count(q.a.Model).attempts++
+	q.budgetRelease() // the attempt is over; the next must take a slot again
 }
 
 // fail judges a failed attempt: it fires OnError, then asks the rules. It
@@ -249,12 +256,13 @@ func (q *request) judge(ctx context.Context, finish FinishReason, usage Usage) (
 		return next, true, nil
 	}
 	var ue *UnknownModelError
-	if stop != nil && !errors.As(stop, &ue) {
+	if stop != nil && !errors.As(stop, &ue) && stop != ErrBudgetExhausted {
 		return step{}, false, q.final(ctx, stop)
 	}
 	// Accepted (a condition that named an unknown model does not turn a
 	// good answer into a failure; it was logged and stays on the record of
-	// the successful attempt): the result attempt is the successful one.
+	// the successful attempt; nor does a spent retry budget): the result
+	// attempt is the successful one.
 	q.accepted = q.records[len(q.records)-1].ConditionErr
 	q.records = q.records[:len(q.records)-1]
 	q.count(q.a.Model).attempts--
@@ -348,6 +356,9 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 		if dl, ok := ctx.Deadline(); ok && next.delay > 0 && time.Until(dl) <= next.delay {
 			return step{}, false, fmt.Errorf("retryhost: a backoff of %v would outlive the caller's deadline: %w",
 				next.delay, context.DeadlineExceeded)
+		}
+		if !q.budgetTake() {
+			return step{}, false, ErrBudgetExhausted
 		}
 		return next, true, nil
 	}
@@ -456,6 +467,7 @@ func (q *request) advance(ctx context.Context, next *step) error {
 
 // succeed ends the request with the current attempt's success.
 func (q *request) succeed(ctx context.Context) {
+	q.budgetEnd()
 	if q.obs != nil {
 		q.observeSuccess()
 	}
@@ -485,6 +497,7 @@ func (q *request) succeed(ctx context.Context) {
 // final ends the request with a failure: the raw error of a lone attempt
 // when nothing else explains the stop, else a *RetryError. It fires OnFailure.
 func (q *request) final(ctx context.Context, cause error) error {
+	q.budgetEnd()
 	var err error
 	if last := q.records[len(q.records)-1].Err; len(q.records) == 1 && last != nil &&
 		(cause == nil || errors.Is(last, cause)) {
