@@ -44,7 +44,8 @@ type RetryBudget struct {
 	// in flight, 1 to 100. Default (0) 20.
 	Percent int
 	// MinRetries is how many retries may be in flight whatever the
-	// traffic. Default (0) 3; negative is an error.
+	// traffic, so that low traffic can still retry. Default (0) 3;
+	// negative is an error.
 	MinRetries int
 }
 

@@ -142,6 +142,22 @@ func (b *builder) build(ctx context.Context, f *File) error {
 		}
 		ropts = append(ropts, driver.WithCooldown(c))
 	}
+	if rb := f.RetryBudget; rb != nil {
+		bud := driver.RetryBudget{Percent: driver.DefaultBudgetPercent, MinRetries: driver.DefaultBudgetMinRetries}
+		if rb.Percent != nil {
+			if *rb.Percent < 1 || *rb.Percent > 100 {
+				return b.errf("retry_budget.percent", "must be 1-100, got %d", *rb.Percent)
+			}
+			bud.Percent = *rb.Percent
+		}
+		if rb.MinRetries != nil {
+			if *rb.MinRetries < 1 {
+				return b.errf("retry_budget.min_retries", "must be at least 1 (a lone request could never retry), got %d", *rb.MinRetries)
+			}
+			bud.MinRetries = *rb.MinRetries
+		}
+		ropts = append(ropts, driver.WithRetryBudget(bud))
+	}
 	switch f.Commit {
 	case "", "output":
 	case "legacy":

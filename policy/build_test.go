@@ -82,6 +82,11 @@ func TestParseErrors(t *testing.T) {
 		{"zero max attempts", `{` + models + `, "max_attempts": 0}`, "max_attempts: must be at least 1, got 0"},
 		{"bad sticky", `{` + models + `, "sticky": "forever"}`, `sticky: unknown sticky policy "forever"`},
 		{"bad commit", `{` + models + `, "commit": "eager"}`, `commit: unknown commit rule "eager"`},
+		{"budget percent 0", `{` + models + `, "retry_budget": {"percent": 0}}`, "retry_budget.percent: must be 1-100, got 0"},
+		{"budget percent 150", `{` + models + `, "retry_budget": {"percent": 150}}`, "retry_budget.percent: must be 1-100, got 150"},
+		{"budget min 0", `{` + models + `, "retry_budget": {"min_retries": 0}}`, "retry_budget.min_retries: must be at least 1"},
+		{"budget unknown field", `{` + models + `, "retry_budget": {"ratio": 0.2}}`, "retry_budget.ratio: unknown field"},
+		{"budget percent as text", `{` + models + `, "retry_budget": {"percent": "20%"}}`, "retry_budget.percent"},
 		{"cooldown without failures", `{` + models + `, "cooldown": {"for": "30s"}}`, "cooldown.failures: must be at least 1, got 0"},
 		{"cooldown without for", `{` + models + `, "cooldown": {"failures": 3}}`, "cooldown.for: a positive duration is required"},
 		{"cooldown bad when", `{` + models + `, "cooldown": {"failures": 3, "for": "1m", "when": {"class": ["slow"]}}}`, `cooldown.when.class[0]: unknown error class "slow"`},
@@ -219,4 +224,39 @@ func TestCooldownFromTheFile(t *testing.T) {
 	call(503) // counted: a cools down
 	call(0)
 	require.Equal(t, []string{"a", "b", "a", "b", "b"}, tried)
+}
+
+// TestRetryBudgetFromTheFile: the file's retry budget reaches the Runner:
+// with min_retries 1 and a low percent, while one request's retry is in
+// flight another's is refused with ErrBudgetExhausted.
+func TestRetryBudgetFromTheFile(t *testing.T) {
+	ctx := context.Background()
+	p, err := policy.Parse(ctx, []byte(`{`+models+`,
+	  "rules": [{"when": {"status": [503]}, "action": "retry"}],
+	  "retry_budget": {"percent": 10, "min_retries": 1}}`), bound())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	inRetry, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := driver.Do(ctx, p.Runner, func(_ context.Context, c *driver.Call) (string, error) {
+			if c.Number == 1 {
+				return "", &driver.ProviderError{Status: 503, Message: "x"}
+			}
+			close(inRetry)
+			<-release
+			return "ok", nil
+		})
+		done <- err
+	}()
+	<-inRetry
+	attempts := 0
+	_, err = driver.Do(ctx, p.Runner, func(_ context.Context, c *driver.Call) (string, error) {
+		attempts++
+		return "", &driver.ProviderError{Status: 503, Message: "x"}
+	})
+	require.ErrorIs(t, err, driver.ErrBudgetExhausted)
+	require.Equal(t, 1, attempts)
+	close(release)
+	require.NoError(t, <-done)
 }

@@ -27,7 +27,10 @@ type File struct {
 	Commit string `json:"commit"`
 	// Cooldown takes a model that keeps failing out of rotation (absent: off).
 	Cooldown *CooldownSpec `json:"cooldown"`
-	Sandbox  SandboxSpec   `json:"sandbox"`
+	// RetryBudget bounds the retries in flight to a share of the requests
+	// in flight (absent: off; {} is 20 % with a minimum of 3).
+	RetryBudget *RetryBudgetSpec `json:"retry_budget"`
+	Sandbox     SandboxSpec      `json:"sandbox"`
 }
 
 // ModelSpec declares one model, or one deployment of a model: two entries
@@ -132,6 +135,14 @@ type CooldownSpec struct {
 	Failures int        `json:"failures"`
 	For      *Duration  `json:"for"`
 	When     *MatchSpec `json:"when"`
+}
+
+// RetryBudgetSpec is driver.RetryBudget: at most Percent per cent of the
+// requests in flight may be retries in flight (1-100, default 20), and
+// never fewer than MinRetries (at least 1, default 3).
+type RetryBudgetSpec struct {
+	Percent    *int `json:"percent"`
+	MinRetries *int `json:"min_retries"`
 }
 
 // Deadlines are the driver's deadlines; absent means none.
