@@ -141,6 +141,16 @@ func New(base Model, opts ...Option) (*Runner, error) {
 }
 
 func (r *Runner) addModel(m Model) error {
+	if g, ok := m.(*DeploymentGroup); ok {
+		if g.err != nil {
+			return g.err
+		}
+		for _, d := range g.deps {
+			if err := r.addModel(d); err != nil {
+				return err
+			}
+		}
+	}
 	k := m.Key()
 	if k == "" {
 		return fmt.Errorf("retryhost: model %T has an empty key", m)
@@ -214,7 +224,7 @@ func Do[R any](ctx context.Context, r *Runner, fn func(ctx context.Context, c *C
 	}
 	var q request
 	st := q.start(ctx, r)
-	defer q.budgetEnd() // also when fn panics: a request must not stay counted
+	defer q.release() // also when fn panics: a request must not stay counted
 	for {
 		actx, cancel := q.attemptContext(ctx, &st)
 		res, err := fn(actx, q.call())
@@ -258,7 +268,7 @@ func (r *Runner) generate(ctx context.Context, req *Request,
 	}
 	q := request{op: opGenerate}
 	st := q.start(ctx, r)
-	defer q.budgetEnd() // also when a model panics
+	defer q.release() // also when a model panics
 	for {
 		actx, cancel := q.attemptContext(ctx, &st)
 		c := q.call()

@@ -9,6 +9,7 @@ import "context"
 // call engine's per-request state.
 func (q *request) failCommitted(ctx context.Context, err error) {
 	q.budgetEnd()
+	q.depDone(false, false)
 	if q.disabled {
 		if q.obs != nil {
 			q.record(err, FinishReason{}, Usage{})
