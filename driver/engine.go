@@ -54,7 +54,7 @@ type step struct {
 	model     Model // what the attempt runs on: a model, or a group's deployment
 	target    Model // the model or group a rule (or the start) chose; nil: model
 	group     *DeploymentGroup
-	idx       int // the deployment's index in group
+	idx       int           // the deployment's index in group
 	number    int           // 1-based
 	timeout   time.Duration // the attempt's own deadline; 0: none
 	delay     time.Duration // the wait before it (advance observes it)
