@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,4 +82,130 @@ func TestGroup_LatencyMovesTrafficAndComesBack(t *testing.T) {
 	answered, _ = phase(400)
 	t.Logf("recovered: fast answered %d of the last 200", answered)
 	require.Greater(t, answered, 180, "recovered: the traffic comes back")
+}
+
+// TestGroup_FailOverInsideThenNextGroup: a health failure moves to the
+// group's other deployment first, then the rules switch to the next group
+// (where the same happens); the final error names every deployment tried.
+func TestGroup_FailOverInsideThenNextGroup(t *testing.T) {
+	clock := newClock()
+	d := func(key string) *fakeDeployment {
+		x := &fakeDeployment{key: key, clock: clock}
+		x.down.Store(true)
+		return x
+	}
+	east, west, claudeA, claudeB := d("gpt-east"), d("gpt-west"), d("claude-a"), d("claude-b")
+	gpt := Group("gpt-4o", WeightedRandom, east, west).WithSeed(1)
+	claude := Group("claude", LeastInFlight, claudeA, claudeB).WithSeed(1)
+	r := mustNew(t, gpt, clock.option(), WithRules(OnStatus(503).Switch(claude)))
+	_, err := r.Generate(context.Background(), &Request{})
+	var re *RetryError
+	require.ErrorAs(t, err, &re)
+	var keys []string
+	for _, a := range re.Attempts {
+		keys = append(keys, a.Model.Key())
+	}
+	require.Len(t, keys, 4, "both gpt deployments, then both claude ones")
+	require.ElementsMatch(t, []string{"gpt-east", "gpt-west"}, keys[:2])
+	require.ElementsMatch(t, []string{"claude-a", "claude-b"}, keys[2:])
+	for _, k := range keys {
+		require.Contains(t, err.Error(), k, "the error names the deployment")
+	}
+
+	// A non-health failure (a 400) does not try the other deployment: it
+	// would say the same.
+	fn, log := script(status(400))
+	r2 := mustNew(t, gpt)
+	_, err = Do(context.Background(), r2, fn)
+	require.Error(t, err)
+	require.Len(t, *log, 1)
+}
+
+// TestGroup_SkipsCooledDeployment: once a deployment cools down, requests
+// on the group never start on it.
+func TestGroup_SkipsCooledDeployment(t *testing.T) {
+	clock := newClock()
+	east := &fakeDeployment{key: "east", clock: clock}
+	west := &fakeDeployment{key: "west", clock: clock}
+	east.down.Store(true)
+	g := Group("gpt-4o", WeightedRandom, east, west).WithSeed(3)
+	r := mustNew(t, g, clock.option(), WithCooldown(Cooldown{Failures: 1, For: time.Hour}))
+	for range 50 {
+		resp, err := r.Generate(context.Background(), &Request{})
+		require.NoError(t, err)
+		require.Equal(t, "west", resp.Text())
+	}
+	require.Equal(t, int64(1), east.calls.Load(), "one failure, then cooled down and skipped")
+}
+
+// TestGroup_Weighted: a 3:1 weighting shows in the choices.
+func TestGroup_Weighted(t *testing.T) {
+	a, b := &fakeModel{"a"}, &fakeModel{"b"}
+	g := Group("g", WeightedRandom, a, b).WithWeights(3, 1).WithSeed(11)
+	r := mustNew(t, g)
+	counts := map[string]int{}
+	for range 4000 {
+		_, err := Do(context.Background(), r, func(_ context.Context, c *Call) (int, error) {
+			counts[c.Model.Key()]++
+			return 0, nil
+		})
+		require.NoError(t, err)
+	}
+	require.InDelta(t, 3000, counts["a"], 150)
+	require.InDelta(t, 1000, counts["b"], 150)
+}
+
+// TestGroup_LeastInFlight: with attempts held in flight, new requests go
+// to the deployment with the fewest.
+func TestGroup_LeastInFlight(t *testing.T) {
+	a, b, c := &fakeModel{"a"}, &fakeModel{"b"}, &fakeModel{"c"}
+	g := Group("g", LeastInFlight, a, b, c).WithSeed(5)
+	r := mustNew(t, g)
+	release := make(chan struct{})
+	started := make(chan string)
+	var wg sync.WaitGroup
+	counts := map[string]int{}
+	for range 6 {
+		wg.Go(func() {
+			_, _ = Do(context.Background(), r, func(_ context.Context, call *Call) (int, error) {
+				started <- call.Model.Key()
+				<-release
+				return 0, nil
+			})
+		})
+		counts[<-started]++ // one at a time: each sees the earlier ones in flight
+	}
+	close(release)
+	wg.Wait()
+	require.Equal(t, map[string]int{"a": 2, "b": 2, "c": 2}, counts)
+	for i := range g.stats {
+		require.Zero(t, g.stats[i].inflight.Load())
+	}
+}
+
+func TestGroup_Validation(t *testing.T) {
+	a, b := &fakeModel{"a"}, &fakeModel{"b"}
+	tests := []struct {
+		name    string
+		g       *DeploymentGroup
+		wantErr string
+	}{
+		{"no name", Group("", WeightedRandom, a), "needs a name"},
+		{"no deployment", Group("g", WeightedRandom), `group "g" has no deployment`},
+		{"nil deployment", Group("g", WeightedRandom, a, nil), "deployment 1 is nil"},
+		{"duplicate", Group("g", WeightedRandom, a, a), `lists "a" twice`},
+		{"nested", Group("g", WeightedRandom, Group("h", WeightedRandom, a)), "is itself a group"},
+		{"own key", Group("a", WeightedRandom, a), "the group's own key"},
+		{"strategy", Group("g", Strategy(9), a), "unknown strategy 9"},
+		{"weights count", Group("g", WeightedRandom, a, b).WithWeights(1), "1 weights for 2 deployments"},
+		{"weight zero", Group("g", WeightedRandom, a, b).WithWeights(1, 0), `weight 0 of "b"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.g)
+			require.ErrorContains(t, err, tt.wantErr)
+			_, err = New(a, WithRules(AnyError().Switch(tt.g)))
+			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
 }
