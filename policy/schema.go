@@ -13,6 +13,13 @@ type File struct {
 	Models []ModelSpec `json:"models"`
 	// Rules are asked in order after each failed attempt.
 	Rules []RuleSpec `json:"rules"`
+	// Groups name several models (deployments of one logical model) under
+	// one name, balanced by a strategy; rules and requests may target a
+	// group's name as they target a model's.
+	Groups []GroupSpec `json:"groups"`
+	// Start is the model or group every request starts on (unless a
+	// sticky fallback says otherwise). Default: the first model.
+	Start string `json:"start"`
 	// Transforms run, in order, on every part before the commit gate.
 	Transforms []TransformSpec `json:"transforms"`
 	Deadlines  Deadlines       `json:"deadlines"`
@@ -70,6 +77,24 @@ type ModelSpec struct {
 	// max_tokens (anthropic), top_p, reasoning_effort, a server's
 	// extension. Any JSON value.
 	Params map[string]any `json:"params"`
+}
+
+// GroupSpec is driver.Group: a deployment group. An attempt on the group
+// runs on one of its models chosen by the strategy, skipping models that
+// cool down; a health failure fails over to another model of the group
+// before the rules are asked.
+type GroupSpec struct {
+	// Name is the group's key, required, unique among models and groups.
+	Name string `json:"name"`
+	// Strategy is "weighted" (default: weighted random), "least-in-flight"
+	// or "latency" (EWMA of time to first content, with exploration).
+	Strategy string `json:"strategy"`
+	// Models are the names of the group's deployments, declared under
+	// models: at least one, each once.
+	Models []string `json:"models"`
+	// Weights, for the weighted strategy only, one positive integer per
+	// model in order. Default: all 1.
+	Weights []int `json:"weights"`
 }
 
 // RuleSpec is one retry rule: a native match (when) or a Wasm condition
