@@ -209,3 +209,64 @@ func TestGroup_Validation(t *testing.T) {
 		})
 	}
 }
+
+// TestGroup_Stream: a stream on a group fails over inside it before commit
+// (the caller sees one preamble, from the deployment that answered), feeds
+// the answering deployment's time to first content at commit, and leaves
+// nothing in flight once read to its end.
+func TestGroup_Stream(t *testing.T) {
+	clk := newManualClock()
+	ok := sscript(preamble(), pText("hello"), pFinish(abi.ReasonStop))
+	bad := &scriptModel{key: "east", clock: clk, openErr: []error{status(503)}, scripts: [][]sstep{ok}}
+	good := &scriptModel{key: "west", clock: clk, scripts: [][]sstep{ok}}
+	g := Group("gpt-4o", LatencyAware, bad, good).WithSeed(1) // east first: no sample yet
+	r := mustNew(t, g)
+	m, err := NewRetryableModel(r)
+	require.NoError(t, err)
+	s, err := m.Stream(context.Background(), &Request{})
+	require.NoError(t, err)
+	parts, err := drain(s)
+	require.NoError(t, err)
+	require.Equal(t, 1, countKind(parts, abi.KindStreamStart))
+	require.Equal(t, 1, bad.opened())
+	require.Equal(t, 1, good.opened())
+	require.NotZero(t, g.stats[1].latency.Load(), "west's time to first content was fed")
+	require.NotZero(t, g.stats[0].fail.Load(), "east's failure was fed")
+	for i := range g.stats {
+		require.Zero(t, g.stats[i].inflight.Load())
+	}
+}
+
+func countKind(ps []Part, k PartKind) int {
+	n := 0
+	for _, p := range ps {
+		if p.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// TestGroup_AllCooledStartsOnNext: when every deployment of the start group
+// cools down, requests start on the next model in the Runner's order.
+func TestGroup_AllCooledStartsOnNext(t *testing.T) {
+	clock := newClock()
+	east := &fakeDeployment{key: "east", clock: clock}
+	west := &fakeDeployment{key: "west", clock: clock}
+	backup := &fakeDeployment{key: "backup", clock: clock}
+	east.down.Store(true)
+	west.down.Store(true)
+	g := Group("gpt-4o", LeastInFlight, east, west).WithSeed(2)
+	r := mustNew(t, g, clock.option(), WithRules(AnyError().Switch(backup)),
+		WithCooldown(Cooldown{Failures: 1, For: time.Hour}))
+	resp, err := r.Generate(context.Background(), &Request{})
+	require.NoError(t, err)
+	require.Equal(t, "backup", resp.Text())
+	require.Equal(t, int64(1), east.calls.Load())
+	require.Equal(t, int64(1), west.calls.Load())
+	resp, err = r.Generate(context.Background(), &Request{})
+	require.NoError(t, err)
+	require.Equal(t, "backup", resp.Text())
+	require.Equal(t, int64(2), backup.calls.Load())
+	require.Equal(t, int64(2), east.calls.Load()+west.calls.Load(), "the group was skipped entirely")
+}
