@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -91,16 +92,28 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	defer gen.release()
 
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.readTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.maxBody))
+	_ = rc.SetReadDeadline(time.Time{}) // the server watches the connection for the client going away
 	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
+		var (
+			mb *http.MaxBytesError
+			ne net.Error
+		)
+		switch {
+		case errors.As(err, &mb):
 			l.status, l.outcome = http.StatusRequestEntityTooLarge, "client_error"
 			writeError(w, l.status, "invalid_request_error", "request_too_large",
 				"retryhost gateway: the body exceeds "+strconv.FormatInt(mb.Limit, 10)+" bytes", nil)
-			return
+		case errors.As(err, &ne) && ne.Timeout():
+			l.status, l.outcome = http.StatusRequestTimeout, "client_error"
+			w.Header().Set("Connection", "close")
+			writeError(w, l.status, "invalid_request_error", "request_timeout",
+				"retryhost gateway: the body took longer than "+g.cfg.readTimeout.String()+" to arrive", nil)
+		default:
+			l.status, l.outcome = 499, "client_closed"
 		}
-		l.status, l.outcome = 499, "client_closed"
 		return
 	}
 	cr, err := parseChat(body, gen.providers)

@@ -315,3 +315,30 @@ func TestShutdownWaitsForStreams(t *testing.T) {
 	require.NoError(t, got.err)
 	require.Equal(t, "abc", got.text)
 }
+
+// During an outage, once the primary cools down, requests go straight to
+// the fallback without waiting on the dead primary; after the cooldown a
+// probe finds it healthy and it serves again.
+func TestOutageCooldownAndRecovery(t *testing.T) {
+	r := newRig(t, `"rules": [{"when": {"status_range": [500, 599]}, "action": "switch", "model": "backup"}],
+		"cooldown": {"failures": 2, "for": "400ms"}`)
+	r.up["primary"].play(act{status: 503})
+	r.up["backup"].play(act{chunks: []string{"backup"}})
+	for i := range 5 {
+		got := r.stream("primary")
+		require.NoError(t, got.err, "request %d", i)
+		require.Equal(t, map[string]bool{"backup": true}, got.models, "request %d", i)
+	}
+	require.Len(t, r.up["primary"].requests(), 2, "after 2 failures the dead primary is skipped")
+	require.Len(t, r.up["backup"].requests(), 5)
+
+	r.up["primary"].play(act{chunks: []string{"primary"}})
+	require.Eventually(t, func() bool {
+		got := r.stream("primary")
+		require.NoError(t, got.err)
+		return got.models["primary"]
+	}, 30*time.Second, 50*time.Millisecond, "the recovered primary is used again")
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, map[string]bool{"primary": true}, got.models)
+}

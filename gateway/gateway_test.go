@@ -276,3 +276,21 @@ func TestMetrics(t *testing.T) {
 	}
 	require.NotContains(t, body, "nope", "a client's unknown route name never becomes a label value")
 }
+
+// A body that trickles in past the read timeout gets 408 and frees its slot.
+func TestBodyReadTimeout(t *testing.T) {
+	r := newRig(t, "", WithReadTimeout(200*time.Millisecond), WithMaxConcurrent(1))
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = pw.Write([]byte(`{"model":"primary",`)) }() // and never the rest
+	req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/v1/chat/completions", pr)
+	require.NoError(t, err)
+	resp, err := r.hc.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusRequestTimeout, resp.StatusCode, string(b))
+	require.Empty(t, r.up["primary"].requests())
+	require.Eventually(t, func() bool { return len(r.gw.sem) == 0 }, 5*time.Second, time.Millisecond)
+	r.healthy()
+}
