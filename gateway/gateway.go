@@ -368,14 +368,22 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 		return nil, err
 	}
 	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}}
-	provs := map[string]bool{}
+	// A provider name whose models all speak Chat Completions gets the
+	// forwarded fields; one shared with a Responses API model does not
+	// (ProviderOptions are keyed by provider name, not by model).
+	chat := map[string]bool{}
 	for name, m := range p.Models {
 		gen.routes[name] = &route{name: name, model: m}
 		gen.byKey[m] = name
 		gen.names = append(gen.names, name)
-		if om, ok := m.(*openai.Model); ok && !provs[om.Provider()] {
-			provs[om.Provider()] = true
-			gen.providers = append(gen.providers, om.Provider())
+		if om, ok := m.(*openai.Model); ok {
+			ok, seen := chat[om.Provider()]
+			chat[om.Provider()] = (ok || !seen) && !om.ResponsesAPI()
+		}
+	}
+	for prov, ok := range chat {
+		if ok {
+			gen.providers = append(gen.providers, prov)
 		}
 	}
 	slices.Sort(gen.names)

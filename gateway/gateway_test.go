@@ -15,6 +15,10 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/policy"
+	"github.com/retryhost/retryhost/provider/openai"
 )
 
 func newJSONLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
@@ -293,4 +297,23 @@ func TestBodyReadTimeout(t *testing.T) {
 	require.Empty(t, r.up["primary"].requests())
 	require.Eventually(t, func() bool { return len(r.gw.sem) == 0 }, 5*time.Second, time.Millisecond)
 	r.healthy()
+}
+
+// Forwarded fields go only to a provider name whose models all speak Chat
+// Completions: a Responses API model under the same name must not get a
+// Chat Completions body's fields.
+func TestForwardingSkipsResponsesAPIProviders(t *testing.T) {
+	resp, err := openai.New("r", openai.WithResponsesAPI(), openai.WithAPIKey("k"), openai.WithBaseURL("http://127.0.0.1:1/v1"))
+	require.NoError(t, err)
+	vllm, err := openai.New("v", openai.WithProvider("vllm"), openai.WithAPIKey("k"), openai.WithBaseURL("http://127.0.0.1:1/v1"))
+	require.NoError(t, err)
+	pol := `{"models": [
+		{"name": "chat", "provider": "openai", "model": "c", "base_url": "http://127.0.0.1:1/v1", "api_key_env": "K"},
+		{"name": "resp", "provider": "openai", "model": "r"},
+		{"name": "vllm", "provider": "openai", "model": "v"}]}`
+	gw, err := New(context.Background(), Bytes("p", []byte(pol), policy.Options{Getenv: func(string) string { return "k" },
+		Models: map[string]driver.Model{"resp": resp, "vllm": vllm}}))
+	require.NoError(t, err)
+	defer gw.Close(context.Background())
+	require.Equal(t, []string{"vllm"}, gw.cur.Load().providers)
 }

@@ -151,6 +151,12 @@ func (m *Model) Key() string { return m.key }
 // Request.ProviderOptions entry the model reads.
 func (m *Model) Provider() string { return m.provider }
 
+// ResponsesAPI reports whether the model calls the Responses API
+// (WithResponsesAPI) rather than Chat Completions: a caller forwarding a
+// Chat Completions body's fields through ProviderOptions must not hand them
+// to it.
+func (m *Model) ResponsesAPI() bool { return m.responses }
+
 // Generate makes one non-streaming call.
 func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Response, error) {
 	if m.responses {
