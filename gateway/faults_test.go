@@ -342,3 +342,24 @@ func TestOutageCooldownAndRecovery(t *testing.T) {
 	require.NoError(t, got.err)
 	require.Equal(t, map[string]bool{"primary": true}, got.models)
 }
+
+// Upstreams that stay silent never hold the client past the policy's
+// budget: it gets a 504 (streaming or not), and the gateway stays healthy.
+func TestSilentUpstreamsBoundedByBudget(t *testing.T) {
+	r := newRig(t, `"rules": [{"when": {"class": ["timeout"]}, "action": "retry", "attempts": 100}],
+		"deadlines": {"first_content": "300ms", "budget": "1s"}`)
+	silent := make(chan struct{})
+	defer close(silent)
+	for _, u := range r.up {
+		u.play(act{preamble: true, beforeText: silent, chunks: []string{"never"}})
+	}
+	resp, body := r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusGatewayTimeout, resp.StatusCode, body)
+	require.Contains(t, body, `"type":"timeout"`)
+	require.Contains(t, body, `"code":"total"`, "the budget ended it")
+	_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	var apiErr *oai.Error
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, http.StatusGatewayTimeout, apiErr.StatusCode)
+	r.healthy()
+}
