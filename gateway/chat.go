@@ -153,21 +153,26 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 
 	// Before commit: nothing is written. Each link of the chain is a whole
 	// policy request starting on that route.
-	var s driver.Stream
+	var (
+		s     driver.Stream
+		prior int // the attempts of the chain's failed links
+	)
 	for i, rt := range chain {
 		l.fallbacks = i
 		s, err = gen.pol.Model.Stream(driver.StartOn(ctx, rt.model), &cr.req)
 		if err == nil || ctx.Err() != nil || !chainOn(err) {
 			break
 		}
+		prior += attempts(err)
 	}
 	if err != nil {
+		l.attempts = prior + attempts(err)
 		g.fail(ctx, w, l, err)
 		return
 	}
 	defer s.Close()
 	l.commitAt = time.Since(l.start)
-	l.model, l.attempts = gen.name(st.committed), st.attempts
+	l.model, l.attempts = gen.name(st.committed), prior+st.attempts
 	w.Header().Set("X-Retryhost-Model", l.model)
 	w.Header().Set("X-Retryhost-Attempts", strconv.Itoa(l.attempts))
 	w.Header().Set("X-Request-Id", l.id)
@@ -188,20 +193,26 @@ func chainOn(err error) bool {
 	if pe == nil {
 		return true
 	}
-	if pe.Class == abi.ClassContentFilter {
+	switch {
+	case pe.Class == abi.ClassContentFilter:
 		return false
+	case pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden:
+		return true // the gateway's credentials for that upstream, not the request
 	}
 	return !(pe.Status >= 400 && pe.Status < 500 && !driver.DefaultRetryable(pe.Status))
 }
 
-// fail answers a request that never committed.
-func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, l *accessLog, err error) {
+// attempts returns how many attempts a failed policy request made.
+func attempts(err error) int {
 	var re *driver.RetryError
 	if errors.As(err, &re) {
-		l.attempts = len(re.Attempts)
-	} else {
-		l.attempts = 1
+		return len(re.Attempts)
 	}
+	return 1
+}
+
+// fail answers a request that never committed.
+func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, l *accessLog, err error) {
 	if cause := context.Cause(ctx); cause != nil {
 		if errors.Is(cause, ErrShuttingDown) {
 			l.status, l.outcome = http.StatusServiceUnavailable, "shutdown"

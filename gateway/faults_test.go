@@ -261,12 +261,19 @@ func TestPerRequestFallbacks(t *testing.T) {
 	resp, body := r.rawStream(`{"model":"primary","stream":true,"fallbacks":["backup","third"],"messages":[{"role":"user","content":"hi"}]}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	require.Equal(t, "third", resp.Header.Get("X-Retryhost-Model"))
+	require.Equal(t, "3", resp.Header.Get("X-Retryhost-Attempts"), "the chain's attempts, all of them")
 	require.Contains(t, body, `"model":"third"`)
 	require.Len(t, r.up["primary"].requests(), 1)
 	require.Len(t, r.up["backup"].requests(), 1)
 	for _, h := range r.up["third"].requests() {
 		require.NotContains(t, h.body, "fallbacks")
 	}
+	// The upstream refusing the gateway's own credentials moves on too.
+	r.up["primary"].play(act{status: 401})
+	r.up["backup"].play(act{chunks: []string{"backup answers"}})
+	resp, body = r.rawStream(`{"model":"primary","stream":true,"fallbacks":["backup"],"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, "backup", resp.Header.Get("X-Retryhost-Model"))
 	// Without fallbacks, the route's failure is the answer: a 502.
 	r.up["primary"].play(act{status: 503})
 	resp, body = r.rawStream(streamBody("primary"))
