@@ -12,12 +12,14 @@ import (
 	"github.com/retryhost/retryhost/policy"
 )
 
+var benchChunks = 100
+
 // BenchmarkStream measures one streamed answer of 100 content chunks from a
 // loopback upstream, read by a plain HTTP client: direct from the upstream,
 // and through the gateway (parse, policy request, commit gate, relay).
 // go test ./gateway -run '^$' -bench Stream -benchmem
 func BenchmarkStream(b *testing.B) {
-	chunks := make([]string, 100)
+	chunks := make([]string, benchChunks)
 	for i := range chunks {
 		chunks[i] = "word "
 	}
