@@ -248,8 +248,6 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 	l.status = http.StatusOK
 	g.metrics.streams.Inc()
 	defer g.metrics.streams.Dec()
-	_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.writeTimeout))
-	w.WriteHeader(http.StatusOK)
 	var (
 		buf   []byte
 		usage *abi.Usage
@@ -277,6 +275,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			return
 		}
 		l.parts++
+		upstreamModel(w, &p)
 		if p.Kind == abi.KindFinish && p.Finish != nil {
 			usage = &p.Finish.Usage
 			l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
@@ -300,6 +299,15 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		return
 	}
 	l.outcome = "ok"
+}
+
+// upstreamModel names, in X-Retryhost-Upstream-Model, the model id the
+// upstream reported (such as "gpt-4o-2024-08-06"): the preamble's metadata
+// arrives before the first content, so before the headers go out.
+func upstreamModel(w http.ResponseWriter, p *abi.Part) {
+	if p.Kind == abi.KindResponseMeta && p.Meta != nil && p.Meta.ModelID != "" {
+		w.Header().Set("X-Retryhost-Upstream-Model", p.Meta.ModelID)
+	}
 }
 
 // endErr names the outcome of a committed stream that failed.
@@ -333,6 +341,7 @@ func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, l *accessL
 			return
 		}
 		l.parts++
+		upstreamModel(w, &p)
 		acc.add(&p)
 	}
 	l.inputToks, l.outputToks = acc.usage.InputTokens, acc.usage.OutputTokens

@@ -75,6 +75,7 @@ func TestNothingOnTheWireBeforeFirstContent(t *testing.T) {
 	defer res.resp.Body.Close()
 	require.Equal(t, http.StatusOK, res.resp.StatusCode)
 	require.Equal(t, "primary", res.resp.Header.Get("X-Retryhost-Model"))
+	require.Equal(t, "up-primary", res.resp.Header.Get("X-Retryhost-Upstream-Model"))
 	require.Equal(t, "1", res.resp.Header.Get("X-Retryhost-Attempts"))
 }
 
