@@ -265,10 +265,33 @@ func TestCStatusMatchesErrMatch(t *testing.T) {
 			require.Equal(t, dg, dc, "attempt %+v", a)
 		}
 	}
-	for _, bad := range []string{"", "status=429", "action=retry", "status=99\naction=retry", "status=500-400\naction=retry",
-		"status=429\naction=switch", "status=429\naction=retry\nmodel=x", "status=429\naction=jump", "colour=blue", "status=429\naction=retry\nbackoff=x"} {
-		_, err := plugintest.Engine().Load(ctx, "c-status", plugins.CStatus, wasmtest.Options{Config: []byte(bad)})
-		require.ErrorContains(t, err, "config", "%q", bad)
+	for _, tc := range []struct{ config, why string }{
+		{"", "status is required"},
+		{"status=429", "action is required"},
+		{"action=retry", "status is required"},
+		{"status=99\naction=retry", "comma-separated (line 1)"},
+		{"status=500-400\naction=retry", "status: want codes"},
+		{"status=429,\naction=retry", "status: want codes"},
+		{"status=429,,500\naction=retry", "status: want codes"},
+		{"status=429\naction=switch", "switch: model is required"},
+		{"status=429\naction=retry\nmodel=x", "model is for switch"},
+		{"status=429\naction=jump", "action: want retry, switch or give-up (line 2)"},
+		{"colour=blue", "unknown key"},
+		{"status=429\n# note\n\nStatus=500\naction=retry", "unknown key (want status, action, model, delay_ms, backoff, max_attempts, max_attempt, retry_after) (line 4)"},
+		{" status=429\naction=retry", "unknown key"},
+		{"status=429\naction=retry\nbackoff=x", "backoff: want a number"},
+		{"status=429\naction=retry\nstatus=500", "a key is given twice (line 3)"},
+		{"status=429\naction=retry\naction=give-up", "a key is given twice"},
+		{"status=429\naction=retry\nretry_after", "want key=value lines (line 3)"},
+		{"status=429\naction=retry\nretry_after=", "retry_after: want true or false"},
+		{"status=429\naction=retry\ndelay_ms=", "delay_ms: want milliseconds"},
+		{"status=429\naction=retry\ndelay_ms=1s", "delay_ms: want milliseconds"},
+		{`{"status":[429]}`, "want key=value lines"},
+		{strings.Repeat("#", 4097), "longer than 4096 bytes"},
+	} {
+		_, err := plugintest.Engine().Load(ctx, "c-status", plugins.CStatus, wasmtest.Options{Config: []byte(tc.config)})
+		require.ErrorContains(t, err, "config: ", "%q", tc.config)
+		require.ErrorContains(t, err, tc.why, "%q", tc.config)
 	}
 }
 

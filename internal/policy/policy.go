@@ -349,6 +349,11 @@ func (b *builder) rule(ctx context.Context, i int, rs *RuleSpec) (driver.Conditi
 		return nil, b.errf(at, "give exactly one of when (a native condition) or plugin (a Wasm condition)")
 	}
 	if rs.Plugin != nil {
+		if rs.Action == "" { // before the load: a config that cannot work costs no compile
+			if err := b.checkTargets(at+".plugin", rs.Plugin); err != nil {
+				return nil, err
+			}
+		}
 		p, err := b.plugin(ctx, at+".plugin", rs.Plugin)
 		if err != nil {
 			return nil, err

@@ -56,7 +56,7 @@ static int digits3(const u8 *s, u32 *v) {
 }
 
 /* status_item reads 429, "429" or "500-599". */
-static int status_item(struct rule *r) {
+static NOINLINE int status_item(struct rule *r) {
 	static const char *msg = "want a code 100-999 or a \"lo-hi\" range";
 	u32 lo, hi;
 	if (peek() == '"') {
@@ -88,7 +88,7 @@ static int pattern(u32 *out) {
 	return 1;
 }
 
-static int action(struct rule *r, u8 a) {
+static NOINLINE int action(struct rule *r, u8 a) {
 	u32 seen = 0, count = 0;
 	int ra;
 	if (!obj_begin()) return 0;
@@ -120,7 +120,7 @@ static int action(struct rule *r, u8 a) {
 	return 1;
 }
 
-static int parse_rule(struct rule *r) {
+static NOINLINE int parse_rule(struct rule *r) {
 	u32 seen = 0, count = 0, k, n, actions = 0;
 	int b;
 	r->message = r->ename = RE_NONE;
@@ -189,7 +189,7 @@ static int parse_rule(struct rule *r) {
 	return 1;
 }
 
-static int parse_config(i32 len) {
+static NOINLINE int parse_config(i32 len) {
 	int r = js_start(len);
 	if (r < 0) return 0;
 	if (r == 0) return fail("no rules");

@@ -190,7 +190,7 @@ static int hex4(u32 at, u32 *out) {
 
 /* str reads a string into out (at most cap bytes once decoded; longer is
  * a failure with the message toolong). */
-static int str(u8 *out, u32 cap, u32 *len, const char *toolong) {
+static NOINLINE int str(u8 *out, u32 cap, u32 *len, const char *toolong) {
 	if (J.bad) return 0;
 	if (peek() == 'n') return fail("null is not a value: leave the field out");
 	if (!eat('"')) return fail("want a string");
@@ -249,7 +249,7 @@ static int str(u8 *out, u32 cap, u32 *len, const char *toolong) {
 
 /* number reads a JSON number literal: its bytes are s[*at : *at+*len];
  * *frac reports a fraction or an exponent. */
-static int number(u32 *at, u32 *len, int *frac) {
+static NOINLINE int number(u32 *at, u32 *len, int *frac) {
 	if (J.bad) return 0;
 	int c = peek();
 	if (c == 'n') return fail("null is not a value: leave the field out");
@@ -389,7 +389,7 @@ static int bytes_eq(const u8 *a, u32 an, const char *lit) {
 
 /* duration parses a Go duration (time.ParseDuration, exactly) that must
  * not be negative, in nanoseconds. */
-static int duration(const u8 *s, u32 n, i64 *out) {
+static NOINLINE int duration(const u8 *s, u32 n, i64 *out) {
 	u32 i = 0;
 	int neg = 0;
 	u64 d = 0;
@@ -464,7 +464,7 @@ static int dur(i64 *out, const char *msg) {
  * within ±22 once they are an integer, so the value is one correctly
  * rounded IEEE multiply or divide, the same double strconv.ParseFloat
  * gives. */
-static int factor(double *out, const char *msg) {
+static NOINLINE int factor(double *out, const char *msg) {
 	u32 at, len;
 	int frac;
 	if (!number(&at, &len, &frac)) return 0;

@@ -350,8 +350,10 @@ static int parse_config(i32 len) {
 			else if (n != 0 && !bytes_eq(sbuf, n, "open")) return fail("must be \"open\" or \"closed\"");
 		} else if (key_is("on_cap")) {
 			if (!field(&seen, 2, "on_cap") || !str(sbuf, 16, &n, "must be \"flush\" or \"fail\"")) return 0;
+			/* on_cap byte (ABI.md §8.7, v1.2): 1 fail, 2 flush, 0 (unset) follows "fail" */
 			if (bytes_eq(sbuf, n, "fail")) cap_fail = 1;
-			else if (n != 0 && !bytes_eq(sbuf, n, "flush")) return fail("must be \"flush\" or \"fail\"");
+			else if (bytes_eq(sbuf, n, "flush")) cap_fail = 2;
+			else if (n != 0) return fail("must be \"flush\" or \"fail\"");
 		} else if (key_is("max_held_parts")) {
 			if (!field(&seen, 3, "max_held_parts") || !integer(MAX_CAP, &max_held_parts, "want an integer 0-2147483647")) return 0;
 		} else if (key_is("max_held_bytes")) {

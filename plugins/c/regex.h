@@ -173,7 +173,7 @@ static int class_single(u32 *r) {
 	return literal_rune(*r);
 }
 
-static int parse_class(void) {
+static NOINLINE int parse_class(void) {
 	R.i++; /* [ */
 	u32 neg = 0, first = nitems, count = 0;
 	if (!re_end() && R.p[R.i] == '^') { neg = 1; R.i++; }
@@ -215,7 +215,7 @@ static int parse_class(void) {
 /* repeat rewrites the fragment [a, nprog) as x{lo,hi} (hi == RE_NONE: no
  * upper bound): lo copies, then x* or hi-lo copies of x?. */
 static struct inst tmp[MAX_PROG];
-static int repeat(u32 a, u32 lo, u32 hi) {
+static NOINLINE int repeat(u32 a, u32 lo, u32 hi) {
 	u32 s = nprog - a;
 	u64 size = (u64)lo * s + (hi == RE_NONE ? s + 2 : (u64)(hi - lo) * (s + 1));
 	nprog = a; /* the fragment is rebuilt from tmp */
@@ -256,7 +256,7 @@ static int parse_count(u32 *v) {
 
 static int parse_alt(u32 depth);
 
-static int parse_piece(u32 depth) {
+static NOINLINE int parse_piece(u32 depth) {
 	u32 a = nprog;
 	int anchor = 0;
 	u8 c = R.p[R.i];
