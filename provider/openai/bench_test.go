@@ -91,3 +91,45 @@ func BenchmarkStream1000(b *testing.B) {
 		}
 	})
 }
+
+// responsesBody is a 1,000-delta answer in Responses API events.
+func responsesBody(n int) []byte {
+	var b strings.Builder
+	ev := func(typ, data string) { fmt.Fprintf(&b, "event: %s\ndata: {\"type\":%q,%s}\n\n", typ, typ, data) }
+	resp := `"response":{"id":"resp_1","object":"response","created_at":1756315696,"status":"%s","model":"gpt-4.1-mini","output":[]%s}`
+	ev("response.created", fmt.Sprintf(resp, "in_progress", ""))
+	ev("response.output_item.added", `"output_index":0,"item":{"id":"msg_1","type":"message","status":"in_progress","role":"assistant","content":[]}`)
+	for i := 0; i < n; i++ {
+		ev("response.output_text.delta", fmt.Sprintf(`"sequence_number":%d,"item_id":"msg_1","output_index":0,"content_index":0,"delta":" tok%d","logprobs":[]`, i+2, i))
+	}
+	ev("response.output_item.done", `"output_index":0,"item":{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[]}`)
+	ev("response.completed", fmt.Sprintf(resp, "completed", fmt.Sprintf(`,"usage":{"input_tokens":5,"output_tokens":%d,"total_tokens":%d}`, n, n+5)))
+	return []byte(b.String())
+}
+
+// BenchmarkResponsesStream1000 is BenchmarkStream1000 for the Responses
+// API.
+func BenchmarkResponsesStream1000(b *testing.B) {
+	const n = 1000
+	hc := &http.Client{Transport: memTransport{body: responsesBody(n)}}
+	m, err := openai.New("gpt-4.1-mini", openai.WithResponsesAPI(), openai.WithBaseURL("http://mem/v1"), openai.WithAPIKey("k"), openai.WithHTTPClient(hc))
+	require.NoError(b, err)
+	req := request()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		st, err := m.Stream(ctx, req)
+		require.NoError(b, err)
+		parts := 0
+		for {
+			_, err := st.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(b, err)
+			parts++
+		}
+		require.Equal(b, n+5, parts)
+		_ = st.Close()
+	}
+}
