@@ -12,6 +12,7 @@ import (
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/provider/openai"
@@ -112,24 +113,43 @@ func responsesBody(n int) []byte {
 func BenchmarkResponsesStream1000(b *testing.B) {
 	const n = 1000
 	hc := &http.Client{Transport: memTransport{body: responsesBody(n)}}
-	m, err := openai.New("gpt-4.1-mini", openai.WithResponsesAPI(), openai.WithBaseURL("http://mem/v1"), openai.WithAPIKey("k"), openai.WithHTTPClient(hc))
-	require.NoError(b, err)
-	req := request()
 	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		st, err := m.Stream(ctx, req)
-		require.NoError(b, err)
-		parts := 0
-		for {
-			_, err := st.Recv()
-			if errors.Is(err, io.EOF) {
-				break
+	b.Run("sdk", func(b *testing.B) {
+		client := oai.NewClient(option.WithBaseURL("http://mem/v1"), option.WithAPIKey("k"), option.WithHTTPClient(hc), option.WithMaxRetries(0))
+		params := responses.ResponseNewParams{Model: "gpt-4.1-mini"}
+		b.ReportAllocs()
+		for b.Loop() {
+			st := client.Responses.NewStreaming(ctx, params)
+			deltas := 0
+			for st.Next() {
+				if st.Current().Type == "response.output_text.delta" {
+					deltas++
+				}
 			}
-			require.NoError(b, err)
-			parts++
+			require.NoError(b, st.Err())
+			require.Equal(b, n, deltas)
+			_ = st.Close()
 		}
-		require.Equal(b, n+5, parts)
-		_ = st.Close()
-	}
+	})
+	b.Run("adapter", func(b *testing.B) {
+		m, err := openai.New("gpt-4.1-mini", openai.WithResponsesAPI(), openai.WithBaseURL("http://mem/v1"), openai.WithAPIKey("k"), openai.WithHTTPClient(hc))
+		require.NoError(b, err)
+		req := request()
+		b.ReportAllocs()
+		for b.Loop() {
+			st, err := m.Stream(ctx, req)
+			require.NoError(b, err)
+			parts := 0
+			for {
+				_, err := st.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				require.NoError(b, err)
+				parts++
+			}
+			require.Equal(b, n+5, parts) // stream-start, metadata, text-start, n deltas, text-end, finish
+			_ = st.Close()
+		}
+	})
 }
