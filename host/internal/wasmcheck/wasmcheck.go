@@ -128,7 +128,10 @@ type checker struct {
 	lim    Limits
 	info   Info
 	tables []table
-	where  string
+	// where locates an excess: a kind ("table", "function body") and an
+	// index, formatted only for an error.
+	where    string
+	whereIdx int
 }
 
 // Check walks b and returns what it learned, or the first limit exceeded
@@ -145,7 +148,11 @@ func (c *checker) over(limit string, got, max uint64) error {
 	if max == 0 || got <= max {
 		return nil
 	}
-	return &LimitError{Limit: limit, Got: got, Max: max, Where: c.where}
+	e := &LimitError{Limit: limit, Got: got, Max: max}
+	if c.where != "" {
+		e.Where = fmt.Sprintf("%s %d", c.where, c.whereIdx)
+	}
+	return e
 }
 
 func (c *checker) module() error {
@@ -463,7 +470,7 @@ func (c *checker) table() error {
 		}
 		t.max, t.hasMax = uint64(max), true
 	}
-	c.where = fmt.Sprintf("table %d", len(c.tables))
+	c.where, c.whereIdx = "table", len(c.tables)
 	defer func() { c.where = "" }()
 	if err := c.over("TableEntries", t.min, c.lim.TableEntries); err != nil {
 		return err
@@ -507,7 +514,7 @@ func (c *checker) code() error {
 			return err
 		}
 		c.info.MaxBody = max(c.info.MaxBody, uint64(size))
-		c.where = fmt.Sprintf("function body %d", i)
+		c.where, c.whereIdx = "function body", int(i)
 		if err := c.over("BodyBytes", uint64(size), c.lim.BodyBytes); err != nil {
 			return err
 		}
@@ -516,7 +523,7 @@ func (c *checker) code() error {
 		if err != nil {
 			return err
 		}
-		b := &checker{r: reader{b: body, base: c.r.base + start}, lim: c.lim, tables: c.tables, where: c.where}
+		b := checker{r: reader{b: body, base: c.r.base + start}, lim: c.lim, tables: c.tables, where: c.where, whereIdx: c.whereIdx}
 		if err := b.body(); err != nil {
 			return err
 		}
