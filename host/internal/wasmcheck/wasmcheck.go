@@ -33,6 +33,7 @@ type Limits struct {
 	BodyBytes    uint64 // bytes of one function body
 	Nesting      uint64 // nesting depth of blocks, loops and ifs in one body
 	Locals       uint64 // declared locals of one function
+	AllLocals    uint64 // declared locals of all functions together
 	Tables       uint64 // imported and defined tables
 	TableEntries uint64 // entries all tables can ever hold together
 	Types        uint64 // function types
@@ -89,6 +90,7 @@ type Info struct {
 	MaxBody      uint64
 	MaxNesting   uint64
 	MaxLocals    uint64
+	AllLocals    uint64
 	Tables       uint64
 	TableEntries uint64
 	Types        uint64
@@ -529,6 +531,10 @@ func (c *checker) code() error {
 		}
 		c.info.MaxNesting = max(c.info.MaxNesting, b.info.MaxNesting)
 		c.info.MaxLocals = max(c.info.MaxLocals, b.info.MaxLocals)
+		c.info.AllLocals += b.info.MaxLocals
+		if err := c.over("AllLocals", c.info.AllLocals, c.lim.AllLocals); err != nil {
+			return err
+		}
 	}
 	c.where = ""
 	return nil
