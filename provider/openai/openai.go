@@ -256,6 +256,7 @@ func (m *Model) Provider() string { return m.provider }
 
 // ModelID returns the model id given to New.
 func (m *Model) ModelID() string { return m.id }
+
 // ResponsesAPI reports whether the model calls the Responses API
 // (WithResponsesAPI) rather than Chat Completions: a caller forwarding a
 // Chat Completions body's fields through ProviderOptions must not hand them
