@@ -344,6 +344,11 @@ func (k *keyed) Key() string      { return k.key }
 func (k *keyed) Provider() string { p, _ := driver.Describe(k.Model); return p }
 func (k *keyed) ModelID() string  { _, id := driver.Describe(k.Model); return id }
 
+// Unwrap returns the model the caller bound, so a program that needs its
+// concrete type (the gateway asks an OpenAI model which API it speaks) can
+// reach it.
+func (k *keyed) Unwrap() driver.Model { return k.Model }
+
 // errUnbuilt is what a model of a validated policy answers: Validate
 // builds no provider.
 var errUnbuilt = errors.New("policy: a model of a validated policy cannot be called")
