@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	ggcr "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPluginPushPull(t *testing.T) {
+	srv := httptest.NewServer(ggcr.New())
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials: anonymous
+	file := filepath.Join("..", "..", "host", "testdata", "condition.wasm")
+	wasm, err := os.ReadFile(file)
+	require.NoError(t, err)
+	run := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := dispatch(context.Background(), args, &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+
+	code, out, errOut := run("plugin", "push", "--plain-http", "--cache-dir", t.TempDir(), file, addr+"/team/cond:v1")
+	require.Equal(t, exitOK, code, errOut)
+	pinned := strings.TrimSpace(out)
+	require.Regexp(t, `^`+addr+`/team/cond@sha256:[0-9a-f]{64}$`, pinned)
+
+	dst := filepath.Join(t.TempDir(), "got.wasm")
+	code, out, errOut = run("plugin", "pull", pinned, "--plain-http", "--cache-dir", t.TempDir(), "-o", dst)
+	require.Equal(t, exitOK, code, errOut)
+	require.Equal(t, pinned, strings.TrimSpace(out), "pull prints the reference pinned by digest")
+	got, err := os.ReadFile(dst)
+	require.NoError(t, err)
+	require.Equal(t, wasm, got)
+
+	code, _, errOut = run("plugin", "pull", "--plain-http", "--cache-dir", t.TempDir(), addr+"/team/cond:v1")
+	require.Equal(t, exitFail, code)
+	require.Contains(t, errOut, "--allow-tag")
+	code, out, errOut = run("plugin", "pull", "--allow-tag", "--plain-http", "--cache-dir", t.TempDir(), addr+"/team/cond:v1")
+	require.Equal(t, exitOK, code, errOut)
+	require.Equal(t, pinned, strings.TrimSpace(out))
+	require.Contains(t, errOut, "tag resolved to digest")
+
+	code, _, _ = run("plugin", "push", file)
+	require.Equal(t, exitUsage, code)
+	code, _, _ = run("plugin", "pull")
+	require.Equal(t, exitUsage, code)
+}
