@@ -139,3 +139,17 @@ func TestOCILayer(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyLinksNoSDK: package policy links no provider SDK, so a
+// service that imports it and one adapter links one SDK (adapters register
+// themselves with the policy when imported).
+func TestPolicyLinksNoSDK(t *testing.T) {
+	pkgs := listPackages(t)
+	p, ok := pkgs[module+"/policy"]
+	require.True(t, ok)
+	for _, d := range p.Deps {
+		require.Falsef(t, strings.HasPrefix(d, "github.com/openai/") || strings.HasPrefix(d, "github.com/anthropics/"),
+			"policy must not depend on a provider SDK, but depends on %s", d)
+		require.Falsef(t, under(d, "provider"), "policy must not depend on an adapter, but depends on %s", d)
+	}
+}
