@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/oci"
 )
 
@@ -136,3 +137,20 @@ func runPluginPull(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fmt.Fprintln(stdout, a.Ref)
 	return exitOK
 }
+
+// policyOCI resolves a policy file's "oci" plugins with the default client:
+// the Docker credential file, the user's cache, HTTPS, references pinned
+// by digest only.
+func policyOCI() func(ref string) host.Source {
+	c, err := oci.New()
+	return func(ref string) host.Source {
+		if err != nil {
+			return failedSource{err}
+		}
+		return c.Source(ref)
+	}
+}
+
+type failedSource struct{ err error }
+
+func (f failedSource) Fetch(context.Context, string) (string, []byte, error) { return "", nil, f.err }

@@ -53,3 +53,16 @@ func TestPluginPushPull(t *testing.T) {
 	code, _, _ = run("plugin", "pull")
 	require.Equal(t, exitUsage, code)
 }
+
+// TestPolicyOCIReference: the CLI's policy commands resolve "oci" plugins
+// (here refusing a tag before any network).
+func TestPolicyOCIReference(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	file := filepath.Join(t.TempDir(), "p.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"models": [{"name": "a", "provider": "openai", "model": "m", "api_key_env": "K"}],
+	  "transforms": [{"plugin": {"oci": "127.0.0.1:1/team/x:v1"}}]}`), 0o644))
+	var stdout, stderr bytes.Buffer
+	code := dispatch(context.Background(), []string{"policy", "check", file}, &stdout, &stderr)
+	require.NotEqual(t, exitOK, code)
+	require.Contains(t, stdout.String()+stderr.String(), "transforms[0].plugin.oci: oci: reference is not pinned by digest")
+}
