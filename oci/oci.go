@@ -59,8 +59,11 @@ const (
 
 var layerTypes = map[string]bool{MediaType: true, WasmLayerMediaType: true, ModuleWasmLayerMediaType: true}
 
+// manifestTypes are the manifests a plugin may come in; "" because the OCI
+// spec only says a manifest SHOULD name its media type.
 var manifestTypes = map[string]bool{
-	ocispec.MediaTypeImageManifest:                         true,
+	"":                             true,
+	ocispec.MediaTypeImageManifest: true,
 	"application/vnd.docker.distribution.manifest.v2+json": true,
 }
 

@@ -248,7 +248,9 @@ func TestRegistryDownCacheServes(t *testing.T) {
 	require.Error(t, err, "a tag cannot be resolved while the registry is down")
 
 	t.Run("a damaged cache entry is not served", func(t *testing.T) {
-		require.NoError(t, os.WriteFile(filepath.Join(cache, "sha256", pushed.SHA256), []byte("\x00asm garbage"), 0o644))
+		damaged := fixture(t, "condition")
+		damaged[len(damaged)-1] ^= 0xff // same size, other bytes
+		require.NoError(t, os.WriteFile(filepath.Join(cache, "sha256", pushed.SHA256), damaged, 0o644))
 		_, err := restarted.Pull(ctx, pushed.Ref)
 		require.Error(t, err, "damaged entry, registry down: an error, never the damaged bytes")
 	})
@@ -440,4 +442,25 @@ func TestWatchTag(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.Contains(t, logs.String(), "tag resolved to digest")
+}
+
+func TestDamagedCacheIsPulledAgain(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := startRegistry(t, nil)
+	c, logs := newClient(t)
+	wasm := fixture(t, "condition")
+	pushed, err := c.Push(ctx, addr+"/team/cond:v1", wasm)
+	require.NoError(t, err)
+	entry := filepath.Join(c.cfg.cacheDir, "sha256", pushed.SHA256)
+	damaged := bytes.Clone(wasm)
+	damaged[0] ^= 0xff
+	require.NoError(t, os.WriteFile(entry, damaged, 0o644))
+
+	got, err := c.Pull(ctx, pushed.Ref)
+	require.NoError(t, err)
+	require.Equal(t, wasm, got.Wasm, "the registry's verified bytes, not the damaged entry")
+	require.Contains(t, logs.String(), "cache entry damaged")
+	onDisk, err := os.ReadFile(entry)
+	require.NoError(t, err)
+	require.Equal(t, wasm, onDisk, "the entry is repaired")
 }
