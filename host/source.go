@@ -22,8 +22,9 @@ type Source interface {
 // LoadSource loads the module behind src as the new version of name, as
 // [Registry.Load] does, pinned to the sha256 the source reports. When the
 // source still serves the version that is serving, nothing is loaded and
-// the current handle is returned. On error the previous version, if any,
-// keeps serving.
+// the current handle is returned (a version is its module's sha256: opts,
+// config included, apply only when a new module loads). On error the
+// previous version, if any, keeps serving.
 //
 // # Errors
 //

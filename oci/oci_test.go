@@ -464,3 +464,30 @@ func TestDamagedCacheIsPulledAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, wasm, onDisk, "the entry is repaired")
 }
+
+// BenchmarkPullCached is what a replica pays per poll of a pinned
+// reference, or at start with the module cached: no network.
+func BenchmarkPullCached(b *testing.B) {
+	ctx := context.Background()
+	h := ggcr.New(ggcr.Logger(nilLogger()))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	wasm, err := os.ReadFile("../plugins/refusal/refusal.wasm")
+	if err != nil {
+		b.Skip(err)
+	}
+	c, err := New(WithCacheDir(b.TempDir()), WithPlainHTTP(), WithCredentialsFile(filepath.Join(b.TempDir(), "none.json")),
+		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	require.NoError(b, err)
+	defer c.auth.Client.CloseIdleConnections()
+	pushed, err := c.Push(ctx, addr+"/team/refusal:v1", wasm)
+	require.NoError(b, err)
+	b.SetBytes(int64(len(wasm)))
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := c.Pull(ctx, pushed.Ref); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
