@@ -13,7 +13,8 @@ import (
 type Source interface {
 	// Fetch returns the module now behind the source and its sha256
 	// (lower-case hex), which the load verifies as [WithSHA256] does. have
-	// is the sha256 of the version serving now ("" if none): when the
+	// is the sha256 of a version whose bytes the caller does not need (the
+	// one serving now, or one that failed to load; "" if none): when the
 	// source still serves that version it may return (have, nil, nil) and
 	// skip the download.
 	Fetch(ctx context.Context, have string) (sha256 string, wasm []byte, err error)
@@ -42,7 +43,11 @@ func (r *Registry) loadSource(ctx context.Context, name string, src Source, skip
 	if n, ok := r.Get(name); ok {
 		have = n.Version()
 	}
-	sum, wasm, err := src.Fetch(ctx, have)
+	ask := have
+	if skip != "" {
+		ask = skip // its bytes are not needed either: the version failed to load
+	}
+	sum, wasm, err := src.Fetch(ctx, ask)
 	if err != nil {
 		return nil, "", loadErr(name, ErrInvalidModule, err)
 	}

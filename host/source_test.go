@@ -96,6 +96,15 @@ func TestRegistry_WatchSource(t *testing.T) {
 	require.Equal(t, sha(upper), n.Version(), "a broken version leaves the old one serving")
 	require.Equal(t, 1, strings.Count(logs.String(), "plugin source failed"), "the same failure is logged once")
 
+	wrong := fixture(t, "wrongabi") // its sha256 is right, but it does not load
+	src.set(sha(wrong), wrong, nil)
+	before := src.count()
+	waitFor(t, func() bool { return strings.Count(logs.String(), "plugin source failed") == 2 }, "the second failure to be logged")
+	time.Sleep(20 * time.Millisecond) // many polls of the same broken version
+	require.Equal(t, sha(upper), n.Version())
+	require.Equal(t, before+1, src.count(), "a version that failed to load is not downloaded (nor loaded) again")
+	require.Equal(t, 2, strings.Count(logs.String(), "plugin source failed"), "each failure is logged once")
+
 	src.set(sha(refusal), refusal, nil)
 	waitFor(t, func() bool { return n.Version() == sha(refusal) }, "the new version")
 	cancel()
