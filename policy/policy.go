@@ -47,7 +47,10 @@
 // Options.Builtin; set it to plugins.Module (package
 // github.com/retryhost/retryhost/plugins) to allow them. This package does
 // not import the built-in plugins itself, so a program that never names one
-// does not embed their Wasm.
+// does not embed their Wasm. Likewise plugins from an OCI registry ("oci":
+// "registry.example.com/team/refusal@sha256:…") resolve only through
+// Options.OCI, set from package github.com/retryhost/retryhost/oci, so a
+// program that never names one links no registry client.
 package policy
 
 import (
