@@ -15,6 +15,8 @@ import (
 // same digest write the same bytes. Every read is verified against its
 // digest; a damaged entry is ignored (and replaced by the next pull).
 
+// path is only called with validated sha256 digests (64 hex digits), so
+// it never leaves the cache directory.
 func (c *Client) path(d digest.Digest) string {
 	return filepath.Join(c.cfg.cacheDir, string(d.Algorithm()), d.Encoded())
 }

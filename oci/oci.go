@@ -272,8 +272,9 @@ func (c *Client) pull(ctx context.Context, s, have string, resolved func(string)
 			return Artifact{}, fmt.Errorf("oci: resolve %s: %w", s, err)
 		}
 		dgst = desc.Digest
-		if dgst.Algorithm() != digest.SHA256 {
-			return Artifact{}, fmt.Errorf("%w: %s resolved to a non-sha256 digest", ErrReference, s)
+		if dgst.Validate() != nil || dgst.Algorithm() != digest.SHA256 {
+			// validated: the digest names a file in the cache
+			return Artifact{}, fmt.Errorf("%w: %s resolved to %q, not a sha256 digest", ErrReference, s, dgst)
 		}
 		if resolved == nil || resolved(dgst.String()) {
 			c.cfg.logger.Info("oci: tag resolved to digest", "ref", s, "digest", dgst.String())

@@ -491,3 +491,30 @@ func BenchmarkPullCached(b *testing.B) {
 		}
 	}
 }
+
+// TestResolvedDigestIsValidated: a registry answering a tag with a digest
+// that is not 64 hex digits cannot make the cache write outside its
+// directory.
+func TestResolvedDigestIsValidated(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := startRegistry(t, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.Contains(r.URL.Path, "/manifests/v1") {
+				w.Header().Set("Docker-Content-Digest", "sha256:../../escape")
+				w.Header().Set("Content-Type", ocispec.MediaTypeImageManifest)
+				w.Header().Set("Content-Length", "2")
+				w.WriteHeader(http.StatusOK)
+				if r.Method == http.MethodGet {
+					_, _ = w.Write([]byte("{}"))
+				}
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	c, _ := newClient(t, WithAllowTags())
+	_, err := c.Pull(ctx, addr+"/team/cond:v1")
+	require.ErrorContains(t, err, "digest") // oras-go refuses it; pull re-checks before using it as a file name
+	_, statErr := os.Stat(filepath.Join(c.cfg.cacheDir, "escape"))
+	require.ErrorIs(t, statErr, os.ErrNotExist)
+}
