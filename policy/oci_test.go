@@ -2,6 +2,8 @@ package policy_test
 
 import (
 	"context"
+	"io"
+	"log"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -19,7 +21,7 @@ import (
 // on loopback, through Options.OCI.
 func TestOCIPlugins(t *testing.T) {
 	ctx := context.Background()
-	srv := httptest.NewServer(ggcr.New())
+	srv := httptest.NewServer(ggcr.New(ggcr.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	c, err := oci.New(oci.WithPlainHTTP(), oci.WithCacheDir(t.TempDir()),

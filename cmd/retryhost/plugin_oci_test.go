@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"log"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -14,7 +16,7 @@ import (
 )
 
 func TestPluginPushPull(t *testing.T) {
-	srv := httptest.NewServer(ggcr.New())
+	srv := httptest.NewServer(ggcr.New(ggcr.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials: anonymous
