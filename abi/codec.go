@@ -501,10 +501,12 @@ func DecodeParts(b []byte) ([]Part, error) {
 }
 
 // Replaceable reports whether a REPLACE verdict may carry a part of kind k
-// (ABI v1.2): content and metadata kinds (response-metadata through
-// source). Stream-start, finish, raw and error parts belong to the driver
-// and the provider: a transform can neither inject nor duplicate them.
-func (k PartKind) Replaceable() bool { return k >= KindResponseMeta && k <= KindSource }
+// (ABI v1.2): the content kinds, text-start through source (text,
+// reasoning, tool, file and source parts). The framing parts
+// (stream-start, response-metadata, finish) belong to the driver and raw
+// and error parts to the provider: a transform can neither inject nor
+// duplicate them.
+func (k PartKind) Replaceable() bool { return k >= KindTextStart && k <= KindSource }
 
 // CapError reports that a REPLACE payload is over a cap the decoder was
 // given (see [DecodeReplace]). It is found while decoding: nothing past

@@ -185,8 +185,8 @@ func goldenValues() []struct {
 			&abi.Hints{MaxStreams: 64, Static: map[abi.PartKind]abi.PartAction{abi.KindStreamStart: abi.PartHold}})},
 		{"policy: on_cap flush even when fail-closed (v1.2)", "policy", abi.AppendPolicy(nil, &abi.TransformPolicy{Fail: abi.FailClosed, OnCap: abi.CapFlush})},
 		{"error: content-filter class is kept (v1.2)", "error", abi.AppendError(nil, &abi.TransformError{Class: abi.ClassContentFilter, Message: "pii"})},
-		{"replace: content and metadata within the caps (v1.2)", "replace", abi.AppendParts(nil, []abi.Part{
-			{Kind: abi.KindResponseMeta, Meta: &abi.ResponseMeta{ModelID: "m"}}, {Kind: abi.KindTextDelta, ID: "t0", Delta: "[redacted]"}})},
+		{"replace: content within the caps (v1.2)", "replace", abi.AppendParts(nil, []abi.Part{
+			{Kind: abi.KindSource, Source: &abi.Source{URL: "u"}}, {Kind: abi.KindTextDelta, ID: "t0", Delta: "[redacted]"}})},
 	}
 }
 
@@ -225,6 +225,7 @@ var badVectors = []struct{ name, record, hex string }{
 	{"replace: stream-start may not be injected (v1.2)", "replace", "01000000 10000000 01 00 0000 00000000 00000000 00000000"},
 	{"replace: finish may not be injected (v1.2)", "replace", "01000000 39000000 10 00 0000 00000000 00000000 00 00000000" + strings.Repeat("0000000000000000", 5)},
 	{"replace: an error part may not be injected (v1.2)", "replace", "01000000 10000000 12 00 0000 00000000 00000000 00000000"},
+	{"replace: response-metadata may not be injected (v1.2)", "replace", "01000000 18000000 02 00 0000 00000000 00000000 00000000 0000000000000000"},
 }
 
 // capVectors are well-formed REPLACE payloads over the vectors' caps
@@ -378,7 +379,9 @@ func TestDecodeReplace_Kinds(t *testing.T) {
 	}
 	require.False(t, abi.KindStreamStart.Replaceable())
 	require.False(t, abi.KindFinish.Replaceable())
-	require.True(t, abi.KindResponseMeta.Replaceable())
+	require.False(t, abi.KindResponseMeta.Replaceable())
+	require.True(t, abi.KindTextStart.Replaceable())
+	require.True(t, abi.KindSource.Replaceable())
 }
 
 // TestDecodeReplace_CapsBeforeDecoding: a count over the parts cap is

@@ -61,7 +61,40 @@ type AttemptRecord struct {
 	Class    abi.ErrorClass
 	Status   int
 	Duration time.Duration
+	// Overrides are the request overrides the attempt was sent with (the
+	// matched rule's, merged with the OnRetry callback's); zero for the
+	// first attempt and for attempts no rule or callback changed.
+	Overrides Overrides
+	// ConditionErr holds what went wrong with the conditions asked about
+	// this attempt and treated as no opinion (fail-open): a condition's
+	// error or panic, or an *[UnknownModelError] for a switch to a model
+	// the Runner does not know (errors.Join when several). Nil when every
+	// condition answered.
+	ConditionErr error
 }
+
+// ErrUnknownModel matches (errors.Is) an [*UnknownModelError].
+var ErrUnknownModel = errors.New("retryhost: a condition switched to an unknown model")
+
+// UnknownModelError reports that a condition (a Wasm plugin, or any
+// Condition that names its target by key) chose to switch to a model key
+// the Runner does not know: declare that model with [WithModels]. It is a
+// failure of the condition: with a fail-closed condition it fails the
+// request; otherwise the condition counts as no opinion, the driver logs
+// it at Warn, keeps it in the attempt's [AttemptRecord.ConditionErr] (and
+// the observer's AttemptEndEvent), and, when no other rule matches, makes
+// it the Cause of the request's *[RetryError]. It is never silent.
+type UnknownModelError struct {
+	Condition int    // the condition's index in the Runner's rules
+	Model     string // the key it named
+}
+
+func (e *UnknownModelError) Error() string {
+	return fmt.Sprintf("retryhost: condition %d switched to unknown model %q (declare it with WithModels)", e.Condition, e.Model)
+}
+
+// Is makes errors.Is(err, ErrUnknownModel) true.
+func (e *UnknownModelError) Is(target error) bool { return target == ErrUnknownModel }
 
 func (r *AttemptRecord) describe(b *strings.Builder) {
 	fmt.Fprintf(b, "#%d %s (%v): ", r.Number, r.Model.Key(), r.Duration)

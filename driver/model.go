@@ -25,8 +25,13 @@ type (
 //
 // Implementations must be safe for concurrent use.
 type Model interface {
-	// Key identifies the model as "provider/model-id". Attempt budgets and
-	// condition decisions refer to models by key, so it must be stable.
+	// Key is the model's identity: attempt budgets, rules, condition
+	// decisions, stickiness, cooldown and telemetry refer to models by
+	// key, so it must be stable and unique among a Runner's models. The
+	// adapters default it to "provider/model-id" and let the user choose
+	// it (WithKey; a policy file's model name), so one model can be
+	// declared twice; the provider and model id are then attributes (see
+	// [Described]).
 	Key() string
 	// Generate makes one non-streaming call.
 	Generate(ctx context.Context, req *Request) (*Response, error)
@@ -45,6 +50,23 @@ type Stream interface {
 	// time, also concurrently with a blocked Recv (which then returns), and
 	// more than once.
 	Close() error
+}
+
+// HeaderStream is implemented by a [Stream] that carries the HTTP response
+// headers of the call that opened it (a provider adapter's stream), so a
+// caller can log the provider's request id or read its rate-limit headers:
+//
+//	if hs, ok := s.(driver.HeaderStream); ok {
+//		log.Printf("request id %s", hs.Header().Get("x-request-id"))
+//	}
+//
+// A [RetryableModel]'s stream implements it with the headers of the attempt
+// that answered (the one the caller reads), or nil when that attempt's
+// stream carries none. Header may be called at any time, also concurrently
+// with Recv; the caller must not modify the result.
+type HeaderStream interface {
+	Stream
+	Header() http.Header
 }
 
 // Role is the author of a message.

@@ -140,11 +140,25 @@ func (r *Runner) addModel(m Model) error {
 	if k == "" {
 		return fmt.Errorf("retryhost: model %T has an empty key", m)
 	}
-	if old, ok := r.models[k]; ok && old != m {
+	if old, ok := r.models[k]; ok && !sameModel(old, m) {
 		return fmt.Errorf("retryhost: two different models share the key %q", k)
 	}
 	r.models[k] = m
 	return nil
+}
+
+// sameModel reports whether a and b are the same model. Comparing two
+// interfaces panics when their dynamic type is not comparable (a Model
+// implemented by a struct value that holds a map or a slice), so such
+// models are the same when their keys are: a Runner resolves models by
+// key anyway.
+func sameModel(a, b Model) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = a.Key() == b.Key()
+		}
+	}()
+	return a == b
 }
 
 // Base returns the model every request starts on (unless a sticky fallback is active).

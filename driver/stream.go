@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 )
@@ -89,6 +90,10 @@ type CommitInfo struct {
 	// Empty reports a stream that ended with no content: it commits at its end.
 	Empty   bool
 	Elapsed time.Duration
+	// Header holds the committed attempt's HTTP response headers when its
+	// stream carries them ([HeaderStream]), else nil: the place to log the
+	// provider's request id. Do not modify it.
+	Header http.Header
 }
 
 // WithOnCommit sets a callback fired once per streaming request at the
@@ -193,6 +198,10 @@ func (m *RetryableModel) Key() string { return m.r.Base().Key() }
 //
 // The caller must read the stream to its end or Close it: until then the
 // attempt's upstream, timers and transform state stay open.
+//
+// The stream implements [HeaderStream]: Header returns the HTTP response
+// headers of the attempt that answered, when its model's stream carries
+// them (the provider adapters' do), else nil.
 func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, error) {
 	if req == nil {
 		return nil, errors.New("retryhost: Stream needs a request")
@@ -251,7 +260,7 @@ func (m *RetryableModel) commit(ctx context.Context, q *request, res attemptResu
 	}
 	if f := m.cfg.onCommit; f != nil {
 		f(ctx, CommitInfo{Model: q.cur.model, Number: q.cur.number, Failed: slices.Clone(q.records),
-			Empty: res.empty, Elapsed: q.r.cfg.now().Sub(q.begun)})
+			Empty: res.empty, Elapsed: q.r.cfg.now().Sub(q.begun), Header: res.stream.Header()})
 	}
 	res.stream.onEnd = func(err error) {
 		cancel()

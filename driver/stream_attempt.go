@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		return fail(err)
 	}
 	s.ch = ch
+	ch.commit = sp.commit
 	up, err := openStream(actx, sp.model, sp.req)
 	if err != nil {
 		return fail(err)
@@ -178,10 +180,12 @@ type attemptStream struct {
 	gapW   *gapWatch
 	stopAF func() bool
 
-	// pending is the upstream Recv running on a goroutine of its own, when
-	// a wait for it was bounded by a hold time that ran out first (see
-	// next); nil otherwise. At most one Recv is ever in flight.
-	pending chan upPart
+	// rd reads the upstream while a transform holds parts (see next);
+	// inflight reports a Recv it runs whose result next has not taken yet
+	// (a hold time ran out first). At most one Recv is ever in flight.
+	rd        *holdReader
+	inflight  bool
+	committed bool // set by commitNow, on the pulling goroutine
 
 	mu     sync.Mutex // the slow path of Recv vs a concurrent Close
 	out    []Part
@@ -209,6 +213,7 @@ func (s *attemptStream) commitNow() error {
 	if s.gap > 0 && !s.upDone {
 		s.gapW = startGapWatch(s.clock, s.gap, s.cancel)
 	}
+	s.committed = true
 	return nil
 }
 
@@ -233,6 +238,7 @@ func (s *attemptStream) release() {
 	if s.up != nil {
 		_ = s.up.Close()
 	}
+	s.rd.stop()
 	if s.ch != nil {
 		s.ch.close()
 	}
@@ -313,7 +319,7 @@ func (s *attemptStream) recv() (Part, error) {
 		if s.head != 0 {
 			s.out, s.head = s.out[:0], 0
 		}
-		if !s.upDone && s.ch.active == 0 && s.pending == nil {
+		if !s.upDone && s.ch.active == 0 && !s.inflight {
 			s.fast.Store(true) // from the next Recv on
 			p, err := s.pull()
 			if err != nil || p.Kind == abi.KindError {
@@ -401,47 +407,51 @@ type upPart struct {
 // eyes: while no transform holds a part it is pull, on this goroutine.
 // While one does, the wait is bounded by the oldest held part's
 // MaxHoldTime, so held text never waits on a silent provider longer than
-// the cap promises: the upstream Recv then runs on a goroutine of its own,
-// and when the hold time runs out first next reports expired and keeps
-// that Recv pending for the next call (one Recv in flight at most, so
-// back-pressure holds, and no part is lost or reordered). The timer fires
-// into a channel made for this wait alone, so a timer that fires just as
-// the part arrives is either the one select picks (the part stays pending)
-// or never seen.
+// the cap promises: the upstream Recv then runs on the attempt's reader
+// goroutine, and when the hold time runs out first next reports expired
+// and keeps that Recv in flight for the next call (one Recv in flight at
+// most, so back-pressure holds, and no part is lost or reordered). A hold
+// timer that fires just as the part arrives leaves at most a stale wake-up
+// behind; the caller's expire checks the clock, so a stale wake-up
+// flushes nothing early.
 func (s *attemptStream) next() (p Part, expired bool, err error) {
-	due, held := s.ch.holdDue()
-	if !held && s.pending == nil {
+	due, held := s.ch.holdDue(s.committed)
+	if !held && !s.inflight {
 		p, err = s.pull()
 		return p, false, err
 	}
-	if s.pending == nil {
-		c, up := make(chan upPart, 1), s.up
-		s.pending = c
-		go func() { // ends when Recv returns: at the latest when release closes up
-			p, err := up.Recv()
-			c <- upPart{p, err}
-		}()
+	rd := s.reader()
+	if !s.inflight {
+		rd.req <- struct{}{}
+		s.inflight = true
 	}
 	var fired chan struct{}
-	var t stopper
 	if held {
 		wait := due.Sub(s.clock.Now())
 		if wait <= 0 {
 			return Part{}, true, nil
 		}
-		fired = make(chan struct{})
-		t = s.clock.AfterFunc(wait, func() { close(fired) })
+		select {
+		case <-rd.fired: // a stale wake-up of an earlier wait
+		default:
+		}
+		if rd.t == nil {
+			rd.t = s.clock.AfterFunc(wait, rd.fire)
+		} else {
+			rd.t.Reset(wait)
+		}
+		fired = rd.fired
 	}
 	g := s.gapW
 	if g != nil {
 		g.waiting()
 	}
 	select {
-	case r := <-s.pending:
-		if t != nil {
-			t.Stop()
+	case r := <-rd.res:
+		s.inflight = false
+		if rd.t != nil {
+			rd.t.Stop()
 		}
-		s.pending = nil
 		if g != nil {
 			g.received(r.err == nil && s.commit.IsContent(&r.p))
 		}
@@ -451,6 +461,55 @@ func (s *attemptStream) next() (p Part, expired bool, err error) {
 			g.received(false)
 		}
 		return Part{}, true, nil
+	}
+}
+
+// holdReader reads the upstream on a goroutine of its own, one Recv per
+// request, for the waits that a hold time bounds. An attempt starts one the
+// first time a transform holds a part, and release ends it; its channels
+// and timer are reused by every wait.
+type holdReader struct {
+	req    chan struct{} // one Recv, please; closed by stop
+	res    chan upPart
+	fired  chan struct{} // the hold timer's wake-up
+	fire   func()
+	t      stopper
+	closed bool
+}
+
+// reader returns the attempt's hold reader, starting it on first use.
+func (s *attemptStream) reader() *holdReader {
+	if s.rd != nil {
+		return s.rd
+	}
+	rd := &holdReader{req: make(chan struct{}, 1), res: make(chan upPart, 1), fired: make(chan struct{}, 1)}
+	rd.fire = func() {
+		select {
+		case rd.fired <- struct{}{}:
+		default:
+		}
+	}
+	go func(up Stream) {
+		for range rd.req { // ends when stop closes req; a Recv in flight ends when release closes up
+			p, err := up.Recv()
+			rd.res <- upPart{p, err}
+		}
+	}(s.up)
+	s.rd = rd
+	return rd
+}
+
+// stop ends the reader goroutine (once its Recv in flight, if any, has
+// returned) and its timer. It runs where the stream ends: on the pulling
+// goroutine or under the stream's lock, never beside a request.
+func (rd *holdReader) stop() {
+	if rd == nil || rd.closed {
+		return
+	}
+	rd.closed = true
+	close(rd.req)
+	if rd.t != nil {
+		rd.t.Stop()
 	}
 }
 
@@ -477,6 +536,17 @@ func (s *attemptStream) fireOutcome() {
 		err = nil
 	}
 	s.onEnd(err)
+}
+
+var _ HeaderStream = (*attemptStream)(nil)
+
+// Header returns the HTTP response headers of the attempt's upstream when
+// it carries them ([HeaderStream]), else nil. It reads no per-part state.
+func (s *attemptStream) Header() http.Header {
+	if hs, ok := s.up.(interface{ Header() http.Header }); ok {
+		return hs.Header()
+	}
+	return nil
 }
 
 // Close abandons the stream: the upstream is closed at once (also when a

@@ -51,6 +51,7 @@ type accessLog struct {
 }
 
 func (g *Gateway) logAccess(ctx context.Context, r *http.Request, l *accessLog) {
+	g.metrics.request(l)
 	g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "request",
 		slog.String("id", l.id), slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.Int("status", l.status), slog.String("outcome", l.outcome),
@@ -110,7 +111,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		writeErrorParam(w, l.status, "invalid_request_error", "invalid_request", re.msg, re.param)
 		return
 	}
-	l.stream, l.route = cr.stream, cr.model
+	l.stream = cr.stream
 	chain := make([]*route, 0, 1+len(cr.fallbacks))
 	for i, name := range append([]string{cr.model}, cr.fallbacks...) {
 		rt := gen.routes[name]
@@ -126,6 +127,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		chain = append(chain, rt)
 	}
+	l.route = cr.model // a known route only: it labels metrics, whose label values must stay few
 
 	// The request's context: the client's, ended also by the gateway's
 	// shutdown (with ErrShuttingDown as its cause).
@@ -220,6 +222,8 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	l.status = http.StatusOK
+	g.metrics.streams.Inc()
+	defer g.metrics.streams.Dec()
 	_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.writeTimeout))
 	w.WriteHeader(http.StatusOK)
 	var (

@@ -238,6 +238,20 @@ func TestMalformedEventsSkipped(t *testing.T) {
 	r.healthy()
 }
 
+// Line endings other than LF (which SSE allows) reach the client as a
+// normal stream, malformed events among them still skipped.
+func TestUpstreamLineEndings(t *testing.T) {
+	r := newRig(t, "")
+	for _, eol := range []string{"\r", "\r\n"} {
+		r.up["primary"].play(act{eol: eol, malformed: 1, chunks: []string{"Par", "is"}})
+		got := r.stream("primary")
+		require.NoError(t, got.err, "%q", eol)
+		require.Equal(t, "Paris", got.text, "%q", eol)
+	}
+	require.EqualValues(t, 4, r.gw.MalformedEvents())
+	require.Empty(t, r.up["backup"].requests())
+}
+
 // Per-request fallbacks run, in order, when the route's policy request fails.
 func TestPerRequestFallbacks(t *testing.T) {
 	r := newRig(t, `"rules": []`)

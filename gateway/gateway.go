@@ -163,11 +163,12 @@ func WithLogger(l *slog.Logger) Option {
 // it with [New]; Close it to release its policy. It is safe for concurrent
 // use.
 type Gateway struct {
-	cfg    config
-	src    Source
-	mux    *http.ServeMux
-	client *http.Client // the upstreams' client when the gateway made it; nil otherwise
-	stats  *stats
+	cfg     config
+	src     Source
+	mux     *http.ServeMux
+	client  *http.Client // the upstreams' client when the gateway made it; nil otherwise
+	stats   *stats
+	metrics *metrics
 
 	reloadMu sync.Mutex // serialises Reload
 	cur      atomic.Pointer[generation]
@@ -192,6 +193,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		headerTimeout: 60 * time.Second, writeTimeout: 30 * time.Second,
 		retryAfterBusy: time.Second,
 	}, stats: &stats{}}
+	g.metrics = newMetrics(g.stats)
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("gateway: nil option")
@@ -228,6 +230,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g.mux = http.NewServeMux()
 	g.mux.HandleFunc("/v1/chat/completions", g.authed(g.chat))
 	g.mux.HandleFunc("/v1/models", g.authed(g.models))
+	g.mux.Handle("/metrics", g.authed(g.metrics.handler().ServeHTTP))
 	g.mux.HandleFunc("/healthz", g.healthz)
 	g.mux.HandleFunc("/readyz", g.readyz)
 	g.mux.HandleFunc("/", g.authed(func(w http.ResponseWriter, r *http.Request) {
@@ -247,6 +250,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.Serv
 func (g *Gateway) Reload(ctx context.Context) error {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
+	if g.cur.Load() == nil {
+		return ErrShuttingDown // closed
+	}
 	gen, err := g.load(ctx)
 	if err != nil {
 		g.stats.reloadFailures.Add(1)
@@ -254,13 +260,7 @@ func (g *Gateway) Reload(ctx context.Context) error {
 			slog.String("source", g.src.name), slog.String("error", err.Error()))
 		return err
 	}
-	old := g.cur.Swap(gen)
-	if old == nil { // closed meanwhile
-		g.cur.Store(nil)
-		gen.release()
-		return ErrShuttingDown
-	}
-	old.release()
+	g.cur.Swap(gen).release() // closes it after its last request
 	g.stats.reloads.Add(1)
 	g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "policy reloaded", slog.String("source", g.src.name),
 		slog.Int("routes", len(gen.names)))
@@ -345,6 +345,7 @@ type route struct {
 func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	o := g.src.opts
 	o.StreamOptions = append(slices.Clip(o.StreamOptions), driver.WithOnCommit(onCommit))
+	o.RunnerOptions = append(slices.Clip(o.RunnerOptions), driver.WithObserver(observer{g.metrics}))
 	if o.HTTPClient == nil {
 		o.HTTPClient = g.client
 	}
@@ -504,10 +505,12 @@ func (g *Gateway) enter(w http.ResponseWriter) bool {
 	}
 	g.inflight.Add(1)
 	g.mu.Unlock()
+	g.metrics.inflight.Inc()
 	return true
 }
 
 func (g *Gateway) leave() {
+	g.metrics.inflight.Dec()
 	<-g.sem
 	g.inflight.Done()
 }

@@ -109,6 +109,7 @@ func TestRequestErrors(t *testing.T) {
 		{`{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, "model_not_found", 404},
 		{`{"model":"primary","fallbacks":["nope"],"messages":[{"role":"user","content":"hi"}]}`, "model_not_found", 404},
 		{`{"model":"primary","messages":[]}`, "invalid_request", 400},
+		{`{"model":"primary","fallbacks":["backup","backup","backup","backup","backup","backup","backup","backup","backup"],"messages":[{"role":"user","content":"hi"}]}`, "invalid_request", 400},
 		{`{"model":"primary","n":2,"messages":[{"role":"user","content":"hi"}]}`, "invalid_request", 400},
 		{`{"messages":[{"role":"user","content":"hi"}]}`, "invalid_request", 400},
 		{`[1,2]`, "invalid_request", 400},
@@ -196,6 +197,8 @@ func TestConcurrencyLimit(t *testing.T) {
 	got := <-done
 	require.NoError(t, got.err)
 	require.Equal(t, "slow", got.text)
+	// The slot frees when the handler returns, just after the client's [DONE].
+	require.Eventually(t, func() bool { return len(r.gw.sem) == 0 }, 5*time.Second, time.Millisecond)
 	r.healthy()
 }
 
@@ -209,13 +212,67 @@ func TestWriteDeadlineClearedForKeepAlive(t *testing.T) {
 	var reused []bool
 	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = append(reused, i.Reused) }}
 	ctx := httptrace.WithClientTrace(context.Background(), trace)
-	for i := range 2 {
-		got := r.stream("primary")
-		require.NoError(t, got.err)
+	for i := range 3 {
 		cc, err := r.client.Chat.Completions.New(ctx, params("primary"))
 		require.NoError(t, err, "request %d", i)
 		require.Equal(t, "ok", cc.Choices[0].Message.Content)
 		time.Sleep(200 * time.Millisecond) // past the write deadline (no assertion on time)
 	}
 	require.Contains(t, reused, true, "the test needs a reused connection")
+}
+
+// WithUpstreamConns caps the connections to an upstream: a second request
+// waits for the first one's connection.
+func TestUpstreamConnectionLimit(t *testing.T) {
+	r := newRig(t, `"rules": []`, WithUpstreamConns(1))
+	hold := make(chan struct{})
+	r.up["primary"].play(act{chunks: []string{"first"}, afterText: hold}, act{chunks: []string{"second"}})
+	first := make(chan streamed, 1)
+	go func() { first <- r.stream("primary") }()
+	require.Eventually(t, func() bool { return len(r.up["primary"].requests()) == 1 }, 5*time.Second, time.Millisecond)
+	second := make(chan streamed, 1)
+	go func() { second <- r.stream("primary") }()
+	require.Never(t, func() bool { return len(r.up["primary"].requests()) > 1 }, 200*time.Millisecond, 5*time.Millisecond,
+		"a second upstream connection was opened")
+	close(hold)
+	require.Equal(t, "first", (<-first).text)
+	got := <-second
+	require.NoError(t, got.err)
+	require.Equal(t, "second", got.text)
+}
+
+// /metrics exposes requests, attempts, fail-overs, commits, time to first
+// content, in-flight gauges and the gateway's own counters.
+func TestMetrics(t *testing.T) {
+	r := newRig(t, "")
+	r.up["primary"].play(act{status: 503})
+	r.up["backup"].play(act{chunks: []string{"ok"}})
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	r.up["primary"].play(act{malformed: 1, chunks: []string{"ok"}})
+	require.NoError(t, r.stream("primary").err)
+	resp, body := r.rawStream(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+
+	mr, err := r.hc.Get(r.srv.URL + "/metrics")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(mr.Body)
+	mr.Body.Close()
+	body = string(b)
+	for _, want := range []string{
+		`retryhost_gateway_requests_total{code="200",outcome="ok",route="primary"} 2`,
+		`retryhost_gateway_requests_total{code="404",outcome="client_error",route=""} 1`,
+		`retryhost_gateway_attempts_total{class="overloaded",model="primary",outcome="error"} 1`,
+		`retryhost_gateway_attempts_total{class="",model="backup",outcome="success"} 1`,
+		`retryhost_gateway_failovers_total{to="backup"} 1`,
+		`retryhost_gateway_commits_total{model="backup"} 1`,
+		`retryhost_gateway_time_to_first_content_seconds_count{model="primary"} 1`,
+		`retryhost_gateway_inflight_requests 0`,
+		`retryhost_gateway_inflight_streams 0`,
+		`retryhost_gateway_upstream_malformed_events_total 1`,
+		`go_goroutines`,
+	} {
+		require.Contains(t, body, want)
+	}
+	require.NotContains(t, body, "nope", "a client's unknown route name never becomes a label value")
 }

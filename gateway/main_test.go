@@ -209,3 +209,9 @@ func maxInWindow(hits []hit, d time.Duration) int {
 }
 
 var _ = time.Second
+
+func newTestServer(t *testing.T, h http.Handler) *httptest.Server {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}

@@ -30,6 +30,10 @@ func badRequest(param, format string, args ...any) error {
 	return &requestError{param: param, msg: fmt.Sprintf(format, args...)}
 }
 
+// maxFallbacks caps a request's own fallback chain: each link is a whole
+// policy request.
+const maxFallbacks = 8
+
 // gatewayFields are the fields the gateway consumes; every other field is
 // forwarded to OpenAI-compatible upstreams as it came.
 var gatewayFields = map[string]bool{"model": true, "stream": true, "stream_options": true, "fallbacks": true}
@@ -69,6 +73,9 @@ func parseChat(body []byte, providers []string) (*chatRequest, error) {
 	}
 	if err := field(fields, "fallbacks", &c.fallbacks); err != nil {
 		return nil, badRequest("fallbacks", "fallbacks: want a list of route names")
+	}
+	if len(c.fallbacks) > maxFallbacks {
+		return nil, badRequest("fallbacks", "fallbacks: at most %d routes, got %d", maxFallbacks, len(c.fallbacks))
 	}
 	var n *int
 	if err := field(fields, "n", &n); err != nil || (n != nil && *n != 1) {

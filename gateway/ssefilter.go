@@ -30,9 +30,44 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
-		resp.Body = &eventReader{src: resp.Body, r: bufio.NewReaderSize(resp.Body, 16<<10), skipped: f.skipped}
+		resp.Body = &eventReader{src: resp.Body, r: newBufReader(resp.Body), skipped: f.skipped}
 	}
 	return resp, nil
+}
+
+func newBufReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(&lfReader{r: r}, 16<<10) }
+
+// lfReader folds the line endings SSE allows (CRLF, CR, LF) into LF, in
+// place, so that events split on LF.
+type lfReader struct {
+	r  io.Reader
+	cr bool // the last byte read was a CR: a LF right after it is its pair
+}
+
+func (l *lfReader) Read(p []byte) (int, error) {
+	for {
+		n, err := l.r.Read(p)
+		if n = l.fold(p[:n]); n > 0 || err != nil || len(p) == 0 {
+			return n, err
+		}
+	}
+}
+
+func (l *lfReader) fold(b []byte) int {
+	w := 0
+	for _, c := range b {
+		if l.cr && c == '\n' {
+			l.cr = false
+			continue
+		}
+		l.cr = c == '\r'
+		if l.cr {
+			c = '\n'
+		}
+		b[w] = c
+		w++
+	}
+	return w
 }
 
 // eventReader passes well-formed events through unchanged.
@@ -46,6 +81,7 @@ type eventReader struct {
 	partial []byte // a line longer than the read buffer, so far
 	hasData bool
 	tooBig  bool
+	started bool   // past the first line
 	out     []byte // released bytes; out[off:] not yet read
 	off     int
 	err     error
@@ -100,7 +136,11 @@ func (e *eventReader) step() {
 }
 
 func (e *eventReader) line(line []byte) {
-	trimmed := bytes.TrimRight(line, "\r\n")
+	if !e.started { // a byte-order mark may open the stream
+		e.started = true
+		line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
+	}
+	trimmed := bytes.TrimSuffix(line, []byte("\n"))
 	if len(trimmed) == 0 { // the end of an event
 		if len(e.event) > 0 || e.tooBig {
 			if e.hasData && !e.tooBig && wellFormed(e.data) {

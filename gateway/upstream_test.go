@@ -31,6 +31,7 @@ type act struct {
 	cut        bool            // after the chunks, reset the connection (no finish, no [DONE])
 	noFinish   bool            // after the chunks, end cleanly but without finish or [DONE]
 	finish     string          // default "stop"
+	eol        string          // line endings: default LF; "\r" or "\r\n"
 }
 
 // hit is one request the upstream received.
@@ -148,6 +149,9 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 			id, "up-"+u.name, u.name, delta, f)
 	}
 	send := func(s string) bool {
+		if a.eol != "" {
+			s = strings.ReplaceAll(s, "\n", a.eol)
+		}
 		if _, err := io.WriteString(w, s); err != nil {
 			return false
 		}

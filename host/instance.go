@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,6 +115,10 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 		in.ctx.kill = make(chan struct{})
 	}
 	rt.watch(in)
+	if in.ctx.kill != nil {
+		// The Load context ends init too (Load reports ctx's error).
+		defer context.AfterFunc(ctx, in.ctx.stop)()
+	}
 	fail := func(reason error, err error) (*instance, error) {
 		in.close()
 		return nil, loadErr(p.name, reason, err)
@@ -145,7 +150,7 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 	if in.bufCap == 0 {
 		why := fmt.Errorf("call %s.%s with %d to %d bytes during %s", abi.ModuleName, abi.ImportBuffer, abi.MinBufferSize, rt.cfg.maxBuffer, abi.ExportInit)
 		if in.bufStatus != abi.StatusOK {
-			why = fmt.Errorf("%w (the last call got %v)", why, in.bufStatus)
+			why = fmt.Errorf("%w (the last call got %s)", why, in.bufStatus.String())
 		}
 		return fail(ErrNoBuffer, why)
 	}
@@ -198,7 +203,7 @@ func (in *instance) call(f api.Function, timeout time.Duration) error {
 }
 
 // wallFactor bounds a measured call's wall-clock time: a call whose thread
-// is starved of CPU may take this many times its timeout before it is
+// is starved of CPU may take this many times the call timeout before it is
 // stopped anyway (1 s at the default 50 ms).
 const wallFactor = 20
 
@@ -220,7 +225,13 @@ func (in *instance) measuredCall(f api.Function, timeout time.Duration) error {
 	if ok {
 		in.cpu0.Store(c0)
 		in.budget.Store(int64(timeout))
-		in.wallCap.Store(start + wallFactor*int64(timeout))
+		// 20× the call timeout in all (1 s by default); an init call
+		// (seconds of timeout) gets the same grace, not 20× its own.
+		f := int64(wallFactor)
+		if rt.cfg.wallFactor > 0 {
+			f = int64(rt.cfg.wallFactor)
+		}
+		in.wallCap.Store(start + int64(timeout) + (f-1)*int64(rt.cfg.callTimeout))
 		in.tid.Store(tid)
 	}
 	in.deadline.Store(start + int64(timeout))
@@ -276,9 +287,20 @@ func classify(err error, claimed bool) error {
 		return fmt.Errorf("%w: %v", ErrExit, err)
 	case errors.As(err, &ee):
 		return fmt.Errorf("%w: %w", ErrExit, err)
+	case isStackOverflow(err):
+		return fmt.Errorf("%w: %w: %w", ErrTrap, ErrStackOverflow, err)
 	default:
 		return fmt.Errorf("%w: %w", ErrTrap, err)
 	}
+}
+
+// isStackOverflow recognises wazero's stack-overflow trap. Its error value
+// is internal to wazero (wasmruntime.ErrRuntimeStackOverflow), so this reads
+// the message: the compiler returns it bare ("stack overflow"), the
+// interpreter with a stack trace ("wasm error: stack overflow\n…").
+func isStackOverflow(err error) bool {
+	msg := err.Error()
+	return msg == "stack overflow" || strings.HasPrefix(msg, "wasm error: stack overflow")
 }
 
 func errOr(err error) error {

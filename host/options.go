@@ -29,6 +29,7 @@ type config struct {
 	outputCap    int
 	logLineLimit int
 	observer     Observer // nil: none
+	limits       ModuleLimits
 	// ABI v1.2 runtime limits (see the README's sandbox limits table).
 	breakerCooldown time.Duration
 	maxBuffer       int
@@ -42,6 +43,10 @@ type config struct {
 	// guest memory, on the calling goroutine.
 	clock  func() int64
 	onGrow func()
+	// wallFactor replaces the wall-clock cap of CPU-timed calls (0: the
+	// default 20× the call timeout): a test on a machine loaded beyond
+	// its own spinners checks CPU-time semantics, not that cap.
+	wallFactor int
 }
 
 func defaultConfig() config {
@@ -54,6 +59,7 @@ func defaultConfig() config {
 		breakerSpan:  time.Minute,
 		outputCap:    64 << 10,
 		logLineLimit: 1000,
+		limits:       DefaultModuleLimits(),
 
 		breakerCooldown: 30 * time.Second,
 		maxBuffer:       1 << 20,
@@ -262,4 +268,129 @@ func WithInstances(n int) LoadOption {
 // caps are not clamped by [WithHoldLimits].
 func WithPolicy(p abi.TransformPolicy) LoadOption {
 	return loadOptionFunc(func(c *loadConfig) { c.policy = &p })
+}
+
+// ModuleLimits bounds what a module may declare and what loading it may
+// cost the host, checked by a linear pre-parse of the binary before wazero
+// decodes or compiles it (wazero allocates what a module declares, lists
+// exports in quadratic time and compiles nested blocks in quadratic time).
+// A module past a limit fails to load with [ErrLimit] and a [*LimitError]
+// naming the field. The defaults leave room many times over for the
+// built-in plugins (the Go-SDK builds: 3.4–4 MB, about 2,400 functions, 19
+// imports, 5–10 exports, 1 MB of data in 41,000 segments, bodies up to 50
+// KB, nesting 549, 20 locals, one table of 6,500 entries, 13 types, 8
+// globals; the C builds are far smaller).
+// A ModuleLimits is a plain value, safe to copy.
+type ModuleLimits struct {
+	// ModuleBytes: size of the binary. Default 16 MiB.
+	ModuleBytes int
+	// Functions: imported and defined functions. Default 50,000.
+	Functions int
+	// Imports: imports of any kind. Default 1,000.
+	Imports int
+	// Exports: exports of any kind. Default 1,000.
+	Exports int
+	// DataBytes: bytes of all data segments together. Default 8 MiB.
+	DataBytes int
+	// BodyBytes: size of one function body. Default 1 MiB.
+	BodyBytes int
+	// Nesting: depth of nested blocks, loops and ifs in one function
+	// (compile time is quadratic in it). Default 2,048.
+	Nesting int
+	// Locals: declared locals of one function. Default 50,000.
+	Locals int
+	// Tables: imported and defined tables. Default 4.
+	Tables int
+	// TableEntries: entries all tables of one instance can ever hold
+	// together (8 bytes of host memory each, outside WithMemoryLimit): a
+	// table's declared maximum, or its size if it declares none (then the
+	// code may not grow it). Default 1,048,576 (8 MiB).
+	TableEntries int
+	// Types: function types. wazero keeps a few hundred bytes per type
+	// (15 MiB of types took 1.5 GB to decode). Default 10,000.
+	Types int
+	// Globals: imported and defined globals (kept per instance). Default
+	// 10,000.
+	Globals int
+	// DataSegments: data segments (a Go guest has ~40,000 per MB of
+	// data). Default 500,000.
+	DataSegments int
+	// Elements: element segments and their items together. Default
+	// 262,144.
+	Elements int
+	// Names: entries of the "name" custom section's function and local
+	// maps, which wazero decodes. Default 262,144.
+	Names int
+	// CompileTimeout bounds compiling one module, in trusted mode too;
+	// the Load context's deadline applies as well. Default 2m (a 4 MB Go guest
+	// compiles in 3–8 s, 25 s under the race detector).
+	CompileTimeout time.Duration
+}
+
+// DefaultModuleLimits returns the limits a [Runtime] applies unless
+// [WithModuleLimits] says otherwise.
+func DefaultModuleLimits() ModuleLimits {
+	return ModuleLimits{
+		ModuleBytes:    16 << 20,
+		Functions:      50_000,
+		Imports:        1000,
+		Exports:        1000,
+		DataBytes:      8 << 20,
+		BodyBytes:      1 << 20,
+		Nesting:        2048,
+		Locals:         50_000,
+		Tables:         4,
+		TableEntries:   1 << 20,
+		Types:          10_000,
+		Globals:        10_000,
+		DataSegments:   500_000,
+		Elements:       1 << 18,
+		Names:          1 << 18,
+		CompileTimeout: 2 * time.Minute,
+	}
+}
+
+// WithModuleLimits sets the limits every module loaded through the
+// Runtime must meet. A field ≤ 0 keeps its default (see [ModuleLimits]);
+// there is no "unlimited".
+func WithModuleLimits(l ModuleLimits) Option {
+	return optionFunc(func(c *config) {
+		set := func(dst *int, v int) {
+			if v > 0 {
+				*dst = v
+			}
+		}
+		m := &c.limits
+		set(&m.ModuleBytes, l.ModuleBytes)
+		set(&m.Functions, l.Functions)
+		set(&m.Imports, l.Imports)
+		set(&m.Exports, l.Exports)
+		set(&m.DataBytes, l.DataBytes)
+		set(&m.BodyBytes, l.BodyBytes)
+		set(&m.Nesting, l.Nesting)
+		set(&m.Locals, l.Locals)
+		set(&m.Tables, l.Tables)
+		set(&m.TableEntries, l.TableEntries)
+		set(&m.Types, l.Types)
+		set(&m.Globals, l.Globals)
+		set(&m.DataSegments, l.DataSegments)
+		set(&m.Elements, l.Elements)
+		set(&m.Names, l.Names)
+		if l.CompileTimeout > 0 {
+			m.CompileTimeout = l.CompileTimeout
+		}
+	})
+}
+
+// WithInitTimeout bounds each instance's initialisation (_initialize and
+// retryhost_init) in guarded mode; the Load context ends it too. Default
+// 5s. A plugin that outlives it fails to load ([ErrInit] wrapping
+// [ErrTimeout]). Values ≤ 0 keep the default. In trusted mode nothing can
+// stop guest code, init included.
+func WithInitTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.initTimeout = d
+		}
+	})
 }

@@ -71,9 +71,11 @@ func (p *Plugin) IsCondition() bool { return p.isCondition }
 // IsTransform reports whether the plugin exports the transform functions.
 func (p *Plugin) IsTransform() bool { return p.isTransform }
 
-// Policy returns the transform policy: the one given with [WithPolicy],
-// else the one the plugin declared in its init, else the zero policy
-// (fail-open, default caps).
+// Policy returns the transform policy: the one given with [WithPolicy] as
+// is, else the one the plugin declared in its init (or the zero policy,
+// fail-open, if it declared none) with its hold caps clamped to the
+// operator's maxima ([WithHoldLimits]): a cap left at 0, or declared above
+// the maximum, is the maximum.
 func (p *Plugin) Policy() abi.TransformPolicy { return p.policy }
 
 // Hints returns the ABI v1.1 hints the plugin declared with its policy in

@@ -3,6 +3,9 @@ package host
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
+	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,12 +23,6 @@ func u32s(vs ...uint32) []byte {
 	}
 	return b
 }
-
-var (
-	partStartV12  = abi.Part{Kind: abi.KindStreamStart}
-	partMetaV12   = abi.Part{Kind: abi.KindResponseMeta, Meta: &abi.ResponseMeta{ModelID: "m"}}
-	partFinishV12 = abi.Part{Kind: abi.KindFinish, Finish: &abi.Finish{Reason: abi.FinishReason{Unified: abi.ReasonStop}}}
-)
 
 func TestBuffer_OverTheCapFailsTheLoad(t *testing.T) {
 	ctx := context.Background()
@@ -98,73 +95,73 @@ func TestReplace_Caps(t *testing.T) {
 	})
 }
 
-// TestFrame: whatever a transform answers, the framing parts it held are
-// neither dropped nor duplicated (ABI.md §6.4).
+// TestFrame runs the framing conformance vectors (testdata/abi/framing.json,
+// ABI.md §6.4): whatever a transform answers, the framing parts it held are
+// neither dropped nor duplicated.
 func TestFrame(t *testing.T) {
-	x := abi.Part{Kind: abi.KindTextDelta, ID: "t0", Delta: "X"}
-	ts := abi.Part{Kind: abi.KindTextStart, ID: "t0"}
-	d := abi.Part{Kind: abi.KindTextDelta, ID: "t0", Delta: "secret"}
-	v := func(a abi.PartAction, r ...abi.Part) abi.Verdict { return abi.Verdict{Action: a, Replace: r} }
-	type step struct {
-		part *abi.Part // nil: the end of the stream
-		in   abi.Verdict
-		want abi.Verdict
+	raw, err := os.ReadFile("../testdata/abi/framing.json")
+	require.NoError(t, err)
+	var file struct {
+		Cases []struct {
+			Name  string
+			Steps []struct {
+				Part      string
+				Guest     string
+				GuestList []string `json:"guest_list"`
+				Host      string
+				HostList  []string `json:"host_list"`
+			}
+		}
 	}
-	tests := []struct {
-		name  string
-		steps []step
-	}{
-		{"drop at end keeps the held preamble", []step{
-			{&partStartV12, v(abi.PartHold), v(abi.PartHold)},
-			{&partMetaV12, v(abi.PartHold), v(abi.PartHold)},
-			{&ts, v(abi.PartHold), v(abi.PartHold)},
-			{&d, v(abi.PartHold), v(abi.PartHold)},
-			{nil, v(abi.PartDrop), v(abi.PartReplace, partStartV12, partMetaV12)},
-		}},
-		{"replace at end keeps the preamble and the finish around the list", []step{
-			{&partStartV12, v(abi.PartHold), v(abi.PartHold)},
-			{&d, v(abi.PartHold), v(abi.PartHold)},
-			{&partFinishV12, v(abi.PartHold), v(abi.PartHold)},
-			{nil, v(abi.PartReplace, x), v(abi.PartReplace, partStartV12, x, partFinishV12)},
-		}},
-		{"drop of a framing part holds it", []step{
-			{&partStartV12, v(abi.PartDrop), v(abi.PartHold)},
-			{&d, v(abi.PartDrop), v(abi.PartDrop)},
-			{nil, v(abi.PartDrop), v(abi.PartReplace, partStartV12)},
-		}},
-		{"replace mid-stream keeps the held stream-start", []step{
-			{&partStartV12, v(abi.PartHold), v(abi.PartHold)},
-			{&d, v(abi.PartReplace, x), v(abi.PartReplace, partStartV12, x)},
-			{nil, v(abi.PartDrop), v(abi.PartDrop)},
-		}},
-		{"replace of the current finish keeps it last", []step{
-			{&partFinishV12, v(abi.PartReplace, x), v(abi.PartReplace, x, partFinishV12)},
-		}},
-		{"pass releases: nothing held any more", []step{
-			{&partStartV12, v(abi.PartHold), v(abi.PartHold)},
-			{&d, v(abi.PartPass), v(abi.PartPass)},
-			{nil, v(abi.PartDrop), v(abi.PartDrop)},
-		}},
-		{"hold at end is pass", []step{
-			{&partStartV12, v(abi.PartHold), v(abi.PartHold)},
-			{nil, v(abi.PartHold), v(abi.PartPass)},
-		}},
-		{"error discards everything", []step{
-			{&partStartV12, v(abi.PartHold), v(abi.PartHold)},
-			{&d, v(abi.PartError), v(abi.PartError)},
-		}},
+	require.NoError(t, json.Unmarshal(raw, &file))
+	require.NotEmpty(t, file.Cases)
+	actions := map[string]abi.PartAction{}
+	for a := abi.PartPass; a.Valid(); a++ {
+		actions[a.String()] = a
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
+	part := func(s string) abi.Part {
+		kind, delta, _ := strings.Cut(s, ":")
+		for k := abi.KindStreamStart; k.Valid(); k++ {
+			if k.String() == kind {
+				return abi.Part{Kind: k, Delta: delta}
+			}
+		}
+		t.Fatalf("unknown kind %q", kind)
+		return abi.Part{}
+	}
+	verdict := func(a string, list []string) abi.Verdict {
+		act, ok := actions[a]
+		require.True(t, ok, "unknown verdict %q", a)
+		v := abi.Verdict{Action: act}
+		if act == abi.PartReplace {
+			v.Replace = []abi.Part{}
+			for _, s := range list {
+				v.Replace = append(v.Replace, part(s))
+			}
+		}
+		return v
+	}
+	for _, tc := range file.Cases {
+		t.Run(tc.Name, func(t *testing.T) {
 			st := &stream{}
-			for i, s := range tc.steps {
+			for i, s := range tc.Steps {
+				in := verdict(s.Guest, s.GuestList)
 				var got abi.Verdict
-				if s.part == nil {
-					got = st.frameEnd(s.in)
+				if s.Part == "end" {
+					got = st.frameEnd(in)
 				} else {
-					got = st.frame(s.part, s.in)
+					p := part(s.Part)
+					got = st.frame(&p, in)
 				}
-				require.Equal(t, s.want, got, "step %d", i)
+				want := verdict(s.Host, s.HostList)
+				require.Equal(t, want.Action, got.Action, "step %d", i)
+				if want.Action == abi.PartReplace {
+					require.Equal(t, len(want.Replace), len(got.Replace), "step %d: %v", i, got.Replace)
+					for j := range want.Replace {
+						require.Equal(t, want.Replace[j].Kind, got.Replace[j].Kind, "step %d part %d", i, j)
+						require.Equal(t, want.Replace[j].Delta, got.Replace[j].Delta, "step %d part %d", i, j)
+					}
+				}
 			}
 		})
 	}
@@ -382,4 +379,37 @@ func TestLogLimit_IsALifetimeBudget(t *testing.T) {
 	}
 	require.Equal(t, 2, n, "the first 2 lines of the instance's life, then none")
 	require.Equal(t, 1, warned, "one warning when the budget is spent")
+}
+
+// TestCapacity_OpenPartNoRoom: the i64 OpenNoRoom from retryhost_open_part
+// is a refusal for lack of room, not a failure: no breaker count, no
+// discarded instance, no close owed.
+func TestCapacity_OpenPartNoRoom(t *testing.T) {
+	ctx := context.Background()
+	rt := newRuntime(t, WithBreaker(1, time.Hour))
+	p, err := rt.Load(ctx, "noroom", fixture(t, "noroom_openpart"), WithInstances(1))
+	require.NoError(t, err)
+	part := abi.Part{Kind: abi.KindTextDelta, Delta: "x"}
+	first, err := p.Open(ctx, abi.StreamInfo{ID: 1})
+	require.NoError(t, err)
+	_, err = first.Part(ctx, &part)
+	require.NoError(t, err)
+	gen := p.slots[0].gen
+	for i := range 5 {
+		st, err := p.Open(ctx, abi.StreamInfo{ID: uint64(2 + i)})
+		require.NoError(t, err, "no capacity declared: the host opens lazily")
+		_, err = st.Part(ctx, &part)
+		require.ErrorIs(t, err, ErrNoCapacity)
+		var re *ResultError
+		require.ErrorAs(t, err, &re)
+		require.Equal(t, ResultError{Export: abi.ExportOpenPart, Result: int64(abi.OpenNoRoom)}, *re)
+		st.Close()
+	}
+	require.Equal(t, gen, p.slots[0].gen, "the instance is kept")
+	first.Close()
+	st, err := p.Open(ctx, abi.StreamInfo{ID: 9})
+	require.NoError(t, err, "not disabled")
+	_, err = st.Part(ctx, &part)
+	require.NoError(t, err, "room again after the close")
+	st.Close()
 }

@@ -72,6 +72,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "retryhost run: %v\n", err)
+		if ctx.Err() != nil { // interrupted while loading (plugin loads honour ctx)
+			return exitFail
+		}
 		return exitUsage
 	}
 	defer func() { _ = pol.Close(context.Background()) }()

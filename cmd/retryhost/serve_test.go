@@ -195,3 +195,16 @@ func startDemoUpstreamForTest(t *testing.T) string {
 	t.Fatal("no gamma")
 	return ""
 }
+
+// The server's own limit on request headers.
+func TestServe_HeaderLimit(t *testing.T) {
+	base, _, stop := startServe(t)
+	req, err := http.NewRequest(http.MethodGet, base+"/v1/models", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Big", strings.Repeat("h", serveMaxHeaderBytes+4096))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+	require.Equal(t, exitOK, stop())
+}

@@ -1,6 +1,7 @@
 ;; tablehuge.wat (hostile): four declared tables of 2^27-1 entries, never
 ;; touched (the Go heap accounts 8 GiB for them).
-;; Expected: refused at load (ErrLimit, LimitError "Tables").
+;; Expected: refused at load (ErrLimit, LimitError "TableEntries": the first
+;; table alone is 128 times the default limit).
 (module
   (import "retryhost_v1" "buffer" (func $buffer (param i32 i32) (result i32)))
   (memory (export "memory") 2)

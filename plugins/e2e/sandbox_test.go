@@ -14,6 +14,7 @@ import (
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/plugins/internal/plugintest"
 )
 
@@ -139,4 +140,75 @@ func kinds(ps []abi.Part) []string {
 		out[i] = p.Kind.String()
 	}
 	return out
+}
+
+// TestRefusalBuilds_SameCapPolicy: the Go and C builds of the refusal
+// detector declare the same on_cap for the same config (ABI v1.2: unset
+// follows "fail", "flush" and "fail" are explicit).
+func TestRefusalBuilds_SameCapPolicy(t *testing.T) {
+	ctx := context.Background()
+	rt := plugintest.Runtime(t, host.WithCallTimeout(10*time.Second))
+	goBuild, err := os.ReadFile("../refusal/refusal.wasm")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		config string
+		onCap  abi.CapAction
+		fails  bool
+	}{
+		{`{}`, abi.CapDefault, false},
+		{`{"fail":"closed"}`, abi.CapDefault, true},
+		{`{"fail":"closed","on_cap":"flush"}`, abi.CapFlush, false},
+		{`{"on_cap":"fail"}`, abi.CapFail, true},
+	} {
+		for build, wasm := range map[string][]byte{"go": goBuild, "c": plugins.Refusal} {
+			p, err := rt.Load(ctx, "refusal-"+build, wasm, host.WithConfig([]byte(tc.config)), host.WithInstances(1))
+			require.NoError(t, err, build)
+			pol := p.Policy()
+			require.Equal(t, tc.onCap, pol.OnCap, "%s %s", build, tc.config)
+			require.Equal(t, tc.fails, pol.FailsAtCap(), "%s %s", build, tc.config)
+			require.NoError(t, p.Close(ctx))
+		}
+	}
+}
+
+// TestHoldCapsClampedThroughTheDriver (issue 11 item 5): a plugin that
+// declares the largest hold caps the record can say and holds every part
+// is held to the operator's maxima by the driver: fail-open, the parts are
+// flushed at 256 and all arrive once; fail-closed, the attempt fails with a
+// HoldCapError at 256 parts instead of buffering the whole upstream.
+func TestHoldCapsClampedThroughTheDriver(t *testing.T) {
+	ctx := context.Background()
+	rt := plugintest.Runtime(t, host.WithCallTimeout(10*time.Second))
+	text := make([]byte, 2000)
+	for i := range text {
+		text[i] = 'a' + byte(i%26)
+	}
+	for _, closed := range []bool{false, true} {
+		cfg := []byte{0}
+		if closed {
+			cfg[0] = 1
+		}
+		p, err := rt.Load(ctx, "holdall", hostFixture(t, "holdall"), host.WithConfig(cfg))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.Close(ctx) })
+		m := &streamer{key: "p/a", parts: plugintest.TextStream(string(text), 2)} // 1000 deltas
+		r, err := driver.New(m)
+		require.NoError(t, err)
+		rm, err := driver.NewRetryableModel(r, driver.WithTransforms(p))
+		require.NoError(t, err)
+		s, err := rm.Stream(ctx, &driver.Request{})
+		var out []abi.Part
+		if err == nil {
+			out, err = drain(s)
+		}
+		if closed {
+			var hc *abi.HoldCapError
+			require.ErrorAs(t, err, &hc)
+			require.Equal(t, 256, hc.Parts, "held up to the operator's maximum, not the declared 2^32-1")
+			require.Empty(t, out)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, m.parts, out, "flushed at the cap, every part once, in order")
+	}
 }

@@ -11,7 +11,10 @@ import (
 	"time"
 
 	ant "github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
@@ -640,4 +643,33 @@ func TestStreamHeader(t *testing.T) {
 	h, ok := st.(interface{ Header() http.Header })
 	require.True(t, ok, "%T has no Header method", st)
 	require.Equal(t, "req_011CSHoEeqs5C35K2UUqR7Fy", h.Header().Get("request-id"))
+}
+
+// With the SDK's own tracing opted in, the body normaliser keeps the SDK's
+// span following the decoded events: the span records what only events
+// carry (the output token count of message_delta), and ends once.
+func TestStreamFramingKeepsSDKTracing(t *testing.T) {
+	for _, name := range []string{"text", "text_mixed"} {
+		t.Run(name, func(t *testing.T) {
+			exp := tracetest.NewInMemoryExporter()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+			t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+			srv := wiretest.ServeFile(t, wire(name))
+			m := model(t, srv, anthropic.WithRequestOptions(option.WithTracerProvider(tp), option.WithOpenTelemetryTraces(true)))
+			st, err := m.Stream(context.Background(), request())
+			require.NoError(t, err)
+			parts, err := wiretest.Collect(st, 1000)
+			require.NoError(t, err)
+			require.Equal(t, "Hello! How can I help you today?", wiretest.Text(parts, abi.KindTextDelta))
+			spans := exp.GetSpans()
+			require.Len(t, spans, 1)
+			var out int64 = -1
+			for _, kv := range spans[0].Attributes {
+				if kv.Key == "gen_ai.usage.output_tokens" {
+					out = kv.Value.AsInt64()
+				}
+			}
+			require.Equal(t, int64(12), out, "the span followed the events")
+		})
+	}
 }

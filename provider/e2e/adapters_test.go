@@ -13,6 +13,7 @@ import (
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/provider/internal/wiretest"
+	"github.com/retryhost/retryhost/provider/openai"
 )
 
 // onRefusalSwitch wraps first with a rule that switches to second on a
@@ -141,4 +142,88 @@ func TestAnthropicEmptyErrorEventFailsOver(t *testing.T) {
 	ends := rec.get()
 	require.Len(t, ends, 2)
 	require.Equal(t, abi.ClassServer, ends[0].Class)
+}
+
+func responsesModel(t *testing.T, srv *wiretest.Server) *openai.Model {
+	t.Helper()
+	m, err := openai.New("gpt-4.1-mini", openai.WithBaseURL(srv.URL+"/v1"), openai.WithAPIKey("sk-test"),
+		openai.WithHTTPClient(srv.Client()), openai.WithResponsesAPI())
+	require.NoError(t, err)
+	return m
+}
+
+// Issue 13 item 8: a Responses API stream that fails before content (a
+// response.failed event, an in-stream error event, a declared refusal)
+// fails over through the real openai-go client like a Chat Completions
+// one: the rule sees the class, the caller gets the next model's answer
+// once.
+func TestResponsesFailsOver(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		class abi.ErrorClass
+	}{
+		{"responses_failed", abi.ClassServer},
+		{"responses_error_event", abi.ClassRateLimit},
+		{"responses_refusal", abi.ClassRefusal},
+		{"responses_failed_invalid_prompt", abi.ClassClient},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first := wiretest.Serve(t, transcript(t, "openai", tc.name))
+			second := wiretest.Serve(t, transcript(t, "anthropic", "text"))
+			rec := &attempts{}
+			r, err := driver.New(responsesModel(t, first), driver.WithObserver(rec),
+				driver.WithRules(driver.OnClass(tc.class).Switch(anthropicModel(t, second))))
+			require.NoError(t, err)
+			rm, err := driver.NewRetryableModel(r)
+			require.NoError(t, err)
+			s, err := rm.Stream(t.Context(), request())
+			require.NoError(t, err)
+			text, starts, err := read(t, s)
+			require.NoError(t, err)
+			require.Equal(t, anthropicAnswer, text)
+			require.Equal(t, 1, starts)
+			ends := rec.get()
+			require.Len(t, ends, 2)
+			require.Equal(t, tc.class, ends[0].Class)
+			require.Equal(t, "/v1/responses", first.Requests()[0].Path)
+		})
+	}
+	t.Run("generate", func(t *testing.T) {
+		first := wiretest.Serve(t, transcript(t, "openai", "generate_responses_failed"))
+		second := wiretest.Serve(t, transcript(t, "anthropic", "generate_text"))
+		rec := &attempts{}
+		r, err := driver.New(responsesModel(t, first), driver.WithObserver(rec),
+			driver.WithRules(driver.OnClass(abi.ClassServer).Switch(anthropicModel(t, second))))
+		require.NoError(t, err)
+		rm, err := driver.NewRetryableModel(r)
+		require.NoError(t, err)
+		resp, err := rm.Generate(t.Context(), request())
+		require.NoError(t, err)
+		require.Equal(t, anthropicAnswer, resp.Text())
+		ends := rec.get()
+		require.Len(t, ends, 2)
+		require.Equal(t, abi.ClassServer, ends[0].Class)
+	})
+}
+
+// A Chat Completions model that is rate limited fails over to the same
+// provider's Responses API, which answers: both APIs in one policy.
+func TestChatFailsOverToResponses(t *testing.T) {
+	first := wiretest.Serve(t, transcript(t, "openai", "rate_limit_429"))
+	answer := transcript(t, "openai", "responses_text")
+	second := wiretest.Serve(t, answer)
+	rec := &attempts{}
+	r, err := driver.New(openaiModel(t, first.URL, first.Client()), driver.WithObserver(rec),
+		driver.WithRules(driver.OnClass(abi.ClassRateLimit).Switch(responsesModel(t, second))))
+	require.NoError(t, err)
+	rm, err := driver.NewRetryableModel(r)
+	require.NoError(t, err)
+	s, err := rm.Stream(t.Context(), request())
+	require.NoError(t, err)
+	text, _, err := read(t, s)
+	require.NoError(t, err)
+	require.Equal(t, "Hello! How can I help you today?", text)
+	require.Equal(t, "/v1/chat/completions", first.Requests()[0].Path)
+	require.Equal(t, "/v1/responses", second.Requests()[0].Path)
+	require.Len(t, rec.get(), 2)
 }

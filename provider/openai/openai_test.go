@@ -130,6 +130,15 @@ func TestStream(t *testing.T) {
 			usage:     abi.Usage{InputTokens: 8, OutputTokens: 12, ReasoningTokens: 9},
 		},
 		{
+			// A refusal held before content, then content: the refusal
+			// is delivered as text, not dropped.
+			name:   "refusal_then_content",
+			kinds:  "stream-start response-metadata text-start text-delta text-start text-delta text-end*2 finish",
+			text:   "I'm sorry, I cannot assist with that request. Here is a safer alternative.",
+			finish: abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"},
+			usage:  abi.Usage{InputTokens: 40, OutputTokens: 10},
+		},
+		{
 			name:    "refusal_field",
 			kinds:   "stream-start response-metadata",
 			recvErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"},

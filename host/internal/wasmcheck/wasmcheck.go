@@ -35,6 +35,11 @@ type Limits struct {
 	Locals       uint64 // declared locals of one function
 	Tables       uint64 // imported and defined tables
 	TableEntries uint64 // entries all tables can ever hold together
+	Types        uint64 // function types
+	Globals      uint64 // imported and defined globals
+	DataSegments uint64 // data segments
+	Elements     uint64 // element segments and their items together
+	Names        uint64 // entries of the "name" section's function and local maps
 }
 
 // LimitError says which limit a module exceeds. Limit names the Limits
@@ -57,9 +62,6 @@ func (e *LimitError) Error() string {
 // ErrStartSection: the module has a start section, a function wazero runs
 // inside instantiation, before the host can put a deadline on it.
 var ErrStartSection = errors.New("module has a start section")
-
-// ErrUnboundedTable: the code grows a table that declares no maximum.
-var ErrUnboundedTable = errors.New("table.grow on a table with no declared maximum")
 
 // FormatError: the binary is not a module this reader can walk; wazero
 // would refuse it too.
@@ -89,6 +91,11 @@ type Info struct {
 	MaxLocals    uint64
 	Tables       uint64
 	TableEntries uint64
+	Types        uint64
+	Globals      uint64
+	DataSegments uint64
+	Elements     uint64
+	Names        uint64
 }
 
 const (
@@ -125,7 +132,9 @@ type checker struct {
 }
 
 // Check walks b and returns what it learned, or the first limit exceeded
-// (*LimitError), ErrStartSection, ErrUnboundedTable, or a *FormatError.
+// (*LimitError), ErrStartSection, or a *FormatError. A table the code
+// grows must declare a maximum (wazero's table.grow stops there), even
+// with no TableEntries limit.
 func Check(b []byte, lim Limits) (Info, error) {
 	c := &checker{r: reader{b: b}, lim: lim}
 	err := c.module()
@@ -216,7 +225,14 @@ func (c *checker) section(id byte) error {
 		return c.code()
 	case secData:
 		return c.data()
-	case secMemory, secGlobal, secTagSection:
+	case secGlobal:
+		n, err := c.r.count(4)
+		if err != nil {
+			return err
+		}
+		c.info.Globals += uint64(n)
+		return c.over("Globals", c.info.Globals, c.lim.Globals)
+	case secMemory, secTagSection:
 		// Only the length matters: wazero allocates by it.
 		_, err := c.r.count(2)
 		return err
@@ -235,6 +251,10 @@ func (c *checker) section(id byte) error {
 func (c *checker) types() error {
 	n, err := c.r.count(3)
 	if err != nil {
+		return err
+	}
+	c.info.Types += uint64(n)
+	if err := c.over("Types", c.info.Types, c.lim.Types); err != nil {
 		return err
 	}
 	for range n {
@@ -265,6 +285,10 @@ func (c *checker) elements() error {
 	if err != nil {
 		return err
 	}
+	c.info.Elements += uint64(n)
+	if err := c.over("Elements", c.info.Elements, c.lim.Elements); err != nil {
+		return err
+	}
 	for range n {
 		flag, err := c.r.u32()
 		if err != nil {
@@ -290,6 +314,10 @@ func (c *checker) elements() error {
 		}
 		l, err := c.r.count(1)
 		if err != nil {
+			return err
+		}
+		c.info.Elements += uint64(l)
+		if err := c.over("Elements", c.info.Elements, c.lim.Elements); err != nil {
 			return err
 		}
 		for range l {
@@ -331,7 +359,7 @@ func (c *checker) custom() error {
 		if err != nil {
 			return err
 		}
-		if err := nameSubsection(id, reader{b: payload, base: c.r.base + start}); err != nil {
+		if err := c.nameSubsection(id, reader{b: payload, base: c.r.base + start}); err != nil {
 			return err
 		}
 	}
@@ -386,6 +414,10 @@ func (c *checker) imports() error {
 			}
 		case 3: // global: valtype, mutability
 			if _, err := c.r.bytes(2); err != nil {
+				return err
+			}
+			c.info.Globals++
+			if err := c.over("Globals", c.info.Globals, c.lim.Globals); err != nil {
 				return err
 			}
 		default:
@@ -453,7 +485,9 @@ func (c *checker) tableTotals() error {
 		case t.hasMax:
 			total += t.max
 		case t.grown:
-			return fmt.Errorf("%w (table %d)", ErrUnboundedTable, i)
+			// table.grow may take it to 2^32-1 entries.
+			return &LimitError{Limit: "TableEntries", Got: 1<<32 - 1, Max: c.lim.TableEntries,
+				Where: fmt.Sprintf("table %d, grown by the code with no declared maximum", i)}
 		default:
 			total += t.min
 		}
@@ -531,6 +565,10 @@ func (c *checker) data() error {
 	if err != nil {
 		return err
 	}
+	c.info.DataSegments += uint64(n)
+	if err := c.over("DataSegments", c.info.DataSegments, c.lim.DataSegments); err != nil {
+		return err
+	}
 	for range n {
 		flag, err := c.r.u32()
 		if err != nil {
@@ -569,7 +607,11 @@ func (c *checker) data() error {
 // name (0), the function names (1), the local names (2). wazero reads the
 // maps past a lying subsection size, so checking against the subsection's
 // bytes is the stricter bound.
-func nameSubsection(id byte, s reader) error {
+func (c *checker) nameSubsection(id byte, s reader) error {
+	entries := func(n uint32) error {
+		c.info.Names += uint64(n)
+		return c.over("Names", c.info.Names, c.lim.Names)
+	}
 	name := func() error {
 		l, err := s.count(1)
 		if err == nil {
@@ -585,6 +627,9 @@ func nameSubsection(id byte, s reader) error {
 		return nil
 	}
 	n, err := s.count(2)
+	if err == nil {
+		err = entries(n)
+	}
 	if err != nil {
 		return err
 	}
@@ -599,6 +644,9 @@ func nameSubsection(id byte, s reader) error {
 			continue
 		}
 		m, err := s.count(2)
+		if err == nil {
+			err = entries(m)
+		}
 		if err != nil {
 			return err
 		}

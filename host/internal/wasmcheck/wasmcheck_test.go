@@ -10,14 +10,15 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero"
 
-	"github.com/retryhost/retryhost/host/internal/wasmgen"
+	"github.com/retryhost/retryhost/internal/wasmgen"
 )
 
 // generous are limits no real plugin comes near, far below the bombs.
 var generous = Limits{
 	ModuleBytes: 16 << 20, Functions: 50_000, Imports: 1000, Exports: 1000,
 	DataBytes: 8 << 20, BodyBytes: 1 << 20, Nesting: 2048, Locals: 50_000,
-	Tables: 4, TableEntries: 1 << 20,
+	Tables: 4, TableEntries: 1 << 20, Types: 10_000, Globals: 10_000,
+	DataSegments: 500_000, Elements: 1 << 18, Names: 1 << 18,
 }
 
 func wasmFiles(t testing.TB) []string {
@@ -35,7 +36,7 @@ func wasmFiles(t testing.TB) []string {
 // pre-parse unchanged, except the hostile fixtures it exists to refuse.
 func TestCheck_RealModules(t *testing.T) {
 	refused := map[string]error{
-		"tablegrow.wasm": ErrUnboundedTable, "tablefill.wasm": &LimitError{},
+		"tablegrow.wasm": &LimitError{}, "tablefill.wasm": &LimitError{},
 		"tablehuge.wasm": &LimitError{}, "startloop.wasm": ErrStartSection,
 		"garbage_bytes.wasm": nil,
 	}
@@ -49,7 +50,7 @@ func TestCheck_RealModules(t *testing.T) {
 			case !special:
 				require.NoError(t, err)
 				require.Positive(t, info.Functions)
-			case errors.Is(want, ErrStartSection) || errors.Is(want, ErrUnboundedTable):
+			case errors.Is(want, ErrStartSection):
 				require.ErrorIs(t, err, want)
 			default:
 				var le *LimitError
@@ -72,6 +73,11 @@ func TestCheck_GoGuestCounts(t *testing.T) {
 	require.Less(t, info.DataBytes, uint64(2<<20))
 	require.Less(t, info.TableEntries, uint64(16<<10))
 	require.Less(t, info.MaxLocals, uint64(100))
+	require.Less(t, info.Types, uint64(100))
+	require.Less(t, info.Globals, uint64(100))
+	require.Less(t, info.DataSegments, uint64(100_000))
+	require.Less(t, info.Elements, uint64(16<<10))
+	require.Less(t, info.Names, uint64(16<<10))
 }
 
 func TestCheck_Limits(t *testing.T) {

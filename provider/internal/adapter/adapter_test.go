@@ -40,6 +40,9 @@ func TestClassify(t *testing.T) {
 		{0, "api_error", "", "", abi.ClassServer},
 		{0, "server_error", "", "", abi.ClassServer},
 		{0, "something_new", "", "", abi.ClassUnknown},
+		{0, "invalid_request_error", "", "", abi.ClassClient},
+		{0, "", "invalid_image_url", "", abi.ClassClient},
+		{0, "", "invalid_api_key", "", abi.ClassAuth},
 	}
 	for _, tt := range tests {
 		t.Run(tt.typ+"/"+tt.code+"/"+http.StatusText(tt.status), func(t *testing.T) {
@@ -219,7 +222,8 @@ func TestEventError(t *testing.T) {
 		{name: "message only", msg: "upstream reset", class: abi.ClassServer, retryable: true, wantMsg: "upstream reset"},
 		{name: "overloaded", typ: "overloaded_error", msg: "Overloaded", class: abi.ClassOverloaded, retryable: true, wantMsg: "Overloaded"},
 		{name: "code only", code: "rate_limit_exceeded", class: abi.ClassRateLimit, retryable: true, wantMsg: EmptyErrorEvent},
-		{name: "invalid request", typ: "invalid_request_error", msg: "bad", class: abi.ClassUnknown, wantMsg: "bad"},
+		{name: "invalid request", typ: "invalid_request_error", msg: "bad", class: abi.ClassClient, wantMsg: "bad"},
+		{name: "invalid prompt", code: "invalid_prompt", msg: "bad", class: abi.ClassClient, wantMsg: "bad"},
 		{name: "new type", typ: "something_new", class: abi.ClassUnknown, wantMsg: EmptyErrorEvent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -127,6 +127,11 @@ func Classify(status int, typ, code, msg string) abi.ErrorClass {
 	case "api_error", "server_error":
 		return abi.ClassServer
 	}
+	if strings.HasPrefix(typ, "invalid_") || strings.HasPrefix(code, "invalid_") {
+		// In a stream: invalid_request_error, or a failed response's
+		// invalid_prompt, invalid_image…: the request's fault.
+		return abi.ClassClient
+	}
 	return abi.ClassUnknown
 }
 

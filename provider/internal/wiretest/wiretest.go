@@ -152,6 +152,7 @@ func (e *Event) line() ([]byte, error) {
 
 // Request is a request the server received.
 type Request struct {
+	Path   string
 	Body   []byte
 	Header http.Header
 }
@@ -224,7 +225,7 @@ func (s *Server) Requests() []Request {
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	res := Result{Request: Request{Body: body, Header: r.Header.Clone()}}
+	res := Result{Request: Request{Path: r.URL.Path, Body: body, Header: r.Header.Clone()}}
 	s.mu.Lock()
 	s.requests = append(s.requests, res.Request)
 	s.mu.Unlock()

@@ -108,3 +108,57 @@ func Locals(n uint32) []byte {
 	body = append(body, 0x7f, 0x0b)
 	return code(funcs(1), body)
 }
+
+// Types is a module of n function types (distinct parameter lists).
+func Types(n int) []byte {
+	p := LEB(nil, uint64(n))
+	for i := range n {
+		p = append(p, 0x60, 1, byte(0x7c+i%4), 0)
+	}
+	return Section([]byte(Header), 1, p)
+}
+
+// Globals is a module of n immutable i32 globals.
+func Globals(n int) []byte {
+	p := LEB(nil, uint64(n))
+	for range n {
+		p = append(p, 0x7f, 0, 0x41, 0, 0x0b)
+	}
+	return Section([]byte(Header), 6, p)
+}
+
+// DataSegments is a module with a memory and n empty passive data segments.
+func DataSegments(n int) []byte {
+	m := Section([]byte(Header), 5, []byte{1, 0, 1})
+	p := LEB(nil, uint64(n))
+	for range n {
+		p = append(p, 1, 0)
+	}
+	return Section(m, 11, p)
+}
+
+// Elements is a module with one function and a passive element segment
+// of n references to it.
+func Elements(n int) []byte {
+	m := funcs(1)
+	p := LEB([]byte{1, 1, 0}, uint64(n))
+	for range n {
+		p = append(p, 0)
+	}
+	m = Section(m, 9, p)
+	return code(m, []byte{0, 0x0b})
+}
+
+// Names is a module whose "name" section names n functions.
+func Names(n int) []byte {
+	sub := LEB(nil, uint64(n))
+	for i := range n {
+		sub = LEB(sub, uint64(i))
+		sub = name(sub, "f")
+	}
+	p := name(nil, "name")
+	p = append(p, 1)
+	p = LEB(p, uint64(len(sub)))
+	p = append(p, sub...)
+	return Section([]byte(Header), 0, p)
+}
