@@ -39,4 +39,10 @@
 //
 // Nothing in this package panics on bad configuration at request time:
 // [New] reports every mistake.
+//
+// # Stability
+//
+// Stable: the exported API follows semantic versioning. Until v1.0.0 a
+// breaking change happens only in a minor release and is listed in
+// CHANGELOG.md; see the README's stability table.
 package driver

@@ -30,4 +30,10 @@
 // driver then applies the plugin's fail policy to those streams only. A
 // plugin that keeps failing is disabled by a breaker ([ErrDisabled]) until a
 // new version is loaded. Nothing panics out of this package.
+//
+// # Stability
+//
+// Stable: the exported API follows semantic versioning. Until v1.0.0 a
+// breaking change happens only in a minor release and is listed in
+// CHANGELOG.md; see the README's stability table.
 package host

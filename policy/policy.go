@@ -24,6 +24,12 @@
 // github.com/retryhost/retryhost/plugins) to allow them. This package does
 // not import the built-in plugins itself, so a program that never names one
 // does not embed their Wasm.
+//
+// # Stability
+//
+// Experimental: the file's schema is still growing (model identity,
+// YAML); a field's meaning does not change silently, and every change is
+// listed in CHANGELOG.md.
 package policy
 
 import (

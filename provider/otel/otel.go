@@ -25,6 +25,13 @@
 //	gen_ai.client.operation.duration  histogram  seconds per request, by gen_ai.* and error.type
 //	retryhost.plugin.calls      counter    plugin calls by retryhost.plugin, retryhost.plugin.op
 //	retryhost.plugin.failures   counter    failed plugin calls by retryhost.plugin, retryhost.plugin.op, retryhost.plugin.failure
+//
+// # Stability
+//
+// Experimental: the OpenTelemetry GenAI semantic conventions are still in
+// development, and the span names, attributes and metrics here follow them
+// as they change (each change is listed in CHANGELOG.md). The Telemetry
+// type and its options are not expected to change.
 package otel
 
 import (
