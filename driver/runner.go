@@ -243,6 +243,7 @@ func (r *Runner) Generate(ctx context.Context, req *Request) (*Response, error) 
 		if err == nil {
 			if q.obs != nil {
 				q.observeResult(resp.Finish, resp.Usage)
+				q.obs.respModel = resp.Meta.ModelID
 			}
 			var retry bool
 			if st, retry, final = q.judge(ctx, resp.Finish, resp.Usage); final != nil {

@@ -183,7 +183,8 @@ type attemptStream struct {
 	err    error       // terminal: io.EOF or the stream's error
 	onEnd  func(error) // the request's outcome: nil when drained
 	fired  atomic.Bool
-	finish atomic.Pointer[abi.Finish] // the last finish part delivered, for the observer
+	finish atomic.Pointer[abi.Finish]       // the last finish part delivered, for the observer
+	meta   atomic.Pointer[abi.ResponseMeta] // likewise the response metadata (the model that answered)
 }
 
 // commitNow stops the pre-commit deadline and arms the gap deadline.
@@ -236,6 +237,8 @@ func (s *attemptStream) Recv() (p Part, err error) {
 				s.gapW.seq.Add(1) // gapW is set before commit and never changes
 			} else if p.Kind == abi.KindFinish {
 				s.finish.Store(p.Finish)
+			} else if p.Kind == abi.KindResponseMeta {
+				s.meta.Store(p.Meta)
 			}
 			return p, nil
 		}
@@ -345,6 +348,8 @@ func (s *attemptStream) deliver(p Part) (Part, error) {
 		s.gapW.seq.Add(1)
 	} else if p.Kind == abi.KindFinish {
 		s.finish.Store(p.Finish)
+	} else if p.Kind == abi.KindResponseMeta {
+		s.meta.Store(p.Meta)
 	}
 	return p, nil
 }

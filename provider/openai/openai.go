@@ -2,12 +2,14 @@ package openai
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,6 +88,8 @@ type Model struct {
 	legacy   bool
 	raw      bool
 	client   oai.Client
+	host     string // the server it calls, for telemetry
+	port     int
 }
 
 // New returns the chat model id (such as "gpt-4o-mini"), configured by opts.
@@ -118,7 +122,11 @@ func New(id string, opts ...Option) (*Model, error) {
 		sdk = append(sdk, option.WithHTTPClient(c.httpClient))
 	}
 	sdk = append(sdk, c.sdkOpts...)
+	base := cmp.Or(c.baseURL, os.Getenv("OPENAI_BASE_URL"), "https://api.openai.com/v1") // as the SDK resolves it
+	host, port := adapter.ServerAddress(base)
 	return &Model{
+		host:     host,
+		port:     port,
 		id:       id,
 		provider: c.provider,
 		key:      c.provider + "/" + id,
@@ -130,6 +138,11 @@ func New(id string, opts ...Option) (*Model, error) {
 
 // Key returns "<provider>/<model id>", such as "openai/gpt-4o-mini".
 func (m *Model) Key() string { return m.key }
+
+// ServerAddress returns the host and port of the server the model calls
+// (its base URL's), which provider/otel records as server.address and
+// server.port.
+func (m *Model) ServerAddress() (host string, port int) { return m.host, m.port }
 
 // Generate makes one non-streaming call.
 func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Response, error) {

@@ -3,6 +3,7 @@ package adapter
 import (
 	"fmt"
 	"net/url"
+	"strconv"
 )
 
 // CheckBaseURL rejects a base URL that is not an absolute http(s) URL, at
@@ -14,4 +15,24 @@ func CheckBaseURL(provider, raw string) error {
 		return fmt.Errorf("%s: base URL %q is not an absolute http(s) URL", provider, raw)
 	}
 	return nil
+}
+
+// ServerAddress returns the host and port a base URL points at (the port
+// from the scheme when the URL has none), for telemetry's server.address
+// and server.port; "", 0 for a URL it cannot read.
+func ServerAddress(base string) (host string, port int) {
+	u, err := url.Parse(base)
+	if err != nil || u.Hostname() == "" {
+		return "", 0
+	}
+	if p, err := strconv.Atoi(u.Port()); err == nil {
+		return u.Hostname(), p
+	}
+	switch u.Scheme {
+	case "https":
+		return u.Hostname(), 443
+	case "http":
+		return u.Hostname(), 80
+	}
+	return u.Hostname(), 0
 }
