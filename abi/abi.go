@@ -13,7 +13,7 @@ const ModuleName = "retryhost_v1"
 // version with its own [ModuleName].
 const (
 	VersionMajor = 1
-	VersionMinor = 1
+	VersionMinor = 2
 )
 
 // The guest's exports. Every name is prefixed with "retryhost_" because
@@ -100,9 +100,22 @@ const (
 	StatusInvalid Status = -3
 	// StatusTooSmall: a buffer is smaller than MinBufferSize.
 	StatusTooSmall Status = -4
+	// StatusTooLarge (v1.2): a buffer is larger than the host allows (its
+	// operator's cap on the scratch buffer, 1 MiB by default). Nothing was
+	// registered; the guest may register a smaller one.
+	StatusTooLarge Status = -5
 )
 
-var statusNames = [...]string{"StatusOK", "StatusFault", "StatusPhase", "StatusInvalid", "StatusTooSmall"}
+var statusNames = [...]string{"StatusOK", "StatusFault", "StatusPhase", "StatusInvalid", "StatusTooSmall", "StatusTooLarge"}
+
+// OpenNoRoom (v1.2) is what retryhost_open returns (and, as an i64,
+// retryhost_open_part) when the guest refuses a stream because it has no
+// room for another one. Unlike any other negative result it is not a
+// failure of the plugin: the host keeps the instance, does not count it
+// against the plugin's breaker, and fails only that stream with
+// host.ErrNoCapacity (the plugin's fail policy applies to it). It is a
+// guest result, not a [Status]: statuses are what imports return.
+const OpenNoRoom int32 = -6
 
 // String returns the constant's name, such as "StatusFault".
 func (s Status) String() string {

@@ -497,15 +497,61 @@ func AppendParts(dst []byte, ps []Part) []byte {
 // DecodeParts parses a Parts list. Each part must use exactly its stated
 // length. Errors wrap ErrMalformed.
 func DecodeParts(b []byte) ([]Part, error) {
+	return decodeParts(b, -1, -1, false)
+}
+
+// Replaceable reports whether a REPLACE verdict may carry a part of kind k
+// (ABI v1.2): the content kinds, text-start through source (text,
+// reasoning, tool, file and source parts). The framing parts
+// (stream-start, response-metadata, finish) belong to the driver and raw
+// and error parts to the provider: a transform can neither inject nor
+// duplicate them.
+func (k PartKind) Replaceable() bool { return k >= KindTextStart && k <= KindSource }
+
+// CapError reports that a REPLACE payload is over a cap the decoder was
+// given (see [DecodeReplace]). It is found while decoding: nothing past
+// the cap is decoded or allocated.
+type CapError struct {
+	Limit string // "parts" or "bytes"
+	Max   int    // the cap
+}
+
+func (e *CapError) Error() string {
+	return "abi: replace payload over its cap of " + strconv.Itoa(e.Max) + " " + e.Limit
+}
+
+// DecodeReplace parses the Parts list of a REPLACE verdict as a host must
+// (ABI v1.2, §8.6): like [DecodeParts], and besides every part's kind must
+// be [PartKind.Replaceable] (else ErrMalformed), and the list may hold at
+// most maxParts parts of at most maxBytes payload bytes in all
+// ([Part.Size]), else a *CapError. Both caps are checked while decoding,
+// before anything past them is allocated; a negative cap is no cap.
+func DecodeReplace(b []byte, maxParts, maxBytes int) ([]Part, error) {
+	return decodeParts(b, maxParts, maxBytes, true)
+}
+
+func decodeParts(b []byte, maxParts, maxBytes int, replace bool) ([]Part, error) {
 	r := reader{rec: "parts", b: b}
 	n := r.count(4 + PartHeaderSize + 8)
+	if r.err != nil {
+		return nil, r.err
+	}
+	if maxParts >= 0 && n > maxParts {
+		return nil, &CapError{Limit: "parts", Max: maxParts}
+	}
 	var ps []Part
 	if n > 0 {
 		ps = make([]Part, 0, n)
 	}
+	size := 0
 	for i := 0; i < n && r.err == nil; i++ {
 		body := r.bytes()
 		if r.err != nil {
+			break
+		}
+		if replace && len(body) > 0 && !PartKind(body[0]).Replaceable() && PartKind(body[0]).Valid() {
+			r.off -= len(body)
+			r.fail("part " + strconv.Itoa(i) + " is a " + PartKind(body[0]).String() + " part, which a REPLACE may not carry")
 			break
 		}
 		p, used, err := DecodePart(body)
@@ -515,6 +561,9 @@ func DecodeParts(b []byte) ([]Part, error) {
 		if used != len(body) {
 			r.fail("part " + strconv.Itoa(i) + " has " + strconv.Itoa(len(body)-used) + " stray bytes")
 			break
+		}
+		if size += p.Size(); maxBytes >= 0 && size > maxBytes {
+			return nil, &CapError{Limit: "bytes", Max: maxBytes}
 		}
 		ps = append(ps, p)
 	}
@@ -574,24 +623,35 @@ func AppendError(dst []byte, err error) []byte {
 }
 
 // DecodeError parses an Error record into a *RefusalError or a
-// *TransformError whose Transform field is transform. A transform error
-// with class 0 gets ClassTransform. Errors (the second result) wrap
-// ErrMalformed.
+// *TransformError whose Transform field is transform.
+//
+// Only the 8-byte header is required (ABI v1.2): the message, phrase and
+// text strings are each optional, and a record may end after the header or
+// after any whole string (a missing string is empty). A transform error
+// may claim only the classes of [GuestErrorClass]; any other class (0, a
+// provider's class such as auth or rate-limit, a value this version does
+// not know) becomes ClassTransform, so a plugin cannot steer rules meant
+// for provider errors. Errors (the second result) wrap ErrMalformed: a
+// truncated header or string, or an unknown error kind.
 func DecodeError(b []byte, transform string) (error, error) {
 	r := reader{rec: "error", b: b}
 	kind := r.u8()
 	class := ErrorClass(r.u8())
 	r.take(2)
 	code := r.u32()
-	msg, phrase, text := r.str(), r.str(), r.str()
-	switch {
-	case r.err != nil:
-	case kind > errKindRefusal:
+	var msg, phrase, text string
+	if r.err == nil && r.off < len(b) {
+		msg = r.str()
+	}
+	if r.err == nil && r.off < len(b) {
+		phrase = r.str()
+	}
+	if r.err == nil && r.off < len(b) {
+		text = r.str()
+	}
+	if r.err == nil && kind > errKindRefusal {
 		r.off = 0
 		r.fail("unknown error kind " + strconv.Itoa(int(kind)))
-	case class >= classCount:
-		r.off = 1
-		r.fail("unknown error class " + strconv.Itoa(int(class)))
 	}
 	if r.err != nil {
 		return nil, r.err
@@ -599,10 +659,19 @@ func DecodeError(b []byte, transform string) (error, error) {
 	if kind == errKindRefusal {
 		return &RefusalError{Transform: transform, Phrase: phrase, Text: text}, nil
 	}
-	if class == ClassNone {
-		class = ClassTransform
+	return &TransformError{Transform: transform, Class: GuestErrorClass(class), Code: code, Message: msg}, nil
+}
+
+// GuestErrorClass maps the class a transform error claims to the class it
+// gets: ClassContentFilter and ClassTransform stay; everything else
+// (ClassNone, the provider and driver classes, ClassRefusal, which a
+// refusal record carries instead, ClassPlugin, which only the host
+// assigns, and unknown values) becomes ClassTransform.
+func GuestErrorClass(c ErrorClass) ErrorClass {
+	if c == ClassContentFilter {
+		return c
 	}
-	return &TransformError{Transform: transform, Class: class, Code: code, Message: msg}, nil
+	return ClassTransform
 }
 
 // ---- Policy ----
@@ -638,7 +707,7 @@ func DecodePolicy(b []byte) (TransformPolicy, error) {
 	case p.Fail > FailClosed:
 		r.off = 0
 		r.fail("unknown fail policy " + strconv.Itoa(int(p.Fail)))
-	case p.OnCap > CapFail:
+	case p.OnCap > CapFlush:
 		r.off = 1
 		r.fail("unknown cap action " + strconv.Itoa(int(p.OnCap)))
 	case p.MaxHoldTime < 0:

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
 )
 
 // seed adds every conformance vector of the given record (good and bad) to
@@ -75,4 +77,23 @@ func FuzzDecodePolicyHints(f *testing.F) {
 	seed(f, "policy")
 	seed(f, "policy-hints")
 	f.Fuzz(func(t *testing.T, b []byte) { roundTrip(t, "policy-hints", b) })
+}
+
+func FuzzDecodeReplace(f *testing.F) {
+	seed(f, "parts")
+	seed(f, "replace")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		roundTrip(t, "replace", b)
+		ps, err := abi.DecodeReplace(b, vectorReplaceParts, vectorReplaceBytes)
+		if err != nil {
+			return
+		}
+		size := 0
+		for _, p := range ps {
+			require.True(t, p.Kind.Replaceable())
+			size += p.Size()
+		}
+		require.LessOrEqual(t, len(ps), vectorReplaceParts)
+		require.LessOrEqual(t, size, vectorReplaceBytes)
+	})
 }

@@ -25,6 +25,14 @@ type Hints struct {
 	// retryhost_parts, retryhost_open_part or retryhost_end), so the host
 	// need not call retryhost_close for that stream. Default false.
 	AutoClose bool
+	// MaxStreams (ABI v1.2) is the most streams the guest can hold open at
+	// once in one instance (its capacity): the host then never has more
+	// than that many open on an instance and fails a stream for which no
+	// instance has room with host.ErrNoCapacity, without calling the guest
+	// and without counting it as a failure of the plugin. A guest that
+	// runs out of room anyway refuses the open with [OpenNoRoom]. Default
+	// 0: no declared capacity.
+	MaxStreams int
 }
 
 // StaticCall marks a kind with no static verdict in a [StaticTable]: the
@@ -88,11 +96,15 @@ func AppendPolicyHints(dst []byte, p *TransformPolicy, h *Hints) []byte {
 			dst[start+int(k)] = uint8(a)
 		}
 	}
+	if h.MaxStreams > 0 {
+		dst = putU32(dst, clampU32(h.MaxStreams))
+	}
 	return dst
 }
 
 // DecodePolicyHints parses a Policy record of any v1 minor version: a v1.0
-// record (24 bytes) has zero Hints. Unknown flag bits are ignored (flags
+// record (24 bytes) has zero Hints, a v1.1 one no MaxStreams (the v1.2
+// u32 after the static verdicts). Unknown flag bits are ignored (flags
 // only ever let the host skip work). A static verdict other than
 // StaticCall, PASS, HOLD, DROP or DETACH, or a declared verdict for kind 0,
 // is malformed. Errors wrap ErrMalformed.
@@ -130,6 +142,9 @@ func DecodePolicyHints(b []byte) (TransformPolicy, Hints, error) {
 			h.Static = map[PartKind]PartAction{}
 		}
 		h.Static[PartKind(k)] = PartAction(a)
+	}
+	if len(b)-r.off >= 4 {
+		h.MaxStreams = int(r.u32())
 	}
 	return p, h, nil
 }

@@ -83,11 +83,31 @@ func (f FailPolicy) String() string {
 type CapAction uint8
 
 const (
-	// CapFlush releases the hold queue and detaches the transform. The default.
-	CapFlush CapAction = 0
+	// CapDefault (the zero value) follows the transform's FailPolicy: a
+	// fail-closed transform fails the attempt with a *HoldCapError (as
+	// CapFail), a fail-open one releases the hold queue and detaches (as
+	// CapFlush). A transform that may not let unchecked text through
+	// declares fail-closed and gets both behaviours from that one word.
+	// Until ABI v1.2 the zero value meant CapFlush for every transform,
+	// which silently released a fail-closed content filter's held text.
+	CapDefault CapAction = 0
 	// CapFail fails the attempt with a *HoldCapError.
 	CapFail CapAction = 1
+	// CapFlush releases the hold queue and detaches the transform, even
+	// for a fail-closed transform (ABI v1.2; until then the zero value).
+	CapFlush CapAction = 2
 )
+
+// String returns "default", "fail" or "flush".
+func (a CapAction) String() string {
+	switch a {
+	case CapFail:
+		return "fail"
+	case CapFlush:
+		return "flush"
+	}
+	return "default"
+}
 
 // TransformPolicy is what a transform declares about its own failures and
 // holding. Zero fields take the documented defaults.
@@ -99,8 +119,16 @@ type TransformPolicy struct {
 	MaxHeldBytes int
 	// MaxHoldTime caps how long the oldest held part may wait. Default 10 s.
 	MaxHoldTime time.Duration
-	// OnCap is what happens when a cap is hit. Default CapFlush.
+	// OnCap is what happens when a cap is hit. Default CapDefault: fail
+	// the attempt if Fail is FailClosed, else flush and detach.
 	OnCap CapAction
+}
+
+// FailsAtCap reports whether hitting a hold cap fails the attempt (rather
+// than releasing the held parts and detaching): OnCap resolved against
+// Fail (see [CapDefault]).
+func (p *TransformPolicy) FailsAtCap() bool {
+	return p.OnCap == CapFail || (p.OnCap == CapDefault && p.Fail == FailClosed)
 }
 
 // Transformer makes per-stream transform instances. A native Go transform and
@@ -151,13 +179,23 @@ func (e *RefusalError) Error() string {
 }
 
 // TransformError is the error of a PartError verdict that did not supply its
-// own, or that came from a Wasm plugin.
+// own, or that came from a Wasm plugin, and (class ClassPlugin) the error
+// of an attempt that a fail-closed transform's own failure ended.
 type TransformError struct {
 	Transform string
 	Class     ErrorClass // ClassTransform unless the transform said otherwise
 	Code      uint32     // the plugin's own code, 0 if none
 	Message   string
+	// Err is the failure of the transform itself when Class is
+	// ClassPlugin (a *host.PluginError: a trap, a timeout …), so that
+	// errors.Is(err, host.ErrTimeout) and errors.As(err, &pluginErr) see
+	// through the TransformError; nil for a verdict's error. It never
+	// crosses the Wasm boundary.
+	Err error
 }
+
+// Unwrap returns Err.
+func (e *TransformError) Unwrap() error { return e.Err }
 
 func (e *TransformError) Error() string {
 	if e.Code != 0 {

@@ -29,8 +29,22 @@ type vector struct {
 	Record  string          `json:"record"`
 	Hex     string          `json:"hex"`
 	Meaning json.RawMessage `json:"meaning,omitempty"`
-	Error   bool            `json:"error,omitempty"`
+	// Canonical, when set, is what re-encoding the meaning gives: a
+	// decoder normalises these bytes (an optional field left out, a class
+	// a guest may not claim).
+	Canonical string `json:"canonical,omitempty"`
+	Error     bool   `json:"error,omitempty"`
+	// Cap, on an error vector of a "replace" record, names the cap
+	// (parts or bytes) the bytes exceed; such bytes are well formed.
+	Cap string `json:"cap,omitempty"`
 }
+
+// The caps the "replace" vectors are decoded under (a host's are larger;
+// these keep the vectors short).
+const (
+	vectorReplaceParts = 2
+	vectorReplaceBytes = 16
+)
 
 // partJSON shows Part.Err as its message.
 type partJSON struct {
@@ -92,6 +106,9 @@ func decodeRecord(record string, b []byte) (v any, again []byte, err error) {
 		return p, abi.EncodePart(&p), err
 	case "parts":
 		ps, err := abi.DecodeParts(b)
+		return ps, abi.AppendParts(nil, ps), err
+	case "replace":
+		ps, err := abi.DecodeReplace(b, vectorReplaceParts, vectorReplaceBytes)
 		return ps, abi.AppendParts(nil, ps), err
 	case "error":
 		e, err := abi.DecodeError(b, "t")
@@ -164,7 +181,25 @@ func goldenValues() []struct {
 			&abi.Hints{AutoClose: true, Static: map[abi.PartKind]abi.PartAction{
 				abi.KindStreamStart: abi.PartHold, abi.KindResponseMeta: abi.PartHold, abi.KindTextStart: abi.PartHold,
 				abi.KindTextEnd: abi.PartDetach, abi.KindReasoningStart: abi.PartDetach, abi.KindFinish: abi.PartDetach}})},
+		{"policy-hints: capacity of 64 streams per instance (v1.2)", "policy-hints", abi.AppendPolicyHints(nil, &abi.TransformPolicy{Fail: abi.FailClosed},
+			&abi.Hints{MaxStreams: 64, Static: map[abi.PartKind]abi.PartAction{abi.KindStreamStart: abi.PartHold}})},
+		{"policy: on_cap flush even when fail-closed (v1.2)", "policy", abi.AppendPolicy(nil, &abi.TransformPolicy{Fail: abi.FailClosed, OnCap: abi.CapFlush})},
+		{"error: content-filter class is kept (v1.2)", "error", abi.AppendError(nil, &abi.TransformError{Class: abi.ClassContentFilter, Message: "pii"})},
+		{"replace: content within the caps (v1.2)", "replace", abi.AppendParts(nil, []abi.Part{
+			{Kind: abi.KindSource, Source: &abi.Source{URL: "u"}}, {Kind: abi.KindTextDelta, ID: "t0", Delta: "[redacted]"}})},
 	}
+}
+
+// shortVectors are v1.2 records a decoder must accept although they are
+// not in the form the codec writes: Canonical is the codec's form of the
+// same meaning.
+var shortVectors = []struct{ name, record, hex string }{
+	{"error: header only, an empty transform error (v1.2)", "error", "00 00 0000 00000000"},
+	{"error: message only, no phrase or text (v1.2)", "error", "00 0d 0000 05000000 07000000 626c6f636b6564"},
+	{"error: refusal with a phrase and no text (v1.2)", "error", "01 00 0000 00000000 00000000 07000000 69206361 6e2774"},
+	{"error: a transform error claiming class auth is a transform error (v1.2)", "error", "00 08 0000 00000000 04000000 6e6f7065"},
+	{"error: an unknown class is a transform error (v1.2)", "error", "00 63 0000 00000000 00000000"},
+	{"policy-hints: capacity after an empty static table (v1.2)", "policy-hints", "00 00 0000 00000000 00000000 00000000 0000000000000000 00000000 00000000 08000000"},
 }
 
 // badVectors are bytes every decoder must reject.
@@ -185,6 +220,20 @@ var badVectors = []struct{ name, record, hex string }{
 	{"policy-hints: table past the end", "policy-hints", "00 00 0000 00000000 00000000 00000000 0000000000000000 01000000 05000000 ff01"},
 	{"policy-hints: cut flags", "policy-hints", "00 00 0000 00000000 00000000 00000000 0000000000000000 0100"},
 	{"policy: unknown fail policy", "policy", "05 00 0000 00000000 00000000 00000000 0000000000000000"},
+	{"policy: unknown cap action (v1.2)", "policy", "00 03 0000 00000000 00000000 00000000 0000000000000000"},
+	{"error: a string cut short (v1.2)", "error", "00 00 0000 00000000 05000000 6162"},
+	{"replace: stream-start may not be injected (v1.2)", "replace", "01000000 10000000 01 00 0000 00000000 00000000 00000000"},
+	{"replace: finish may not be injected (v1.2)", "replace", "01000000 39000000 10 00 0000 00000000 00000000 00 00000000" + strings.Repeat("0000000000000000", 5)},
+	{"replace: an error part may not be injected (v1.2)", "replace", "01000000 10000000 12 00 0000 00000000 00000000 00000000"},
+	{"replace: response-metadata may not be injected (v1.2)", "replace", "01000000 18000000 02 00 0000 00000000 00000000 00000000 0000000000000000"},
+}
+
+// capVectors are well-formed REPLACE payloads over the vectors' caps
+// (vectorReplaceParts, vectorReplaceBytes): a host rejects them before it
+// decodes past the cap.
+var capVectors = []struct{ name, limit, hex string }{
+	{"replace: three parts over a cap of two (v1.2)", "parts", "03000000 0c000000 05 00 0000 00000000 00000000 0c000000 05 00 0000 00000000 00000000 0c000000 05 00 0000 00000000 00000000"},
+	{"replace: 17 bytes over a cap of 16 (v1.2)", "bytes", "01000000 1d000000 04 00 0000 00000000 11000000 61616161 61616161 61616161 61616161 61"},
 }
 
 // spaced renders b as hex for readers: one group per 4 bytes.
@@ -214,8 +263,16 @@ func TestVectors(t *testing.T) {
 			require.NoError(t, err, g.name)
 			vs = append(vs, vector{Name: g.name, Record: g.record, Hex: spaced(g.bytes), Meaning: meaningOf(t, v)})
 		}
+		for _, sv := range shortVectors {
+			v, again, err := decodeRecord(sv.record, unhex(t, sv.hex))
+			require.NoError(t, err, sv.name)
+			vs = append(vs, vector{Name: sv.name, Record: sv.record, Hex: sv.hex, Meaning: meaningOf(t, v), Canonical: spaced(again)})
+		}
 		for _, b := range badVectors {
 			vs = append(vs, vector{Name: b.name, Record: b.record, Hex: b.hex, Error: true})
+		}
+		for _, c := range capVectors {
+			vs = append(vs, vector{Name: c.name, Record: "replace", Hex: c.hex, Error: true, Cap: c.limit})
 		}
 		out, err := json.MarshalIndent(vs, "", "  ")
 		require.NoError(t, err)
@@ -226,17 +283,28 @@ func TestVectors(t *testing.T) {
 	require.NoError(t, err)
 	var vs []vector
 	require.NoError(t, json.Unmarshal(raw, &vs))
-	require.Len(t, vs, len(goldenValues())+len(badVectors), "vectors.json is stale: go test ./abi -run TestVectors -update")
+	require.Len(t, vs, len(goldenValues())+len(shortVectors)+len(badVectors)+len(capVectors), "vectors.json is stale: go test ./abi -run TestVectors -update")
 	for _, v := range vs {
 		t.Run(v.Name, func(t *testing.T) {
 			b := unhex(t, v.Hex)
 			got, again, err := decodeRecord(v.Record, b)
+			if v.Cap != "" {
+				var ce *abi.CapError
+				require.ErrorAs(t, err, &ce)
+				require.NotErrorIs(t, err, abi.ErrMalformed, "over a cap is not malformed")
+				require.Equal(t, v.Cap, ce.Limit)
+				return
+			}
 			if v.Error {
 				require.ErrorIs(t, err, abi.ErrMalformed)
 				return
 			}
 			require.NoError(t, err)
 			require.JSONEq(t, string(v.Meaning), string(meaningOf(t, got)))
+			if v.Canonical != "" {
+				require.Equal(t, unhex(t, v.Canonical), again, "re-encoding must give the vector's canonical bytes")
+				return
+			}
 			require.Equal(t, b, again, "re-encoding must give the vector's bytes")
 		})
 	}
@@ -290,4 +358,70 @@ func TestStatus(t *testing.T) {
 	require.ErrorIs(t, abi.StatusFault.Err(), abi.StatusFault)
 	require.Equal(t, "StatusTooSmall", abi.StatusTooSmall.String())
 	require.Equal(t, "Status(-99)", abi.Status(-99).String())
+}
+
+// TestDecodeReplace_Kinds: a REPLACE may carry content and metadata, never
+// the driver's or the provider's own parts (ABI.md §8.6), and the reason
+// names the kind.
+func TestDecodeReplace_Kinds(t *testing.T) {
+	for k := abi.KindStreamStart; k <= abi.KindError; k++ {
+		b := abi.AppendParts(nil, []abi.Part{{Kind: abi.KindTextDelta, Delta: "x"}, {Kind: k}})
+		ps, err := abi.DecodeReplace(b, -1, -1)
+		if k.Replaceable() {
+			require.NoError(t, err, k.String())
+			require.Len(t, ps, 2)
+			continue
+		}
+		require.ErrorIs(t, err, abi.ErrMalformed, k.String())
+		require.ErrorContains(t, err, "a "+k.String()+" part, which a REPLACE may not carry")
+		_, err = abi.DecodeParts(b)
+		require.NoError(t, err, "DecodeParts itself accepts every kind")
+	}
+	require.False(t, abi.KindStreamStart.Replaceable())
+	require.False(t, abi.KindFinish.Replaceable())
+	require.False(t, abi.KindResponseMeta.Replaceable())
+	require.True(t, abi.KindTextStart.Replaceable())
+	require.True(t, abi.KindSource.Replaceable())
+}
+
+// TestDecodeReplace_CapsBeforeDecoding: a count over the parts cap is
+// refused from the count alone (the bytes after it are never read), and
+// the bytes cap stops at the first part past it.
+func TestDecodeReplace_CapsBeforeDecoding(t *testing.T) {
+	many := abi.AppendParts(nil, make([]abi.Part, 0))
+	many = many[:0]
+	many = append(many, 0xff, 0xff, 0, 0) // 65535 parts claimed
+	many = append(many, make([]byte, 65535*16)...)
+	_, err := abi.DecodeReplace(many, 1024, -1)
+	var ce *abi.CapError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, abi.CapError{Limit: "parts", Max: 1024}, *ce)
+
+	big := abi.AppendParts(nil, []abi.Part{{Kind: abi.KindTextDelta, Delta: strings.Repeat("a", 10)}, {Kind: abi.KindTextDelta, Delta: strings.Repeat("b", 10)}})
+	_, err = abi.DecodeReplace(big, -1, 15)
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, abi.CapError{Limit: "bytes", Max: 15}, *ce)
+	ps, err := abi.DecodeReplace(big, 2, 20)
+	require.NoError(t, err, "exactly at both caps")
+	require.Len(t, ps, 2)
+}
+
+func TestCapAction_Resolved(t *testing.T) {
+	for _, tc := range []struct {
+		p    abi.TransformPolicy
+		fail bool
+	}{
+		{abi.TransformPolicy{}, false},
+		{abi.TransformPolicy{Fail: abi.FailClosed}, true},
+		{abi.TransformPolicy{Fail: abi.FailClosed, OnCap: abi.CapFlush}, false},
+		{abi.TransformPolicy{OnCap: abi.CapFail}, true},
+	} {
+		require.Equal(t, tc.fail, tc.p.FailsAtCap(), "%+v", tc.p)
+	}
+}
+
+func TestTransformError_Unwrap(t *testing.T) {
+	cause := errors.New("plugin call timed out")
+	err := error(&abi.TransformError{Transform: "t", Class: abi.ClassPlugin, Message: cause.Error(), Err: cause})
+	require.ErrorIs(t, err, cause)
 }

@@ -139,32 +139,58 @@ func containsAny(s string, subs ...string) bool {
 
 // retryAfter reads the wait a server asked for: retry-after-ms (or
 // x-ms-retry-after-ms) in milliseconds, else Retry-After in seconds or as an
-// HTTP date. It returns -1 when there is none or it does not parse, and
-// never more than limit.
+// HTTP date. Numbers are non-negative decimals ("2", "0.5"). It returns -1
+// when there is none or it does not parse (a negative number, "inf", hex,
+// garbage), and never more than limit: a wait too long to represent (1e9 s,
+// 1e12 ms, a 400-digit number, a date centuries away) is capped, not
+// dropped, since a server that asks for a very long wait wants at least the
+// longest one the caller allows.
 func retryAfter(h http.Header, now time.Time, limit time.Duration) time.Duration {
 	if h == nil {
 		return -1
 	}
-	d := time.Duration(-1)
 	for _, k := range [...]string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
-		if v := strings.TrimSpace(h.Get(k)); v != "" {
-			if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 && ms < 1e12 {
-				d = time.Duration(ms * float64(time.Millisecond))
-				break
-			}
+		if d := waitFor(h.Get(k), time.Millisecond, limit); d >= 0 {
+			return d
 		}
 	}
-	if v := strings.TrimSpace(h.Get("Retry-After")); d < 0 && v != "" {
-		if s, err := strconv.ParseFloat(v, 64); err == nil {
-			if s >= 0 && s < 1e9 {
-				d = time.Duration(s * float64(time.Second))
-			}
-		} else if t, err := http.ParseTime(v); err == nil {
-			d = max(t.Sub(now), 0)
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if d := waitFor(v, time.Second, limit); d >= 0 || v == "" {
+		return d
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return min(max(t.Sub(now), 0), limit) // Sub saturates far dates
+	}
+	return -1
+}
+
+// waitFor parses v as a non-negative decimal count of unit, capped at
+// limit; -1 when v is not such a number.
+func waitFor(v string, unit, limit time.Duration) time.Duration {
+	v = strings.TrimSpace(v)
+	if !isDecimal(v) {
+		return -1
+	}
+	// Digits only, so the one error left is ErrRange, whose +Inf caps.
+	n, _ := strconv.ParseFloat(v, 64)
+	if f := n * float64(unit); f < float64(limit) {
+		return time.Duration(f)
+	}
+	return limit
+}
+
+// isDecimal reports whether v is digits with an optional fraction: "12",
+// "0.5". ParseFloat alone would also take "-1", "inf", "NaN" and "0x1p4".
+func isDecimal(v string) bool {
+	intPart, frac, dot := strings.Cut(v, ".")
+	return allDigits(intPart) && (!dot || allDigits(frac))
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
 		}
 	}
-	if d > limit {
-		d = limit
-	}
-	return d
+	return s != ""
 }

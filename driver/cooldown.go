@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -58,6 +59,9 @@ func WithCooldown(c Cooldown) Option {
 	return func(cfg *config) error {
 		if c.Failures < 1 || c.For <= 0 {
 			return errors.New("retryhost: a cooldown needs Failures ≥ 1 and a positive For")
+		}
+		if err := c.When.Err(); err != nil {
+			return fmt.Errorf("retryhost: cooldown When: %w", err)
 		}
 		cfg.cooldown = &c
 		return nil

@@ -71,12 +71,15 @@ type request struct {
 	begun      time.Time
 	budgetAt   time.Time // zero: no budget
 	startModel Model
+	named      bool // the caller named the start model (StartOn): no sticky
 	cur        step
 	attemptAt  time.Time
 	deadline   *DeadlineError // the cause installed on the current attempt's ctx
 	records    []AttemptRecord
 	counts     []keyCount
 	a          *abi.Attempt // the latest judged attempt, handed to conditions and callbacks
+	condErrs   []error      // the conditions that failed open while judging it
+	accepted   error        // the ConditionErr of an accepted result, for its success record
 	callv      *Call        // reused between attempts; separate so q itself can stay on the stack
 
 	op  opCode    // which API runs the request; set before start
@@ -89,8 +92,13 @@ func (q *request) start(ctx context.Context, r *Runner) step {
 	q.begun = r.cfg.now()
 	q.disabled = r.cfg.disabled != nil && r.cfg.disabled()
 	q.startModel = r.base
+	if m := startFrom(ctx); m != nil {
+		q.startModel, q.named = m, true
+	}
 	if !q.disabled {
-		q.startModel = r.stickyStart(q.begun)
+		if !q.named {
+			q.startModel = r.stickyStart(q.begun)
+		}
 		if r.cool != nil {
 			q.startModel = r.coolStart(q.startModel, q.begun)
 		}
@@ -185,7 +193,7 @@ func (q *request) record(err error, finish FinishReason, usage Usage) {
 	classify(err, q.a, now, q.r.cfg.retryAfterCap)
 	q.records = append(q.records, AttemptRecord{
 		Number: q.cur.number, Model: q.cur.model, Err: err, Finish: finish,
-		Class: q.a.Class, Status: q.a.Status, Duration: q.a.Duration,
+		Class: q.a.Class, Status: q.a.Status, Duration: q.a.Duration, Overrides: q.cur.overrides,
 	})
 	q.count(q.a.Model).attempts++
 }
@@ -205,7 +213,7 @@ func (q *request) fail(ctx context.Context, err error) (step, error) {
 		f(ctx, q.a)
 	}
 	if ctx.Err() != nil {
-		return step{}, q.final(ctx, context.Cause(ctx))
+		return step{}, q.final(ctx, causeOf(ctx))
 	}
 	if q.r.cool != nil {
 		q.r.coolFailed(ctx, q.a, q.r.cfg.now())
@@ -240,29 +248,55 @@ func (q *request) judge(ctx context.Context, finish FinishReason, usage Usage) (
 		}
 		return next, true, nil
 	}
-	if stop != nil {
+	var ue *UnknownModelError
+	if stop != nil && !errors.As(stop, &ue) {
 		return step{}, false, q.final(ctx, stop)
 	}
-	// Accepted: the result attempt is the successful one, not a record.
+	// Accepted (a condition that named an unknown model does not turn a
+	// good answer into a failure; it was logged and stays on the record of
+	// the successful attempt): the result attempt is the successful one.
+	q.accepted = q.records[len(q.records)-1].ConditionErr
 	q.records = q.records[:len(q.records)-1]
 	q.count(q.a.Model).attempts--
 	return step{}, false, nil
 }
 
 // choose walks the rules in order (reference §3.3): the first that names a
-// model with attempts left wins. ok false with a nil stop means no rule matched.
+// model with attempts left wins. ok false with a nil stop means no rule
+// matched. A condition that fails open (its error, its panic, a switch to
+// a model the Runner does not know) is no opinion: it is logged and kept
+// in the attempt's record (ConditionErr); when no other rule matches, an
+// unknown model is the stop's cause, so the request's error names it.
 func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
+	defer q.keepConditionErrs()
 	r := q.r
+	var unknown *UnknownModelError
 	for i, c := range r.cfg.rules {
 		// Native rules and foreign conditions alike run under a panic
 		// guard: a user's predicate must not take the request down.
 		d, err := safeDecide(ctx, c, q.a)
+		if err == nil && d.Action == abi.ActionSwitch && r.models[d.Model] == nil {
+			// Native rules' keys were checked by New; a foreign
+			// condition's may be unknown: a failure of the condition,
+			// never a silent skip.
+			err = &UnknownModelError{Condition: i, Model: d.Model}
+		}
 		if err != nil {
 			if fp, ok := c.(FailPolicyer); ok && fp.FailPolicy() == abi.FailClosed {
 				return step{}, false, fmt.Errorf("retryhost: condition %d failed (fail-closed): %w", i, err)
 			}
-			r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: condition failed; treated as no opinion",
-				slog.Int("condition", i), slog.String("error", err.Error()))
+			var ue *UnknownModelError
+			if errors.As(err, &ue) {
+				r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: condition named an unknown model; treated as no opinion",
+					slog.Int("condition", i), slog.String("model", ue.Model))
+				if unknown == nil {
+					unknown = ue
+				}
+			} else {
+				r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: condition failed; treated as no opinion",
+					slog.Int("condition", i), slog.String("error", err.Error()))
+			}
+			q.condErrs = append(q.condErrs, err)
 			continue
 		}
 		rule := r.rules[i] // non-nil for a native rule: its overrides apply
@@ -279,13 +313,7 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 				maxAttempts = 2
 			}
 		case abi.ActionSwitch:
-			// Native rules' keys were checked by New; a foreign
-			// condition's may be unknown.
-			if target = r.models[d.Model]; target == nil {
-				r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: condition named an unknown model; skipped",
-					slog.Int("condition", i), slog.String("model", d.Model))
-				continue
-			}
+			target = r.models[d.Model] // known: checked above
 			if maxAttempts <= 0 {
 				maxAttempts = 1
 			}
@@ -323,7 +351,26 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 		}
 		return next, true, nil
 	}
+	if unknown != nil {
+		// Nothing else matched: the request stops because a condition's
+		// choice could not be followed, and says so.
+		return step{}, false, unknown
+	}
 	return step{}, false, nil
+}
+
+// keepConditionErrs stores the condition failures of the latest judgement
+// in the attempt's record.
+func (q *request) keepConditionErrs() {
+	if len(q.condErrs) == 0 {
+		return
+	}
+	err := q.condErrs[0]
+	if len(q.condErrs) > 1 {
+		err = errors.Join(q.condErrs...)
+	}
+	q.records[len(q.records)-1].ConditionErr = err
+	q.condErrs = q.condErrs[:0]
 }
 
 // safeDecide asks c, turning a panic into an error: a broken condition
@@ -390,17 +437,18 @@ func (q *request) advance(ctx context.Context, next *step) error {
 	if next.delay > 0 {
 		if err := q.r.cfg.sleep(ctx, next.delay); err != nil {
 			if ctx.Err() != nil {
-				err = context.Cause(ctx)
+				err = causeOf(ctx)
 			}
 			return q.final(ctx, err)
 		}
 	}
 	if f := q.r.cfg.onRetry; f != nil {
-		ov := f(ctx, RetryInfo{Failed: q.a, Next: next.model, Number: next.number, Delay: next.delay})
+		ov := f(ctx, RetryInfo{Failed: q.a, Next: next.model, Number: next.number, Delay: next.delay,
+			Overrides: next.overrides, FailedOverrides: q.records[len(q.records)-1].Overrides})
 		next.overrides = next.overrides.over(ov)
 	}
 	if ctx.Err() != nil {
-		return q.final(ctx, context.Cause(ctx))
+		return q.final(ctx, causeOf(ctx))
 	}
 	q.cur = *next
 	return nil
@@ -417,17 +465,18 @@ func (q *request) succeed(ctx context.Context) {
 	if q.r.cool != nil {
 		q.r.coolSucceeded(q.cur.model)
 	}
-	switched, f := q.cur.model != q.startModel, q.r.cfg.onSuccess
+	switched, f := !sameModel(q.cur.model, q.startModel), q.r.cfg.onSuccess
 	if !switched && f == nil {
 		return // the common case reads no clock
 	}
 	now := q.r.cfg.now()
-	if switched {
+	if switched && !q.named {
 		q.r.stickySet(q.cur.model, now)
 	}
 	if f != nil {
 		q.records = append(q.records, AttemptRecord{
 			Number: q.cur.number, Model: q.cur.model, Duration: now.Sub(q.attemptAt),
+			Overrides: q.cur.overrides, ConditionErr: q.accepted,
 		})
 		f(ctx, Outcome{Model: q.cur.model, Attempts: q.records, Elapsed: now.Sub(q.begun)})
 	}

@@ -61,7 +61,40 @@ type AttemptRecord struct {
 	Class    abi.ErrorClass
 	Status   int
 	Duration time.Duration
+	// Overrides are the request overrides the attempt was sent with (the
+	// matched rule's, merged with the OnRetry callback's); zero for the
+	// first attempt and for attempts no rule or callback changed.
+	Overrides Overrides
+	// ConditionErr holds what went wrong with the conditions asked about
+	// this attempt and treated as no opinion (fail-open): a condition's
+	// error or panic, or an *[UnknownModelError] for a switch to a model
+	// the Runner does not know (errors.Join when several). Nil when every
+	// condition answered.
+	ConditionErr error
 }
+
+// ErrUnknownModel matches (errors.Is) an [*UnknownModelError].
+var ErrUnknownModel = errors.New("retryhost: a condition switched to an unknown model")
+
+// UnknownModelError reports that a condition (a Wasm plugin, or any
+// Condition that names its target by key) chose to switch to a model key
+// the Runner does not know: declare that model with [WithModels]. It is a
+// failure of the condition: with a fail-closed condition it fails the
+// request; otherwise the condition counts as no opinion, the driver logs
+// it at Warn, keeps it in the attempt's [AttemptRecord.ConditionErr] (and
+// the observer's AttemptEndEvent), and, when no other rule matches, makes
+// it the Cause of the request's *[RetryError]. It is never silent.
+type UnknownModelError struct {
+	Condition int    // the condition's index in the Runner's rules
+	Model     string // the key it named
+}
+
+func (e *UnknownModelError) Error() string {
+	return fmt.Sprintf("retryhost: condition %d switched to unknown model %q (declare it with WithModels)", e.Condition, e.Model)
+}
+
+// Is makes errors.Is(err, ErrUnknownModel) true.
+func (e *UnknownModelError) Is(target error) bool { return target == ErrUnknownModel }
 
 func (r *AttemptRecord) describe(b *strings.Builder) {
 	fmt.Fprintf(b, "#%d %s (%v): ", r.Number, r.Model.Key(), r.Duration)
@@ -81,9 +114,14 @@ func (r *AttemptRecord) describe(b *strings.Builder) {
 // whose only attempt failed and matched no rule returns that attempt's raw
 // error instead, so a driver with no matching rule is transparent.
 //
-// errors.Is and errors.As see every attempt's error and the Cause, so
-// errors.As(err, &providerErr) finds a *ProviderError of any attempt and
-// errors.Is(err, context.Canceled) reports a cancellation.
+// errors.Is and errors.As see every attempt's error, newest first, and then
+// the Cause: errors.As(err, &providerErr) finds the *ProviderError of the
+// newest attempt that had one (what finally failed, as failsafe-go's
+// LastError), an older attempt's only when no newer one matches, and
+// errors.Is(err, context.Canceled) reports a cancellation, also one with a
+// cause (context.WithCancelCause), whose cause errors.Is finds as well.
+// Attempts still lists every attempt oldest first; [RetryError.Last] is
+// the newest attempt's error.
 //
 // A RetryError is not modified after it is returned; its slices are owned
 // by the error.
@@ -115,10 +153,12 @@ func (e *RetryError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns every attempt's error, oldest first, then the Cause.
+// Unwrap returns every attempt's error, newest first, then the Cause, so
+// that errors.As and errors.Is find what finally failed before what failed
+// earlier.
 func (e *RetryError) Unwrap() []error {
 	errs := make([]error, 0, len(e.Attempts)+1)
-	for i := range e.Attempts {
+	for i := len(e.Attempts) - 1; i >= 0; i-- {
 		if e.Attempts[i].Err != nil {
 			errs = append(errs, e.Attempts[i].Err)
 		}
@@ -135,4 +175,38 @@ func (e *RetryError) Last() error {
 		return nil
 	}
 	return e.Attempts[len(e.Attempts)-1].Err
+}
+
+// causeOf explains why ctx is done: its cause (context.Cause), wrapped so
+// that errors.Is also finds ctx.Err() when the cause does not match it
+// already. A caller that cancels with context.WithCancelCause gets an error
+// that is both context.Canceled and its cause; one that cancels without a
+// cause, or whose cause already matches (a *DeadlineError is
+// context.DeadlineExceeded), gets the cause as is. Nil when ctx is not done.
+func causeOf(ctx context.Context) error {
+	err := ctx.Err()
+	if err == nil {
+		return nil
+	}
+	cause := context.Cause(ctx)
+	if cause == nil || errors.Is(cause, err) {
+		if cause == nil {
+			return err
+		}
+		return cause
+	}
+	return &causeError{err: err, cause: cause}
+}
+
+// causeError is a context's error with the cause it was canceled with.
+type causeError struct{ err, cause error }
+
+func (e *causeError) Error() string   { return e.err.Error() + ": " + e.cause.Error() }
+func (e *causeError) Unwrap() []error { return []error{e.cause, e.err} }
+
+// Is makes two explanations of the same ended context equal, so that the
+// lone attempt that failed on the caller's cancellation is returned as is.
+func (e *causeError) Is(target error) bool {
+	t, ok := target.(*causeError)
+	return ok && t.err == e.err && t.cause == e.cause
 }

@@ -23,6 +23,7 @@ type genAnswer struct {
 	finish abi.Reason
 	err    error
 	nilnil bool
+	text   string // the answer's text; default "from <key>"
 }
 
 func (m *genModel) Key() string { return m.key }
@@ -39,8 +40,12 @@ func (m *genModel) Generate(_ context.Context, req *Request) (*Response, error) 
 	case a.err != nil:
 		return nil, a.err
 	}
+	text := a.text
+	if text == "" {
+		text = "from " + m.key
+	}
 	return &Response{
-		Content: []Part{{Kind: abi.KindTextDelta, Delta: "from " + m.key}},
+		Content: []Part{{Kind: abi.KindTextDelta, Delta: text}},
 		Finish:  FinishReason{Unified: a.finish},
 	}, nil
 }
@@ -117,4 +122,90 @@ func TestRunner_Generate(t *testing.T) {
 	}
 	_, err := mustNew(t, base).Generate(context.Background(), nil)
 	require.ErrorContains(t, err, "needs a request")
+}
+
+// Item 6 of issue 12: RetryableModel.Generate runs every response through
+// the transform chain, so a refusal in a whole answer fails the attempt over
+// exactly as a streamed one does.
+func TestRetryableModel_GenerateRunsTheTransforms(t *testing.T) {
+	refusal := genAnswer{finish: abi.ReasonStop, text: "I'm sorry, but I can't help with that."}
+	det, err := NewRefusalDetector()
+	require.NoError(t, err)
+
+	t.Run("a refusal fails over", func(t *testing.T) {
+		g1 := &genModel{key: "test/g1", script: []genAnswer{refusal}}
+		g2 := &genModel{key: "test/g2", script: []genAnswer{{finish: abi.ReasonStop, text: "Paris."}}}
+		var out []Outcome
+		r := mustNew(t, g1, WithRules(OnClass(abi.ClassRefusal).Switch(g2)),
+			WithOnSuccess(func(_ context.Context, o Outcome) { out = append(out, o) }))
+		rm, err := NewRetryableModel(r, WithTransforms(det))
+		require.NoError(t, err)
+		resp, err := rm.Generate(t.Context(), &Request{})
+		require.NoError(t, err)
+		require.Equal(t, "Paris.", resp.Text())
+		require.Len(t, out, 1)
+		require.Len(t, out[0].Attempts, 2)
+		require.Equal(t, abi.ClassRefusal, out[0].Attempts[0].Class)
+		var re *RefusalError
+		require.ErrorAs(t, out[0].Attempts[0].Err, &re)
+		require.Equal(t, refusal.text, re.Text)
+	})
+	t.Run("a refusal with no rule is the request's error", func(t *testing.T) {
+		g1 := &genModel{key: "test/g1", script: []genAnswer{refusal}}
+		rm, err := NewRetryableModel(mustNew(t, g1), WithTransforms(det))
+		require.NoError(t, err)
+		resp, err := rm.Generate(t.Context(), &Request{})
+		require.Nil(t, resp)
+		var re *RefusalError
+		require.ErrorAs(t, err, &re)
+	})
+	t.Run("an answer that is not a refusal passes untouched", func(t *testing.T) {
+		g1 := &genModel{key: "test/g1", script: []genAnswer{{finish: abi.ReasonStop, text: "I'm happy to help."}}}
+		rm, err := NewRetryableModel(mustNew(t, g1), WithTransforms(det))
+		require.NoError(t, err)
+		resp, err := rm.Generate(t.Context(), &Request{})
+		require.NoError(t, err)
+		require.Equal(t, "I'm happy to help.", resp.Text())
+	})
+	t.Run("replace and drop change the content; the model's response is not modified", func(t *testing.T) {
+		orig := &Response{Content: []Part{{Kind: abi.KindTextDelta, Delta: "secret"}, {Kind: abi.KindReasoningDelta, Delta: "hmm"}},
+			Finish: FinishReason{Unified: abi.ReasonStop}}
+		m := &scriptModel{key: "test/g1", genResp: []*Response{orig}}
+		redact := &funcTransform{name: "redact", part: func(_ int, p *Part) (abi.Verdict, error) {
+			switch p.Kind {
+			case abi.KindTextDelta:
+				return abi.Verdict{Action: abi.PartReplace, Replace: []Part{{Kind: abi.KindTextDelta, Delta: "[redacted]"}}}, nil
+			case abi.KindReasoningDelta:
+				return verdict(abi.PartDrop), nil
+			}
+			return verdict(abi.PartPass), nil
+		}}
+		rm, err := NewRetryableModel(mustNew(t, m), WithTransforms(redact))
+		require.NoError(t, err)
+		resp, err := rm.Generate(t.Context(), &Request{})
+		require.NoError(t, err)
+		require.Equal(t, []string{"text-delta:[redacted]"}, kinds(resp.Content))
+		require.Equal(t, "secret", orig.Content[0].Delta)
+		require.Len(t, orig.Content, 2)
+		opened, closed := redact.counts()
+		require.Equal(t, [2]int{1, 1}, [2]int{opened, closed}, "one instance per attempt, closed")
+	})
+	t.Run("a fail-closed transform that cannot open fails the attempt", func(t *testing.T) {
+		g1 := &genModel{key: "test/g1", script: []genAnswer{{finish: abi.ReasonStop}}}
+		g2 := &genModel{key: "test/g2", script: []genAnswer{{finish: abi.ReasonStop}}}
+		n := 0
+		broken := &funcTransform{name: "broken", policy: abi.TransformPolicy{Fail: abi.FailClosed},
+			open: func() error {
+				if n++; n == 1 {
+					return errBoom
+				}
+				return nil
+			},
+			part: func(int, *Part) (abi.Verdict, error) { return verdict(abi.PartPass), nil }}
+		rm, err := NewRetryableModel(mustNew(t, g1, WithRules(OnClass(abi.ClassPlugin).Switch(g2))), WithTransforms(broken))
+		require.NoError(t, err)
+		resp, err := rm.Generate(t.Context(), &Request{})
+		require.NoError(t, err)
+		require.Equal(t, "from test/g2", resp.Text())
+	})
 }

@@ -47,6 +47,23 @@ type Stream interface {
 	Close() error
 }
 
+// HeaderStream is implemented by a [Stream] that carries the HTTP response
+// headers of the call that opened it (a provider adapter's stream), so a
+// caller can log the provider's request id or read its rate-limit headers:
+//
+//	if hs, ok := s.(driver.HeaderStream); ok {
+//		log.Printf("request id %s", hs.Header().Get("x-request-id"))
+//	}
+//
+// A [RetryableModel]'s stream implements it with the headers of the attempt
+// that answered (the one the caller reads), or nil when that attempt's
+// stream carries none. Header may be called at any time, also concurrently
+// with Recv; the caller must not modify the result.
+type HeaderStream interface {
+	Stream
+	Header() http.Header
+}
+
 // Role is the author of a message.
 type Role string
 

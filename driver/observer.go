@@ -114,6 +114,10 @@ type AttemptEndEvent struct {
 	// scheduled before it.
 	Next  Model
 	Delay time.Duration
+	// ConditionErr is what went wrong with the conditions asked about this
+	// attempt and treated as no opinion, as in [AttemptRecord.ConditionErr]
+	// (an *UnknownModelError names the model a condition wanted).
+	ConditionErr error
 }
 
 // CommitEvent marks the attempt whose answer the caller gets: for a stream
@@ -240,7 +244,7 @@ func (q *request) observeStart(ctx context.Context, o Observer) {
 // attempt's own context derives from.
 func (q *request) observeAttempt() context.Context {
 	t := q.obs
-	failOver := t.prevModel != nil && t.prevModel != q.cur.model
+	failOver := t.prevModel != nil && !sameModel(t.prevModel, q.cur.model)
 	if failOver {
 		t.failOvers++
 	}
@@ -266,9 +270,13 @@ func (q *request) observeEnd(outcome AttemptOutcome, err error, next *step) {
 	if outcome == AttemptSucceeded {
 		e.Finish, e.Usage, e.ResponseModel = t.finish, t.usage, t.respModel
 		e.Duration = q.r.cfg.now().Sub(q.attemptAt)
+		e.ConditionErr = q.accepted
 	} else if a := q.a; a != nil {
 		e.Class, e.Deadline, e.Status = a.Class, a.Deadline, a.Status
 		e.Finish, e.Usage, e.Duration = a.Finish, a.Usage, a.Duration
+		if n := len(q.records); n > 0 {
+			e.ConditionErr = q.records[n-1].ConditionErr
+		}
 	}
 	if next != nil {
 		e.Next, e.Delay = next.model, next.delay
@@ -397,6 +405,10 @@ func (s slogObserver) AttemptEnd(ctx context.Context, e AttemptEndEvent) {
 	}
 	if e.Next != nil {
 		attrs = append(attrs, slog.String("next_model", e.Next.Key()), slog.Duration("delay", e.Delay))
+	}
+	var ue *UnknownModelError
+	if errors.As(e.ConditionErr, &ue) { // a model key, no text: safe to log
+		attrs = append(attrs, slog.String("unknown_model", ue.Model))
 	}
 	s.l.LogAttrs(ctx, level, "retryhost: attempt end", attrs...)
 }

@@ -127,6 +127,12 @@ type RetryInfo struct {
 	Next   Model         // the model the next attempt runs on
 	Number int           // the next attempt's number
 	Delay  time.Duration // the wait that was just observed
+	// Overrides are the overrides the next attempt will be sent with
+	// unless the callback returns its own (the matched rule's); the
+	// callback's replace them field by field.
+	Overrides Overrides
+	// FailedOverrides are the overrides the failed attempt was sent with.
+	FailedOverrides Overrides
 }
 
 // Outcome is what the OnSuccess and OnFailure callbacks receive. Its
@@ -336,6 +342,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return causeOf(ctx)
 	}
 }

@@ -21,11 +21,38 @@ import (
 // judged for example on its finish reason), and result predicates never
 // match an error attempt.
 //
-// The zero Match is invalid; [New] rejects rules built on it. A Match is
-// immutable and safe for concurrent use if its functions are.
+// The zero Match is invalid; [New] rejects rules built on it, and rules
+// built on a Match given values no policy file would accept (a status
+// outside 100-599, an empty list, an unknown class): a mistake in Go is
+// reported where the same mistake in a policy file is, at load, never
+// silently matching nothing. A Match is immutable and safe for concurrent
+// use if its functions are.
 type Match struct {
 	f    func(a *Attempt) bool
 	name string
+	err  error // a builder mistake, reported by New
+}
+
+// Err reports the builder mistake m carries (for example OnStatus(4290)),
+// or nil. [New] returns it for a rule or a cooldown built on m.
+func (m Match) Err() error { return m.err }
+
+func (m Match) invalid(format string, args ...any) Match {
+	if m.err == nil {
+		m.err = fmt.Errorf("retryhost: %s: "+format, append([]any{m.name}, args...)...)
+	}
+	return m
+}
+
+// firstErr carries the first mistake of ms into m.
+func (m Match) firstErr(ms []Match) Match {
+	for _, x := range ms {
+		if x.err != nil {
+			m.err = x.err
+			break
+		}
+	}
+	return m
 }
 
 // Matches reports whether a satisfies the predicate. The zero Match matches nothing.
@@ -42,29 +69,54 @@ func errMatch(name string, f func(a *Attempt) bool) Match {
 func AnyError() Match { return errMatch("any error", func(*Attempt) bool { return true }) }
 
 // OnStatus matches an error attempt whose HTTP status is one of codes.
-// With no codes it matches nothing.
+// Every code must be an HTTP status (100-599) and at least one is needed:
+// [New] rejects OnStatus(4290) and OnStatus() as a policy file does.
 func OnStatus(codes ...int) Match {
 	codes = slices.Clone(codes)
-	return errMatch(fmt.Sprintf("status %v", codes), func(a *Attempt) bool {
+	m := errMatch(fmt.Sprintf("status %v", codes), func(a *Attempt) bool {
 		return a.Status != 0 && slices.Contains(codes, a.Status)
 	})
+	if len(codes) == 0 {
+		return m.invalid("no status code (it would match nothing)")
+	}
+	for _, c := range codes {
+		if c < 100 || c > 599 {
+			return m.invalid("%d is not an HTTP status (100-599)", c)
+		}
+	}
+	return m
 }
 
 // OnStatusRange matches an error attempt whose HTTP status s is lo <= s <= hi,
-// such as OnStatusRange(500, 599).
+// such as OnStatusRange(500, 599). [New] rejects a range that is not
+// 100 <= lo <= hi <= 599.
 func OnStatusRange(lo, hi int) Match {
-	return errMatch(fmt.Sprintf("status %d-%d", lo, hi), func(a *Attempt) bool {
+	m := errMatch(fmt.Sprintf("status %d-%d", lo, hi), func(a *Attempt) bool {
 		return a.Status != 0 && a.Status >= lo && a.Status <= hi
 	})
+	if lo < 100 || hi > 599 || lo > hi {
+		return m.invalid("want 100 <= lo <= hi <= 599")
+	}
+	return m
 }
 
 // OnClass matches an error attempt of one of the classes, as the driver
-// classified it (see [abi.ErrorClass]).
+// classified it (see [ErrorClass]). [New] rejects OnClass() and a class
+// that is not one of the Class constants.
 func OnClass(classes ...abi.ErrorClass) Match {
 	classes = slices.Clone(classes)
-	return errMatch(fmt.Sprintf("class %v", classes), func(a *Attempt) bool {
+	m := errMatch(fmt.Sprintf("class %v", classes), func(a *Attempt) bool {
 		return slices.Contains(classes, a.Class)
 	})
+	if len(classes) == 0 {
+		return m.invalid("no class (it would match nothing)")
+	}
+	for _, c := range classes {
+		if _, ok := abi.ParseErrorClass(c.String()); !ok || c == abi.ClassNone || c.String() == "unknown" && c != abi.ClassUnknown {
+			return m.invalid("%d is not an error class", uint8(c))
+		}
+	}
+	return m
 }
 
 // OnError matches an error attempt whose error satisfies pred.
@@ -88,13 +140,14 @@ func OnErrorAs[T error]() Match {
 }
 
 // OnMessage matches an error attempt whose message contains one of subs,
-// ignoring case.
+// ignoring case. [New] rejects OnMessage() and an empty substring (which
+// would match every message).
 func OnMessage(subs ...string) Match {
 	lower := make([]string, len(subs))
 	for i, s := range subs {
 		lower[i] = strings.ToLower(s)
 	}
-	return errMatch(fmt.Sprintf("message %q", subs), func(a *Attempt) bool {
+	m := errMatch(fmt.Sprintf("message %q", subs), func(a *Attempt) bool {
 		msg := strings.ToLower(a.Message)
 		for _, s := range lower {
 			if strings.Contains(msg, s) {
@@ -103,6 +156,13 @@ func OnMessage(subs ...string) Match {
 		}
 		return false
 	})
+	if len(subs) == 0 {
+		return m.invalid("no substring (it would match nothing)")
+	}
+	if slices.Contains(subs, "") {
+		return m.invalid("an empty substring matches every message")
+	}
+	return m
 }
 
 // OnMessageRegexp matches an error attempt whose message matches re.
@@ -141,11 +201,22 @@ func Retryable(flag bool) Match {
 // Result predicates apply where the driver sees a result's finish reason:
 // [Runner.Generate] and the stream driver (before commit). [Do] treats a
 // result as final and never judges it: its results are opaque.
+//
+// [New] rejects OnFinish() and a reason that is not one of the Reason constants.
 func OnFinish(reasons ...abi.Reason) Match {
 	reasons = slices.Clone(reasons)
-	return Match{name: fmt.Sprintf("finish %v", reasons), f: func(a *Attempt) bool {
+	m := Match{name: fmt.Sprintf("finish %v", reasons), f: func(a *Attempt) bool {
 		return a.Class == abi.ClassNone && slices.Contains(reasons, a.Finish.Unified)
 	}}
+	if len(reasons) == 0 {
+		return m.invalid("no finish reason (it would match nothing)")
+	}
+	for _, r := range reasons {
+		if _, ok := abi.ParseReason(r.String()); !ok || r.String() == "unknown" && r != abi.ReasonUnknown {
+			return m.invalid("%d is not a finish reason", uint8(r))
+		}
+	}
+	return m
 }
 
 // OnResult matches a result attempt that satisfies pred.
@@ -166,7 +237,7 @@ func And(ms ...Match) Match {
 			}
 		}
 		return true
-	}}
+	}}.firstErr(ms)
 }
 
 // Or matches when any m matches, evaluated in order, stopping at the first
@@ -180,13 +251,13 @@ func Or(ms ...Match) Match {
 			}
 		}
 		return false
-	}}
+	}}.firstErr(ms)
 }
 
 // Not matches when m does not. Note that Not(OnStatus(429)) also matches
 // result attempts; write And(AnyError(), Not(…)) for "any other error".
 func Not(m Match) Match {
-	return Match{name: "not " + m.name, f: func(a *Attempt) bool { return !m.Matches(a) }}
+	return Match{name: "not " + m.name, f: func(a *Attempt) bool { return !m.Matches(a) }, err: m.err}
 }
 
 func joinNames(op string, ms []Match) string {
@@ -359,6 +430,9 @@ func (r *Rule) String() string {
 func (r *Rule) validate() error {
 	if r.err != nil {
 		return r.err
+	}
+	if r.match.err != nil {
+		return r.match.err
 	}
 	if r.match.f == nil {
 		return errors.New("retryhost: a rule has a zero Match (build it with OnStatus, AnyError, …)")

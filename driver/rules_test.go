@@ -187,7 +187,7 @@ func TestDo_ForeignConditions(t *testing.T) {
 			wantModels: []string{"test/base", "test/fb2"}},
 		{name: "a native rule by key", rules: []Condition{AnyError().SwitchKey("test/fb2")},
 			wantModels: []string{"test/base", "test/fb2"}},
-		{name: "a key known from a native rule", rules: []Condition{switchTo("test/fb"), OnStatus(999).Switch(fb)},
+		{name: "a key known from a native rule", rules: []Condition{switchTo("test/fb"), OnStatus(418).Switch(fb)},
 			wantModels: []string{"test/base", "test/fb"}},
 		{name: "an unknown key is skipped with a log line", rules: []Condition{switchTo("nope/model"), Fallback(fb)},
 			wantModels: []string{"test/base", "test/fb"}, wantLog: "nope/model"},
@@ -266,4 +266,87 @@ func TestDo_PanickingPredicateIsNoOpinion(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"test/base", "test/fb"}, models(*log))
 	require.Contains(t, logs.String(), "oops")
+}
+
+// Item 12 of issue 12: a condition that switches to a model the Runner does
+// not know is never silent: a log line, the attempt's record (callbacks and
+// the final error), the observer, and, when nothing else matches, the
+// request's error.
+func TestDo_UnknownModelIsNeverSilent(t *testing.T) {
+	switchTo := func(key string) Condition {
+		return ConditionFunc(func(context.Context, *Attempt) (Decision, error) {
+			return Decision{Action: abi.ActionSwitch, Model: key}, nil
+		})
+	}
+	t.Run("nothing else matches: the request's error names it", func(t *testing.T) {
+		var logs bytes.Buffer
+		var failed []Outcome
+		obs := &recObserver{}
+		r := mustNew(t, base, WithRules(switchTo("nope/model")), WithObserver(obs),
+			WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+			WithOnFailure(func(_ context.Context, o Outcome) { failed = append(failed, o) }))
+		fn, log := script(status(503))
+		_, err := Do(context.Background(), r, fn)
+		require.Equal(t, []string{"test/base"}, models(*log))
+		require.ErrorIs(t, err, ErrUnknownModel)
+		var ue *UnknownModelError
+		require.ErrorAs(t, err, &ue)
+		require.Equal(t, UnknownModelError{Condition: 0, Model: "nope/model"}, *ue)
+		var re *RetryError
+		require.ErrorAs(t, err, &re, "not the lone attempt's raw error: the misconfiguration is the stop's cause")
+		require.ErrorIs(t, re.Cause, ErrUnknownModel)
+		var pe *ProviderError
+		require.ErrorAs(t, err, &pe, "the attempt's own error is still there")
+		require.Contains(t, err.Error(), `"nope/model"`)
+		require.Len(t, failed, 1)
+		require.ErrorIs(t, failed[0].Attempts[0].ConditionErr, ErrUnknownModel)
+		require.Len(t, obs.ends, 1)
+		require.ErrorIs(t, obs.ends[0].ConditionErr, ErrUnknownModel)
+		require.Contains(t, logs.String(), "nope/model")
+	})
+	t.Run("another rule matches: the record keeps it", func(t *testing.T) {
+		var ok []Outcome
+		obs := &recObserver{}
+		r := mustNew(t, base, WithRules(switchTo("nope/model"), Fallback(fb)), WithObserver(obs),
+			WithOnSuccess(func(_ context.Context, o Outcome) { ok = append(ok, o) }))
+		fn, log := script(status(503))
+		_, err := Do(context.Background(), r, fn)
+		require.NoError(t, err)
+		require.Equal(t, []string{"test/base", "test/fb"}, models(*log))
+		require.Len(t, ok, 1)
+		var ue *UnknownModelError
+		require.ErrorAs(t, ok[0].Attempts[0].ConditionErr, &ue)
+		require.Equal(t, "nope/model", ue.Model)
+		require.NoError(t, ok[0].Attempts[1].ConditionErr)
+		require.ErrorIs(t, obs.ends[0].ConditionErr, ErrUnknownModel)
+	})
+	t.Run("a fail-closed condition fails the request with it", func(t *testing.T) {
+		r := mustNew(t, base, WithRules(failClosed{switchTo("nope/model")}, Fallback(fb)))
+		fn, log := script(status(503))
+		_, err := Do(context.Background(), r, fn)
+		require.Equal(t, []string{"test/base"}, models(*log))
+		require.ErrorIs(t, err, ErrUnknownModel)
+		require.ErrorContains(t, err, "fail-closed")
+	})
+	t.Run("a result condition does not fail a good answer, but keeps it on the record", func(t *testing.T) {
+		var ok []Outcome
+		g1 := &genModel{key: "test/g1", script: []genAnswer{{finish: abi.ReasonContentFilter}}}
+		r := mustNew(t, g1, WithRules(switchTo("nope/model")),
+			WithOnSuccess(func(_ context.Context, o Outcome) { ok = append(ok, o) }))
+		resp, err := r.Generate(context.Background(), &Request{})
+		require.NoError(t, err)
+		require.Equal(t, "from test/g1", resp.Text())
+		require.Len(t, ok, 1)
+		require.ErrorIs(t, ok[0].Attempts[0].ConditionErr, ErrUnknownModel)
+	})
+	t.Run("a failing condition is on the record too", func(t *testing.T) {
+		var ok []Outcome
+		boom := errors.New("plugin trapped")
+		r := mustNew(t, base, WithRules(ConditionFunc(func(context.Context, *Attempt) (Decision, error) { return Decision{}, boom }), Fallback(fb)),
+			WithOnSuccess(func(_ context.Context, o Outcome) { ok = append(ok, o) }))
+		fn, _ := script(status(503))
+		_, err := Do(context.Background(), r, fn)
+		require.NoError(t, err)
+		require.ErrorIs(t, ok[0].Attempts[0].ConditionErr, boom)
+	})
 }

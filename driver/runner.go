@@ -140,11 +140,25 @@ func (r *Runner) addModel(m Model) error {
 	if k == "" {
 		return fmt.Errorf("retryhost: model %T has an empty key", m)
 	}
-	if old, ok := r.models[k]; ok && old != m {
+	if old, ok := r.models[k]; ok && !sameModel(old, m) {
 		return fmt.Errorf("retryhost: two different models share the key %q", k)
 	}
 	r.models[k] = m
 	return nil
+}
+
+// sameModel reports whether a and b are the same model. Comparing two
+// interfaces panics when their dynamic type is not comparable (a Model
+// implemented by a struct value that holds a map or a slice), so such
+// models are the same when their keys are: a Runner resolves models by
+// key anyway.
+func sameModel(a, b Model) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = a.Key() == b.Key()
+		}
+	}()
+	return a == b
 }
 
 // Base returns the model every request starts on (unless a sticky fallback is active).
@@ -225,6 +239,14 @@ func Do[R any](ctx context.Context, r *Runner, fn func(ctx context.Context, c *C
 //
 // Errors are as for [Do]. req is not modified.
 func (r *Runner) Generate(ctx context.Context, req *Request) (*Response, error) {
+	return r.generate(ctx, req, nil)
+}
+
+// generate is Generate with an optional check of each response before the
+// rules judge it (RetryableModel runs its transform chain there): an error
+// from check fails the attempt like the model's own error would.
+func (r *Runner) generate(ctx context.Context, req *Request,
+	check func(ctx context.Context, c *Call, resp *Response) (*Response, error)) (*Response, error) {
 	if req == nil {
 		return nil, errors.New("retryhost: Generate needs a request")
 	}
@@ -234,12 +256,17 @@ func (r *Runner) Generate(ctx context.Context, req *Request) (*Response, error) 
 		actx, cancel := q.attemptContext(ctx, &st)
 		c := q.call()
 		resp, err := c.Model.Generate(actx, c.Request(req))
-		err = q.attemptErr(actx, err)
-		cancel()
-		var final error
 		if err == nil && resp == nil {
 			err = fmt.Errorf("retryhost: %s returned neither a response nor an error", c.Model.Key())
 		}
+		if err == nil && check != nil {
+			if resp, err = check(actx, c, resp); err == nil && resp == nil {
+				err = fmt.Errorf("retryhost: the response check of %s returned nothing", c.Model.Key())
+			}
+		}
+		err = q.attemptErr(actx, err)
+		cancel()
+		var final error
 		if err == nil {
 			if q.obs != nil {
 				q.observeResult(resp.Finish, resp.Usage)

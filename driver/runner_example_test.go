@@ -90,13 +90,13 @@ func ExampleRetryError() {
 		}
 	}
 	var pe *driver.ProviderError
-	if errors.As(err, &pe) { // the first provider error in attempt order
-		fmt.Println("first status:", pe.Status)
+	if errors.As(err, &pe) { // the newest attempt's: what finally failed
+		fmt.Println("final status:", pe.Status)
 	}
 	// Output:
 	// #1 a/model: a: HTTP 503: unavailable
 	// #2 b/model: b: HTTP 500: internal
-	// first status: 503
+	// final status: 500
 }
 
 // Configuration mistakes are reported by New, never at request time.

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -336,4 +337,81 @@ func TestDo_NilArguments(t *testing.T) {
 	require.ErrorContains(t, err, "needs a Runner")
 	_, err = Do[string](context.Background(), mustNew(t, base), nil)
 	require.ErrorContains(t, err, "needs a Runner from New and a function")
+}
+
+// The design difference issue 12 names: the callbacks see the request
+// overrides each attempt was sent with.
+func TestDo_CallbacksSeeTheOverridesSent(t *testing.T) {
+	temp, sys := 0.2, "be brief"
+	hdr := http.Header{"X-Fallback": {"1"}}
+	var retries []RetryInfo
+	var outs []Outcome
+	r := mustNew(t, base,
+		WithRules(OnStatus(503).Switch(fb).Override(Overrides{Temperature: &temp}), OnStatus(502).Switch(fb2).Override(Overrides{System: &sys})),
+		WithOnRetry(func(_ context.Context, info RetryInfo) *Overrides {
+			retries = append(retries, info)
+			if info.Next == fb2 {
+				return &Overrides{Headers: hdr}
+			}
+			return nil
+		}),
+		WithOnSuccess(func(_ context.Context, o Outcome) { outs = append(outs, o) }))
+	fn, log := script(status(503), status(502))
+	_, err := Do(context.Background(), r, fn)
+	require.NoError(t, err)
+	require.Len(t, *log, 3)
+	require.Len(t, outs, 1)
+	att := outs[0].Attempts
+	require.Len(t, att, 3)
+	for i := range att {
+		require.Equal(t, (*log)[i].Overrides, att[i].Overrides, "attempt %d: the overrides it was sent with", i+1)
+	}
+	require.True(t, att[0].Overrides.IsZero())
+	require.Equal(t, &temp, att[1].Overrides.Temperature)
+	require.Equal(t, &sys, att[2].Overrides.System)
+	require.Equal(t, hdr, att[2].Overrides.Headers, "the OnRetry callback's overrides are merged in")
+	require.Len(t, retries, 2)
+	require.Equal(t, &temp, retries[0].Overrides.Temperature, "OnRetry sees the rule's overrides for the next attempt")
+	require.True(t, retries[0].FailedOverrides.IsZero())
+	require.Equal(t, &sys, retries[1].Overrides.System)
+	require.Equal(t, &temp, retries[1].FailedOverrides.Temperature, "and those the failed attempt was sent with")
+	require.Nil(t, retries[1].Overrides.Headers, "before the callback's own")
+}
+
+// mapModel is a Model implemented by a struct value that holds a map: its
+// dynamic type is not comparable, so comparing two such interface values
+// with == panics.
+type mapModel struct {
+	key  string
+	meta map[string]string
+}
+
+func (m mapModel) Key() string { return m.key }
+func (m mapModel) Generate(context.Context, *Request) (*Response, error) {
+	return nil, errors.New("not used")
+}
+func (m mapModel) Stream(context.Context, *Request) (Stream, error) {
+	return nil, errors.New("not used")
+}
+
+// A model of an uncomparable type is a valid Model: nothing in the driver
+// may panic on it (it did: New, the sticky update and the observer compared
+// models with ==).
+func TestRunner_UncomparableModelsDoNotPanic(t *testing.T) {
+	a := mapModel{"test/a", map[string]string{"tier": "1"}}
+	b := mapModel{"test/b", map[string]string{"tier": "2"}}
+	r, err := New(a, WithRules(Fallback(b)), WithModels(b), WithSticky(StickyRequests(1)), WithObserver(&recObserver{}),
+		WithOnSuccess(func(context.Context, Outcome) {}))
+	require.NoError(t, err)
+	fn, log := script(status(503))
+	got, err := Do(context.Background(), r, fn)
+	require.NoError(t, err)
+	require.Equal(t, "ok from test/b", got)
+	require.Equal(t, []string{"test/a", "test/b"}, models(*log))
+	fn, log = script()
+	_, err = Do(context.Background(), r, fn)
+	require.NoError(t, err)
+	require.Equal(t, []string{"test/b"}, models(*log), "the sticky fallback held")
+	_, err = New(a, WithModels(mapModel{"test/a", nil}))
+	require.NoError(t, err, "same type and key: the same model")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 )
@@ -61,11 +62,14 @@ func WithFirstContentTimeout(d time.Duration) StreamOption {
 	}
 }
 
-// WithGapTimeout bounds the silence between two content parts after
-// commit (armed at commit). It is not recoverable: the stream ends with a
-// *DeadlineError (abi.DeadlineGap), the caller keeping what it got. To cost
-// nothing measurable per part it is checked four times per d, so it fires
-// after between d and 1.25×d of silence. Default: none.
+// WithGapTimeout bounds the provider's silence between two content parts
+// after commit (armed at commit). Only the time the stream spends waiting
+// on the upstream counts: a caller that reads slowly, or starts reading
+// late, never trips it (what the provider already sent is waiting for it).
+// It is not recoverable: the stream ends with a *DeadlineError
+// (abi.DeadlineGap), the caller keeping what it got. To cost nothing
+// measurable per part it is checked four times per d, so it fires after
+// between d and 1.25×d of waiting. Default: none.
 func WithGapTimeout(d time.Duration) StreamOption {
 	return func(c *streamConfig) error {
 		if d < 0 {
@@ -86,6 +90,10 @@ type CommitInfo struct {
 	// Empty reports a stream that ended with no content: it commits at its end.
 	Empty   bool
 	Elapsed time.Duration
+	// Header holds the committed attempt's HTTP response headers when its
+	// stream carries them ([HeaderStream]), else nil: the place to log the
+	// provider's request id. Do not modify it.
+	Header http.Header
 }
 
 // WithOnCommit sets a callback fired once per streaming request at the
@@ -102,11 +110,13 @@ func withStreamClock(k clock) StreamOption {
 }
 
 // RetryableModel is a [Model] that retries and fails over: every call runs
-// on the rules, budgets and callbacks of a [Runner]. Generate judges each
-// result with the rules too (a content-filter finish can switch models);
-// Stream runs each attempt through the transform chain into the commit
-// gate, so that nothing reaches the caller until an attempt commits, and
-// nothing is ever re-run after that.
+// on the rules, budgets and callbacks of a [Runner]. Generate runs each
+// response through the transform chain (a refusal in a whole answer fails
+// the attempt over, as in a stream) and judges each result with the rules
+// too (a content-filter finish can switch models); Stream runs each
+// attempt through the transform chain into the commit gate, so that
+// nothing reaches the caller until an attempt commits, and nothing is ever
+// re-run after that.
 //
 // Being a Model, it composes: use it as a model of another Runner (the
 // inner layer recovers refusals and content filters per model, the outer
@@ -129,7 +139,13 @@ func withStreamClock(k clock) StreamOption {
 //	attempt        after commit                   no: the stream ends with it (truncated)
 //	total          any time                       no: the request ends with it
 //	gap            after commit only              no: the stream ends with it (truncated)
-//	caller cancel  any time                       no: a hard stop, its cause is returned as is
+//	caller cancel  any time                       no: a hard stop, context.Canceled and its cause
+//
+// The gap deadline counts only the time spent waiting on the provider,
+// never the caller's reading pace. A deadline that fires just as the
+// attempt commits either fails the attempt before anything reaches the
+// caller or is ignored: a first-content deadline never ends a committed
+// stream.
 //
 // # Outcome callbacks
 //
@@ -182,6 +198,10 @@ func (m *RetryableModel) Key() string { return m.r.Base().Key() }
 //
 // The caller must read the stream to its end or Close it: until then the
 // attempt's upstream, timers and transform state stay open.
+//
+// The stream implements [HeaderStream]: Header returns the HTTP response
+// headers of the attempt that answered, when its model's stream carries
+// them (the provider adapters' do), else nil.
 func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, error) {
 	if req == nil {
 		return nil, errors.New("retryhost: Stream needs a request")
@@ -240,7 +260,7 @@ func (m *RetryableModel) commit(ctx context.Context, q *request, res attemptResu
 	}
 	if f := m.cfg.onCommit; f != nil {
 		f(ctx, CommitInfo{Model: q.cur.model, Number: q.cur.number, Failed: slices.Clone(q.records),
-			Empty: res.empty, Elapsed: q.r.cfg.now().Sub(q.begun)})
+			Empty: res.empty, Elapsed: q.r.cfg.now().Sub(q.begun), Header: res.stream.Header()})
 	}
 	res.stream.onEnd = func(err error) {
 		cancel()

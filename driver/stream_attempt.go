@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,7 +66,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		gap:    sp.gap,
 		clock:  sp.clock,
 	}
-	s.firstT = armDeadline(sp.clock, sp.firstContent, abi.DeadlineFirstContent, cancel)
+	s.first = armFirstContent(sp.clock, sp.firstContent, cancel)
 
 	fail := func(err error) attemptResult {
 		if actx.Err() != nil {
@@ -90,8 +91,12 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 
 	scanned := 0
 	for {
-		p, err := up.Recv()
-		if err != nil {
+		p, expired, err := s.next()
+		if expired {
+			if err := ch.expire(sp.clock.Now(), &s.out); err != nil {
+				return fail(err)
+			}
+		} else if err != nil {
 			if err != io.EOF {
 				return fail(err)
 			}
@@ -110,12 +115,9 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 				return fail(partError(q))
 			}
 			if sp.commit.IsContent(q) {
-				if actx.Err() != nil {
-					// A deadline fired as the content arrived: still
-					// before commit, so still recoverable.
-					return fail(context.Cause(actx))
+				if err := s.commitNow(); err != nil {
+					return fail(err)
 				}
-				s.commitNow()
 				return attemptResult{stream: s}
 			}
 		}
@@ -126,7 +128,9 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 					r.finish = s.out[i].Finish
 				}
 			}
-			s.commitNow()
+			if err := s.commitNow(); err != nil {
+				return fail(err)
+			}
 			return r
 		}
 	}
@@ -171,9 +175,15 @@ type attemptStream struct {
 	clock  clock
 	gap    time.Duration
 
-	firstT stopper
+	first  *firstWatch
 	gapW   *gapWatch
 	stopAF func() bool
+
+	// rd reads the upstream while a transform holds parts (see next);
+	// inflight reports a Recv it runs whose result next has not taken yet
+	// (a hold time ran out first). At most one Recv is ever in flight.
+	rd       *holdReader
+	inflight bool
 
 	mu     sync.Mutex // the slow path of Recv vs a concurrent Close
 	out    []Part
@@ -187,13 +197,22 @@ type attemptStream struct {
 	meta   atomic.Pointer[abi.ResponseMeta] // likewise the response metadata (the model that answered)
 }
 
-// commitNow stops the pre-commit deadline and arms the gap deadline.
-func (s *attemptStream) commitNow() {
-	stop(s.firstT)
-	s.firstT = nil
+// commitNow disarms the first-content deadline and arms the gap deadline.
+// It fails (and commits nothing) when a deadline fired first: the first
+// content's, even if its timer's cancel has not run yet, or the attempt's
+// or the caller's, which is still before commit and so still recoverable.
+// Once it returns nil, the first-content deadline can no longer fire.
+func (s *attemptStream) commitNow() error {
+	if !s.first.disarm() {
+		return s.first.err
+	}
+	if err := s.ctx.Err(); err != nil {
+		return context.Cause(s.ctx)
+	}
 	if s.gap > 0 && !s.upDone {
 		s.gapW = startGapWatch(s.clock, s.gap, s.cancel)
 	}
+	return nil
 }
 
 // cause explains why the attempt's context ended: the caller's cause or the
@@ -201,14 +220,14 @@ func (s *attemptStream) commitNow() {
 // own deadline.
 func (s *attemptStream) cause() error {
 	if s.parent.Err() != nil {
-		return context.Cause(s.parent)
+		return causeOf(s.parent)
 	}
 	return context.Cause(s.ctx)
 }
 
 // release ends the attempt: timers, upstream and transforms. Idempotent.
 func (s *attemptStream) release() {
-	stop(s.firstT)
+	s.first.disarm()
 	s.gapW.stop()
 	if s.stopAF != nil {
 		s.stopAF()
@@ -217,6 +236,7 @@ func (s *attemptStream) release() {
 	if s.up != nil {
 		_ = s.up.Close()
 	}
+	s.rd.stop()
 	if s.ch != nil {
 		s.ch.close()
 	}
@@ -231,11 +251,16 @@ func (s *attemptStream) Recv() (p Part, err error) {
 		// touches no state of its own, so it needs no lock: a concurrent
 		// Close only closes the upstream (which the Stream contract allows)
 		// and the error that follows takes the locked path below.
+		g := s.gapW // set at commit and never changed
+		if g != nil {
+			g.waiting()
+		}
 		p, err = s.up.Recv()
+		if g != nil {
+			g.received(err == nil && s.commit.IsContent(&p))
+		}
 		if err == nil && p.Kind != abi.KindError {
-			if s.gapW != nil && s.commit.IsContent(&p) {
-				s.gapW.seq.Add(1) // gapW is set before commit and never changes
-			} else if p.Kind == abi.KindFinish {
+			if p.Kind == abi.KindFinish {
 				s.finish.Store(p.Finish)
 			} else if p.Kind == abi.KindResponseMeta {
 				s.meta.Store(p.Meta)
@@ -294,9 +319,9 @@ func (s *attemptStream) recv() (Part, error) {
 		if s.head != 0 {
 			s.out, s.head = s.out[:0], 0
 		}
-		if !s.upDone && s.ch.active == 0 {
+		if !s.upDone && s.ch.active == 0 && !s.inflight {
 			s.fast.Store(true) // from the next Recv on
-			p, err := s.up.Recv()
+			p, err := s.pull()
 			if err != nil || p.Kind == abi.KindError {
 				s.fast.Store(false)
 				return s.recvSlow(p, err)
@@ -307,7 +332,16 @@ func (s *attemptStream) recv() (Part, error) {
 			s.end(io.EOF)
 			continue
 		}
-		p, err := s.up.Recv()
+		p, expired, err := s.next()
+		if expired {
+			if err := s.ch.expire(s.clock.Now(), &s.out); err != nil {
+				if s.ctx.Err() != nil {
+					err = s.cause()
+				}
+				s.end(err)
+			}
+			continue
+		}
 		if err != nil {
 			if err == io.EOF {
 				s.upDone = true
@@ -344,14 +378,141 @@ func (s *attemptStream) deliver(p Part) (Part, error) {
 		s.end(partError(&p))
 		return Part{}, s.err
 	}
-	if s.gapW != nil && s.commit.IsContent(&p) {
-		s.gapW.seq.Add(1)
-	} else if p.Kind == abi.KindFinish {
+	if p.Kind == abi.KindFinish {
 		s.finish.Store(p.Finish)
 	} else if p.Kind == abi.KindResponseMeta {
 		s.meta.Store(p.Meta)
 	}
 	return p, nil
+}
+
+// pull waits for the next upstream part. With a gap deadline it tells the
+// gap watch that the time is the upstream's, not the caller's.
+func (s *attemptStream) pull() (Part, error) {
+	g := s.gapW
+	if g == nil {
+		return s.up.Recv()
+	}
+	g.waiting()
+	p, err := s.up.Recv()
+	g.received(err == nil && s.commit.IsContent(&p))
+	return p, err
+}
+
+// upPart is the result of one upstream Recv.
+type upPart struct {
+	p   Part
+	err error
+}
+
+// next waits for the next upstream part through the transform chain's
+// eyes: while no transform holds a part it is pull, on this goroutine.
+// While one does, the wait is bounded by the oldest held part's
+// MaxHoldTime, so held text never waits on a silent provider longer than
+// the cap promises: the upstream Recv then runs on the attempt's reader
+// goroutine, and when the hold time runs out first next reports expired
+// and keeps that Recv in flight for the next call (one Recv in flight at
+// most, so back-pressure holds, and no part is lost or reordered). A hold
+// timer that fires just as the part arrives leaves at most a stale wake-up
+// behind; the caller's expire checks the clock, so a stale wake-up
+// flushes nothing early.
+func (s *attemptStream) next() (p Part, expired bool, err error) {
+	due, held := s.ch.holdDue()
+	if !held && !s.inflight {
+		p, err = s.pull()
+		return p, false, err
+	}
+	rd := s.reader()
+	if !s.inflight {
+		rd.req <- struct{}{}
+		s.inflight = true
+	}
+	var fired chan struct{}
+	if held {
+		wait := due.Sub(s.clock.Now())
+		if wait <= 0 {
+			return Part{}, true, nil
+		}
+		select {
+		case <-rd.fired: // a stale wake-up of an earlier wait
+		default:
+		}
+		if rd.t == nil {
+			rd.t = s.clock.AfterFunc(wait, rd.fire)
+		} else {
+			rd.t.Reset(wait)
+		}
+		fired = rd.fired
+	}
+	g := s.gapW
+	if g != nil {
+		g.waiting()
+	}
+	select {
+	case r := <-rd.res:
+		s.inflight = false
+		if rd.t != nil {
+			rd.t.Stop()
+		}
+		if g != nil {
+			g.received(r.err == nil && s.commit.IsContent(&r.p))
+		}
+		return r.p, false, r.err
+	case <-fired: // nil, and so never ready, when nothing is held
+		if g != nil {
+			g.received(false)
+		}
+		return Part{}, true, nil
+	}
+}
+
+// holdReader reads the upstream on a goroutine of its own, one Recv per
+// request, for the waits that a hold time bounds. An attempt starts one the
+// first time a transform holds a part, and release ends it; its channels
+// and timer are reused by every wait.
+type holdReader struct {
+	req    chan struct{} // one Recv, please; closed by stop
+	res    chan upPart
+	fired  chan struct{} // the hold timer's wake-up
+	fire   func()
+	t      stopper
+	closed bool
+}
+
+// reader returns the attempt's hold reader, starting it on first use.
+func (s *attemptStream) reader() *holdReader {
+	if s.rd != nil {
+		return s.rd
+	}
+	rd := &holdReader{req: make(chan struct{}, 1), res: make(chan upPart, 1), fired: make(chan struct{}, 1)}
+	rd.fire = func() {
+		select {
+		case rd.fired <- struct{}{}:
+		default:
+		}
+	}
+	go func(up Stream) {
+		for range rd.req { // ends when stop closes req; a Recv in flight ends when release closes up
+			p, err := up.Recv()
+			rd.res <- upPart{p, err}
+		}
+	}(s.up)
+	s.rd = rd
+	return rd
+}
+
+// stop ends the reader goroutine (once its Recv in flight, if any, has
+// returned) and its timer. It runs where the stream ends: on the pulling
+// goroutine or under the stream's lock, never beside a request.
+func (rd *holdReader) stop() {
+	if rd == nil || rd.closed {
+		return
+	}
+	rd.closed = true
+	close(rd.req)
+	if rd.t != nil {
+		rd.t.Stop()
+	}
 }
 
 // end records the stream's terminal state and releases the attempt. The
@@ -377,6 +538,17 @@ func (s *attemptStream) fireOutcome() {
 		err = nil
 	}
 	s.onEnd(err)
+}
+
+var _ HeaderStream = (*attemptStream)(nil)
+
+// Header returns the HTTP response headers of the attempt's upstream when
+// it carries them ([HeaderStream]), else nil. It reads no per-part state.
+func (s *attemptStream) Header() http.Header {
+	if hs, ok := s.up.(interface{ Header() http.Header }); ok {
+		return hs.Header()
+	}
+	return nil
 }
 
 // Close abandons the stream: the upstream is closed at once (also when a

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -411,4 +412,99 @@ func FuzzRetryableModel_chaos(f *testing.F) {
 		_, success, failure := h.out.counts()
 		require.Equal(t, 1, success+failure)
 	})
+}
+
+// Item 3 of issue 12, through the stream driver: a cancellation with a cause
+// after several failed attempts is both context.Canceled and the cause.
+func TestRetryableModel_cancelWithCauseAfterAttempts(t *testing.T) {
+	cause := errors.New("user left")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	h := newHarness(t, [3][]sstep{
+		sscript(preamble(), pErr(errBoom)),
+		sscript(preamble(), pErr(errBoom)),
+		sscript(preamble(), pDo(func() { cancel(cause) })),
+	}, fallbacks, nil)
+	_, err := h.rm.Stream(ctx, &Request{})
+	var re *RetryError
+	require.ErrorAs(t, err, &re)
+	require.Len(t, re.Attempts, 3)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, cause)
+	_, _, failure := h.out.counts()
+	require.Equal(t, 1, failure)
+	require.ErrorIs(t, h.out.failure[0].Err, context.Canceled)
+
+	// After commit, Recv's error is both as well.
+	ctx2, cancel2 := context.WithCancelCause(t.Context())
+	defer cancel2(nil)
+	h = newHarness(t, [3][]sstep{sscript(preamble(), pText("Hi"), pDo(func() { cancel2(cause) })), nil, nil}, fallbacks, nil)
+	s, err := h.rm.Stream(ctx2, &Request{})
+	require.NoError(t, err)
+	_, err = drain(s)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, cause)
+}
+
+// headerModel is a scripted model whose streams carry response headers,
+// as the provider adapters' do.
+type headerModel struct {
+	*scriptModel
+	h http.Header
+}
+
+type headerStream struct {
+	Stream
+	h http.Header
+}
+
+func (s headerStream) Header() http.Header { return s.h }
+
+func (m *headerModel) Stream(ctx context.Context, req *Request) (Stream, error) {
+	s, err := m.scriptModel.Stream(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return headerStream{s, m.h}, nil
+}
+
+// The design difference issue 12 names: a stream exposes the response
+// headers of the attempt that answered (the provider's request id).
+func TestRetryableModel_streamExposesTheAnsweringAttemptsHeaders(t *testing.T) {
+	clk := newManualClock()
+	a := &headerModel{&scriptModel{key: "p/a", clock: clk, scripts: [][]sstep{sscript(preamble(), pErr(errBoom))}},
+		http.Header{"X-Request-Id": {"req-a"}}}
+	b := &headerModel{&scriptModel{key: "p/b", clock: clk, scripts: [][]sstep{answer("hi")}},
+		http.Header{"X-Request-Id": {"req-b"}}}
+	var commits []CommitInfo
+	r := mustNew(t, a, WithRules(Fallback(b)))
+	rm, err := NewRetryableModel(r, withStreamClock(clk),
+		WithOnCommit(func(_ context.Context, c CommitInfo) { commits = append(commits, c) }))
+	require.NoError(t, err)
+	s, err := rm.Stream(t.Context(), &Request{})
+	require.NoError(t, err)
+	hs, ok := s.(HeaderStream)
+	require.True(t, ok, "a RetryableModel's stream is a HeaderStream")
+	require.Equal(t, "req-b", hs.Header().Get("X-Request-Id"), "the answering attempt's, not the failed one's")
+	require.Equal(t, "req-b", commits[0].Header.Get("X-Request-Id"))
+	_, err = drain(s)
+	require.NoError(t, err)
+	require.Equal(t, "req-b", hs.Header().Get("X-Request-Id"), "still there after the end")
+
+	// Composed: the outer RetryableModel passes the inner one's headers on.
+	outer, err := NewRetryableModel(mustNew(t, rm))
+	require.NoError(t, err)
+	s, err = outer.Stream(t.Context(), &Request{})
+	require.NoError(t, err)
+	require.Equal(t, "req-b", s.(HeaderStream).Header().Get("X-Request-Id"))
+	require.NoError(t, s.Close())
+
+	// A model whose streams carry none: nil, not a panic.
+	plain := &scriptModel{key: "p/c", clock: clk, scripts: [][]sstep{answer("hi")}}
+	rm, err = NewRetryableModel(mustNew(t, plain), withStreamClock(clk))
+	require.NoError(t, err)
+	s, err = rm.Stream(t.Context(), &Request{})
+	require.NoError(t, err)
+	require.Nil(t, s.(HeaderStream).Header())
+	require.NoError(t, s.Close())
 }

@@ -52,7 +52,7 @@ func openChain(ctx context.Context, c clock, ts []abi.Transformer, info abi.Stre
 		if err != nil {
 			if s.policy.Fail == abi.FailClosed {
 				ch.close()
-				return nil, &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: "open: " + err.Error()}
+				return nil, &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: "open: " + err.Error(), Err: err}
 			}
 			continue
 		}
@@ -184,9 +184,10 @@ func (c *chain) end(out *[]Part) error {
 
 // hold appends p to stage i's queue, unless a cap would be exceeded: then
 // the stage's OnCap decides (flush and detach, or fail the attempt). The
-// time cap is checked as parts arrive, without a timer of its own: an
-// upstream that stalls while parts are held is the first-content and
-// attempt deadlines' business.
+// time cap is checked here as parts arrive and, while the upstream is
+// silent, by the stream's wait for the next part (holdDue, expire), so
+// held parts never wait longer than MaxHoldTime for a provider that sends
+// nothing more.
 func (c *chain) hold(i int, p Part, out *[]Part) error {
 	s := &c.stages[i]
 	now := c.clock.Now()
@@ -207,18 +208,60 @@ func (c *chain) hold(i int, p Part, out *[]Part) error {
 		s.bytes += p.Size()
 		return nil
 	}
-	if s.policy.OnCap == abi.CapFail {
-		err := &abi.HoldCapError{Transform: s.name, Cap: capHit, Parts: len(s.held), Bytes: s.bytes}
+	if err := c.capHit(i, capHit, now, out); err != nil {
+		return err
+	}
+	return c.push(i+1, p, out)
+}
+
+// capHit applies stage i's OnCap to a hold cap it reached: fail the
+// attempt with a *abi.HoldCapError, or release the queue in order and
+// detach.
+func (c *chain) capHit(i int, capName string, now time.Time, out *[]Part) error {
+	s := &c.stages[i]
+	if s.policy.FailsAtCap() {
+		err := &abi.HoldCapError{Transform: s.name, Cap: capName, Parts: len(s.held), Bytes: s.bytes}
 		if len(s.held) > 0 {
 			err.Held = now.Sub(s.since)
 		}
 		c.discard(s)
 		return err
 	}
-	if err := c.detach(i, out); err != nil {
-		return err
+	return c.detach(i, out)
+}
+
+// holdDue reports whether any stage holds parts and, if so, when the
+// oldest of them has waited its stage's MaxHoldTime.
+func (c *chain) holdDue() (due time.Time, held bool) {
+	if c.active == 0 {
+		return due, false
 	}
-	return c.push(i+1, p, out)
+	for i := range c.stages {
+		s := &c.stages[i]
+		if s.st == nil || len(s.held) == 0 {
+			continue
+		}
+		if d := s.since.Add(s.policy.MaxHoldTime); !held || d.Before(due) {
+			due, held = d, true
+		}
+	}
+	return due, held
+}
+
+// expire applies the time cap, in chain order, to every stage whose oldest
+// held part has waited MaxHoldTime at now: what a flush releases goes on
+// through the later stages into *out; a fail returns the attempt's error.
+func (c *chain) expire(now time.Time, out *[]Part) error {
+	for i := range c.stages {
+		s := &c.stages[i]
+		if s.st == nil || len(s.held) == 0 || now.Sub(s.since) < s.policy.MaxHoldTime {
+			continue
+		}
+		if err := c.capHit(i, "time", now, out); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // release sends stage i's held parts on to the next stage, in order.
@@ -269,7 +312,7 @@ func (c *chain) transformFailed(i int, cause error, out *[]Part) error {
 		closeTransform(s.st)
 		s.st = nil
 		c.active--
-		return &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: cause.Error()}
+		return &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: cause.Error(), Err: cause}
 	}
 	return c.detach(i, out)
 }

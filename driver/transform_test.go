@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -324,4 +325,154 @@ func TestChain_afterCommit(t *testing.T) {
 		_, c2 := t2.counts()
 		require.Equal(t, [2]int{1, 1}, [2]int{c1, c2})
 	})
+}
+
+// ticking advances clk by step, over and over on a goroutine of its own,
+// until the returned stop is called: a clock that goes on while the code
+// under test blocks.
+func ticking(clk *manualClock, step time.Duration) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Microsecond):
+				clk.Advance(step)
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// safetyNet is a context that ends a test that would otherwise hang (the
+// code before a fix); it is never what a passing test relies on.
+func safetyNet(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Item 4 of issue 12: MaxHoldTime caps how long the oldest held part may
+// wait, also while the provider sends nothing more (no first-content
+// deadline here to save the day).
+func TestChain_holdTimeWhileTheProviderIsSilent(t *testing.T) {
+	holdText := func(p abi.TransformPolicy, from int) *funcTransform {
+		return &funcTransform{name: "h", policy: p, part: func(n int, q *Part) (abi.Verdict, error) {
+			if q.Kind == abi.KindTextDelta && n >= from {
+				return verdict(abi.PartHold), nil
+			}
+			return verdict(abi.PartPass), nil
+		}}
+	}
+	t.Run("before commit, a flush commits what was held", func(t *testing.T) {
+		clk := newManualClock()
+		ft := holdText(abi.TransformPolicy{MaxHoldTime: time.Second}, 0)
+		m := &scriptModel{key: "p/a", clock: clk, scripts: [][]sstep{sscript(preamble(), pText("I'm"), pText(" fine"), pStall(0))}}
+		stop := ticking(clk, 100*time.Millisecond)
+		r := runOne(safetyNet(t), m, attemptOpts{ts: []abi.Transformer{ft}})
+		stop()
+		require.NoError(t, r.err)
+		require.False(t, r.empty)
+		var got []Part
+		for range 5 {
+			p, err := r.stream.Recv()
+			require.NoError(t, err)
+			got = append(got, p)
+		}
+		require.Equal(t, []string{"stream-start", "response-metadata", "text-start", "text-delta:I'm", "text-delta: fine"}, kinds(got))
+		_, closed := ft.counts()
+		require.Equal(t, 1, closed, "the flush detached the transform")
+		require.NoError(t, r.stream.Close()) // the upstream still stalls: the caller gives up
+		require.True(t, m.stream(0).isClosed())
+	})
+	t.Run("before commit, a fail fails the attempt", func(t *testing.T) {
+		clk := newManualClock()
+		ft := holdText(abi.TransformPolicy{MaxHoldTime: time.Second, OnCap: abi.CapFail}, 0)
+		m := &scriptModel{key: "p/a", clock: clk, scripts: [][]sstep{sscript(preamble(), pText("I'm"), pStall(0))}}
+		stop := ticking(clk, 100*time.Millisecond)
+		r := runOne(safetyNet(t), m, attemptOpts{ts: []abi.Transformer{ft}})
+		stop()
+		var ce *abi.HoldCapError
+		require.ErrorAs(t, r.err, &ce)
+		require.Equal(t, "time", ce.Cap)
+		require.Equal(t, 1, ce.Parts)
+		require.GreaterOrEqual(t, ce.Held, time.Second)
+		require.True(t, m.stream(0).isClosed(), "the failed attempt's upstream is closed")
+	})
+	t.Run("after commit, the caller gets what was held", func(t *testing.T) {
+		clk := newManualClock()
+		// Parts 0-3 (the preamble and "a") pass and commit; "b" is held.
+		ft := holdText(abi.TransformPolicy{MaxHoldTime: time.Second}, 4)
+		m := &scriptModel{key: "p/a", clock: clk, scripts: [][]sstep{sscript(preamble(), pText("a"), pText("b"), pStall(0))}}
+		r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{ft}})
+		require.NoError(t, r.err)
+		for range 4 {
+			_, err := r.stream.Recv()
+			require.NoError(t, err)
+		}
+		stop := ticking(clk, 100*time.Millisecond)
+		got := make(chan Part, 1)
+		go func() {
+			p, _ := r.stream.Recv()
+			got <- p
+		}()
+		select {
+		case p := <-got:
+			require.Equal(t, "b", p.Delta)
+		case <-time.After(10 * time.Second):
+			require.NoError(t, r.stream.Close())
+			<-got
+			t.Fatal("the held part waited past MaxHoldTime on a silent provider")
+		}
+		stop()
+		require.NoError(t, r.stream.Close())
+		_, err := r.stream.Recv()
+		require.ErrorIs(t, err, ErrStreamClosed)
+		require.True(t, m.stream(0).isClosed())
+	})
+	t.Run("a part that arrives in time is held, then passes in order", func(t *testing.T) {
+		clk := newManualClock()
+		ft := &funcTransform{name: "h", policy: abi.TransformPolicy{MaxHoldTime: time.Second},
+			part: func(n int, q *Part) (abi.Verdict, error) {
+				if q.Kind == abi.KindTextDelta && q.Delta == "a" {
+					return verdict(abi.PartHold), nil
+				}
+				return verdict(abi.PartPass), nil
+			}}
+		m := &scriptModel{key: "p/a", clock: clk, scripts: [][]sstep{sscript(preamble(), pText("a"),
+			sstep{do: func() { clk.Advance(500 * time.Millisecond) }, part: Part{Kind: abi.KindTextDelta, Delta: "b"}},
+			pKind(abi.KindTextEnd), pFinish(abi.ReasonStop))}}
+		r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{ft}})
+		require.NoError(t, r.err)
+		parts, err := drain(r.stream)
+		require.NoError(t, err)
+		require.Equal(t, []string{"stream-start", "response-metadata", "text-start", "text-delta:a", "text-delta:b", "text-end", "finish"}, kinds(parts))
+		_, closed := ft.counts()
+		require.Equal(t, 1, closed)
+	})
+}
+
+// The hold-time wait's own stop-after-fire: its timer firing just as the
+// part arrives (and as it is stopped) neither loses nor reorders a part.
+func TestChain_holdTimeFiringAsThePartArrives(t *testing.T) {
+	{
+		clk := lateStopClock{newManualClock()}
+		ft := &funcTransform{name: "h", policy: abi.TransformPolicy{MaxHoldTime: time.Second},
+			part: func(n int, q *Part) (abi.Verdict, error) {
+				if q.Kind == abi.KindTextDelta && q.Delta == "a" {
+					return verdict(abi.PartHold), nil
+				}
+				return verdict(abi.PartPass), nil
+			}}
+		m := &scriptModel{key: "p/a", clock: clk.manualClock, scripts: [][]sstep{answer("a", "b", "c")}}
+		r := runAttempt(t.Context(), &attemptSpec{model: m, req: &Request{}, number: 1,
+			transformers: []abi.Transformer{ft}, clock: clk})
+		require.NoError(t, r.err)
+		parts, err := drain(r.stream)
+		require.NoError(t, err)
+		require.Equal(t, []string{"stream-start", "response-metadata", "text-start", "text-delta:a", "text-delta:b",
+			"text-delta:c", "text-end", "finish"}, kinds(parts))
+	}
 }

@@ -3,6 +3,8 @@ package host
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 )
 
 // Reasons a load fails. A [*LoadError] carries exactly one of them; branch
@@ -17,6 +19,10 @@ var (
 	ErrInit            = errors.New("host: plugin failed during init")
 	ErrConfigRejected  = errors.New("host: plugin rejected its config")
 	ErrNoBuffer        = errors.New("host: plugin registered no valid scratch buffer")
+	// ErrStartSection: the module has a Wasm start section. wazero runs it
+	// inside instantiation, where no deadline can reach it, so the host
+	// refuses it; a reactor initialises in _initialize instead (ABI.md).
+	ErrStartSection = errors.New("host: module has a start section")
 )
 
 // Kinds of plugin failure at call time. A [*PluginError] carries exactly one.
@@ -24,6 +30,10 @@ var (
 	// ErrTrap: the guest trapped (unreachable, out-of-bounds access, a Go
 	// panic, out of memory). The instance is discarded.
 	ErrTrap = errors.New("host: plugin trapped")
+	// ErrStackOverflow: the guest's call stack reached wazero's ceiling
+	// (unbounded recursion). It comes with [ErrTrap]: a [*PluginError]
+	// whose Kind is ErrTrap wraps it, so errors.Is matches both.
+	ErrStackOverflow = errors.New("host: plugin call stack overflowed")
 	// ErrTimeout: the call outlived the per-call deadline and was stopped.
 	// The instance is discarded.
 	ErrTimeout = errors.New("host: plugin call timed out")
@@ -43,14 +53,76 @@ var (
 	// ErrWrongKind: Decide on a plugin that is not a condition, or Open on
 	// one that is not a transform.
 	ErrWrongKind = errors.New("host: plugin does not implement this kind")
+	// ErrNoCapacity: no instance had room for another stream (ABI v1.2:
+	// the plugin's declared max_streams, or its retryhost_open answered
+	// OpenNoRoom). Only that stream fails, by the plugin's fail policy; it
+	// is not a failure of the plugin and never trips its breaker.
+	ErrNoCapacity = errors.New("host: plugin has no room for another stream")
+	// ErrLimit: the plugin's output went over one of the host's caps (a
+	// REPLACE's parts or bytes, per call or per stream); the Err of the
+	// [*PluginError] is a [*LimitError] naming it. The stream fails by the
+	// plugin's fail policy and the failure counts for the breaker; the
+	// instance and its other streams are kept.
+	//
+	// At load, ErrLimit is the Reason of a [*LoadError]: the module exceeds
+	// one of the operator's [ModuleLimits] (its size, counts, tables,
+	// nesting) or took longer than ModuleLimits.CompileTimeout to compile;
+	// its Err is a [*LimitError] naming the ModuleLimits field.
+	ErrLimit = errors.New("host: plugin exceeded a host limit")
 )
+
+// LimitError names the host limit a plugin exceeded ([ErrLimit]).
+type LimitError struct {
+	// Limit is the limit's name: at call time "replace parts per call",
+	// "replace bytes per call", "replace parts per stream" or "replace
+	// bytes per stream"; at load the [ModuleLimits] field ("Exports",
+	// "Nesting", "TableEntries", "CompileTimeout" …).
+	Limit string
+	Max   int // the limit's value (nanoseconds for CompileTimeout)
+	// Got is, at load, what the module declares (a count, bytes, entries;
+	// a lower bound, as the check stops at the first excess), or 0.
+	Got int
+	// Where locates a load limit's excess ("function body 12", "table
+	// 0"), or is empty.
+	Where string
+}
+
+func (e *LimitError) Error() string {
+	switch {
+	case e.Limit == "CompileTimeout":
+		return fmt.Sprintf("CompileTimeout: compiling took longer than %v", time.Duration(e.Max))
+	case e.Got == 0:
+		return fmt.Sprintf("over the host's limit on %s (%d)", e.Limit, e.Max)
+	case e.Where == "":
+		return fmt.Sprintf("%s: %d exceeds the limit of %d", e.Limit, e.Got, e.Max)
+	}
+	return fmt.Sprintf("%s: %s: %d exceeds the limit of %d", e.Limit, e.Where, e.Got, e.Max)
+}
+
+// Is makes errors.Is(err, ErrLimit) true.
+func (e *LimitError) Is(target error) bool { return target == ErrLimit }
+
+// ResultError is a guest's own negative result from an export
+// (retryhost_decide, retryhost_open, retryhost_parts, a failed
+// retryhost_open_part): the plugin reported a failure ([ErrPluginFailed]).
+// Result is the guest's value, which is the guest's business, not an
+// [abi.Status] (statuses are what imports return).
+type ResultError struct {
+	Export string // "retryhost_decide", …
+	Result int64
+}
+
+func (e *ResultError) Error() string {
+	return fmt.Sprintf("%s returned %d", e.Export, e.Result)
+}
 
 // ErrClosed is returned after [Runtime.Close] or [Plugin.Close], and by
 // [Runtime.Load] on a closed runtime.
 var ErrClosed = errors.New("host: closed")
 
 // LoadError reports why a plugin could not be loaded. Reason is one of the
-// ErrXxx load sentinels above; errors.Is matches it. Err, when set, is the
+// ErrXxx load sentinels above, or the Load context's error when it ended
+// first (context.Canceled, context.DeadlineExceeded); errors.Is matches it. Err, when set, is the
 // underlying cause (wazero's error, a guest's rejection reason).
 type LoadError struct {
 	Plugin string
@@ -59,10 +131,16 @@ type LoadError struct {
 }
 
 func (e *LoadError) Error() string {
+	// The reasons are sentinels that say "host: " themselves; the message
+	// says it once.
+	reason := strings.TrimPrefix(fmt.Sprint(e.Reason), "host: ")
 	if e.Err == nil {
-		return fmt.Sprintf("host: load plugin %q: %v", e.Plugin, e.Reason)
+		return fmt.Sprintf("host: load plugin %q: %s", e.Plugin, reason)
 	}
-	return fmt.Sprintf("host: load plugin %q: %v: %v", e.Plugin, e.Reason, e.Err)
+	// A cause from a call (init) carries a call-time sentinel: say host:
+	// once there too.
+	cause := strings.ReplaceAll(e.Err.Error(), ": host: ", ": ")
+	return fmt.Sprintf("host: load plugin %q: %s: %s", e.Plugin, reason, strings.TrimPrefix(cause, "host: "))
 }
 
 // Is reports whether target is e's Reason.
@@ -73,8 +151,10 @@ func (e *LoadError) Unwrap() error { return e.Err }
 
 // PluginError reports a failure of a plugin during a call. Kind is one of
 // ErrTrap, ErrTimeout, ErrExit, ErrABIViolation, ErrInstanceLost,
-// ErrDisabled, ErrPluginFailed, ErrWrongKind or ErrClosed; errors.Is
-// matches it. Op is the export or method ("decide", "open", "part", "end",
+// ErrDisabled, ErrPluginFailed, ErrWrongKind, ErrClosed, ErrNoCapacity or
+// ErrLimit; errors.Is matches it. Under fail-closed the driver's error
+// wraps it (an *abi.TransformError of class plugin), so errors.As finds it
+// there too. Op is the export or method ("decide", "open", "part", "end",
 // "close").
 type PluginError struct {
 	Plugin string

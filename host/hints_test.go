@@ -1,6 +1,8 @@
 package host
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 	"strings"
@@ -253,7 +255,8 @@ func TestHints_MalformedTail(t *testing.T) {
 		p := loadHinted(t, rt, "m")
 		require.Equal(t, int32(abi.StatusInvalid), int32(uint32(p.slots[0].inst.mod.ExportedGlobal("policy_status").Get())))
 		require.Equal(t, abi.Hints{}, p.Hints())
-		require.Equal(t, abi.TransformPolicy{}, p.Policy())
+		require.Equal(t, abi.TransformPolicy{MaxHeldParts: 256, MaxHeldBytes: 64 << 10, MaxHoldTime: 10 * time.Second}, p.Policy(),
+			"the defaults: the operator's hold maxima")
 		in := []abi.Part{partStart, partReasStart, partTextStart, *delta("I ca"), *delta("n't")}
 		r := run(ctx, p, 1, in)
 		require.NoError(t, r.fail)

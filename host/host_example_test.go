@@ -56,3 +56,22 @@ func ExampleRegistry() {
 	fmt.Println(v.Action, v.Replace[0].Delta)
 	// Output: replace HI
 }
+
+// A module that declares more than the operator allows is refused before
+// wazero decodes it, with the limit named. tablegrowmax.wasm declares a
+// table of up to 4,096 entries (32 KiB of host memory per instance).
+func ExampleWithModuleLimits() {
+	ctx := context.Background()
+	rt, _ := host.New(ctx, host.WithModuleLimits(host.ModuleLimits{TableEntries: 1024}))
+	defer rt.Close(ctx)
+	wasm, _ := os.ReadFile("testdata/tablegrowmax.wasm")
+	_, err := rt.Load(ctx, "tables", wasm)
+	var le *host.LimitError
+	if errors.Is(err, host.ErrLimit) && errors.As(err, &le) {
+		fmt.Println(le.Limit, le.Got, le.Max)
+	}
+	fmt.Println(err)
+	// Output:
+	// TableEntries 4096 1024
+	// host: load plugin "tables": plugin exceeded a host limit: TableEntries: table 0: 4096 exceeds the limit of 1024
+}

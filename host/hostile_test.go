@@ -247,9 +247,16 @@ func TestHostile_OutOfBoundsPointersAtCallTime(t *testing.T) {
 		require.NoError(t, err)
 		_, err = p.Decide(context.Background(), &abi.Attempt{Number: 1})
 		require.ErrorIs(t, err, ErrPluginFailed)
-		require.ErrorIs(t, err, abi.StatusFault)
+		// The guest returned the input import's StatusFault as its own
+		// result: that is the guest's -1, reported as such, not as a
+		// status the host answered (issue 11 item 10).
+		var re *ResultError
+		require.ErrorAs(t, err, &re)
+		require.Equal(t, ResultError{Export: abi.ExportDecide, Result: -1}, *re)
+		require.NotErrorIs(t, err, abi.StatusFault)
+		require.ErrorContains(t, err, "retryhost_decide returned -1")
 		// The buffer was not moved: the plugin still works.
 		_, err = p.Decide(context.Background(), &abi.Attempt{Number: 2})
-		require.ErrorIs(t, err, abi.StatusFault)
+		require.ErrorAs(t, err, &re)
 	})
 }

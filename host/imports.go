@@ -87,17 +87,22 @@ func status(s abi.Status) uint64 { return uint64(uint32(int32(s))) }
 func hostBuffer(ctx context.Context, m api.Module, stack []uint64) {
 	in := instanceOf(ctx)
 	ptr, n := uint32(stack[0]), uint32(stack[1])
+	st := abi.StatusOK
 	switch {
 	case in == nil:
 		stack[0] = status(abi.StatusPhase)
+		return
 	case int32(n) < 0 || !inRange(ptr, n, m.Memory().Size()):
-		stack[0] = status(abi.StatusFault)
+		st = abi.StatusFault
 	case n < abi.MinBufferSize:
-		stack[0] = status(abi.StatusTooSmall)
+		st = abi.StatusTooSmall
+	case uint64(n) > uint64(in.p.rt.cfg.maxBuffer):
+		st = abi.StatusTooLarge
 	default:
 		in.bufPtr, in.bufCap = ptr, n
-		stack[0] = status(abi.StatusOK)
 	}
+	in.bufStatus = st
+	stack[0] = status(st)
 }
 
 func hostInput(ctx context.Context, m api.Module, stack []uint64) {
@@ -151,7 +156,8 @@ func hostLog(ctx context.Context, m api.Module, stack []uint64) {
 	if in.logLines >= in.p.rt.cfg.logLineLimit {
 		if in.logLines == in.p.rt.cfg.logLineLimit {
 			in.logLines++
-			in.p.rt.cfg.logger.Warn("plugin log limit reached; dropping further lines of this instance", "plugin", in.p.name)
+			in.p.rt.cfg.logger.Warn("plugin log budget spent; dropping every further line of this instance",
+				"plugin", in.p.name, "lines", in.p.rt.cfg.logLineLimit)
 		}
 		return
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +39,7 @@ type instance struct {
 	scratch                                                       []byte
 
 	bufPtr, bufCap uint32
+	bufStatus      abi.Status // of the last buffer call
 	input          []byte
 	hasInput       bool
 	initing        bool
@@ -47,6 +50,17 @@ type instance struct {
 	// deadline is the running call's monotonic deadline (0 idle,
 	// deadlineClaimed, deadlinePaused); see Runtime.watchdog.
 	deadline atomic.Int64
+	// The running call's CPU-time accounting, for a plugin whose calls run
+	// long (Plugin.slow): the OS thread running it (0: not measured), that
+	// thread's CPU time when the call started, the call's budget and the
+	// wall-clock time past which it is stopped whatever its CPU time.
+	tid     atomic.Int32
+	cpu0    atomic.Int64
+	budget  atomic.Int64
+	wallCap atomic.Int64
+	// calls counts the calls into the instance for the breaker's failure
+	// rate: the slot's counter (nil during init).
+	calls *atomic.Uint64
 
 	// stream handles: dense, reused (ABI.md §6.3).
 	free    []uint32
@@ -101,6 +115,10 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 		in.ctx.kill = make(chan struct{})
 	}
 	rt.watch(in)
+	if in.ctx.kill != nil {
+		// The Load context ends init too (Load reports ctx's error).
+		defer context.AfterFunc(ctx, in.ctx.stop)()
+	}
 	fail := func(reason error, err error) (*instance, error) {
 		in.close()
 		return nil, loadErr(p.name, reason, err)
@@ -130,7 +148,11 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 		return fail(ErrConfigRejected, reason)
 	}
 	if in.bufCap == 0 {
-		return fail(ErrNoBuffer, fmt.Errorf("call %s.%s with ≥ %d bytes during %s", abi.ModuleName, abi.ImportBuffer, abi.MinBufferSize, abi.ExportInit))
+		why := fmt.Errorf("call %s.%s with %d to %d bytes during %s", abi.ModuleName, abi.ImportBuffer, abi.MinBufferSize, rt.cfg.maxBuffer, abi.ExportInit)
+		if in.bufStatus != abi.StatusOK {
+			why = fmt.Errorf("%w (the last call got %s)", why, in.bufStatus.String())
+		}
+		return fail(ErrNoBuffer, why)
 	}
 	in.fnDecide = mod.ExportedFunction(abi.ExportDecide)
 	in.fnOpen = mod.ExportedFunction(abi.ExportOpen)
@@ -147,6 +169,9 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 // ErrTimeout or ErrExit. After an error the instance must be discarded.
 func (in *instance) call(f api.Function, timeout time.Duration) error {
 	rt := in.p.rt
+	if in.calls != nil {
+		in.calls.Add(1)
+	}
 	if rt.cfg.trusted {
 		if err := f.CallWithStack(in.ctx, in.stack); err != nil {
 			return classify(err, false)
@@ -165,6 +190,9 @@ func (in *instance) call(f api.Function, timeout time.Duration) error {
 		}
 		return nil
 	}
+	if cpuClock && in.p.slow.Load() {
+		return in.measuredCall(f, timeout)
+	}
 	in.deadline.Store(rt.now() + int64(timeout))
 	err := f.CallWithStack(in.ctx, in.stack)
 	claimed := in.deadline.Swap(0) == deadlineClaimed
@@ -172,6 +200,73 @@ func (in *instance) call(f api.Function, timeout time.Duration) error {
 		return classify(err, claimed)
 	}
 	return nil
+}
+
+// wallFactor bounds a measured call's wall-clock time: a call whose thread
+// is starved of CPU may take this many times the call timeout before it is
+// stopped anyway (1 s at the default 50 ms).
+const wallFactor = 20
+
+// measuredCall is call for a plugin whose calls run long: its deadline is
+// the guest thread's CPU time, not the wall clock, so that a busy machine
+// (other goroutines or processes taking the CPU from the guest's thread)
+// does not turn a compliant call into a timeout. The goroutine is locked
+// to its thread for the call; the watchdog, when the wall-clock deadline
+// passes, reads the thread's CPU clock and pushes the deadline back by
+// the CPU budget left (Runtime.expire). It costs two system calls (about
+// 1 µs), which is why only plugins seen running calls of more than a
+// quarter of the timeout pay it (Runtime.expire marks them).
+func (in *instance) measuredCall(f api.Function, timeout time.Duration) error {
+	rt := in.p.rt
+	runtime.LockOSThread()
+	tid := threadID()
+	c0, ok := threadCPU(tid)
+	start := rt.now()
+	if ok {
+		in.cpu0.Store(c0)
+		in.budget.Store(int64(timeout))
+		// 20× the call timeout in all (1 s by default); an init call
+		// (seconds of timeout) gets the same grace, not 20× its own.
+		f := int64(wallFactor)
+		if rt.cfg.wallFactor > 0 {
+			f = int64(rt.cfg.wallFactor)
+		}
+		in.wallCap.Store(start + int64(timeout) + (f-1)*int64(rt.cfg.callTimeout))
+		in.tid.Store(tid)
+	}
+	in.deadline.Store(start + int64(timeout))
+	err := f.CallWithStack(in.ctx, in.stack)
+	claimed := in.deadline.Swap(0) == deadlineClaimed
+	in.tid.Store(0)
+	runtime.UnlockOSThread()
+	if err != nil || claimed {
+		return classify(err, claimed)
+	}
+	return nil
+}
+
+// extend is the watchdog's CPU-time check of a measured call past its
+// wall-clock deadline d: it pushes the deadline back by the CPU budget the
+// call has left and reports true, or reports false when the budget is
+// spent (or the wall-clock cap passed, or the thread's clock is
+// unreadable) and the call must be stopped.
+func (in *instance) extend(now, d int64) bool {
+	tid := in.tid.Load()
+	if tid == 0 || now >= in.wallCap.Load() {
+		return false
+	}
+	c, ok := threadCPU(tid)
+	if !ok {
+		return false
+	}
+	left := in.budget.Load() - (c - in.cpu0.Load())
+	if left <= 0 {
+		return false
+	}
+	// A CAS: if the call ended (or another began) meanwhile, d is stale
+	// and nothing changes.
+	in.deadline.CompareAndSwap(d, now+left)
+	return true
 }
 
 // classify maps a wazero call error to ErrTrap, ErrTimeout or ErrExit.
@@ -186,11 +281,26 @@ func classify(err error, claimed bool) error {
 		return fmt.Errorf("%w: %v", ErrTimeout, errOr(err))
 	case errors.As(err, &ee) && (ee.ExitCode() == sys.ExitCodeDeadlineExceeded):
 		return fmt.Errorf("%w: %v", ErrTimeout, err)
+	case errors.As(err, &ee) && ee.ExitCode() == sys.ExitCodeContextCanceled:
+		// %v: a guest's proc_exit with this code must not read as the
+		// caller's own cancellation (errors.Is(err, context.Canceled)).
+		return fmt.Errorf("%w: %v", ErrExit, err)
 	case errors.As(err, &ee):
 		return fmt.Errorf("%w: %w", ErrExit, err)
+	case isStackOverflow(err):
+		return fmt.Errorf("%w: %w: %w", ErrTrap, ErrStackOverflow, err)
 	default:
 		return fmt.Errorf("%w: %w", ErrTrap, err)
 	}
+}
+
+// isStackOverflow recognises wazero's stack-overflow trap. Its error value
+// is internal to wazero (wasmruntime.ErrRuntimeStackOverflow), so this reads
+// the message: the compiler returns it bare ("stack overflow"), the
+// interpreter with a stack trace ("wasm error: stack overflow\n…").
+func isStackOverflow(err error) bool {
+	msg := err.Error()
+	return msg == "stack overflow" || strings.HasPrefix(msg, "wasm error: stack overflow")
 }
 
 func errOr(err error) error {

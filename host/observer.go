@@ -27,7 +27,8 @@ type PluginCall struct {
 	Err error
 	// Failure names the kind of failure, "" on success: "trap",
 	// "timeout", "exit", "abi-violation", "instance-lost", "disabled",
-	// "plugin-failed", "wrong-kind", "closed", or "canceled" (ctx done).
+	// "plugin-failed", "wrong-kind", "closed", "no-capacity", "limit", or
+	// "canceled" (ctx done).
 	Failure string
 }
 
@@ -47,7 +48,7 @@ var failureNames = []struct {
 }{
 	{ErrTrap, "trap"}, {ErrTimeout, "timeout"}, {ErrExit, "exit"}, {ErrABIViolation, "abi-violation"},
 	{ErrInstanceLost, "instance-lost"}, {ErrDisabled, "disabled"}, {ErrPluginFailed, "plugin-failed"},
-	{ErrWrongKind, "wrong-kind"}, {ErrClosed, "closed"},
+	{ErrWrongKind, "wrong-kind"}, {ErrClosed, "closed"}, {ErrNoCapacity, "no-capacity"}, {ErrLimit, "limit"},
 }
 
 // FailureKind names the kind of a call's error as in [PluginCall.Failure].

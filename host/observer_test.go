@@ -102,6 +102,8 @@ func TestObserver_countsCallsAndFailuresByKind(t *testing.T) {
 func TestFailureKind(t *testing.T) {
 	require.Empty(t, FailureKind(nil))
 	require.Equal(t, "instance-lost", FailureKind(fmt.Errorf("wrapped: %w", &PluginError{Kind: ErrInstanceLost})))
+	require.Equal(t, "no-capacity", FailureKind(&PluginError{Kind: ErrNoCapacity}))
+	require.Equal(t, "limit", FailureKind(&PluginError{Kind: ErrLimit, Err: &LimitError{Limit: "replace parts per call", Max: 1024}}))
 	require.Equal(t, "canceled", FailureKind(context.DeadlineExceeded))
 	require.Equal(t, "unknown", FailureKind(fmt.Errorf("something else")))
 }

@@ -29,6 +29,12 @@ type config struct {
 	outputCap    int
 	logLineLimit int
 	observer     Observer // nil: none
+	limits       ModuleLimits
+	// ABI v1.2 runtime limits (see the README's sandbox limits table).
+	breakerCooldown time.Duration
+	maxBuffer       int
+	replace         ReplaceLimits
+	hold            abi.TransformPolicy // operator maxima: caps only
 	// ctxGuard makes calls use wazero's own guard (a context with a timeout
 	// per call) instead of the watchdog; benchmarks compare the two.
 	ctxGuard bool
@@ -37,6 +43,10 @@ type config struct {
 	// guest memory, on the calling goroutine.
 	clock  func() int64
 	onGrow func()
+	// wallFactor replaces the wall-clock cap of CPU-timed calls (0: the
+	// default 20× the call timeout): a test on a machine loaded beyond
+	// its own spinners checks CPU-time semantics, not that cap.
+	wallFactor int
 }
 
 func defaultConfig() config {
@@ -49,6 +59,12 @@ func defaultConfig() config {
 		breakerSpan:  time.Minute,
 		outputCap:    64 << 10,
 		logLineLimit: 1000,
+		limits:       DefaultModuleLimits(),
+
+		breakerCooldown: 30 * time.Second,
+		maxBuffer:       1 << 20,
+		replace:         defaultReplaceLimits,
+		hold:            abi.TransformPolicy{MaxHeldParts: 256, MaxHeldBytes: 64 << 10, MaxHoldTime: 10 * time.Second},
 	}
 }
 
@@ -100,11 +116,110 @@ func WithMemoryLimit(bytes uint64) Option {
 // plugin from disk instead of compiling it again. Default: no disk cache.
 func WithCacheDir(dir string) Option { return optionFunc(func(c *config) { c.cacheDir = dir }) }
 
-// WithBreaker disables a plugin version after n failures within span, until
-// a new version is loaded. Default 5 within one minute; n ≤ 0 never
-// disables.
+// WithBreaker disables a plugin version that keeps failing: when, within
+// span, it failed at least n times and its last n failures are at least
+// half of its calls since the first of those n (n failures in a row trip
+// it; n failures among many successful calls do not). A disabled plugin answers
+// [ErrDisabled] for the cooldown ([WithBreakerCooldown]), then lets one
+// probe through: a probe that succeeds re-enables it, one that fails
+// disables it for another cooldown. Loading a new version starts afresh.
+// A capacity refusal ([ErrNoCapacity]) is not a failure. Default 5 within
+// one minute; n ≤ 0 never disables.
 func WithBreaker(n int, span time.Duration) Option {
 	return optionFunc(func(c *config) { c.breakerN, c.breakerSpan = n, span })
+}
+
+// WithBreakerCooldown sets how long a plugin the breaker disabled stays
+// disabled before a probe may re-enable it. Default 30s; values ≤ 0 keep
+// the default.
+func WithBreakerCooldown(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.breakerCooldown = d
+		}
+	})
+}
+
+// WithMaxBuffer caps the scratch buffer a plugin may register (ABI v1.2
+// §4.1: a larger one is refused with StatusTooLarge and, unless the plugin
+// registers a smaller one, fails the load with [ErrNoBuffer]). It bounds
+// what the host ever reads of one verdict. Default 1 MiB; values below
+// 64 KiB (what the Go SDK registers) keep the default.
+func WithMaxBuffer(bytes int) Option {
+	return optionFunc(func(c *config) {
+		if bytes >= 64<<10 {
+			c.maxBuffer = bytes
+		}
+	})
+}
+
+// ReplaceLimits caps what a transform's REPLACE verdicts may emit (ABI v1.2
+// §8.6), checked while the host decodes the verdict: a REPLACE over a cap
+// fails the stream with [ErrLimit] (a [*LimitError] names the cap). Zero
+// fields keep their defaults.
+type ReplaceLimits struct {
+	// CallParts and CallBytes cap one verdict's list: default 1024 parts
+	// and 256 KiB of payload ([abi.Part.Size]).
+	CallParts, CallBytes int
+	// StreamParts and StreamBytes cap a stream's REPLACE output beyond 4×
+	// what the stream itself sent through the transform (so a transform
+	// may rewrite every part of a long stream, but not amplify it):
+	// default 1024 parts and 1 MiB.
+	StreamParts, StreamBytes int
+}
+
+var defaultReplaceLimits = ReplaceLimits{CallParts: 1024, CallBytes: 256 << 10, StreamParts: 1024, StreamBytes: 1 << 20}
+
+// WithReplaceLimits sets the caps on REPLACE output. Default
+// ReplaceLimits{CallParts: 1024, CallBytes: 256 << 10, StreamParts: 1024,
+// StreamBytes: 1 << 20}.
+func WithReplaceLimits(l ReplaceLimits) Option {
+	return optionFunc(func(c *config) {
+		c.replace = defaultReplaceLimits
+		for _, f := range []struct {
+			dst *int
+			v   int
+		}{
+			{&c.replace.CallParts, l.CallParts}, {&c.replace.CallBytes, l.CallBytes},
+			{&c.replace.StreamParts, l.StreamParts}, {&c.replace.StreamBytes, l.StreamBytes},
+		} {
+			if f.v > 0 {
+				*f.dst = f.v
+			}
+		}
+	})
+}
+
+// WithHoldLimits sets the operator's maxima for the hold caps a plugin
+// declares in its policy (ABI.md §8.7): a plugin may only tighten them. A
+// declared cap of 0 (the default) or above the maximum becomes the
+// maximum. Default 256 parts, 64 KiB and 10s, the driver's own defaults;
+// values ≤ 0 keep the default. [WithPolicy] is the operator's own word and
+// is not clamped.
+func WithHoldLimits(parts, bytes int, hold time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if parts > 0 {
+			c.hold.MaxHeldParts = parts
+		}
+		if bytes > 0 {
+			c.hold.MaxHeldBytes = bytes
+		}
+		if hold > 0 {
+			c.hold.MaxHoldTime = hold
+		}
+	})
+}
+
+// WithLogLimit sets how many lines each plugin instance may write through
+// the log import over its whole life (a budget, not a rate: ABI.md §4.4);
+// later lines are dropped after one warning. Default 1000; values ≤ 0 keep
+// the default.
+func WithLogLimit(lines int) Option {
+	return optionFunc(func(c *config) {
+		if lines > 0 {
+			c.logLineLimit = lines
+		}
+	})
 }
 
 // LoadOption configures one plugin load.
@@ -149,7 +264,133 @@ func WithInstances(n int) LoadOption {
 }
 
 // WithPolicy overrides the transform policy the plugin declared (or the
-// defaults, if it declared none).
+// defaults, if it declared none). It is the operator's own word: its hold
+// caps are not clamped by [WithHoldLimits].
 func WithPolicy(p abi.TransformPolicy) LoadOption {
 	return loadOptionFunc(func(c *loadConfig) { c.policy = &p })
+}
+
+// ModuleLimits bounds what a module may declare and what loading it may
+// cost the host, checked by a linear pre-parse of the binary before wazero
+// decodes or compiles it (wazero allocates what a module declares, lists
+// exports in quadratic time and compiles nested blocks in quadratic time).
+// A module past a limit fails to load with [ErrLimit] and a [*LimitError]
+// naming the field. The defaults leave room many times over for the
+// built-in plugins (the Go-SDK builds: 3.4–4 MB, about 2,400 functions, 19
+// imports, 5–10 exports, 1 MB of data in 41,000 segments, bodies up to 50
+// KB, nesting 549, 20 locals, one table of 6,500 entries, 13 types, 8
+// globals; the C builds are far smaller).
+// A ModuleLimits is a plain value, safe to copy.
+type ModuleLimits struct {
+	// ModuleBytes: size of the binary. Default 16 MiB.
+	ModuleBytes int
+	// Functions: imported and defined functions. Default 50,000.
+	Functions int
+	// Imports: imports of any kind. Default 1,000.
+	Imports int
+	// Exports: exports of any kind. Default 1,000.
+	Exports int
+	// DataBytes: bytes of all data segments together. Default 8 MiB.
+	DataBytes int
+	// BodyBytes: size of one function body. Default 1 MiB.
+	BodyBytes int
+	// Nesting: depth of nested blocks, loops and ifs in one function
+	// (compile time is quadratic in it). Default 2,048.
+	Nesting int
+	// Locals: declared locals of one function. Default 50,000.
+	Locals int
+	// Tables: imported and defined tables. Default 4.
+	Tables int
+	// TableEntries: entries all tables of one instance can ever hold
+	// together (8 bytes of host memory each, outside WithMemoryLimit): a
+	// table's declared maximum, or its size if it declares none (then the
+	// code may not grow it). Default 1,048,576 (8 MiB).
+	TableEntries int
+	// Types: function types. wazero keeps a few hundred bytes per type
+	// (15 MiB of types took 1.5 GB to decode). Default 10,000.
+	Types int
+	// Globals: imported and defined globals (kept per instance). Default
+	// 10,000.
+	Globals int
+	// DataSegments: data segments (a Go guest has ~40,000 per MB of
+	// data). Default 500,000.
+	DataSegments int
+	// Elements: element segments and their items together. Default
+	// 262,144.
+	Elements int
+	// Names: entries of the "name" custom section's function and local
+	// maps, which wazero decodes. Default 262,144.
+	Names int
+	// CompileTimeout bounds compiling one module, in trusted mode too;
+	// the Load context's deadline applies as well. Default 2m (a 4 MB Go guest
+	// compiles in 3–8 s, 25 s under the race detector).
+	CompileTimeout time.Duration
+}
+
+// DefaultModuleLimits returns the limits a [Runtime] applies unless
+// [WithModuleLimits] says otherwise.
+func DefaultModuleLimits() ModuleLimits {
+	return ModuleLimits{
+		ModuleBytes:    16 << 20,
+		Functions:      50_000,
+		Imports:        1000,
+		Exports:        1000,
+		DataBytes:      8 << 20,
+		BodyBytes:      1 << 20,
+		Nesting:        2048,
+		Locals:         50_000,
+		Tables:         4,
+		TableEntries:   1 << 20,
+		Types:          10_000,
+		Globals:        10_000,
+		DataSegments:   500_000,
+		Elements:       1 << 18,
+		Names:          1 << 18,
+		CompileTimeout: 2 * time.Minute,
+	}
+}
+
+// WithModuleLimits sets the limits every module loaded through the
+// Runtime must meet. A field ≤ 0 keeps its default (see [ModuleLimits]);
+// there is no "unlimited".
+func WithModuleLimits(l ModuleLimits) Option {
+	return optionFunc(func(c *config) {
+		set := func(dst *int, v int) {
+			if v > 0 {
+				*dst = v
+			}
+		}
+		m := &c.limits
+		set(&m.ModuleBytes, l.ModuleBytes)
+		set(&m.Functions, l.Functions)
+		set(&m.Imports, l.Imports)
+		set(&m.Exports, l.Exports)
+		set(&m.DataBytes, l.DataBytes)
+		set(&m.BodyBytes, l.BodyBytes)
+		set(&m.Nesting, l.Nesting)
+		set(&m.Locals, l.Locals)
+		set(&m.Tables, l.Tables)
+		set(&m.TableEntries, l.TableEntries)
+		set(&m.Types, l.Types)
+		set(&m.Globals, l.Globals)
+		set(&m.DataSegments, l.DataSegments)
+		set(&m.Elements, l.Elements)
+		set(&m.Names, l.Names)
+		if l.CompileTimeout > 0 {
+			m.CompileTimeout = l.CompileTimeout
+		}
+	})
+}
+
+// WithInitTimeout bounds each instance's initialisation (_initialize and
+// retryhost_init) in guarded mode; the Load context ends it too. Default
+// 5s. A plugin that outlives it fails to load ([ErrInit] wrapping
+// [ErrTimeout]). Values ≤ 0 keep the default. In trusted mode nothing can
+// stop guest code, init included.
+func WithInitTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.initTimeout = d
+		}
+	})
 }

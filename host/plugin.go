@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,9 +39,16 @@ type Plugin struct {
 
 	isCondition, isTransform, hasBatch bool
 
+	// maxStreams is the guest's declared capacity per instance (ABI v1.2
+	// hints), 0 if none; slot.pinned counts against it.
+	maxStreams int32
+
 	slots   []*slot
 	rr      atomic.Uint32
 	breaker breaker
+	// slow: a call of this plugin ran more than a quarter of the timeout,
+	// so its calls are measured in CPU time (instance.measuredCall).
+	slow atomic.Bool
 
 	life     sync.Mutex
 	active   int
@@ -63,9 +71,11 @@ func (p *Plugin) IsCondition() bool { return p.isCondition }
 // IsTransform reports whether the plugin exports the transform functions.
 func (p *Plugin) IsTransform() bool { return p.isTransform }
 
-// Policy returns the transform policy: the one given with [WithPolicy],
-// else the one the plugin declared in its init, else the zero policy
-// (fail-open, default caps).
+// Policy returns the transform policy: the one given with [WithPolicy] as
+// is, else the one the plugin declared in its init (or the zero policy,
+// fail-open, if it declared none) with its hold caps clamped to the
+// operator's maxima ([WithHoldLimits]): a cap left at 0, or declared above
+// the maximum, is the maximum.
 func (p *Plugin) Policy() abi.TransformPolicy { return p.policy }
 
 // Hints returns the ABI v1.1 hints the plugin declared with its policy in
@@ -87,6 +97,52 @@ func (p *Plugin) Hints() abi.Hints {
 // FailPolicy returns what a failure of this plugin means to the driver
 // (Policy().Fail): fail-open by default.
 func (p *Plugin) FailPolicy() abi.FailPolicy { return p.policy.Fail }
+
+// settle fixes the plugin's policy and hints after the first instance's
+// init: the operator's WithPolicy as given, else what the plugin declared
+// with its hold caps clamped to the operator's maxima (WithHoldLimits: a
+// plugin may only tighten them, and an undeclared cap is the maximum).
+func (p *Plugin) settle(override, declared *abi.TransformPolicy, hints abi.Hints) {
+	switch {
+	case override != nil:
+		p.policy = *override
+	default:
+		if declared != nil {
+			p.policy = *declared
+		}
+		lim := &p.rt.cfg.hold
+		clamp := func(v *int, max int) {
+			if *v <= 0 || *v > max {
+				*v = max
+			}
+		}
+		clamp(&p.policy.MaxHeldParts, lim.MaxHeldParts)
+		clamp(&p.policy.MaxHeldBytes, lim.MaxHeldBytes)
+		if p.policy.MaxHoldTime <= 0 || p.policy.MaxHoldTime > lim.MaxHoldTime {
+			p.policy.MaxHoldTime = lim.MaxHoldTime
+		}
+	}
+	p.hints, p.static, p.autoClose = hints, hints.Table(), hints.AutoClose
+	p.maxStreams = int32(min(hints.MaxStreams, math.MaxInt32))
+	b := &p.breaker
+	b.n, b.span, b.cooldown = p.rt.cfg.breakerN, p.rt.cfg.breakerSpan, p.rt.cfg.breakerCooldown
+	b.calls = p.calls
+}
+
+// calls is the number of calls made into the plugin's instances so far.
+func (p *Plugin) calls() uint64 {
+	var n uint64
+	for _, s := range p.slots {
+		n += s.calls.Load()
+	}
+	return n
+}
+
+// install makes in the slot's instance. The caller holds s.mu (or owns s).
+func (s *slot) install(in *instance) {
+	s.inst = in
+	in.calls = &s.calls
+}
 
 func (p *Plugin) perr(op string, kind, err error) error {
 	return &PluginError{Plugin: p.name, Op: op, Kind: kind, Err: err}
@@ -190,14 +246,14 @@ func (p *Plugin) closeInstances(context.Context) {
 
 // ready returns the slot's live instance, replacing a discarded one. The
 // caller holds s.mu.
-func (p *Plugin) ready(ctx context.Context, s *slot, op string) (*instance, error) {
+func (p *Plugin) ready(ctx context.Context, s *slot, op string, probe bool) (*instance, error) {
 	if s.inst != nil {
 		return s.inst, nil
 	}
 	if p.released.Load() {
 		return nil, p.perr(op, ErrClosed, nil)
 	}
-	if p.breaker.tripped.Load() {
+	if p.breaker.blocks(probe) {
 		return nil, p.perr(op, ErrDisabled, nil)
 	}
 	in, err := p.instantiate(ctx)
@@ -205,7 +261,7 @@ func (p *Plugin) ready(ctx context.Context, s *slot, op string) (*instance, erro
 		p.failed(op, err)
 		return nil, p.perr(op, ErrInstanceLost, err)
 	}
-	s.inst = in
+	s.install(in)
 	return in, nil
 }
 
@@ -221,9 +277,17 @@ func (p *Plugin) discard(s *slot, op string, err error) {
 
 // failed feeds the crash-loop breaker.
 func (p *Plugin) failed(op string, err error) {
-	if p.breaker.fail(p.rt.now()) {
-		p.rt.cfg.logger.Error("plugin disabled: too many failures; load a new version to re-enable it",
-			"plugin", p.name, "failures", p.breaker.n, "within", p.breaker.span, "op", op, "last_error", err)
+	if n, tripped := p.breaker.fail(p.rt.now()); tripped {
+		p.rt.cfg.logger.Error("plugin disabled: it keeps failing; a probe may re-enable it after the cooldown",
+			"plugin", p.name, "failures", n, "within", p.breaker.span, "cooldown", p.breaker.cooldown,
+			"op", op, "last_error", err)
+	}
+}
+
+// succeeded tells the breaker that a probe's call succeeded.
+func (p *Plugin) succeeded() {
+	if p.breaker.succeed() {
+		p.rt.cfg.logger.Info("plugin re-enabled: a probe succeeded after the cooldown", "plugin", p.name)
 	}
 }
 
@@ -270,12 +334,16 @@ func (p *Plugin) decide(ctx context.Context, a *abi.Attempt) (abi.Decision, erro
 		return abi.Decision{}, p.perr("decide", ErrClosed, nil)
 	}
 	defer p.leave()
-	if p.breaker.tripped.Load() {
+	ok, probe := p.breaker.allow(p.rt.now())
+	if !ok {
 		return abi.Decision{}, p.perr("decide", ErrDisabled, nil)
+	}
+	if probe {
+		defer p.breaker.release()
 	}
 	s := p.lockAny()
 	defer s.mu.Unlock()
-	in, err := p.ready(ctx, s, "decide")
+	in, err := p.ready(ctx, s, "decide", probe)
 	if err != nil {
 		return abi.Decision{}, err
 	}
@@ -291,15 +359,22 @@ func (p *Plugin) decide(ctx context.Context, a *abi.Attempt) (abi.Decision, erro
 	r := int32(in.stack[0])
 	switch {
 	case r == 0:
+		if probe {
+			p.succeeded()
+		}
 		return abi.Decision{}, nil
 	case r < 0:
-		p.failed("decide", abi.Status(r))
-		return abi.Decision{}, p.perr("decide", ErrPluginFailed, abi.Status(r))
+		re := &ResultError{Export: abi.ExportDecide, Result: int64(r)}
+		p.failed("decide", re)
+		return abi.Decision{}, p.perr("decide", ErrPluginFailed, re)
 	}
 	b, err := in.output(uint32(r))
 	if err == nil {
 		var d abi.Decision
 		if d, err = abi.DecodeDecision(b); err == nil {
+			if probe {
+				p.succeeded()
+			}
 			return d, nil
 		}
 		err = fmt.Errorf("%w: %w", ErrABIViolation, err)
@@ -308,31 +383,120 @@ func (p *Plugin) decide(ctx context.Context, a *abi.Attempt) (abi.Decision, erro
 	return abi.Decision{}, p.perr("decide", ErrABIViolation, err)
 }
 
-// breaker disables a plugin version after n failures within span.
+// breaker disables a plugin version that keeps failing (WithBreaker):
+// closed, it counts failures within span and trips when the last n of
+// them are at least half of the calls made since the first of those n (a
+// rate, so that a busy plugin's rare failures never add up to a trip,
+// while a plugin that broke trips after n failures); open, it refuses every call until the cooldown has
+// passed, then lets one probe through, which closes it on success and
+// opens it for another cooldown on failure (like driver.WithCooldown for
+// models). Capacity refusals are not failures and never reach it.
 type breaker struct {
-	n       int
-	span    time.Duration
+	n        int
+	span     time.Duration
+	cooldown time.Duration
+	calls    func() uint64 // calls made so far, for the rate
+
+	open    atomic.Bool // the fast path's only check
 	mu      sync.Mutex
-	times   []int64
-	tripped atomic.Bool
+	fails   []failure // within span, oldest first (closed only)
+	until   int64     // open: no probe before this time
+	probing bool      // open: a probe is in flight
 }
 
-// fail records a failure at now and reports whether this one tripped it.
-func (b *breaker) fail(now int64) bool {
+type failure struct {
+	at    int64
+	calls uint64 // calls made when it failed
+}
+
+// allow reports whether a call may run now and whether it is the probe
+// of an open breaker (whose outcome the caller must report with succeed,
+// fail or release).
+func (b *breaker) allow(now int64) (ok, probe bool) {
+	if !b.open.Load() {
+		return true, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !b.open.Load():
+		return true, false
+	case b.probing || now < b.until:
+		return false, false
+	}
+	b.probing = true
+	return true, true
+}
+
+// blocks reports whether a call that is not the probe must be refused.
+func (b *breaker) blocks(probe bool) bool { return !probe && b.open.Load() }
+
+// fail records a failure at now. It returns the number of failures that
+// tripped the breaker and true when this one tripped it (or a probe failed
+// and opened it again).
+func (b *breaker) fail(now int64) (int, bool) {
 	if b.n <= 0 {
+		return 0, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.open.Load() {
+		if !b.probing {
+			return 0, false // a call from before the trip
+		}
+		b.probing, b.until = false, now+int64(b.cooldown)
+		return 1, true
+	}
+	calls := uint64(0)
+	if b.calls != nil {
+		calls = b.calls()
+	}
+	b.fails = append(b.fails, failure{at: now, calls: calls})
+	cut := 0
+	for cut < len(b.fails) && b.fails[cut].at < now-int64(b.span) {
+		cut++
+	}
+	b.fails = b.fails[cut:]
+	n := len(b.fails)
+	if n < b.n {
+		return 0, false
+	}
+	// The rate over the calls since the n-th most recent failure (that
+	// one included): n failures in a row trip at once, n failures spread
+	// over many more successful calls never do.
+	made := calls - b.fails[n-b.n].calls + 1
+	if uint64(2*b.n) < made {
+		return 0, false
+	}
+	b.fails = nil
+	b.until = now + int64(b.cooldown)
+	b.open.Store(true)
+	return n, true
+}
+
+// succeed closes the breaker if a probe was in flight; it reports whether
+// it did.
+func (b *breaker) succeed() bool {
+	if !b.open.Load() {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.times = append(b.times, now)
-	cut := 0
-	for cut < len(b.times) && b.times[cut] < now-int64(b.span) {
-		cut++
+	if !b.probing {
+		return false
 	}
-	b.times = b.times[cut:]
-	if len(b.times) >= b.n && !b.tripped.Load() {
-		b.tripped.Store(true)
-		return true
+	b.probing = false
+	b.open.Store(false)
+	return true
+}
+
+// release ends a probe that came to no verdict (the stream closed before
+// any call): the next call may probe.
+func (b *breaker) release() {
+	if !b.open.Load() {
+		return
 	}
-	return false
+	b.mu.Lock()
+	b.probing = false
+	b.mu.Unlock()
 }

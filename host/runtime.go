@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,9 +16,11 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/host/internal/wasmcheck"
 )
 
 // Runtime owns a wazero runtime with retryhost's sandbox and the plugins
@@ -115,17 +119,27 @@ func (rt *Runtime) watchdog() {
 // busy is scratch space, returned for reuse. A deadline that is not
 // positive (idle, claimed, or paused while the host grows the guest's
 // memory) is never expired.
+//
+// A call that has run for more than a quarter of the timeout marks its
+// plugin slow: its later calls are measured in CPU time (measuredCall), and
+// a measured call past its wall-clock deadline is only stopped once its
+// thread has used the timeout in CPU time (instance.extend).
 func (rt *Runtime) expire(now int64, busy []*instance) []*instance {
+	long := int64(rt.cfg.callTimeout) * 3 / 4 // deadline - now below this: ran > timeout/4
 	rt.watchMu.Lock()
 	for in := range rt.watched {
-		if d := in.deadline.Load(); d > 0 && now > d {
+		d := in.deadline.Load()
+		if d > 0 && d-now < long && cpuClock && !in.p.slow.Load() {
+			in.p.slow.Store(true)
+		}
+		if d > 0 && now > d {
 			busy = append(busy, in)
 		}
 	}
 	rt.watchMu.Unlock()
 	for _, in := range busy {
 		d := in.deadline.Load()
-		if d > 0 && now > d && in.deadline.CompareAndSwap(d, deadlineClaimed) {
+		if d > 0 && now > d && !in.extend(now, d) && in.deadline.CompareAndSwap(d, deadlineClaimed) {
 			in.ctx.stop()
 		}
 	}
@@ -153,10 +167,19 @@ func (rt *Runtime) unwatch(in *instance) {
 // Load compiles, verifies and initialises a plugin from its bytes, and
 // pre-warms its instances. name identifies it in errors and logs.
 //
+// Before wazero sees the bytes, a linear pre-parse checks them against the
+// runtime's [ModuleLimits] and refuses a start section; compiling honours
+// ctx and ModuleLimits.CompileTimeout, in trusted mode too. In guarded mode
+// each instance's _initialize and retryhost_init run under the init
+// deadline and stop when ctx ends; in trusted mode nothing can stop guest
+// code (wazero compiles no termination checks), so init is only as bounded
+// as the plugin.
+//
 // # Errors
 //
-// A [*LoadError] whose Reason says why (errors.Is(err, ErrABIVersion), …),
-// or [ErrClosed].
+// A [*LoadError] whose Reason says why (errors.Is(err, ErrABIVersion), …;
+// [ErrLimit] with a [*LimitError] naming the limit), whose Reason is ctx's
+// error if ctx ended first, or [ErrClosed].
 func (rt *Runtime) Load(ctx context.Context, name string, wasm []byte, opts ...LoadOption) (*Plugin, error) {
 	lc := defaultLoadConfig()
 	for _, o := range opts {
@@ -172,9 +195,12 @@ func (rt *Runtime) Load(ctx context.Context, name string, wasm []byte, opts ...L
 	if lc.sha256 != "" && !strings.EqualFold(lc.sha256, hex.EncodeToString(sum[:])) {
 		return nil, loadErr(name, ErrChecksum, fmt.Errorf("got %x, pinned %s", sum, lc.sha256))
 	}
-	cm, err := rt.wr.CompileModule(ctx, wasm)
+	if err := rt.precheck(name, wasm); err != nil {
+		return nil, err
+	}
+	cm, err := rt.compile(ctx, name, wasm)
 	if err != nil {
-		return nil, loadErr(name, ErrInvalidModule, err)
+		return nil, err
 	}
 	p := &Plugin{rt: rt, name: name, sum: sum, compiled: cm, config: lc.config}
 	if err := p.verify(); err != nil {
@@ -189,24 +215,23 @@ func (rt *Runtime) Load(ctx context.Context, name string, wasm []byte, opts ...L
 	var hints abi.Hints
 	for i, s := range p.slots {
 		in, err := p.instantiate(ctx)
+		if ctx.Err() != nil {
+			if err == nil {
+				in.close()
+			}
+			err = loadErr(name, ctx.Err(), nil)
+		}
 		if err != nil {
 			p.closeInstances(ctx)
 			_ = cm.Close(ctx)
 			return nil, err
 		}
-		s.inst = in
+		s.install(in)
 		if i == 0 {
 			declared, hints = in.declared, in.hints
 		}
 	}
-	switch {
-	case lc.policy != nil:
-		p.policy = *lc.policy
-	case declared != nil:
-		p.policy = *declared
-	}
-	p.hints, p.static, p.autoClose = hints, hints.Table(), hints.AutoClose
-	p.breaker.n, p.breaker.span = rt.cfg.breakerN, rt.cfg.breakerSpan
+	p.settle(lc.policy, declared, hints)
 	rt.mu.Lock()
 	if rt.closed {
 		rt.mu.Unlock()
@@ -217,6 +242,59 @@ func (rt *Runtime) Load(ctx context.Context, name string, wasm []byte, opts ...L
 	rt.plugins[p] = struct{}{}
 	rt.mu.Unlock()
 	return p, nil
+}
+
+// precheck is the pre-parse of the binary against the runtime's
+// ModuleLimits, before wazero sees it (see package wasmcheck).
+func (rt *Runtime) precheck(name string, wasm []byte) error {
+	l := rt.cfg.limits
+	_, err := wasmcheck.Check(wasm, wasmcheck.Limits{
+		ModuleBytes: uint64(l.ModuleBytes), Functions: uint64(l.Functions),
+		Imports: uint64(l.Imports), Exports: uint64(l.Exports),
+		DataBytes: uint64(l.DataBytes), BodyBytes: uint64(l.BodyBytes),
+		Nesting: uint64(l.Nesting), Locals: uint64(l.Locals),
+		Tables: uint64(l.Tables), TableEntries: uint64(l.TableEntries),
+		Types: uint64(l.Types), Globals: uint64(l.Globals),
+		DataSegments: uint64(l.DataSegments), Elements: uint64(l.Elements),
+		Names: uint64(l.Names),
+	})
+	var le *wasmcheck.LimitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &le):
+		return loadErr(name, ErrLimit, &LimitError{Limit: le.Limit, Got: int(min(le.Got, math.MaxInt)), Max: int(min(le.Max, math.MaxInt)), Where: le.Where})
+	case errors.Is(err, wasmcheck.ErrStartSection):
+		return loadErr(name, ErrStartSection, errors.New("use an exported _initialize; a start function runs before any deadline"))
+	default:
+		return loadErr(name, ErrInvalidModule, err)
+	}
+}
+
+// compile compiles wasm under the Load context and the CompileTimeout, in
+// trusted mode too. wazero checks the context only between functions and
+// only when it compiles with more than one worker, so it always gets two
+// or more; the pre-parse's BodyBytes and Nesting bound what one function
+// costs.
+func (rt *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazero.CompiledModule, error) {
+	limit := rt.cfg.limits.CompileTimeout
+	cctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	cctx = experimental.WithCompilationWorkers(cctx, min(max(runtime.GOMAXPROCS(0), 2), 4))
+	cm, err := rt.wr.CompileModule(cctx, wasm)
+	if cctx.Err() != nil {
+		if cm != nil {
+			_ = cm.Close(context.Background())
+		}
+		if ctx.Err() != nil {
+			return nil, loadErr(name, ctx.Err(), nil)
+		}
+		return nil, loadErr(name, ErrLimit, &LimitError{Limit: "CompileTimeout", Max: int(limit)})
+	}
+	if err != nil {
+		return nil, loadErr(name, ErrInvalidModule, err)
+	}
+	return cm, nil
 }
 
 // LoadFile is [Runtime.Load] on the contents of a file.

@@ -34,6 +34,12 @@ type slot struct {
 	queue   []*request
 	spare   []*request
 	waiting atomic.Int32
+
+	// calls counts calls into the slot's instances (the breaker's rate);
+	// pinned counts the streams pinned to the slot when the plugin
+	// declared a capacity (Plugin.maxStreams).
+	calls  atomic.Uint64
+	pinned atomic.Int32
 }
 
 // request is one stream's part waiting to be judged in a batch. It is owned
@@ -77,12 +83,44 @@ func (p *Plugin) openStream(ctx context.Context, info abi.StreamInfo) (abi.Strea
 	if !p.enter() {
 		return nil, p.perr("open", ErrClosed, nil)
 	}
-	if p.breaker.tripped.Load() {
+	ok, probe := p.breaker.allow(p.rt.now())
+	if !ok {
 		p.leave()
 		return nil, p.perr("open", ErrDisabled, nil)
 	}
-	s := p.slots[int(p.rr.Add(1))%len(p.slots)]
-	return &stream{p: p, slot: s, info: info}, nil
+	st := &stream{p: p, info: info, probe: probe}
+	if p.maxStreams <= 0 {
+		st.slot = p.slots[int(p.rr.Add(1))%len(p.slots)]
+		return st, nil
+	}
+	if st.slot = p.place(); st.slot == nil {
+		if probe {
+			p.breaker.release()
+		}
+		p.leave()
+		return nil, p.perr("open", ErrNoCapacity, fmt.Errorf("%d instances with room for %d streams each are full", len(p.slots), p.maxStreams))
+	}
+	st.pinned = true
+	return st, nil
+}
+
+// place pins a new stream to a slot with room under the plugin's declared
+// capacity, round robin from the next slot, or returns nil if all are full.
+func (p *Plugin) place() *slot {
+	start := int(p.rr.Add(1))
+	for i := range p.slots {
+		s := p.slots[(start+i)%len(p.slots)]
+		for {
+			n := s.pinned.Load()
+			if n >= p.maxStreams {
+				break
+			}
+			if s.pinned.CompareAndSwap(n, n+1) {
+				return s
+			}
+		}
+	}
+	return nil
 }
 
 // stream is one transform stream pinned to a slot; its state lives in the
@@ -98,6 +136,98 @@ type stream struct {
 	err    error // sticky: after a failure every call returns it
 	info   abi.StreamInfo
 	req    request
+
+	probe  bool // the breaker's half-open probe: its first verdict decides
+	pinned bool // counted in slot.pinned (declared capacity)
+
+	// held are the framing parts (ABI.md §6.4) this transform has in the
+	// driver's hold queue, in order: the driver owns them, so DROP and
+	// REPLACE never discard them.
+	held []abi.Part
+	// What the stream sent through the transform and what its REPLACE
+	// verdicts emitted, for the per-stream REPLACE caps.
+	inParts, inBytes, outParts, outBytes int
+}
+
+// isFraming reports whether k is a framing part the driver owns (ABI.md
+// §6.4): stream-start, response-metadata, finish.
+func isFraming(k abi.PartKind) bool {
+	return k == abi.KindStreamStart || k == abi.KindResponseMeta || k == abi.KindFinish
+}
+
+// frame applies ABI.md §6.4 to the verdict v on part: it keeps track of
+// the framing parts in the driver's hold queue and makes sure no verdict
+// discards one (DROP of a framing part holds it; REPLACE re-emits them
+// around its list).
+func (st *stream) frame(part *abi.Part, v abi.Verdict) abi.Verdict {
+	f := isFraming(part.Kind)
+	switch v.Action {
+	case abi.PartHold:
+		if f {
+			st.held = append(st.held, *part)
+		}
+	case abi.PartDrop:
+		if f {
+			st.held = append(st.held, *part)
+			v.Action = abi.PartHold
+		}
+	case abi.PartPass, abi.PartDetach:
+		if len(st.held) > 0 {
+			st.held = st.held[:0]
+		}
+	case abi.PartReplace:
+		if f || len(st.held) > 0 {
+			var cur *abi.Part
+			if f {
+				cur = part
+			}
+			v.Replace = st.reframe(v.Replace, cur)
+		}
+	}
+	return v
+}
+
+// frameEnd applies ABI.md §6.4 to the verdict at the end of the stream.
+func (st *stream) frameEnd(v abi.Verdict) abi.Verdict {
+	switch v.Action {
+	case abi.PartHold:
+		v.Action = abi.PartPass
+	case abi.PartDrop:
+		if len(st.held) > 0 {
+			v = abi.Verdict{Action: abi.PartReplace, Replace: st.reframe(nil, nil)}
+		}
+	case abi.PartReplace:
+		if len(st.held) > 0 {
+			v.Replace = st.reframe(v.Replace, nil)
+		}
+	}
+	st.held = st.held[:0]
+	return v
+}
+
+// reframe returns list with the held framing parts (and cur, a framing
+// part being replaced, if not nil) around it: stream-start and metadata
+// before, finish after. It empties held.
+func (st *stream) reframe(list []abi.Part, cur *abi.Part) []abi.Part {
+	all := st.held
+	if cur != nil {
+		all = append(all, *cur)
+	}
+	out := make([]abi.Part, 0, len(all)+len(list))
+	for _, h := range all {
+		if h.Kind != abi.KindFinish {
+			out = append(out, h)
+		}
+	}
+	out = append(out, list...)
+	for _, h := range all {
+		if h.Kind == abi.KindFinish {
+			out = append(out, h)
+		}
+	}
+	clear(st.held)
+	st.held = st.held[:0]
+	return out
 }
 
 // fail makes err sticky and returns it.
@@ -138,6 +268,17 @@ func (st *stream) part(ctx context.Context, part *abi.Part) (abi.Verdict, error)
 	if st.err != nil {
 		return abi.Verdict{}, st.err
 	}
+	st.inParts++
+	st.inBytes += part.Size()
+	v, err := st.judge(ctx, part)
+	if err != nil {
+		return v, err
+	}
+	return st.frame(part, v), nil
+}
+
+// judge is the guest's (or a static) verdict on part.
+func (st *stream) judge(ctx context.Context, part *abi.Part) (abi.Verdict, error) {
 	if err := ctx.Err(); err != nil {
 		return abi.Verdict{}, err
 	}
@@ -219,10 +360,10 @@ func (st *stream) callPart(in *instance, rec []byte) (abi.Verdict, error) {
 // caller holds the slot.
 func (st *stream) instance(ctx context.Context) (*instance, error) {
 	p := st.p
-	if p.breaker.tripped.Load() {
+	if p.breaker.blocks(st.probe) {
 		return nil, st.fail(p.perr("open", ErrDisabled, nil))
 	}
-	in, err := p.ready(ctx, st.slot, "open")
+	in, err := p.ready(ctx, st.slot, "open", st.probe)
 	if err != nil {
 		return nil, st.fail(err)
 	}
@@ -259,12 +400,18 @@ func (st *stream) openPart(ctx context.Context, part *abi.Part) (abi.Verdict, er
 				p.discard(s, "open", err)
 				return abi.Verdict{}, st.fail(p.perr("open", kindOf(err), err))
 			}
+			if r := int64(in.stack[0]); r == int64(abi.OpenNoRoom) {
+				// No room (ABI v1.2): not a failure of the plugin.
+				in.release(h)
+				return abi.Verdict{}, st.fail(p.perr("open", ErrNoCapacity, &ResultError{Export: abi.ExportOpenPart, Result: r}))
+			}
 			if _, _, err := abi.UnpackVerdict(in.stack[0]); err != nil {
 				// The guest's open failed (ABI.md §6.3): it keeps no state
 				// for the stream, so no close is owed.
 				in.release(h)
-				p.failed("open", err)
-				return abi.Verdict{}, st.fail(p.perr("open", ErrPluginFailed, err))
+				re := &ResultError{Export: abi.ExportOpenPart, Result: int64(in.stack[0])}
+				p.failed("open", re)
+				return abi.Verdict{}, st.fail(p.perr("open", ErrPluginFailed, re))
 			}
 			st.handle, st.gen, st.state = h, s.gen, stOpen
 			return st.verdict(in, "part", nil)
@@ -293,8 +440,13 @@ func (st *stream) openIn(in *instance) error {
 	}
 	if r := int32(in.stack[0]); r < 0 {
 		in.release(h)
-		p.failed("open", abi.Status(r))
-		return st.fail(p.perr("open", ErrPluginFailed, abi.Status(r)))
+		re := &ResultError{Export: abi.ExportOpen, Result: int64(r)}
+		if r == abi.OpenNoRoom {
+			// No room (ABI v1.2): not a failure of the plugin.
+			return st.fail(p.perr("open", ErrNoCapacity, re))
+		}
+		p.failed("open", re)
+		return st.fail(p.perr("open", ErrPluginFailed, re))
 	}
 	st.handle, st.gen, st.state = h, s.gen, stOpen
 	return nil
@@ -320,6 +472,7 @@ func (st *stream) end(ctx context.Context) (abi.Verdict, error) {
 		return abi.Verdict{}, err
 	}
 	if st.state == stForgotten {
+		st.held = st.held[:0]
 		return abi.Verdict{}, nil // nothing held in the guest: PASS
 	}
 	s := st.slot
@@ -341,10 +494,10 @@ func (st *stream) end(ctx context.Context) (abi.Verdict, error) {
 	in.stack[0] = uint64(st.handle)
 	err = in.call(in.fnEnd, 0)
 	v, err := st.verdict(in, "end", err)
-	if v.Action == abi.PartHold {
-		v.Action = abi.PartPass
+	if err != nil {
+		return v, err
 	}
-	return v, err
+	return st.frameEnd(v), nil
 }
 
 // verdict turns a call's outcome into a Verdict; the caller holds the slot.
@@ -354,13 +507,31 @@ func (st *stream) verdict(in *instance, op string, callErr error) (abi.Verdict, 
 		p.discard(st.slot, op, callErr)
 		return abi.Verdict{}, st.fail(p.perr(op, kindOf(callErr), callErr))
 	}
-	v, _, err := in.decodeVerdict(p.name, in.stack[0], 0)
+	v, _, err := in.decodeVerdict(st, in.stack[0], 0)
 	if err != nil {
-		p.discard(st.slot, op, err)
-		return abi.Verdict{}, st.fail(p.perr(op, ErrABIViolation, err))
+		return abi.Verdict{}, st.fail(st.badVerdict(op, err))
 	}
 	st.settled(in, v.Action)
+	if st.probe {
+		st.probe = false
+		p.succeeded()
+	}
 	return v, nil
+}
+
+// badVerdict handles a verdict the host cannot accept and returns the
+// stream's error; the caller holds the slot. Over a REPLACE cap, only the
+// stream fails (the guest is sound, its output too large); anything else
+// is an ABI violation and discards the instance.
+func (st *stream) badVerdict(op string, err error) error {
+	p := st.p
+	var le *LimitError
+	if errors.As(err, &le) {
+		p.failed(op, err)
+		return p.perr(op, ErrLimit, le)
+	}
+	p.discard(st.slot, op, err)
+	return p.perr(op, ErrABIViolation, err)
 }
 
 // settled notes that the guest forgot the stream by itself after answering
@@ -383,6 +554,12 @@ func (st *stream) Close() {
 	if st.state == stOpen {
 		st.closeGuest()
 	}
+	if st.probe {
+		st.p.breaker.release() // closed before any verdict
+	}
+	if st.pinned {
+		st.slot.pinned.Add(-1)
+	}
 	st.p.leave()
 }
 
@@ -404,10 +581,11 @@ func (st *stream) closeGuest() {
 	st.state = stForgotten
 }
 
-// decodeVerdict decodes a packed verdict whose payload sits at offset off of
-// the scratch buffer, and returns the payload's length. An error is an ABI
-// violation.
-func (in *instance) decodeVerdict(name string, packed uint64, off uint32) (abi.Verdict, uint32, error) {
+// decodeVerdict decodes a packed verdict of stream st whose payload sits at
+// offset off of the scratch buffer, and returns the payload's length. An
+// error is an ABI violation, or a *LimitError for a REPLACE over its caps.
+func (in *instance) decodeVerdict(st *stream, packed uint64, off uint32) (abi.Verdict, uint32, error) {
+	name := st.p.name
 	a, n, err := abi.UnpackVerdict(packed)
 	v := abi.Verdict{Action: a}
 	if err == nil {
@@ -427,14 +605,51 @@ func (in *instance) decodeVerdict(name string, packed uint64, off uint32) (abi.V
 		case abi.PartReplace:
 			var b []byte
 			if b, err = in.outputAt(off, n); err == nil {
-				v.Replace, err = abi.DecodeParts(b)
+				v.Replace, err = st.decodeReplace(b)
 			}
 		}
 	}
-	if err != nil && !errors.Is(err, ErrABIViolation) {
+	if err != nil && !errors.Is(err, ErrABIViolation) && !errors.Is(err, ErrLimit) {
 		err = fmt.Errorf("%w: %w", ErrABIViolation, err)
 	}
 	return v, n, err
+}
+
+// replaceFactor is how many times what a stream sent through a transform
+// its REPLACE verdicts may emit, beyond ReplaceLimits' stream allowance.
+const replaceFactor = 4
+
+// decodeReplace decodes a REPLACE list under the caps left for this call
+// and this stream (ReplaceLimits), checked while decoding.
+func (st *stream) decodeReplace(b []byte) ([]abi.Part, error) {
+	lim := &st.p.rt.cfg.replace
+	streamParts := lim.StreamParts + replaceFactor*st.inParts - st.outParts
+	streamBytes := lim.StreamBytes + replaceFactor*st.inBytes - st.outBytes
+	maxParts, maxBytes := min(lim.CallParts, streamParts), min(lim.CallBytes, streamBytes)
+	ps, err := abi.DecodeReplace(b, max(maxParts, 0), max(maxBytes, 0))
+	var ce *abi.CapError
+	if errors.As(err, &ce) {
+		le := &LimitError{Max: ce.Max}
+		switch {
+		case ce.Limit == "parts" && maxParts == lim.CallParts:
+			le.Limit = "replace parts per call"
+		case ce.Limit == "parts":
+			le.Limit = "replace parts per stream"
+		case maxBytes == lim.CallBytes:
+			le.Limit = "replace bytes per call"
+		default:
+			le.Limit = "replace bytes per stream"
+		}
+		return nil, le
+	}
+	if err != nil {
+		return nil, err
+	}
+	st.outParts += len(ps)
+	for i := range ps {
+		st.outBytes += ps[i].Size()
+	}
+	return ps, nil
 }
 
 // partQueued judges a part of an opened stream of a plugin that exports
@@ -550,7 +765,15 @@ func (s *slot) combineOnce(p *Plugin, batch []*request) int {
 		var v abi.Verdict
 		var n uint32
 		if err == nil {
-			v, n, err = in.decodeVerdict(p.name, binary.LittleEndian.Uint64(b), off+8)
+			v, n, err = in.decodeVerdict(r.st, binary.LittleEndian.Uint64(b), off+8)
+		}
+		var le *LimitError
+		if errors.As(err, &le) {
+			// Only this stream fails; the batch goes on.
+			p.failed(op, err)
+			r.err, r.done = p.perr(op, ErrLimit, le), true
+			off += 8 + binary.LittleEndian.Uint32(b[4:])
+			continue
 		}
 		if err != nil {
 			p.discard(s, op, err)

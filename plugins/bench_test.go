@@ -89,14 +89,14 @@ func benchCases() []benchCase {
 	}
 	cases := []benchCase{
 		{"native", func(b *testing.B) abi.Transformer { return nativeRefusal(b) }},
-		{"go/trusted", wasm(plugins.Refusal, false)},
-		{"c/trusted", wasm(plugins.CRefusal, false)},
-		{"go/guarded", wasm(plugins.Refusal, true)},
-		{"c/guarded", wasm(plugins.CRefusal, true)},
-		{"go/host-trusted", viaHost(plugins.Refusal, host.WithTrusted())},
-		{"c/host-trusted", viaHost(plugins.CRefusal, host.WithTrusted())},
-		{"go/host-guarded", viaHost(plugins.Refusal)},
-		{"c/host-guarded", viaHost(plugins.CRefusal)},
+		{"go/trusted", wasm(plugintest.GoRef("refusal"), false)},
+		{"c/trusted", wasm(plugins.Refusal, false)},
+		{"go/guarded", wasm(plugintest.GoRef("refusal"), true)},
+		{"c/guarded", wasm(plugins.Refusal, true)},
+		{"go/host-trusted", viaHost(plugintest.GoRef("refusal"), host.WithTrusted())},
+		{"c/host-trusted", viaHost(plugins.Refusal, host.WithTrusted())},
+		{"go/host-guarded", viaHost(plugintest.GoRef("refusal"))},
+		{"c/host-guarded", viaHost(plugins.Refusal)},
 	}
 	if path := os.Getenv("REFUSAL_BASELINE_WASM"); path != "" {
 		if base, err := os.ReadFile(path); err == nil {
@@ -190,7 +190,7 @@ func BenchmarkRefusalBatch(b *testing.B) {
 	batched := []struct {
 		name string
 		bin  []byte
-	}{{"go/guarded", plugins.Refusal}, {"c/guarded", plugins.CRefusal}}
+	}{{"go/guarded", plugintest.GoRef("refusal")}, {"c/guarded", plugins.Refusal}}
 	if base, err := os.ReadFile(os.Getenv("REFUSAL_BASELINE_WASM")); err == nil {
 		batched = append(batched, struct {
 			name string

@@ -2,6 +2,7 @@ package plugins_test
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -102,7 +103,7 @@ func delta(s string) abi.Part { return abi.Part{Kind: abi.KindTextDelta, ID: "t"
 // after ERROR or DETACH (auto_close).
 func TestCRefusalHints(t *testing.T) {
 	for _, interp := range []bool{false, true} {
-		g := loadRaw(t, plugins.CRefusal, interp)
+		g := loadRaw(t, plugins.Refusal, interp)
 		pol, hints, err := abi.DecodePolicyHints(g.policy)
 		require.NoError(t, err)
 		require.Equal(t, abi.TransformPolicy{}, pol, "the default policy")
@@ -166,7 +167,7 @@ func TestCRefusalHints(t *testing.T) {
 // then retryhost_part, keeps a held stream open, forgets a decided one, and
 // keeps no state when the open fails.
 func TestCRefusalOpenPart(t *testing.T) {
-	g := loadRaw(t, plugins.CRefusal, false)
+	g := loadRaw(t, plugins.Refusal, false)
 	for _, p := range []abi.Part{
 		delta("I'm sorry, but I can't help"), delta("Sure"), delta("I'm sorry"), delta(""),
 		{Kind: abi.KindStreamStart}, {Kind: abi.KindFinish, Finish: &abi.Finish{}},
@@ -199,7 +200,7 @@ func TestCRefusalOpenPart(t *testing.T) {
 // entries of a stream after its ERROR or DETACH are answered PASS (the
 // stream is already forgotten), and the other streams are judged.
 func TestCRefusalBatchAfterDecision(t *testing.T) {
-	g := loadRaw(t, plugins.CRefusal, false)
+	g := loadRaw(t, plugins.Refusal, false)
 	require.Zero(t, g.open(1))
 	require.Zero(t, g.open(2))
 	var in []byte
@@ -248,7 +249,9 @@ func TestCRefusalRandomPhrases(t *testing.T) {
 		}
 		m, err := refusalcore.New(phrases)
 		require.NoError(t, err)
-		in := load(t, "refusal", plugins.CRefusal, strings.Join(phrases, "\n"), false)
+		cfg, err := json.Marshal(map[string][]string{"phrases": phrases})
+		require.NoError(t, err)
+		in := load(t, "refusal", plugins.Refusal, string(cfg), false)
 		for range 50 {
 			text := gen(rng.IntN(12))
 			if rng.IntN(2) == 0 {

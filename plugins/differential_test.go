@@ -62,8 +62,8 @@ func nativeRefusal(tb testing.TB) abi.Transformer {
 func refusals(tb testing.TB) map[string]abi.Transformer {
 	return map[string]abi.Transformer{
 		"native": nativeRefusal(tb),
-		"go":     load(tb, "refusal", plugins.Refusal, "", false),
-		"c":      load(tb, "refusal", plugins.CRefusal, "", false),
+		"go":     load(tb, "refusal", plugintest.GoRef("refusal"), "", false),
+		"c":      load(tb, "refusal", plugins.Refusal, "", false),
 	}
 }
 
@@ -114,7 +114,7 @@ func TestRefusalDifferentialInterpreter(t *testing.T) {
 	eng := wasmtest.NewEngine(true, "")
 	t.Cleanup(func() { eng.Close(ctx) })
 	ts := map[string]abi.Transformer{"native": nativeRefusal(t)}
-	for name, bin := range map[string][]byte{"go": plugins.Refusal, "c": plugins.CRefusal} {
+	for name, bin := range map[string][]byte{"go": plugintest.GoRef("refusal"), "c": plugins.Refusal} {
 		in, err := eng.Load(ctx, "refusal", bin, wasmtest.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = in.Close(ctx) })
@@ -146,7 +146,7 @@ func FuzzRefusalDifferential(f *testing.F) {
 func TestRefusalBatch(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"go", "c"} {
-		wasm := map[string][]byte{"go": plugins.Refusal, "c": plugins.CRefusal}[name]
+		wasm := map[string][]byte{"go": plugintest.GoRef("refusal"), "c": plugins.Refusal}[name]
 		in := load(t, "refusal", wasm, "", false)
 		for _, text := range []string{"I'm sorry, but I can't help", "Sure, here it is", "I"} {
 			parts := plugintest.TextStream(text, 2)
@@ -178,7 +178,7 @@ func TestRefusalBatch(t *testing.T) {
 // TestCRefusalConfig: custom phrases, rejections, and limits.
 func TestCRefusalConfig(t *testing.T) {
 	ctx := context.Background()
-	in := load(t, "refusal", plugins.CRefusal, "# ours\nNope, NOT doing\n\n  Non merci\n", false)
+	in := load(t, "refusal", plugins.Refusal, `{"phrases": ["Nope, NOT doing", "  Non merci"]}`, false)
 	r, err := plugintest.Run(ctx, in, abi.StreamInfo{}, plugintest.TextStream("nope,  not doing it", 3))
 	require.NoError(t, err)
 	var re *abi.RefusalError
@@ -188,14 +188,14 @@ func TestCRefusalConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.Err, "a custom list replaces the defaults")
 
-	_, err = plugintest.Engine().Load(ctx, "refusal", plugins.CRefusal, wasmtest.Options{Config: []byte("ok\n \u3000 x\n\t\u00a0\n")})
-	require.ErrorContains(t, err, "empty phrase")
-	_, err = plugintest.Engine().Load(ctx, "refusal", plugins.CRefusal, wasmtest.Options{Config: []byte(strings.Repeat("x", 201))})
+	_, err = plugintest.Engine().Load(ctx, "refusal", plugins.Refusal, wasmtest.Options{Config: []byte(`{"phrases": ["ok", " \u3000 x", "\t\u00a0"]}`)})
+	require.ErrorContains(t, err, "empty once normalised")
+	_, err = plugintest.Engine().Load(ctx, "refusal", plugins.Refusal, wasmtest.Options{Config: []byte(`{"phrases": ["` + strings.Repeat("x", 201) + `"]}`)})
 	require.ErrorContains(t, err, "longer than 200 bytes")
 
 	// Undecided text past the C guest's 1000 bytes fails the plugin (its
 	// fail policy applies) instead of overflowing.
-	in = load(t, "refusal", plugins.CRefusal, "", false)
+	in = load(t, "refusal", plugins.Refusal, "", false)
 	_, err = plugintest.Run(ctx, in, abi.StreamInfo{}, plugintest.TextStream("I"+strings.Repeat(" ", 1200)+"x", 100))
 	require.ErrorIs(t, err, wasmtest.ErrPluginFailed)
 }
@@ -204,7 +204,7 @@ func TestCRefusalConfig(t *testing.T) {
 // grow, shrink and reuse correctly over many concurrent streams.
 func TestCRefusalManyStreams(t *testing.T) {
 	ctx := context.Background()
-	in := load(t, "refusal", plugins.CRefusal, "", false)
+	in := load(t, "refusal", plugins.Refusal, "", false)
 	refuse := abi.Part{Kind: abi.KindTextDelta, Delta: "I'm sorry, but I cannot"}
 	fine := abi.Part{Kind: abi.KindTextDelta, Delta: "I'm glad"}
 	for round := 0; round < 3; round++ {
@@ -252,7 +252,7 @@ func TestCStatusMatchesErrMatch(t *testing.T) {
 		{"status=401-403\naction=give-up\n", `{"rules":[{"status":["401-403"],"give_up":true}]}`},
 	} {
 		c := load(t, "c-status", plugins.CStatus, tc.c, false)
-		g := load(t, "errmatch", plugins.ErrMatch, tc.g, false)
+		g := load(t, "errmatch", plugintest.GoRef("errmatch"), tc.g, false)
 		rng := rand.New(rand.NewPCG(3, 4))
 		statuses := []int{0, 200, 400, 401, 403, 404, 408, 429, 499, 500, 503, 529, 599, 600}
 		for i := 0; i < 300; i++ {
@@ -265,10 +265,33 @@ func TestCStatusMatchesErrMatch(t *testing.T) {
 			require.Equal(t, dg, dc, "attempt %+v", a)
 		}
 	}
-	for _, bad := range []string{"", "status=429", "action=retry", "status=99\naction=retry", "status=500-400\naction=retry",
-		"status=429\naction=switch", "status=429\naction=retry\nmodel=x", "status=429\naction=jump", "colour=blue", "status=429\naction=retry\nbackoff=x"} {
-		_, err := plugintest.Engine().Load(ctx, "c-status", plugins.CStatus, wasmtest.Options{Config: []byte(bad)})
-		require.ErrorContains(t, err, "config", "%q", bad)
+	for _, tc := range []struct{ config, why string }{
+		{"", "status is required"},
+		{"status=429", "action is required"},
+		{"action=retry", "status is required"},
+		{"status=99\naction=retry", "comma-separated (line 1)"},
+		{"status=500-400\naction=retry", "status: want codes"},
+		{"status=429,\naction=retry", "status: want codes"},
+		{"status=429,,500\naction=retry", "status: want codes"},
+		{"status=429\naction=switch", "switch: model is required"},
+		{"status=429\naction=retry\nmodel=x", "model is for switch"},
+		{"status=429\naction=jump", "action: want retry, switch or give-up (line 2)"},
+		{"colour=blue", "unknown key"},
+		{"status=429\n# note\n\nStatus=500\naction=retry", "unknown key (want status, action, model, delay_ms, backoff, max_attempts, max_attempt, retry_after) (line 4)"},
+		{" status=429\naction=retry", "unknown key"},
+		{"status=429\naction=retry\nbackoff=x", "backoff: want a number"},
+		{"status=429\naction=retry\nstatus=500", "a key is given twice (line 3)"},
+		{"status=429\naction=retry\naction=give-up", "a key is given twice"},
+		{"status=429\naction=retry\nretry_after", "want key=value lines (line 3)"},
+		{"status=429\naction=retry\nretry_after=", "retry_after: want true or false"},
+		{"status=429\naction=retry\ndelay_ms=", "delay_ms: want milliseconds"},
+		{"status=429\naction=retry\ndelay_ms=1s", "delay_ms: want milliseconds"},
+		{`{"status":[429]}`, "want key=value lines"},
+		{strings.Repeat("#", 4097), "longer than 4096 bytes"},
+	} {
+		_, err := plugintest.Engine().Load(ctx, "c-status", plugins.CStatus, wasmtest.Options{Config: []byte(tc.config)})
+		require.ErrorContains(t, err, "config: ", "%q", tc.config)
+		require.ErrorContains(t, err, tc.why, "%q", tc.config)
 	}
 }
 
@@ -277,7 +300,7 @@ func TestCStatusMatchesErrMatch(t *testing.T) {
 // bounded (without yields it grows by megabytes per thousand streams).
 func TestGoGuestHeapBounded(t *testing.T) {
 	ctx := context.Background()
-	in := load(t, "refusal", plugins.Refusal, "", false)
+	in := load(t, "refusal", plugintest.GoRef("refusal"), "", false)
 	run := func(n int) {
 		for i := 0; i < n; i++ {
 			parts := refusalStreamParts

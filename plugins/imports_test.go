@@ -10,6 +10,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/plugins"
+	"github.com/retryhost/retryhost/plugins/internal/plugintest"
 )
 
 // allowedWASI is ABI.md §4.5's list: any other WASI import fails the load.
@@ -41,7 +42,14 @@ func TestBuiltinsImportsAndExports(t *testing.T) {
 		}
 		return out
 	}
-	for _, p := range plugins.All() {
+	all := plugins.All()
+	for _, p := range slices.Clone(all) { // and the Go-SDK reference builds
+		if p.Name == "refusal" || p.Name == "errmatch" || p.Name == "finish" {
+			p.Name, p.Language, p.Wasm = "go-"+p.Name, "go", plugintest.GoRef(p.Name)
+			all = append(all, p)
+		}
+	}
+	for _, p := range all {
 		t.Run(p.Name, func(t *testing.T) {
 			cm, err := rt.CompileModule(ctx, p.Wasm)
 			require.NoError(t, err)

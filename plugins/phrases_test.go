@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var update = flag.Bool("update", false, "rewrite c/phrases.h from refusalcore.DefaultPhrases")
+var update = flag.Bool("update", false, "rewrite the generated C headers (c/phrases.h, c/lower.h)")
 
 // TestCPhrases keeps the C refusal plugin's default list equal to
 // refusalcore's, so the C guest starts from the same phrases.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/plugins"
+	"github.com/retryhost/retryhost/plugins/internal/plugintest"
 )
 
 // TestRefusalcoreVectors checks the Go and C refusal plugins against
@@ -36,7 +37,7 @@ func TestRefusalcoreVectors(t *testing.T) {
 	}
 	require.Positive(t, hexed, "the vectors include invalid UTF-8, carried as text_hex")
 	ctx := context.Background()
-	for name, bin := range map[string][]byte{"go": plugins.Refusal, "c": plugins.CRefusal} {
+	for name, bin := range map[string][]byte{"go": plugintest.GoRef("refusal"), "c": plugins.Refusal} {
 		in := load(t, "refusal", bin, "", false)
 		for _, v := range vs {
 			text := v.Text

@@ -219,7 +219,8 @@ func TestPluginInspect_BuiltinsByNameAreAccepted(t *testing.T) {
 }
 
 func TestPluginInspect_MarksWASIImportsAsStubs(t *testing.T) {
-	code, stdout, _ := run(t, "plugin", "inspect", "refusal")
+	// The Go build of the refusal plugin imports WASI (the built-ins are C).
+	code, stdout, _ := run(t, "plugin", "inspect", "../../plugins/refusal/refusal.wasm", "--config", `{"fail": "open"}`)
 	require.Equal(t, exitOK, code)
 	require.Contains(t, stdout, "wasi_snapshot_preview1.fd_write(i32, i32, i32, i32) i32  [stub: stdout/stderr to the host's logger")
 	require.Contains(t, stdout, "wasi_snapshot_preview1.random_get(i32, i32) i32  [stub: deterministic, not random]")
@@ -370,6 +371,15 @@ func TestCache_UnusableDirectoryFallsBackWithAWarning(t *testing.T) {
 			require.Contains(t, stderr, "not a directory")
 		})
 	}
+	t.Run("demo without a usable HOME", func(t *testing.T) {
+		t.Setenv("HOME", notADir)
+		t.Setenv("XDG_CACHE_HOME", "")
+		t.Setenv(envCacheDir, "")
+		code, stdout, stderr := run(t, "demo")
+		require.Equal(t, exitOK, code, stderr)
+		require.Contains(t, stdout, "done: answered by")
+		require.Contains(t, stderr, "Wasm compilation cache off")
+	})
 }
 
 // watPolicy is a policy with one answering loopback model and a small Wasm

@@ -16,10 +16,11 @@ import (
 
 // globals are the flags every command accepts, before or after its name.
 type globals struct {
-	level    slog.Level
-	off      bool // --log-level off
-	json     bool // --log-format json
-	cacheDir string
+	level               slog.Level
+	off                 bool // --log-level off
+	json                bool // --log-format json
+	levelSet, formatSet bool // given on the command line
+	cacheDir            string
 }
 
 func defaultGlobals() *globals { return &globals{level: slog.LevelWarn} }
@@ -28,6 +29,7 @@ func defaultGlobals() *globals { return &globals{level: slog.LevelWarn} }
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.Func("log-level", "the least `LEVEL` of the library's logs on stderr (plugins', the host's, the driver's): "+
 		"debug, info, warn (the default), error or off", func(s string) error {
+		g.levelSet = true
 		if strings.EqualFold(s, "off") {
 			g.off = true
 			return nil
@@ -39,6 +41,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.Func("log-format", "the logs' `FORMAT`: text (default) or json (one object per line)", func(s string) error {
+		g.formatSet = true
 		switch s {
 		case "text":
 			g.json = false

@@ -75,6 +75,8 @@ var loadReasons = []struct {
 	{host.ErrInit, "init"},
 	{host.ErrConfigRejected, "config-rejected"},
 	{host.ErrNoBuffer, "no-buffer"},
+	{host.ErrLimit, "limit"},
+	{host.ErrStartSection, "start-section"},
 }
 
 // report is what inspect prints; --json prints it as is.
@@ -229,20 +231,24 @@ func inspect(ctx context.Context, file string, wasm, config []byte, opts ...host
 	r := &report{File: file, Size: len(wasm), SHA256: hex.EncodeToString(sum[:]), ABI: "none",
 		Kinds: []string{}, Imports: []function{}, Exports: []function{}, Memories: []memory{}}
 
-	// The interpreter compiles fastest, and introspection needs no code.
-	wr := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
-	defer wr.Close(ctx)
-	if cm, err := wr.CompileModule(ctx, wasm); err == nil {
-		describe(r, cm)
-	}
-
 	rt, err := host.New(ctx, opts...)
 	if err != nil {
 		return nil, err
 	}
 	defer rt.Close(ctx)
-	p, err := rt.Load(ctx, file, wasm, host.WithConfig(config))
-	if err != nil {
+	p, lerr := rt.Load(ctx, file, wasm, host.WithConfig(config))
+	// Describe from wazero's own compile only what the host's pre-parse let
+	// through: a module over a limit can take wazero minutes or the
+	// process's memory to decode. The interpreter compiles fastest, and
+	// introspection needs no code.
+	if !errors.Is(lerr, host.ErrLimit) && !errors.Is(lerr, host.ErrInvalidModule) {
+		wr := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+		defer wr.Close(ctx)
+		if cm, err := wr.CompileModule(ctx, wasm); err == nil {
+			describe(r, cm)
+		}
+	}
+	if err := lerr; err != nil {
 		var le *host.LoadError
 		if !errors.As(err, &le) {
 			return nil, err

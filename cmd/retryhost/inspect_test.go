@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/internal/wasmgen"
 )
 
 func TestPluginInspect_JudgesEveryHostFixture(t *testing.T) {
@@ -80,7 +83,7 @@ func TestPluginInspect_PlainOutputIsLineOriented(t *testing.T) {
 	require.Equal(t, exitFail, code)
 	out := stdout.String()
 	require.NotContains(t, out, "\x1b[", "no colour when not a terminal")
-	require.Contains(t, out, "abi:      v2 (this host speaks v1.1)\n")
+	require.Contains(t, out, "abi:      v2 (this host speaks v1.2)\n")
 	require.Contains(t, out, "memory:   1\n  memory: min 1 pages (64 KiB), no declared max\n")
 	require.Contains(t, out, "  retryhost_v2.buffer(i32, i32) i32\n")
 	require.Contains(t, out, "accepted: no (abi-version)\n")
@@ -122,4 +125,45 @@ func TestDispatch_UsageListsCommandsSorted(t *testing.T) {
 	stderr.Reset()
 	require.Equal(t, exitUsage, dispatch(context.Background(), []string{"frobnicate"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), `unknown command "frobnicate"`)
+}
+
+// TestPluginInspect_LoadTimeBombs: inspect comes back on every load-time
+// bomb of issue 11 with its reason (a start loop used to hang it; 200,000
+// exports took wazero two minutes to list; a 60-byte module made it
+// allocate ~200 GB).
+func TestPluginInspect_LoadTimeBombs(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, b, 0o644))
+		return p
+	}
+	fixture := func(name string) string { return filepath.Join("..", "..", "host", "testdata", name) }
+	for _, tc := range []struct {
+		name, path, reason, why string
+	}{
+		{"tablegrow", fixture("tablegrow.wasm"), "limit", "TableEntries"},
+		{"tablefill", fixture("tablefill.wasm"), "limit", "TableEntries"},
+		{"tablehuge", fixture("tablehuge.wasm"), "limit", "TableEntries"},
+		{"startloop", fixture("startloop.wasm"), "start-section", "start section"},
+		{"initloop", fixture("initloop.wasm"), "init", "timed out"},
+		{"exports", write("exports.wasm", wasmgen.Exports(200_000)), "limit", "Exports"},
+		{"nesting", write("nesting.wasm", wasmgen.Nested(1, 100_000)), "limit", "Nesting"},
+		{"module size", write("data.wasm", wasmgen.Data(60<<20)), "limit", "ModuleBytes"},
+		{"lying lengths", write("lengths.wasm", []byte("\x00asm\x01\x00\x00\x00\x01\x05\x01\x60\x00\x00\x00\x02\x01\xff\xff\xff\xff\x07")),
+			"invalid-module", "malformed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := dispatch(context.Background(), []string{"plugin", "inspect", "--json", tc.path}, &stdout, &stderr)
+			require.Empty(t, stderr.String())
+			require.Equal(t, exitFail, code)
+			var r report
+			require.NoError(t, json.Unmarshal(stdout.Bytes(), &r), stdout.String())
+			require.False(t, r.Accepted)
+			require.Equal(t, tc.reason, r.Reason)
+			require.Contains(t, r.Error, tc.why)
+			require.Equal(t, 1, strings.Count(r.Error, "host:"), "one host: prefix: %s", r.Error)
+		})
+	}
 }

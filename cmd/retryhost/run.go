@@ -81,6 +81,9 @@ func (o *runOpts) run(ctx context.Context, e *env, args []string) int {
 		HostOptions: e.hostOptions(ctx),
 	})
 	if err != nil {
+		if ctx.Err() != nil { // interrupted while loading (plugin loads honour ctx)
+			return e.errorf(exitFail, "%v", context.Cause(ctx))
+		}
 		return e.errorf(exitInput, "%v", err)
 	}
 	defer func() { _ = pol.Close(context.Background()) }()
@@ -179,7 +182,7 @@ type runSummary struct {
 
 func runCall(ctx context.Context, pol *policy.Policy, req *driver.Request) (runSummary, error) {
 	var sum runSummary
-	res, err := pol.Runner.Generate(ctx, req)
+	res, err := pol.Model.Generate(ctx, req) // the policy's transforms apply to a whole answer too
 	if err != nil {
 		return sum, err
 	}

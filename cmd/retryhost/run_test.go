@@ -65,6 +65,17 @@ func TestRun_CallFailsOverAfterA429(t *testing.T) {
 	require.Contains(t, stderr.String(), "attempt 1 on openai/gpt-first failed: rate-limit: HTTP 429")
 }
 
+// Issue 12 item 6: a non-streaming call runs the policy's transforms too,
+// so the refusal detector fails the refusing model over instead of
+// printing its refusal with exit 0.
+func TestRun_CallFailsOverAfterARefusal(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := dispatch(context.Background(), []string{"run", "--call", "--policy", runPolicy(t, false), "What", "is", "the", "capital?"}, &stdout, &stderr)
+	require.Equal(t, exitOK, code, stderr.String())
+	require.Equal(t, "The capital of France is Paris.\n", stdout.String(), "the answer alone, without the refusal")
+	require.Contains(t, stderr.String(), "attempt 1 on openai/gpt-first failed: refusal")
+}
+
 func TestRun_JSONEvents(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	prev := runStdin

@@ -18,7 +18,7 @@ func TestRun_TheWasmConditionSwitchesOnlyOnAContextOverflow(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), &out, host.WithCacheDir(testCacheDir())))
 	got := regexp.MustCompile(`sha256 [0-9a-f]{12}…`).ReplaceAllString(out.String(), "sha256 X…")
-	require.Equal(t, `load without config: host: load plugin "context-window": host: plugin rejected its config: config: name the long-context model to switch to, such as anthropic/claude-sonnet-4
+	require.Equal(t, `load without config: host: load plugin "context-window": plugin rejected its config: config: name the long-context model to switch to, such as anthropic/claude-sonnet-4
 loaded context-window: condition=true, sha256 X…
 
 request on openai/gpt-4o-mini

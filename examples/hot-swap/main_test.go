@@ -22,7 +22,7 @@ style v2 (upper-case) swapped in, sha256 X…
 64/64 streams during the swap ran whole on one version
 stream opened before the swap, finished after: "hello from the model" (still v1)
 stream opened after the swap: "HELLO FROM THE MODEL" (v2)
-v3 refused: host: load plugin "style": host: forbidden import: wasi_snapshot_preview1.sock_accept (no files, sockets or other WASI capabilities)
+v3 refused: host: load plugin "style": forbidden import: wasi_snapshot_preview1.sock_accept (no files, sockets or other WASI capabilities)
 still serving v2, sha256 X…
 `, sums.ReplaceAllString(out.String(), "sha256 X…"))
 }

@@ -81,6 +81,29 @@ func TestImportRules(t *testing.T) {
 	}
 }
 
+// TestGatewayLayer keeps the gateway a layer on top: it builds on driver,
+// policy and the providers (never on host directly, whose plugins reach it
+// through policy, nor on the CLI), and nothing below it depends on it.
+func TestGatewayLayer(t *testing.T) {
+	pkgs := listPackages(t)
+	require.Contains(t, pkgs, module+"/gateway")
+	for path, p := range pkgs {
+		if under(path, "gateway") {
+			for _, imp := range p.Imports {
+				require.Falsef(t, under(imp, "cmd") || under(imp, "host") || under(imp, "internal/policy"),
+					"%s must not import %s (it builds on driver, policy and the providers)", path, imp)
+			}
+			continue
+		}
+		if under(path, "cmd") || under(path, "examples") {
+			continue
+		}
+		for _, d := range p.Deps {
+			require.Falsef(t, under(d, "gateway"), "%s must not depend on the gateway (via %s)", path, d)
+		}
+	}
+}
+
 // TestABIBuildsForWasip1 proves Go guests can share the abi codec.
 func TestABIBuildsForWasip1(t *testing.T) {
 	cmd := exec.Command("go", "build", module+"/abi/...")

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -54,6 +55,10 @@ type Options struct {
 	Getenv func(string) string
 	// Logger receives the driver's and host's logs. Default: discard.
 	Logger *slog.Logger
+	// HTTPClient, when set, is the HTTP client of the file's openai and
+	// anthropic models (a gateway bounds its upstream connections and
+	// response-header wait with it). Default: each SDK's own.
+	HTTPClient *http.Client
 	// RunnerOptions and StreamOptions are appended to the ones the file
 	// produces (callbacks, for instance).
 	RunnerOptions []driver.Option
@@ -311,11 +316,17 @@ func (b *builder) model(i int, m *ModelSpec) error {
 		if m.BaseURL != "" {
 			o = append(o, openai.WithBaseURL(m.BaseURL))
 		}
+		if b.opts.HTTPClient != nil {
+			o = append(o, openai.WithHTTPClient(b.opts.HTTPClient))
+		}
 		model, err = openai.New(m.Model, o...)
 	case "anthropic":
 		o := []anthropic.Option{anthropic.WithAPIKey(key)}
 		if m.BaseURL != "" {
 			o = append(o, anthropic.WithBaseURL(m.BaseURL))
+		}
+		if b.opts.HTTPClient != nil {
+			o = append(o, anthropic.WithHTTPClient(b.opts.HTTPClient))
 		}
 		model, err = anthropic.New(m.Model, o...)
 	case "scripted":
@@ -338,6 +349,11 @@ func (b *builder) rule(ctx context.Context, i int, rs *RuleSpec) (driver.Conditi
 		return nil, b.errf(at, "give exactly one of when (a native condition) or plugin (a Wasm condition)")
 	}
 	if rs.Plugin != nil {
+		if rs.Action == "" { // before the load: a config that cannot work costs no compile
+			if err := b.checkTargets(at+".plugin", rs.Plugin); err != nil {
+				return nil, err
+			}
+		}
 		p, err := b.plugin(ctx, at+".plugin", rs.Plugin)
 		if err != nil {
 			return nil, err

@@ -108,6 +108,9 @@ type Caller struct {
 	CancelAfter       *Duration `json:"cancel_after"`        // cancel after this long
 	CancelAfterDeltas int       `json:"cancel_after_deltas"` // cancel after this many text deltas
 	CloseAfterDeltas  int       `json:"close_after_deltas"`  // close the stream after this many
+	// ReadDelay is how long the caller waits before each Recv, the first
+	// included: a slow reader, or one that starts reading late.
+	ReadDelay *Duration `json:"read_delay"`
 }
 
 // Outcome is what a request did (and, in a scenario, what it must do). Every
@@ -352,6 +355,9 @@ func play(ctx context.Context, m *driver.RetryableModel, c *Caller) (out Outcome
 	var text strings.Builder
 	starts, deltas := 0, 0
 	for {
+		if c.ReadDelay != nil {
+			time.Sleep(time.Duration(*c.ReadDelay))
+		}
 		p, err := st.Recv()
 		if err == io.EOF {
 			break
@@ -407,6 +413,8 @@ func resultName(err error, class abi.ErrorClass) string {
 		return "max-attempts"
 	case errors.Is(cause, driver.ErrGaveUp):
 		return "gave-up"
+	case errors.Is(cause, driver.ErrUnknownModel):
+		return "unknown-model"
 	case errors.Is(cause, driver.ErrStreamClosed):
 		return "closed"
 	case errors.As(cause, &de):

@@ -30,6 +30,10 @@
  * passes untouched). At most TABLE_CAP/2 streams are open per instance. */
 #include "retryhost.h"
 #include "phrases.h"
+#include "json.h"
+#include "lower.h"
+
+#define MAX_CAP 2147483647
 
 typedef short i16;
 
@@ -39,7 +43,6 @@ typedef short i16;
 #define PHRASE_BYTES 8192
 static u8 phr[PHRASE_BYTES];
 static u32 phr_off[MAX_PHRASES], phr_len[MAX_PHRASES], nphr, phr_used, max_len;
-static u8 cfg[PHRASE_BYTES];
 
 /* ---- normalisation (refusalcore.AppendNormalized) ---- */
 
@@ -87,12 +90,20 @@ static int uspace(u32 r) {
 	       r == 0x2029 || r == 0x202f || r == 0x205f || r == 0x3000;
 }
 
+/* ulower is Go's unicode.ToLower over lower.h's table (generated from
+ * unicode.CaseRanges), so a phrase in any script decides as refusalcore. */
 static u32 ulower(u32 r) {
-	if ((r >= 0xc0 && r <= 0xde && r != 0xd7) || (r >= 0x391 && r <= 0x3ab && r != 0x3a2) || (r >= 0x410 && r <= 0x42f)) return r + 0x20;
-	if (r >= 0x400 && r <= 0x40f) return r + 0x50;
-	if (r == 0x130) return 'i';
-	if (r == 0x212a) return 'k';
-	if (r == 0x212b) return 0xe5;
+	u32 lo = 0, hi = sizeof lower_ranges / sizeof lower_ranges[0];
+	while (lo < hi) {
+		u32 m = (lo + hi) / 2;
+		if (r > lower_ranges[m].hi) lo = m + 1;
+		else if (r < lower_ranges[m].lo) hi = m;
+		else {
+			i32 d = lower_ranges[m].d;
+			if (d == LOWER_ALT) return lower_ranges[m].lo + (((r - lower_ranges[m].lo) & ~1u) | 1);
+			return (u32)((i32)r + d);
+		}
+	}
 	return r;
 }
 
@@ -287,50 +298,90 @@ static struct slot *lookup(i64 h) {
 
 /* ---- exports ---- */
 
-static i32 add_phrase(const u8 *s, u32 n) {
-	if (nphr == MAX_PHRASES || phr_used + n + 4 > PHRASE_BYTES) return rh_reject("config: too many phrases");
-	u32 len = normalize(s, n, phr + phr_used, PHRASE_BYTES - phr_used - 4);
-	if (len == 0) return rh_reject("config: empty phrase");
-	if (len > MAX_PHRASE) return rh_reject("config: phrase longer than 200 bytes once normalised");
+/* add_phrase normalises and keeps one phrase; 0 (with the reason) when a
+ * limit is hit. */
+static int add_phrase(const u8 *s, u32 n) {
+	static u8 tmp[MAX_PHRASE + 8];
+	J.key = (const u8 *)"phrases";
+	J.keylen = 7;
+	if (nphr == MAX_PHRASES) return fail("more than 128 phrases");
+	u32 len = normalize(s, n, tmp, MAX_PHRASE + 1);
+	if (len == 0) return fail("a phrase is empty once normalised");
+	if (len > MAX_PHRASE) return fail("a phrase is longer than 200 bytes once normalised");
+	if (phr_used + len > PHRASE_BYTES) return fail("the phrases are longer than 8192 bytes in all once normalised");
+	rh_copy(phr + phr_used, tmp, len);
 	phr_off[nphr] = phr_used;
 	phr_len[nphr] = len;
 	phr_used += len;
 	if (len > max_len) max_len = len;
 	nphr++;
-	return 0;
+	return 1;
+}
+
+/* The config (JSON, as the Go build's): every field optional. */
+static u8 fail_closed, cap_fail;
+static i64 max_held_parts, max_held_bytes, max_hold_time;
+static u8 sbuf[CFG_CAP];
+
+static int add_default_phrases(void) {
+	for (u32 k = 0; k < sizeof default_phrases / sizeof default_phrases[0]; k++) {
+		const char *p = default_phrases[k];
+		u32 n = 0;
+		while (p[n]) n++;
+		if (!add_phrase((const u8 *)p, n)) return 0;
+	}
+	return 1;
+}
+
+static int parse_config(i32 len) {
+	int r = js_start(len);
+	if (r <= 0) return r == 0;
+	u32 seen = 0, count = 0, n;
+	if (!obj_begin()) return 0;
+	while (obj_next(&count)) {
+		if (key_is("phrases")) {
+			if (!field(&seen, 0, "phrases") || !arr_begin()) return 0;
+			u32 k = 0;
+			while (arr_next(&k))
+				if (!str(sbuf, sizeof sbuf, &n, "too long") || !add_phrase(sbuf, n)) return 0;
+		} else if (key_is("fail")) {
+			if (!field(&seen, 1, "fail") || !str(sbuf, 16, &n, "must be \"open\" or \"closed\"")) return 0;
+			if (bytes_eq(sbuf, n, "closed")) fail_closed = 1;
+			else if (n != 0 && !bytes_eq(sbuf, n, "open")) return fail("must be \"open\" or \"closed\"");
+		} else if (key_is("on_cap")) {
+			if (!field(&seen, 2, "on_cap") || !str(sbuf, 16, &n, "must be \"flush\" or \"fail\"")) return 0;
+			/* on_cap byte (ABI.md §8.7, v1.2): 1 fail, 2 flush, 0 (unset) follows "fail" */
+			if (bytes_eq(sbuf, n, "fail")) cap_fail = 1;
+			else if (bytes_eq(sbuf, n, "flush")) cap_fail = 2;
+			else if (n != 0) return fail("must be \"flush\" or \"fail\"");
+		} else if (key_is("max_held_parts")) {
+			if (!field(&seen, 3, "max_held_parts") || !integer(MAX_CAP, &max_held_parts, "want an integer 0-2147483647")) return 0;
+		} else if (key_is("max_held_bytes")) {
+			if (!field(&seen, 4, "max_held_bytes") || !integer(MAX_CAP, &max_held_bytes, "want an integer 0-2147483647")) return 0;
+		} else if (key_is("max_hold_time")) {
+			if (!field(&seen, 5, "max_hold_time") || !dur(&max_hold_time, "want a non-negative Go duration such as \"10s\"")) return 0;
+		} else {
+			return unknown();
+		}
+	}
+	return js_finish();
 }
 
 RH_EXPORT("retryhost_init") i32 rh_init(i32 len) {
 	if (rh_buffer(rh_buf, RH_BUF_CAP) != 0) return -1;
-	if (len < 0 || len > (i32)sizeof cfg) return rh_reject("config: longer than 8192 bytes");
-	if (len > 0 && rh_input(cfg, len) != len) return -1;
-	u32 i = 0;
-	while (i < (u32)len) {
-		u32 j = i;
-		while (j < (u32)len && cfg[j] != '\n') j++;
-		u32 e = j, b = i;
-		while (b < e && (cfg[b] == ' ' || cfg[b] == '\t' || cfg[b] == '\r')) b++;
-		if (b < e && cfg[b] != '#') {
-			i32 r = add_phrase(cfg + i, e - i);
-			if (r != 0) return r;
-		}
-		i = j + 1;
-	}
-	if (nphr == 0) {
-		for (u32 k = 0; k < sizeof default_phrases / sizeof default_phrases[0]; k++) {
-			const char *p = default_phrases[k];
-			u32 n = 0;
-			while (p[n]) n++;
-			i32 r = add_phrase((const u8 *)p, n);
-			if (r != 0) return r;
-		}
-	}
+	if (!parse_config(len)) return (i32)em_len;
+	if (nphr == 0 && !add_default_phrases()) return (i32)em_len;
 	i32 r = compile();
 	if (r != 0) return r;
-	/* Policy (ABI.md §8.7): the defaults (fail-open, default caps), then
-	 * the v1.1 hints: auto_close, and the answer to every kind this
-	 * detector does not read. A v1.0 host reads the first 24 bytes. */
+	/* Policy (ABI.md §8.7): the config's, then the v1.1 hints: auto_close,
+	 * and the answer to every kind this detector does not read. A v1.0
+	 * host reads the first 24 bytes. */
 	static u8 pol[32 + 19];
+	pol[0] = fail_closed;
+	pol[1] = cap_fail;
+	wr32(pol + 4, (u32)max_held_parts);
+	wr32(pol + 8, (u32)max_held_bytes);
+	wr64(pol + 16, (u64)max_hold_time);
 	wr32(pol + 24, 1); /* flags: auto_close */
 	wr32(pol + 28, 19);
 	pol[32 + 0] = 0xff;

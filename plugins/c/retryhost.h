@@ -15,6 +15,9 @@ typedef long long i64;
 
 #define RH_IMPORT(name) __attribute__((import_module("retryhost_v1"), import_name(name)))
 #define RH_EXPORT(name) __attribute__((export_name(name)))
+/* NOINLINE keeps a big parser out of its callers: wazero compiles a large
+ * function in more than linear time, which the load time pays. */
+#define NOINLINE __attribute__((noinline))
 
 RH_IMPORT("buffer") i32 rh_buffer(void *ptr, i32 cap);
 RH_IMPORT("input") i32 rh_input(void *ptr, i32 cap);

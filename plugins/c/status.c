@@ -10,8 +10,9 @@
  *   retry_after=1        wait the server's Retry-After when it sent one
  *   max_attempt=2        match only up to this attempt number (0 = any)
  *
- * Blank lines and lines starting with # are ignored; an unknown key or a
- * bad value rejects the config. An attempt without an HTTP status or with
+ * Blank lines and lines starting with # are ignored; a line without =, an
+ * unknown key, a key given twice or a bad value rejects the config, naming
+ * the line. An attempt without an HTTP status or with
  * another one gets no opinion. Equivalent to the errmatch plugin with one
  * rule {"status": [...], "max_attempt": N, "<action>": {...}}. */
 #include "retryhost.h"
@@ -49,6 +50,7 @@ static int num(const u8 *s, u32 n, u64 *out) {
 
 static int parse_status(const u8 *s, u32 n) {
 	u32 i = 0;
+	if (n > 0 && s[n - 1] == ',') return 0; /* an empty last item */
 	while (i < n) {
 		u32 j = i;
 		while (j < n && s[j] != ',') j++;
@@ -80,41 +82,63 @@ static int parse_backoff(const u8 *s, u32 n) {
 	return 1;
 }
 
-static i32 parse_line(const u8 *s, u32 n) {
+/* the keys seen, one bit each in the order of keys[]: a key given twice
+ * is an error, not "the last one wins" */
+static const char *const keys[] = {"status", "action", "model", "delay_ms", "backoff", "max_attempts", "max_attempt", "retry_after"};
+static u32 seen;
+
+static i32 reject_line(const char *msg, u32 line) {
+	i32 n = rh_reject(msg);
+	const char *at = " (line ";
+	while (*at) rh_buf[n++] = (u8)*at++;
+	char d[12];
+	u32 k = 0;
+	do { d[k++] = (char)('0' + line % 10); line /= 10; } while (line);
+	while (k) rh_buf[n++] = (u8)d[--k];
+	rh_buf[n++] = ')';
+	return n;
+}
+
+static i32 parse_line(const u8 *s, u32 n, u32 line) {
 	u32 eqi = 0;
 	while (eqi < n && s[eqi] != '=') eqi++;
-	if (eqi == n) return rh_reject("config: want key=value lines");
+	if (eqi == n) return reject_line("config: want key=value lines", line);
 	const u8 *k = s, *v = s + eqi + 1;
 	u32 kn = eqi, vn = n - eqi - 1;
 	u64 x;
+	for (u32 b = 0; b < sizeof keys / sizeof keys[0]; b++) {
+		if (!eq(k, kn, keys[b])) continue;
+		if (seen & (1u << b)) return reject_line("config: a key is given twice", line);
+		seen |= 1u << b;
+	}
 	if (eq(k, kn, "status")) {
-		if (!parse_status(v, vn)) return rh_reject("config: status: want codes 100-999 and lo-hi ranges, comma-separated");
+		if (!parse_status(v, vn)) return reject_line("config: status: want codes 100-999 and lo-hi ranges, comma-separated", line);
 	} else if (eq(k, kn, "action")) {
 		if (eq(v, vn, "retry")) action = RH_RETRY;
 		else if (eq(v, vn, "switch")) action = RH_SWITCH;
 		else if (eq(v, vn, "give-up")) action = RH_GIVE_UP;
-		else return rh_reject("config: action: want retry, switch or give-up");
+		else return reject_line("config: action: want retry, switch or give-up", line);
 	} else if (eq(k, kn, "model")) {
-		if (vn == 0 || vn > sizeof model) return rh_reject("config: model: want 1 to 256 bytes");
+		if (vn == 0 || vn > sizeof model) return reject_line("config: model: want 1 to 256 bytes", line);
 		rh_copy(model, v, vn);
 		model_len = vn;
 	} else if (eq(k, kn, "delay_ms")) {
-		if (!num(v, vn, &x)) return rh_reject("config: delay_ms: want milliseconds");
+		if (!num(v, vn, &x)) return reject_line("config: delay_ms: want milliseconds", line);
 		delay_ns = (i64)x * 1000000;
 	} else if (eq(k, kn, "backoff")) {
-		if (!parse_backoff(v, vn)) return rh_reject("config: backoff: want a number such as 2 or 1.5");
+		if (!parse_backoff(v, vn)) return reject_line("config: backoff: want a number such as 2 or 1.5", line);
 	} else if (eq(k, kn, "max_attempts")) {
-		if (!num(v, vn, &x) || x > 1000000) return rh_reject("config: max_attempts: want a count");
+		if (!num(v, vn, &x) || x > 1000000) return reject_line("config: max_attempts: want a count", line);
 		max_attempts = (u32)x;
 	} else if (eq(k, kn, "max_attempt")) {
-		if (!num(v, vn, &x) || x > 1000000) return rh_reject("config: max_attempt: want an attempt number");
+		if (!num(v, vn, &x) || x > 1000000) return reject_line("config: max_attempt: want an attempt number", line);
 		max_attempt = (u32)x;
 	} else if (eq(k, kn, "retry_after")) {
 		if (eq(v, vn, "1") || eq(v, vn, "true")) retry_after = 1;
 		else if (eq(v, vn, "0") || eq(v, vn, "false")) retry_after = 0;
-		else return rh_reject("config: retry_after: want true or false");
+		else return reject_line("config: retry_after: want true or false", line);
 	} else {
-		return rh_reject("config: unknown key");
+		return reject_line("config: unknown key (want status, action, model, delay_ms, backoff, max_attempts, max_attempt, retry_after)", line);
 	}
 	return 0;
 }
@@ -123,17 +147,18 @@ RH_EXPORT("retryhost_init") i32 rh_init(i32 len) {
 	if (rh_buffer(rh_buf, RH_BUF_CAP) != 0) return -1;
 	if (len < 0 || len > (i32)sizeof cfg) return rh_reject("config: longer than 4096 bytes");
 	if (len > 0 && rh_input(cfg, len) != len) return -1;
-	u32 i = 0;
+	u32 i = 0, line = 1;
 	while (i < (u32)len) {
 		u32 j = i;
 		while (j < (u32)len && cfg[j] != '\n') j++;
 		u32 e = j;
 		if (e > i && cfg[e - 1] == '\r') e--;
 		if (e > i && cfg[i] != '#') {
-			i32 r = parse_line(cfg + i, e - i);
+			i32 r = parse_line(cfg + i, e - i, line);
 			if (r != 0) return r;
 		}
 		i = j + 1;
+		line++;
 	}
 	if (nranges == 0) return rh_reject("config: status is required");
 	if (action == RH_NONE) return rh_reject("config: action is required");

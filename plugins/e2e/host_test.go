@@ -55,9 +55,9 @@ func TestRejectedConfigFailsLoad(t *testing.T) {
 	}{
 		{plugins.ErrMatch, `{"rules":[{"status":["5xx"],"give_up":true}]}`, "status"},
 		{plugins.Finish, `{"switch":{"censored":"a/b"}}`, "unknown finish reason"},
-		{plugins.Refusal, `{"fail":"maybe"}`, "fail must be"},
+		{plugintest.GoRef("refusal"), `{"fail":"maybe"}`, `"fail": must be`},
 		{plugins.CStatus, "status=429", "action is required"},
-		{plugins.CRefusal, "  \n\u3000\n", ""},
+		{plugins.Refusal, "  \n\u3000\n", ""},
 	} {
 		_, err := rt.Load(ctx, "p", tc.wasm, host.WithConfig([]byte(tc.config)))
 		require.ErrorIs(t, err, host.ErrConfigRejected)
@@ -79,7 +79,7 @@ func TestRefusalDifferentialThroughHost(t *testing.T) {
 	ctx := context.Background()
 	native := nativeRefusal(t)
 	for mode, rt := range runtimes(t) {
-		for name, wasm := range map[string][]byte{"go": plugins.Refusal, "c": plugins.CRefusal} {
+		for name, wasm := range map[string][]byte{"go": plugintest.GoRef("refusal"), "c": plugins.Refusal} {
 			t.Run(mode+"/"+name, func(t *testing.T) {
 				pl, err := rt.Load(ctx, "refusal", wasm)
 				require.NoError(t, err)

@@ -54,10 +54,10 @@ func BenchmarkPipeline(b *testing.B) {
 	}{
 		{"no-transform", func(*testing.B) abi.Transformer { return nil }},
 		{"native-refusal", func(*testing.B) abi.Transformer { return native }},
-		{"wasm-go-refusal/guarded", wasmTransform("refusal", plugins.Refusal)},
-		{"wasm-go-refusal/trusted", wasmTransform("refusal", plugins.Refusal, host.WithTrusted())},
-		{"wasm-c-refusal/guarded", wasmTransform("c-refusal", plugins.CRefusal)},
-		{"wasm-c-refusal/trusted", wasmTransform("c-refusal", plugins.CRefusal, host.WithTrusted())},
+		{"wasm-go-refusal/guarded", wasmTransform("refusal", plugintest.GoRef("refusal"))},
+		{"wasm-go-refusal/trusted", wasmTransform("refusal", plugintest.GoRef("refusal"), host.WithTrusted())},
+		{"wasm-c-refusal/guarded", wasmTransform("c-refusal", plugins.Refusal)},
+		{"wasm-c-refusal/trusted", wasmTransform("c-refusal", plugins.Refusal, host.WithTrusted())},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var opts []driver.StreamOption

@@ -85,7 +85,7 @@ func TestStreamRefusalFailsOver(t *testing.T) {
 			`{"rules":[{"class":["refusal"],"switch":{"model":"q/b"}}]}`)))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = rule.Close(ctx) })
-		for guest, wasm := range map[string][]byte{"go": plugins.Refusal, "c": plugins.CRefusal} {
+		for guest, wasm := range map[string][]byte{"go": plugintest.GoRef("refusal"), "c": plugins.Refusal} {
 			detector, err := rt.Load(ctx, "refusal", wasm)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = detector.Close(ctx) })

@@ -10,6 +10,7 @@ import (
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/plugins"
+	"github.com/retryhost/retryhost/plugins/internal/plugintest"
 )
 
 // Benchmark10kStreams: 10,000 streams live at once through the built-in
@@ -38,10 +39,10 @@ func Benchmark10kStreams(b *testing.B) {
 		load func(b *testing.B) abi.Transformer
 	}{
 		{"native", func(*testing.B) abi.Transformer { return native }},
-		{"go/guarded", wasmTransform("refusal", plugins.Refusal)},
-		{"go/trusted", wasmTransform("refusal", plugins.Refusal, host.WithTrusted())},
-		{"c/guarded", wasmTransform("c-refusal", plugins.CRefusal)},
-		{"c/trusted", wasmTransform("c-refusal", plugins.CRefusal, host.WithTrusted())},
+		{"go/guarded", wasmTransform("refusal", plugintest.GoRef("refusal"))},
+		{"go/trusted", wasmTransform("refusal", plugintest.GoRef("refusal"), host.WithTrusted())},
+		{"c/guarded", wasmTransform("c-refusal", plugins.Refusal)},
+		{"c/trusted", wasmTransform("c-refusal", plugins.Refusal, host.WithTrusted())},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var before, peak runtime.MemStats

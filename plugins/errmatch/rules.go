@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/plugins/internal/cfgrule"
 	"github.com/retryhost/retryhost/plugins/sdk"
 	"github.com/retryhost/retryhost/plugins/sdk/condition"
 )
@@ -54,43 +55,62 @@ type ruleConfig struct {
 }
 
 type actionConfig struct {
-	Model       string  `json:"model"`        // switch target (switch only, required)
-	Delay       string  `json:"delay"`        // Go duration, "500ms"
-	Backoff     float64 `json:"backoff"`      // factor per earlier attempt on the target
-	MaxAttempts int     `json:"max_attempts"` // attempts on the target, counting earlier ones
-	Timeout     string  `json:"timeout"`      // the next attempt's own deadline
-	RetryAfter  bool    `json:"retry_after"`  // wait the server's Retry-After when it sent one
+	Model       string         `json:"model"`        // switch target (switch only, required)
+	Delay       string         `json:"delay"`        // Go duration, "500ms"
+	Backoff     cfgrule.Factor `json:"backoff"`      // factor per earlier attempt on the target
+	MaxAttempts int            `json:"max_attempts"` // attempts on the target, counting earlier ones
+	Timeout     string         `json:"timeout"`      // the next attempt's own deadline
+	RetryAfter  bool           `json:"retry_after"`  // wait the server's Retry-After when it sent one
 }
 
 // statusRange is a status code (429 or "429") or a range ("500-599").
 type statusRange struct{ lo, hi int }
 
 func (s *statusRange) UnmarshalJSON(b []byte) error {
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
+	bad := fmt.Errorf("status %s: want a code 100-999 or a \"lo-hi\" range", b)
 	var txt string
-	switch x := v.(type) {
-	case float64:
-		txt = strconv.FormatFloat(x, 'f', -1, 64)
-	case string:
-		txt = x
-	default:
-		return fmt.Errorf("status %s: want a code or a \"lo-hi\" range", b)
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &txt); err != nil {
+			return bad
+		}
+		// "429" or "500-599": three digits each, nothing else (the C
+		// build's rule)
+		lo, hi, isRange := strings.Cut(txt, "-")
+		if !digits3(lo) || isRange && !digits3(hi) {
+			return bad
+		}
+		s.lo, _ = strconv.Atoi(lo)
+		s.hi = s.lo
+		if isRange {
+			s.hi, _ = strconv.Atoi(hi)
+		}
+	} else {
+		// a JSON integer: no fraction, no exponent
+		n, err := strconv.Atoi(string(b))
+		if err != nil {
+			return bad
+		}
+		s.lo, s.hi = n, n
 	}
-	lo, hi, isRange := strings.Cut(txt, "-")
-	var err1, err2 error
-	s.lo, err1 = strconv.Atoi(strings.TrimSpace(lo))
-	s.hi = s.lo
-	if isRange {
-		s.hi, err2 = strconv.Atoi(strings.TrimSpace(hi))
-	}
-	if err1 != nil || err2 != nil || s.lo < 100 || s.hi > 999 || s.lo > s.hi {
-		return fmt.Errorf("status %s: want a code 100-999 or a \"lo-hi\" range", b)
+	if s.lo < 100 || s.hi > 999 || s.lo > s.hi {
+		return bad
 	}
 	return nil
 }
+
+func digits3(s string) bool {
+	return len(s) == 3 && s[0] >= '0' && s[0] <= '9' && s[1] >= '0' && s[1] <= '9' && s[2] >= '0' && s[2] <= '9'
+}
+
+// The limits the C build has too (plugins/README.md), so both builds
+// accept the same configs; the regex limits are cfgrule's.
+const (
+	maxRules   = 64
+	maxStatus  = 32      // items of "status"
+	maxClasses = 16      // items of "class"
+	maxStr     = 256     // bytes of a glob or a model
+	maxCount   = 1000000 // attempts, attempt numbers
+)
 
 // rule is a compiled rule.
 type rule struct {
@@ -111,11 +131,17 @@ type rules struct {
 
 func parse(raw []byte) (*rules, error) {
 	var c config
+	if err := cfgrule.Size(raw); err != nil {
+		return nil, err
+	}
 	if err := sdk.DecodeJSON(raw, &c); err != nil {
 		return nil, err
 	}
 	if len(c.Rules) == 0 {
 		return nil, errors.New("config: no rules")
+	}
+	if len(c.Rules) > maxRules {
+		return nil, errors.New(`config: "rules": more than 64 rules`)
 	}
 	rs := &rules{}
 	switch c.Fail {
@@ -125,8 +151,9 @@ func parse(raw []byte) (*rules, error) {
 	default:
 		return nil, errors.New(`config: fail must be "open" or "closed"`)
 	}
+	var pats cfgrule.Patterns // the regex limits are per config
 	for i, rc := range c.Rules {
-		r, err := compile(&rc)
+		r, err := compile(&rc, &pats)
 		if err != nil {
 			return nil, fmt.Errorf("config: rule %d: %w", i, err)
 		}
@@ -135,8 +162,14 @@ func parse(raw []byte) (*rules, error) {
 	return rs, nil
 }
 
-func compile(rc *ruleConfig) (rule, error) {
+func compile(rc *ruleConfig, pats *cfgrule.Patterns) (rule, error) {
 	r := rule{status: rc.Status, model: rc.Model, min: rc.MinAttempt, max: rc.MaxAttempt}
+	if len(rc.Status) > maxStatus {
+		return r, errors.New("status: more than 32 items")
+	}
+	if len(rc.Class) > maxClasses {
+		return r, errors.New("class: more than 16 items")
+	}
 	for _, name := range rc.Class {
 		c, ok := abi.ParseErrorClass(name)
 		if !ok || c == abi.ClassNone {
@@ -145,22 +178,22 @@ func compile(rc *ruleConfig) (rule, error) {
 		r.classes = append(r.classes, c)
 	}
 	var err error
-	if rc.Message != "" {
-		if r.message, err = regexp.Compile(rc.Message); err != nil {
-			return r, fmt.Errorf("message: %w", err)
-		}
+	if r.message, err = pattern(pats, rc.Message); err != nil {
+		return r, fmt.Errorf("message: %w", err)
 	}
-	if rc.ErrorName != "" {
-		if r.errorName, err = regexp.Compile(rc.ErrorName); err != nil {
-			return r, fmt.Errorf("error_name: %w", err)
-		}
+	if r.errorName, err = pattern(pats, rc.ErrorName); err != nil {
+		return r, fmt.Errorf("error_name: %w", err)
+	}
+	if len(rc.Model) > maxStr {
+		return r, errors.New("model: a glob is longer than 256 bytes")
 	}
 	if rc.Model != "" {
 		if _, err := path.Match(rc.Model, ""); err != nil {
 			return r, fmt.Errorf("model: %w", err)
 		}
 	}
-	if rc.MinAttempt < 0 || rc.MaxAttempt < 0 || (rc.MaxAttempt > 0 && rc.MaxAttempt < rc.MinAttempt) {
+	if rc.MinAttempt < 0 || rc.MaxAttempt < 0 || rc.MinAttempt > maxCount || rc.MaxAttempt > maxCount ||
+		(rc.MaxAttempt > 0 && rc.MaxAttempt < rc.MinAttempt) {
 		return r, errors.New("min_attempt/max_attempt: want 0 <= min <= max")
 	}
 	n := 0
@@ -183,7 +216,7 @@ func compile(rc *ruleConfig) (rule, error) {
 }
 
 func decision(a abi.Action, ac *actionConfig) (abi.Decision, error) {
-	d := abi.Decision{Action: a, Model: ac.Model, BackoffFactor: ac.Backoff,
+	d := abi.Decision{Action: a, Model: ac.Model, BackoffFactor: float64(ac.Backoff),
 		MaxAttempts: ac.MaxAttempts, UseRetryAfter: ac.RetryAfter}
 	switch {
 	case a == abi.ActionSwitch && ac.Model == "":
@@ -192,8 +225,10 @@ func decision(a abi.Action, ac *actionConfig) (abi.Decision, error) {
 		return d, errors.New("retry: model is for switch")
 	case ac.Backoff < 0:
 		return d, errors.New("backoff must not be negative")
-	case ac.MaxAttempts < 0:
-		return d, errors.New("max_attempts must not be negative")
+	case ac.MaxAttempts < 0 || ac.MaxAttempts > maxCount:
+		return d, errors.New("max_attempts: want an integer 0-1000000")
+	case len(ac.Model) > maxStr:
+		return d, errors.New("model: longer than 256 bytes")
 	}
 	var err error
 	if d.Delay, err = duration("delay", ac.Delay); err != nil {
@@ -204,14 +239,23 @@ func decision(a abi.Action, ac *actionConfig) (abi.Decision, error) {
 }
 
 func duration(field, s string) (time.Duration, error) {
-	if s == "" {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
+	d, err := cfgrule.Duration(s)
+	if err != nil {
 		return 0, fmt.Errorf("%s: want a non-negative Go duration such as \"500ms\"", field)
 	}
 	return d, nil
+}
+
+// pattern compiles a message or error_name pattern ("" is none) after
+// checking it is in the RE2 subset the C build implements.
+func pattern(pats *cfgrule.Patterns, p string) (*regexp.Regexp, error) {
+	if p == "" {
+		return nil, nil
+	}
+	if err := pats.Check(p); err != nil {
+		return nil, err
+	}
+	return regexp.Compile(p)
 }
 
 // Policy declares the fail policy.

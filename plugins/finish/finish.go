@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/plugins/internal/cfgrule"
 	"github.com/retryhost/retryhost/plugins/sdk"
 	"github.com/retryhost/retryhost/plugins/sdk/condition"
 )
@@ -33,6 +34,14 @@ type config struct {
 	MaxAttempts int `json:"max_attempts"`
 }
 
+// The limits the C build has too (plugins/README.md), so both builds
+// accept the same configs.
+const (
+	maxRaw      = 64      // words in "raw"
+	maxStr      = 256     // bytes of a word or a model
+	maxAttempts = 1000000 // "max_attempts"
+)
+
 type finish struct {
 	byReason    [8]string // indexed by abi.Reason
 	byRaw       map[string]string
@@ -41,14 +50,20 @@ type finish struct {
 
 func parse(raw []byte) (*finish, error) {
 	var c config
+	if err := cfgrule.Size(raw); err != nil {
+		return nil, err
+	}
 	if err := sdk.DecodeJSON(raw, &c); err != nil {
 		return nil, err
 	}
 	if len(c.Switch) == 0 && len(c.Raw) == 0 {
 		return nil, errors.New(`config: nothing to do: give "switch": {"content-filter": "provider/model", …}`)
 	}
-	if c.MaxAttempts < 0 {
-		return nil, errors.New("config: max_attempts must not be negative")
+	if c.MaxAttempts < 0 || c.MaxAttempts > maxAttempts {
+		return nil, errors.New(`config: "max_attempts": want an integer 0-1000000`)
+	}
+	if len(c.Raw) > maxRaw {
+		return nil, errors.New(`config: "raw": more than 64 words`)
 	}
 	f := &finish{byRaw: c.Raw, maxAttempts: c.MaxAttempts}
 	for name, model := range c.Switch {
@@ -59,11 +74,17 @@ func parse(raw []byte) (*finish, error) {
 		if model == "" {
 			return nil, fmt.Errorf("config: %q: empty model", name)
 		}
+		if len(model) > maxStr {
+			return nil, fmt.Errorf("config: %q: a model is longer than 256 bytes", name)
+		}
 		f.byReason[r] = model
 	}
 	for word, model := range c.Raw {
 		if word == "" || model == "" {
-			return nil, errors.New("config: raw: empty finish word or model")
+			return nil, errors.New(`config: "raw": empty finish word or model`)
+		}
+		if len(word) > maxStr || len(model) > maxStr {
+			return nil, errors.New(`config: "raw": a word or a model is longer than 256 bytes`)
 		}
 	}
 	return f, nil

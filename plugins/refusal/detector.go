@@ -13,10 +13,11 @@ package main
 
 import (
 	"errors"
-	"time"
+	"fmt"
 	"unsafe"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/plugins/internal/cfgrule"
 	"github.com/retryhost/retryhost/plugins/refusalcore"
 	"github.com/retryhost/retryhost/plugins/sdk"
 	"github.com/retryhost/retryhost/plugins/sdk/transform"
@@ -34,8 +35,9 @@ type config struct {
 	MaxHeldParts int    `json:"max_held_parts"`
 	MaxHeldBytes int    `json:"max_held_bytes"`
 	MaxHoldTime  string `json:"max_hold_time"`
-	// OnCap is "flush" (default: release the held parts and detach) or
-	// "fail" (fail the attempt) when a cap is hit.
+	// OnCap is "flush" (release the held parts and detach) or "fail"
+	// (fail the attempt) when a cap is hit; empty follows fail: "closed"
+	// fails, "open" flushes (ABI v1.2's default).
 	OnCap string `json:"on_cap"`
 }
 
@@ -55,8 +57,23 @@ type detector struct {
 	free []*stream
 }
 
+// The limits the C build has too (plugins/README.md): both builds accept
+// the same configs and decide the same streams.
+const (
+	maxPhrases     = 128  // phrases in a config
+	maxPhraseLen   = 200  // bytes of one phrase, normalised
+	maxPhraseBytes = 8192 // bytes of all phrases, normalised
+	// maxText is the undecided text a stream may hold, in bytes as sent:
+	// a delta that would take it past is a plugin failure (the fail
+	// policy applies).
+	maxText = 1000
+)
+
 func newDetector(raw []byte) (*detector, error) {
 	var c config
+	if err := cfgrule.Size(raw); err != nil {
+		return nil, err
+	}
 	if err := sdk.DecodeJSON(raw, &c); err != nil {
 		return nil, err
 	}
@@ -64,9 +81,26 @@ func newDetector(raw []byte) (*detector, error) {
 	if len(phrases) == 0 {
 		phrases = refusalcore.DefaultPhrases()
 	}
+	if len(phrases) > maxPhrases {
+		return nil, errors.New(`config: "phrases": more than 128 phrases`)
+	}
+	total := 0
+	for _, p := range phrases {
+		n := len(refusalcore.Normalize(p))
+		if n == 0 {
+			return nil, errors.New(`config: "phrases": a phrase is empty once normalised`)
+		}
+		if n > maxPhraseLen {
+			return nil, errors.New(`config: "phrases": a phrase is longer than 200 bytes once normalised`)
+		}
+		total += n
+	}
+	if total > maxPhraseBytes {
+		return nil, errors.New(`config: "phrases": the phrases are longer than 8192 bytes in all once normalised`)
+	}
 	m, err := refusalcore.New(phrases)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("config: \"phrases\": %w", err)
 	}
 	d := &detector{m: m}
 	switch c.Fail {
@@ -74,25 +108,26 @@ func newDetector(raw []byte) (*detector, error) {
 	case "closed":
 		d.policy.Fail = abi.FailClosed
 	default:
-		return nil, errors.New(`config: fail must be "open" or "closed"`)
+		return nil, errors.New(`config: "fail": must be "open" or "closed"`)
 	}
 	switch c.OnCap {
-	case "", "flush":
+	case "":
+	case "flush":
+		d.policy.OnCap = abi.CapFlush
 	case "fail":
 		d.policy.OnCap = abi.CapFail
 	default:
-		return nil, errors.New(`config: on_cap must be "flush" or "fail"`)
+		return nil, errors.New(`config: "on_cap": must be "flush" or "fail"`)
 	}
-	if c.MaxHeldParts < 0 || c.MaxHeldBytes < 0 {
-		return nil, errors.New("config: hold caps must not be negative")
+	if c.MaxHeldParts < 0 || c.MaxHeldParts > cfgrule.MaxCap {
+		return nil, errors.New(`config: "max_held_parts": want an integer 0-2147483647`)
+	}
+	if c.MaxHeldBytes < 0 || c.MaxHeldBytes > cfgrule.MaxCap {
+		return nil, errors.New(`config: "max_held_bytes": want an integer 0-2147483647`)
 	}
 	d.policy.MaxHeldParts, d.policy.MaxHeldBytes = c.MaxHeldParts, c.MaxHeldBytes
-	if c.MaxHoldTime != "" {
-		t, err := time.ParseDuration(c.MaxHoldTime)
-		if err != nil || t < 0 {
-			return nil, errors.New("config: max_hold_time must be a non-negative Go duration such as \"10s\"")
-		}
-		d.policy.MaxHoldTime = t
+	if d.policy.MaxHoldTime, err = cfgrule.Duration(c.MaxHoldTime); err != nil {
+		return nil, errors.New(`config: "max_hold_time": want a non-negative Go duration such as "10s"`)
 	}
 	return d, nil
 }
@@ -156,6 +191,9 @@ func (s *stream) Part(p *abi.Part) (abi.Verdict, error) {
 	case abi.KindTextDelta:
 	default:
 		return abi.Verdict{Action: abi.PartDetach}, nil
+	}
+	if len(s.text)+len(p.Delta) > maxText {
+		return abi.Verdict{}, errors.New("refusal: more than 1000 bytes of undecided text")
 	}
 	s.text = append(s.text, p.Delta...)
 	switch o, phrase := s.st.Feed(p.Delta); o {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,11 +36,16 @@ func TestConfig(t *testing.T) {
 			want: abi.TransformPolicy{Fail: abi.FailClosed, OnCap: abi.CapFail, MaxHeldParts: 9, MaxHeldBytes: 100, MaxHoldTime: 2 * time.Second}},
 		{name: "phrases", config: `{"phrases":["nope"]}`},
 		{name: "typo", config: `{"phrase":["nope"]}`, err: "unknown field"},
-		{name: "empty phrase", config: `{"phrases":["  "]}`, err: "empty phrase"},
-		{name: "bad fail", config: `{"fail":"maybe"}`, err: "fail must be"},
-		{name: "bad cap", config: `{"on_cap":"explode"}`, err: "on_cap must be"},
+		{name: "empty phrase", config: `{"phrases":["  "]}`, err: "empty once normalised"},
+		{name: "bad fail", config: `{"fail":"maybe"}`, err: `"fail": must be`},
+		{name: "bad cap", config: `{"on_cap":"explode"}`, err: `"on_cap": must be`},
 		{name: "bad time", config: `{"max_hold_time":"soon"}`, err: "max_hold_time"},
-		{name: "negative cap", config: `{"max_held_parts":-1}`, err: "negative"},
+		{name: "negative cap", config: `{"max_held_parts":-1}`, err: "0-2147483647"},
+		{name: "huge cap", config: `{"max_held_bytes":2147483648}`, err: "0-2147483647"},
+		{name: "129 phrases", config: `{"phrases":["a"` + strings.Repeat(`,"a"`, 128) + `]}`, err: "more than 128 phrases"},
+		{name: "long phrase", config: `{"phrases":["` + strings.Repeat("a", 201) + `"]}`, err: "longer than 200 bytes"},
+		{name: "null", config: `{"fail":null}`, err: "null is not a value"},
+		{name: "duplicate", config: `{"fail":"open","fail":"closed"}`, err: "duplicate field"},
 		{name: "not json", config: `phrases=x`, err: "config:"},
 	} {
 		for _, b := range backends {

@@ -63,26 +63,44 @@ package sdk
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // DecodeJSON parses a JSON config into v (a pointer to a struct),
-// strictly: unknown fields are errors, so an operator's typo fails the
-// load instead of being ignored. An empty or blank config leaves v as it
-// is (the defaults). Use it in a factory, at load only: it allocates.
+// strictly, so an operator's typo fails the load instead of being ignored:
+//   - an unknown field is an error, and a key must spell its field's name
+//     exactly (encoding/json alone would match any case);
+//   - a key may appear once per object (encoding/json would keep the last);
+//   - null is not a value (encoding/json would ignore it): leave the field
+//     out instead;
+//   - the config must be valid UTF-8 (encoding/json would replace invalid
+//     bytes with U+FFFD).
+//
+// An empty config, or one of JSON white space only, leaves v as it is (the
+// defaults). Use it in a factory, at load only: it allocates. The built-in
+// plugins' C builds read their configs by the same rules (plugins/c/json.h),
+// so both builds of a plugin accept exactly the same configs.
 //
 // It is built on json.Unmarshal rather than json.Decoder on purpose: a
 // Decoder reads through an io.Reader, which makes the linker keep
 // os.(*File).Read and with it the WASI import fd_read, which the host
 // forbids.
 func DecodeJSON(config []byte, v any) error {
-	if len(bytes.TrimSpace(config)) == 0 {
+	if len(bytes.Trim(config, " \t\r\n")) == 0 {
 		return nil
 	}
+	if !utf8.Valid(config) {
+		return errors.New("config: not valid UTF-8")
+	}
 	if err := json.Unmarshal(config, v); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := checkKeys(config); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	var tree any
@@ -93,6 +111,89 @@ func DecodeJSON(config []byte, v any) error {
 		return fmt.Errorf("config: %w", err)
 	}
 	return nil
+}
+
+// checkKeys reports a null or a key repeated within one object, in a
+// document json.Unmarshal has already found valid (a decoded map cannot
+// show either).
+func checkKeys(doc []byte) error {
+	i := 0
+	var value func(path string) error
+	skipWS := func() {
+		for i < len(doc) && (doc[i] == ' ' || doc[i] == '\t' || doc[i] == '\n' || doc[i] == '\r') {
+			i++
+		}
+	}
+	str := func() (string, error) {
+		start := i
+		for i++; doc[i] != '"'; i++ {
+			if doc[i] == '\\' {
+				i++
+			}
+		}
+		i++
+		var s string
+		err := json.Unmarshal(doc[start:i], &s)
+		return s, err
+	}
+	value = func(path string) error {
+		skipWS()
+		switch doc[i] {
+		case '{':
+			i++
+			seen := map[string]bool{}
+			for {
+				skipWS()
+				if doc[i] == '}' {
+					i++
+					return nil
+				}
+				if doc[i] == ',' {
+					i++
+					skipWS()
+				}
+				k, err := str()
+				if err != nil {
+					return err
+				}
+				if seen[k] {
+					return fmt.Errorf("json: duplicate field %q", strings.TrimPrefix(path+"."+k, "."))
+				}
+				seen[k] = true
+				skipWS()
+				i++ // ':'
+				if err := value(path + "." + k); err != nil {
+					return err
+				}
+			}
+		case '[':
+			i++
+			for n := 0; ; n++ {
+				skipWS()
+				if doc[i] == ']' {
+					i++
+					return nil
+				}
+				if doc[i] == ',' {
+					i++
+				}
+				if err := value(path + "[" + strconv.Itoa(n) + "]"); err != nil {
+					return err
+				}
+			}
+		case '"':
+			_, err := str()
+			return err
+		case 'n':
+			return fmt.Errorf("json: %q: null is not a value: leave the field out", strings.TrimPrefix(path, "."))
+		default:
+			for i < len(doc) && !strings.ContainsRune(",]} \t\r\n", rune(doc[i])) {
+				i++
+			}
+			return nil
+		}
+	}
+	return value("")
 }
 
 // checkFields reports the first object key in tree that t has no field for.
@@ -133,7 +234,8 @@ func checkFields(tree any, t reflect.Type, path string) error {
 }
 
 // field finds the struct field encoding/json would fill for key: its json
-// tag name, else its name, case-insensitively.
+// tag name, else its name, spelt exactly (DecodeJSON is stricter than
+// encoding/json, which ignores case).
 func field(t reflect.Type, key string) (reflect.StructField, bool) {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
@@ -147,7 +249,7 @@ func field(t reflect.Type, key string) (reflect.StructField, bool) {
 		if name == "" {
 			name = f.Name
 		}
-		if strings.EqualFold(name, key) {
+		if name == key {
 			return f, true
 		}
 	}

@@ -195,7 +195,7 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 				Name: b.Name, Input: compact(b.Input), ProviderExecuted: b.Type == "server_tool_use"}})
 		}
 	}
-	if msg.StopReason == ant.StopReasonRefusal && len(resp.Content) == 0 {
+	if msg.StopReason == ant.StopReasonRefusal && !slices.ContainsFunc(resp.Content, func(p abi.Part) bool { return hasOutput(&p) }) {
 		return nil, adapter.Refusal(provider, "refusal", msg.StopDetails.Explanation)
 	}
 	return resp, nil
@@ -209,13 +209,17 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		return nil, err
 	}
 	var raw *http.Response
-	st := m.client.Messages.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw))...)
+	st := m.client.Messages.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), option.WithMiddleware(adapter.NormalizeSSE))...)
 	if err := st.Err(); err != nil {
 		_ = st.Close()
 		return nil, openError(ctx, err, raw)
 	}
 	src := &source{st: st, blocks: map[int64]*block{}, raw: m.raw}
-	return adapter.NewStream(ctx, provider, src, abi.Part{Kind: abi.KindStreamStart, Warnings: warnings}), nil
+	s := adapter.NewStream(ctx, provider, src, abi.Part{Kind: abi.KindStreamStart, Warnings: warnings})
+	if raw != nil {
+		s.SetHeader(raw.Header)
+	}
+	return s, nil
 }
 
 // openError maps the error of a call that got no usable response.
@@ -240,7 +244,12 @@ func openError(ctx context.Context, err error, raw *http.Response) error {
 func streamError(err error) error {
 	var api *ant.Error
 	if errors.As(err, &api) && api.StatusCode < 400 {
-		return adapter.EventError(provider, string(api.Type()), "", api.Message, []byte(api.RawJSON()), err)
+		raw := []byte(api.RawJSON())
+		msg := api.Message
+		if msg == "" && !json.Valid(raw) {
+			msg = strings.ToValidUTF8(strings.TrimSpace(string(raw[:min(len(raw), 200)])), "") // a proxy's text
+		}
+		return adapter.EventError(provider, string(api.Type()), "", msg, raw, err)
 	}
 	return err
 }
@@ -376,6 +385,10 @@ func message(msg *driver.Message) (ant.MessageParam, error) {
 	}
 	return ant.MessageParam{}, fmt.Errorf("unknown role %q", msg.Role)
 }
+
+// hasOutput reports whether p is output the caller would keep, by the
+// driver's default commit rule: empty text and thinking blocks are not.
+func hasOutput(p *abi.Part) bool { return driver.CommitOnOutput.IsContent(p) }
 
 // compact returns a tool input as compact JSON text, "{}" when empty.
 func compact(raw json.RawMessage) string {

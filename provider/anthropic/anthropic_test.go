@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
 
 	ant "github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
@@ -129,6 +133,12 @@ func TestStream(t *testing.T) {
 			usage:  abi.Usage{InputTokens: 30, OutputTokens: 5},
 		},
 		{name: "refusal_stop", kinds: "stream-start response-metadata", recvErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
+		// Issue 12 item 7: an empty block is not content; the refusal
+		// after it is still an error the driver can fail over on.
+		{name: "refusal_stop_after_empty_text", kinds: "stream-start response-metadata text-start text-end",
+			recvErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
+		{name: "refusal_stop_after_empty_thinking", kinds: "stream-start response-metadata reasoning-start reasoning-end",
+			recvErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
 		{
 			name:    "overloaded_event",
 			kinds:   "stream-start response-metadata text-start text-delta",
@@ -144,6 +154,18 @@ func TestStream(t *testing.T) {
 			name:    "api_error_event",
 			kinds:   "stream-start response-metadata",
 			recvErr: &wantErr{class: abi.ClassServer, typ: "api_error", retryable: true},
+		},
+		// Issue 12 item 9: an error event that says nothing is a
+		// retryable server fault, not an unclassified error.
+		{
+			name:    "error_event_no_data",
+			kinds:   "stream-start response-metadata",
+			recvErr: &wantErr{class: abi.ClassServer, retryable: true},
+		},
+		{
+			name:    "error_event_not_json",
+			kinds:   "stream-start response-metadata",
+			recvErr: &wantErr{class: abi.ClassServer, retryable: true},
 		},
 		{
 			name:    "cut",
@@ -234,6 +256,7 @@ func TestGenerate(t *testing.T) {
 			finish: abi.FinishReason{Unified: abi.ReasonToolCalls, Raw: "tool_use"}, usage: abi.Usage{InputTokens: 472, OutputTokens: 89},
 			tool: &abi.ToolInfo{Name: "get_weather", Input: `{"location":"San Francisco, CA"}`}},
 		{name: "generate_refusal_stop", wantErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
+		{name: "generate_refusal_after_empty_blocks", wantErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
 	}
 	for name, w := range httpErrors {
 		tests = append(tests, genCase{name: name, wantErr: &w})
@@ -574,4 +597,79 @@ func TestStreamRawChunks(t *testing.T) {
 	want, err := wiretest.Collect(st, 1000)
 	require.NoError(t, err)
 	require.Equal(t, want, mapped)
+}
+
+// An error event whose data is not JSON keeps the text as its message.
+func TestStreamErrorEventNotJSON(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("error_event_not_json"))
+	st, err := model(t, srv).Stream(context.Background(), request())
+	require.NoError(t, err)
+	_, err = wiretest.Collect(st, 100)
+	var pe *driver.ProviderError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "upstream connect error or disconnect/reset before headers", pe.Message)
+	require.Equal(t, "upstream connect error or disconnect/reset before headers", string(pe.Body))
+}
+
+// Issue 12 item 10: a byte-order mark opening the body and CR or CRLF line
+// endings (each allowed by the SSE spec) give the same parts as the plain
+// transcript, through the real SDK client: no first event lost, no line
+// left unsplit.
+func TestStreamFraming(t *testing.T) {
+	collect := func(t *testing.T, name string) []abi.Part {
+		srv := wiretest.ServeFile(t, wire(name))
+		st, err := model(t, srv).Stream(context.Background(), request())
+		require.NoError(t, err)
+		parts, err := wiretest.Collect(st, 1000)
+		require.NoError(t, err)
+		return parts
+	}
+	want := collect(t, "text")
+	require.NotNil(t, wiretest.Finish(want))
+	for _, name := range []string{"text_bom", "text_crlf", "text_cr", "text_mixed"} {
+		t.Run(name, func(t *testing.T) {
+			require.Equal(t, want, collect(t, name))
+		})
+	}
+}
+
+// The stream exposes the HTTP response headers, so a caller can log the
+// provider's request id.
+func TestStreamHeader(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	st, err := model(t, srv).Stream(context.Background(), request())
+	require.NoError(t, err)
+	defer st.Close()
+	h, ok := st.(interface{ Header() http.Header })
+	require.True(t, ok, "%T has no Header method", st)
+	require.Equal(t, "req_011CSHoEeqs5C35K2UUqR7Fy", h.Header().Get("request-id"))
+}
+
+// With the SDK's own tracing opted in, the body normaliser keeps the SDK's
+// span following the decoded events: the span records what only events
+// carry (the output token count of message_delta), and ends once.
+func TestStreamFramingKeepsSDKTracing(t *testing.T) {
+	for _, name := range []string{"text", "text_mixed"} {
+		t.Run(name, func(t *testing.T) {
+			exp := tracetest.NewInMemoryExporter()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+			t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+			srv := wiretest.ServeFile(t, wire(name))
+			m := model(t, srv, anthropic.WithRequestOptions(option.WithTracerProvider(tp), option.WithOpenTelemetryTraces(true)))
+			st, err := m.Stream(context.Background(), request())
+			require.NoError(t, err)
+			parts, err := wiretest.Collect(st, 1000)
+			require.NoError(t, err)
+			require.Equal(t, "Hello! How can I help you today?", wiretest.Text(parts, abi.KindTextDelta))
+			spans := exp.GetSpans()
+			require.Len(t, spans, 1)
+			var out int64 = -1
+			for _, kv := range spans[0].Attributes {
+				if kv.Key == "gen_ai.usage.output_tokens" {
+					out = kv.Value.AsInt64()
+				}
+			}
+			require.Equal(t, int64(12), out, "the span followed the events")
+		})
+	}
 }

@@ -17,8 +17,11 @@ type source struct {
 	st  *ssestream.Stream[ant.MessageStreamEventUnion]
 	raw bool // emit each event as a KindRaw part too (WithRawChunks)
 
-	blocks  map[int64]*block
-	content bool // a content part went out
+	blocks map[int64]*block
+	// content reports that a part that commits a stream (under the
+	// driver's default rule: output, not an empty block's start or end)
+	// went out; until then a declared refusal can still fail over.
+	content bool
 	// servers names the server tools called so far, by call id, for
 	// their results.
 	servers map[string]string
@@ -63,11 +66,23 @@ func (s *source) Next(q []abi.Part) ([]abi.Part, error) {
 		if s.raw {
 			q = append(q, abi.Part{Kind: abi.KindRaw, Raw: ev})
 		}
-		if q, err = s.event(q, ev); err != nil {
+		n := len(q)
+		q, err = s.event(q, ev)
+		s.noteContent(q[n:])
+		if err != nil {
 			return q, err
 		}
 	}
 	return q, nil
+}
+
+// noteContent records whether parts carry output. An empty text or
+// thinking block (a start and a stop with nothing between) is not output:
+// a refusal after it must still fail over.
+func (s *source) noteContent(parts []abi.Part) {
+	for i := 0; i < len(parts) && !s.content; i++ {
+		s.content = hasOutput(&parts[i])
+	}
 }
 
 func (s *source) event(q []abi.Part, ev ant.MessageStreamEventUnion) ([]abi.Part, error) {
@@ -110,7 +125,6 @@ func (s *source) event(q []abi.Part, ev ant.MessageStreamEventUnion) ([]abi.Part
 			}
 			q = s.serverResult(q, cb)
 		}
-		s.content = true
 	case "content_block_delta":
 		b := s.blocks[ev.Index]
 		if b == nil {

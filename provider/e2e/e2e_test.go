@@ -141,16 +141,21 @@ func retryable(t *testing.T, first, second driver.Model, ropts []driver.Option, 
 // The first provider refuses in plain text (no error, no finish reason
 // tells): the refusal detector fails the attempt, the driver closes its
 // connection and fails over; the caller gets the second answer, once. The
-// detector is the native one or the embedded Wasm plugin (Go and C guests),
-// loaded through the host under its default, guarded sandbox.
+// detector is the native one, the embedded Wasm plugin (the C build) or
+// its Go-SDK reference build (read from disk: it is not embedded), loaded
+// through the host under its default, guarded sandbox.
 func TestRefusalInTextFailsOver(t *testing.T) {
 	detectors := []struct {
 		name string
 		make func(t *testing.T) driver.Transformer
 	}{
 		{name: "native", make: func(t *testing.T) driver.Transformer { return mustRefusal(t) }},
-		{name: "wasm-go", make: func(t *testing.T) driver.Transformer { return wasmRefusal(t, plugins.Refusal) }},
-		{name: "wasm-c", make: func(t *testing.T) driver.Transformer { return wasmRefusal(t, plugins.CRefusal) }},
+		{name: "wasm-go", make: func(t *testing.T) driver.Transformer {
+			wasm, err := os.ReadFile(filepath.Join("..", "..", "plugins", "refusal", "refusal.wasm"))
+			require.NoError(t, err)
+			return wasmRefusal(t, wasm)
+		}},
+		{name: "wasm-c", make: func(t *testing.T) driver.Transformer { return wasmRefusal(t, plugins.Refusal) }},
 	}
 	for _, d := range detectors {
 		t.Run(d.name, func(t *testing.T) {

@@ -1,5 +1,6 @@
-// Package openai adapts the OpenAI Chat Completions API, through the
-// official SDK github.com/openai/openai-go/v3, to driver.Model. It serves
+// Package openai adapts the OpenAI Chat Completions API, and with
+// WithResponsesAPI the Responses API, through the official SDK
+// github.com/openai/openai-go/v3, to driver.Model. It serves
 // OpenAI and every OpenAI-compatible server (vLLM, Ollama, Groq, LiteLLM…):
 // point it elsewhere with WithBaseURL and name it with WithProvider.
 //
@@ -76,6 +77,58 @@
 // returns its error (joined with its cause, if any) and the HTTP connection
 // is closed. Close may be called at any time, also during a blocked Recv,
 // which then returns net.ErrClosed.
+//
+// # Responses API
+//
+// With WithResponsesAPI the model calls POST /responses, where new OpenAI
+// features ship first. The request maps as Instructions (Request.System),
+// input items (messages; the assistant's function calls and the tool
+// results by call_id), function tools with strict off, max_output_tokens
+// and the sampling settings; seed and stop sequences do not exist there and
+// come back as warnings on the stream-start part (Response.Warnings). The
+// stream emits:
+//
+//	response.created                  response-metadata (id, model, created_at)
+//	response.output_text.delta        text-start (once per message item, ID = item id), text-delta
+//	response.reasoning_summary_text.delta,
+//	response.reasoning_text.delta     reasoning-start (ID = reasoning item id), reasoning-delta
+//	response.output_text.annotation.added
+//	  (url_citation)                  source (URL, Title)
+//	response.output_item.added
+//	  (function_call)                 tool-input-start (ID = call_id, Tool.Name)
+//	response.function_call_arguments.delta
+//	                                  tool-input-delta
+//	response.output_item.done         text-end / reasoning-end; for a function call
+//	                                  tool-input-end and tool-call (Tool.Input = the item's arguments)
+//	response.completed                finish: ReasonStop, or ReasonToolCalls after a function
+//	                                  call (Raw "completed"), with usage
+//	response.incomplete               finish: max_output_tokens → ReasonLength,
+//	                                  content_filter → ReasonContentFilter (Raw = the reason)
+//	response.failed                   a ProviderError classed by response.error.code
+//	                                  (server_error → ClassServer, Retryable;
+//	                                  rate_limit_exceeded → ClassRateLimit; invalid_* → ClassClient)
+//	error                             a ProviderError classed by its code, as above
+//	every event, with WithRawChunks   raw (Raw = the responses.ResponseStreamEventUnion)
+//
+// A refusal content part before any content fails the stream with a
+// ClassRefusal error, as in Chat Completions; after content it arrives as
+// text (block "refusal-0") and the finish reason becomes ReasonRefusal. An
+// error event or failed response without a code is a retryable ClassServer
+// fault. A stream that ends without response.completed, response.incomplete
+// or response.failed is a ClassNetwork error. Generate maps a whole response
+// the same way (a status "failed" is its error). The HTTP errors are those of
+// Chat Completions. The adapter is stateless like Chat Completions: it sends
+// the whole conversation each time and never previous_response_id; the
+// API's own default for store applies (set {"store": false} in
+// ProviderOptions to keep responses off OpenAI's servers).
+//
+// # Framing and headers
+//
+// The body of a stream is read as the SSE spec says, which the SDK alone
+// does not: a leading UTF-8 byte-order mark is dropped and CR or CRLF line
+// endings count as LF (rewritten in place as the body is read). A stream
+// returned by Stream has a Header() http.Header method with the HTTP
+// response headers (x-request-id, x-ratelimit-*).
 //
 // # Request mapping
 //

@@ -35,6 +35,7 @@ type config struct {
 	httpClient      *http.Client
 	maxRetries      int
 	legacyMaxTokens bool
+	responsesAPI    bool
 	rawChunks       bool
 	sdkOpts         []option.RequestOption
 }
@@ -66,6 +67,19 @@ func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } 
 // name. Default: false.
 func WithLegacyMaxTokens() Option { return func(c *config) { c.legacyMaxTokens = true } }
 
+// WithResponsesAPI makes the model call the Responses API (POST
+// /responses), where new OpenAI features ship first, instead of Chat
+// Completions. Requests, parts, errors and error classes map as for Chat
+// Completions, so rules and fail-over work the same: text, reasoning
+// (summaries and reasoning text), function calls, url citations as
+// sources, declared refusals, usage, and in-stream "error",
+// "response.failed" and "response.incomplete" events. Seed and stop
+// sequences do not exist there and come back as warnings;
+// WithLegacyMaxTokens does not apply (MaxOutputTokens is sent as
+// max_output_tokens). With WithRawChunks the raw parts hold
+// responses.ResponseStreamEventUnion. Default: Chat Completions.
+func WithResponsesAPI() Option { return func(c *config) { c.responsesAPI = true } }
+
 // WithRawChunks makes streams also emit every chat.completion.chunk as it
 // arrived: a KindRaw part whose Raw is the SDK's oai.ChatCompletionChunk,
 // before the parts mapped from it. For fields this adapter does not map
@@ -79,17 +93,18 @@ func WithRequestOptions(opts ...option.RequestOption) Option {
 	return func(c *config) { c.sdkOpts = append(c.sdkOpts, opts...) }
 }
 
-// Model is a driver.Model over the Chat Completions API. It is safe for
-// concurrent use.
+// Model is a driver.Model over the Chat Completions API, or the Responses
+// API with WithResponsesAPI. It is safe for concurrent use.
 type Model struct {
-	id       string
-	provider string
-	key      string
-	legacy   bool
-	raw      bool
-	client   oai.Client
-	host     string // the server it calls, for telemetry
-	port     int
+	id        string
+	provider  string
+	key       string
+	legacy    bool
+	responses bool // WithResponsesAPI
+	raw       bool
+	client    oai.Client
+	host      string // the server it calls, for telemetry
+	port      int
 }
 
 // New returns the chat model id (such as "gpt-4o-mini"), configured by opts.
@@ -125,14 +140,15 @@ func New(id string, opts ...Option) (*Model, error) {
 	base := cmp.Or(c.baseURL, os.Getenv("OPENAI_BASE_URL"), "https://api.openai.com/v1") // as the SDK resolves it
 	host, port := adapter.ServerAddress(base)
 	return &Model{
-		host:     host,
-		port:     port,
-		id:       id,
-		provider: c.provider,
-		key:      c.provider + "/" + id,
-		legacy:   c.legacyMaxTokens,
-		raw:      c.rawChunks,
-		client:   oai.NewClient(sdk...),
+		id:        id,
+		provider:  c.provider,
+		key:       c.provider + "/" + id,
+		legacy:    c.legacyMaxTokens,
+		responses: c.responsesAPI,
+		raw:       c.rawChunks,
+		client:    oai.NewClient(sdk...),
+		host:      host,
+		port:      port,
 	}, nil
 }
 
@@ -144,8 +160,15 @@ func (m *Model) Key() string { return m.key }
 // server.port.
 func (m *Model) ServerAddress() (host string, port int) { return m.host, m.port }
 
+// Provider returns the provider's name (WithProvider): the
+// Request.ProviderOptions entry the model reads.
+func (m *Model) Provider() string { return m.provider }
+
 // Generate makes one non-streaming call.
 func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Response, error) {
+	if m.responses {
+		return m.generateResponses(ctx, req)
+	}
 	params, opts, err := m.params(req)
 	if err != nil {
 		return nil, err
@@ -197,19 +220,26 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 // Stream opens one streaming call. An HTTP error is returned here, as a
 // *driver.ProviderError; errors after the response started come from Recv.
 func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream, error) {
+	if m.responses {
+		return m.streamResponses(ctx, req)
+	}
 	params, opts, err := m.params(req)
 	if err != nil {
 		return nil, err
 	}
 	params.StreamOptions.IncludeUsage = param.NewOpt(true)
 	var raw *http.Response
-	st := m.client.Chat.Completions.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw))...)
+	st := m.client.Chat.Completions.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), option.WithMiddleware(adapter.NormalizeSSE))...)
 	if err := st.Err(); err != nil {
 		_ = st.Close()
 		return nil, m.openError(ctx, err, raw)
 	}
 	src := &source{provider: m.provider, st: st, tools: map[int64]*toolCall{}, raw: m.raw}
-	return adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart}), nil
+	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart})
+	if raw != nil {
+		s.SetHeader(raw.Header)
+	}
+	return s, nil
 }
 
 // openError maps the error of a call that got no usable response.
@@ -298,27 +328,58 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 	if len(req.StopSequences) > 0 {
 		p.Stop.OfStringArray = req.StopSequences
 	}
+	opts, fields, err := m.passThrough(req)
+	if err != nil {
+		return p, nil, err
+	}
+	if _, ok := fields["max_tokens"]; ok && !m.legacy {
+		// The caller's own max_tokens replaces MaxOutputTokens: never both.
+		p.MaxCompletionTokens = param.Opt[int64]{}
+	}
+	return p, opts, nil
+}
+
+// passThrough returns the request options for req's Headers and its
+// ProviderOptions entry (top-level body fields, set in key order), and
+// that entry.
+func (m *Model) passThrough(req *driver.Request) ([]option.RequestOption, map[string]any, error) {
 	var opts []option.RequestOption
 	for k, vs := range req.Headers {
 		for _, v := range vs {
 			opts = append(opts, option.WithHeaderAdd(k, v))
 		}
 	}
-	if po, ok := req.ProviderOptions[m.provider]; ok {
-		fields, ok := po.(map[string]any)
-		if !ok {
-			return p, nil, fmt.Errorf("openai: ProviderOptions[%q] is %T, want map[string]any", m.provider, po)
-		}
-		keys := make([]string, 0, len(fields))
-		for k := range fields {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			opts = append(opts, option.WithJSONSet(k, fields[k]))
-		}
+	po, ok := req.ProviderOptions[m.provider]
+	if !ok {
+		return opts, nil, nil
 	}
-	return p, opts, nil
+	fields, ok := po.(map[string]any)
+	if !ok {
+		return nil, nil, fmt.Errorf("openai: ProviderOptions[%q] is %T, want map[string]any", m.provider, po)
+	}
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		opts = append(opts, option.WithJSONSet(jsonKey(k), fields[k]))
+	}
+	return opts, fields, nil
+}
+
+// jsonKey escapes a top-level field name for option.WithJSONSet, whose key
+// is a path ("a.b" would set b inside a): every character that is not a
+// letter, digit, '_' or '-' is escaped, so the name is taken literally.
+func jsonKey(k string) string {
+	var b strings.Builder
+	for _, r := range k {
+		if !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r > 0x7f) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 func messages(msg *driver.Message) ([]oai.ChatCompletionMessageParamUnion, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -127,6 +128,15 @@ func TestStream(t *testing.T) {
 			reasoning: "The user says hi.",
 			finish:    abi.FinishReason{Unified: abi.ReasonStop, Raw: "stop"},
 			usage:     abi.Usage{InputTokens: 8, OutputTokens: 12, ReasoningTokens: 9},
+		},
+		{
+			// A refusal held before content, then content: the refusal
+			// is delivered as text, not dropped.
+			name:   "refusal_then_content",
+			kinds:  "stream-start response-metadata text-start text-delta text-start text-delta text-end*2 finish",
+			text:   "I'm sorry, I cannot assist with that request. Here is a safer alternative.",
+			finish: abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"},
+			usage:  abi.Usage{InputTokens: 40, OutputTokens: 10},
 		},
 		{
 			name:    "refusal_field",
@@ -541,4 +551,70 @@ func TestStreamRawChunks(t *testing.T) {
 	want, err := wiretest.Collect(st, 1000)
 	require.NoError(t, err)
 	require.Equal(t, want, mapped)
+}
+
+// ProviderOptions fields are top-level fields taken literally (a name with
+// a '.' is not a path), raw JSON values go as they are, and a max_tokens
+// among them replaces MaxOutputTokens' max_completion_tokens: a gateway
+// forwards its client's fields through them unchanged.
+func TestProviderOptionsForwardedLiterally(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	req := &driver.Request{
+		Messages:        []driver.Message{{Role: driver.RoleUser, Content: []driver.Content{{Text: "hi"}}}},
+		MaxOutputTokens: 64,
+		ProviderOptions: map[string]any{"openai": map[string]any{
+			"x.vendor":        json.RawMessage(`{"a":[1,2.50,"x"]}`),
+			"response_format": json.RawMessage(`{"type":"json_object"}`),
+			"max_tokens":      json.RawMessage(`7`),
+			"weird*?|#@:key":  true,
+		}},
+	}
+	m := model(t, srv)
+	require.Equal(t, "openai", m.Provider())
+	st, err := m.Stream(context.Background(), req)
+	require.NoError(t, err)
+	_, err = wiretest.Collect(st, 100)
+	require.NoError(t, err)
+	var body map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(srv.Requests()[0].Body, &body))
+	require.JSONEq(t, `{"a":[1,2.50,"x"]}`, string(body["x.vendor"]))
+	require.JSONEq(t, `{"type":"json_object"}`, string(body["response_format"]))
+	require.Equal(t, "7", string(body["max_tokens"]))
+	require.Equal(t, "true", string(body["weird*?|#@:key"]))
+	require.NotContains(t, body, "max_completion_tokens")
+	require.NotContains(t, body, "x")
+}
+
+// Issue 12 item 10: a byte-order mark opening the body and CR or CRLF line
+// endings (each allowed by the SSE spec) give the same parts as the plain
+// transcript, through the real SDK client: no first event lost, no line
+// left unsplit.
+func TestStreamFraming(t *testing.T) {
+	collect := func(t *testing.T, name string) []abi.Part {
+		srv := wiretest.ServeFile(t, wire(name))
+		st, err := model(t, srv).Stream(context.Background(), request())
+		require.NoError(t, err)
+		parts, err := wiretest.Collect(st, 1000)
+		require.NoError(t, err)
+		return parts
+	}
+	want := collect(t, "text")
+	require.NotNil(t, wiretest.Finish(want))
+	for _, name := range []string{"text_bom", "text_crlf", "text_cr", "text_mixed"} {
+		t.Run(name, func(t *testing.T) {
+			require.Equal(t, want, collect(t, name))
+		})
+	}
+}
+
+// The stream exposes the HTTP response headers, so a caller can log the
+// provider's request id.
+func TestStreamHeader(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	st, err := model(t, srv).Stream(context.Background(), request())
+	require.NoError(t, err)
+	defer st.Close()
+	h, ok := st.(interface{ Header() http.Header })
+	require.True(t, ok, "%T has no Header method", st)
+	require.Equal(t, "req_7f3c2b1a9e", h.Header().Get("x-request-id"))
 }

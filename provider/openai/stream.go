@@ -87,7 +87,13 @@ func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, err
 			continue // n > 1 is not part of the driver's model
 		}
 		d := &ch.Delta
-		if r := reasoningText(d.JSON.ExtraFields); r != "" {
+		r := reasoningText(d.JSON.ExtraFields)
+		if s.refusal.Len() > 0 && (r != "" || d.Content != "" || len(d.ToolCalls) > 0) {
+			// Content after a held refusal: the refusal cannot fail over
+			// any more; it goes out first, as text, in the order it came.
+			q = s.flushRefusal(q)
+		}
+		if r != "" {
 			if !s.reasoningOpen {
 				s.reasoningOpen = true
 				q = append(q, abi.Part{Kind: abi.KindReasoningStart, ID: reasoningID})
@@ -108,10 +114,7 @@ func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, err
 			if s.content || s.refusalOpen {
 				// A refusal after content cannot be failed over any more:
 				// deliver it as text and finish with ReasonRefusal.
-				if !s.refusalOpen {
-					s.refusalOpen = true
-					q = append(q, abi.Part{Kind: abi.KindTextStart, ID: refusalID})
-				}
+				q = s.flushRefusal(q)
 				q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: d.Refusal})
 			} else {
 				s.refusal.WriteString(d.Refusal)
@@ -144,6 +147,9 @@ func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, err
 				// can still switch models.
 				return q, adapter.Refusal(s.provider, ch.FinishReason, s.refusal.String())
 			}
+			if s.refusal.Len() > 0 {
+				q = s.flushRefusal(q) // held, then content came: text, never dropped
+			}
 			if s.refusalOpen {
 				s.reason = abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"}
 			}
@@ -151,6 +157,20 @@ func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, err
 		}
 	}
 	return q, nil
+}
+
+// flushRefusal opens the refusal text block, once, and delivers the
+// refusal text held while no content had come.
+func (s *source) flushRefusal(q []abi.Part) []abi.Part {
+	if !s.refusalOpen {
+		s.refusalOpen = true
+		q = append(q, abi.Part{Kind: abi.KindTextStart, ID: refusalID})
+	}
+	if s.refusal.Len() > 0 {
+		q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: s.refusal.String()})
+		s.refusal.Reset()
+	}
+	return q
 }
 
 func (s *source) closeReasoning(q []abi.Part) []abi.Part {

@@ -2,6 +2,7 @@ package plugintest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -93,3 +94,33 @@ func LoadWasm(tb testing.TB, name, path string, config []byte, guarded bool) (*w
 	tb.Cleanup(func() { _ = in.Close(ctx) })
 	return in, nil
 }
+
+// GoRef returns the bytes of the Go-SDK build of a built-in plugin
+// ("refusal", "errmatch", "finish"): the reference builds, committed
+// beside their source and not embedded in package plugins (which embeds
+// the C builds), so the tests and benchmarks read them from disk. It
+// panics if the file is missing (rebuild with make -C plugins).
+func GoRef(name string) []byte {
+	goRefOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		goRef = map[string][]byte{}
+		for _, n := range []string{"refusal", "errmatch", "finish"} {
+			path := filepath.Join(filepath.Dir(file), "..", "..", n, n+".wasm")
+			wasm, err := os.ReadFile(path)
+			if err != nil {
+				panic(fmt.Sprintf("plugintest: read %s: %v (rebuild with make -C plugins)", path, err))
+			}
+			goRef[n] = wasm
+		}
+	})
+	wasm, ok := goRef[name]
+	if !ok {
+		panic("plugintest: no Go-SDK build called " + name)
+	}
+	return wasm
+}
+
+var (
+	goRefOnce sync.Once
+	goRef     map[string][]byte
+)

@@ -40,6 +40,9 @@ func TestClassify(t *testing.T) {
 		{0, "api_error", "", "", abi.ClassServer},
 		{0, "server_error", "", "", abi.ClassServer},
 		{0, "something_new", "", "", abi.ClassUnknown},
+		{0, "invalid_request_error", "", "", abi.ClassClient},
+		{0, "", "invalid_image_url", "", abi.ClassClient},
+		{0, "", "invalid_api_key", "", abi.ClassAuth},
 	}
 	for _, tt := range tests {
 		t.Run(tt.typ+"/"+tt.code+"/"+http.StatusText(tt.status), func(t *testing.T) {
@@ -204,4 +207,31 @@ func TestRefusal(t *testing.T) {
 	require.ErrorAs(t, err, &re)
 	require.Equal(t, "I can't.", re.Text)
 	require.Equal(t, "the model refused to answer", Refusal("anthropic", "refusal", "").Message)
+}
+
+// Issue 12 item 9: an error event that names no error type is a retryable
+// server fault, never ClassUnknown, whatever else it carries.
+func TestEventError(t *testing.T) {
+	for _, tc := range []struct {
+		name, typ, code, msg string
+		class                abi.ErrorClass
+		retryable            bool
+		wantMsg              string
+	}{
+		{name: "no data", class: abi.ClassServer, retryable: true, wantMsg: EmptyErrorEvent},
+		{name: "message only", msg: "upstream reset", class: abi.ClassServer, retryable: true, wantMsg: "upstream reset"},
+		{name: "overloaded", typ: "overloaded_error", msg: "Overloaded", class: abi.ClassOverloaded, retryable: true, wantMsg: "Overloaded"},
+		{name: "code only", code: "rate_limit_exceeded", class: abi.ClassRateLimit, retryable: true, wantMsg: EmptyErrorEvent},
+		{name: "invalid request", typ: "invalid_request_error", msg: "bad", class: abi.ClassClient, wantMsg: "bad"},
+		{name: "invalid prompt", code: "invalid_prompt", msg: "bad", class: abi.ClassClient, wantMsg: "bad"},
+		{name: "new type", typ: "something_new", class: abi.ClassUnknown, wantMsg: EmptyErrorEvent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := EventError("p", tc.typ, tc.code, tc.msg, nil, nil)
+			require.Equal(t, tc.class, e.Class)
+			require.Equal(t, tc.retryable, e.Retryable)
+			require.Equal(t, tc.wantMsg, e.Message)
+			require.Zero(t, e.Status)
+		})
+	}
 }

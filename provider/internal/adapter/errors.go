@@ -56,7 +56,11 @@ func HTTPError(provider string, status int, header http.Header, body []byte, typ
 }
 
 // EventError builds the error of an error event inside a stream: Status is
-// 0 and the class comes from the provider's error type alone.
+// 0 and the class comes from the provider's error type alone. An event
+// with no error type or code (no data, data that is not JSON, an error
+// object with a message only) is a retryable ClassServer fault, with
+// [EmptyErrorEvent] as its message when it has none: the server broke the
+// stream, and an unclassified error would slip past every class-based rule.
 func EventError(provider, typ, code, msg string, raw []byte, sdk error) *driver.ProviderError {
 	if len(raw) > MaxBody {
 		raw = raw[:MaxBody]
@@ -65,6 +69,12 @@ func EventError(provider, typ, code, msg string, raw []byte, sdk error) *driver.
 		typ = code
 	}
 	c := Classify(0, typ, code, msg)
+	if typ == "" {
+		c = abi.ClassServer
+	}
+	if msg == "" {
+		msg = EmptyErrorEvent
+	}
 	return &driver.ProviderError{
 		Provider:  provider,
 		Type:      typ,
@@ -75,6 +85,9 @@ func EventError(provider, typ, code, msg string, raw []byte, sdk error) *driver.
 		Err:       sdk,
 	}
 }
+
+// EmptyErrorEvent is the message of an error event that carried no error.
+const EmptyErrorEvent = "the provider sent an error event with no error type or message"
 
 // Classify maps an HTTP status (0 for an in-stream error) and the
 // provider's error type, code and message to an error class. The type and
@@ -113,6 +126,11 @@ func Classify(status int, typ, code, msg string) abi.ErrorClass {
 	switch typ {
 	case "api_error", "server_error":
 		return abi.ClassServer
+	}
+	if strings.HasPrefix(typ, "invalid_") || strings.HasPrefix(code, "invalid_") {
+		// In a stream: invalid_request_error, or a failed response's
+		// invalid_prompt, invalid_image…: the request's fault.
+		return abi.ClassClient
 	}
 	return abi.ClassUnknown
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 
@@ -30,6 +31,7 @@ type Stream struct {
 	ctx      context.Context
 	provider string
 	src      Source
+	header   http.Header
 
 	q    []abi.Part
 	head int
@@ -44,6 +46,15 @@ func NewStream(ctx context.Context, provider string, src Source, first ...abi.Pa
 	q := make([]abi.Part, 0, 8)
 	return &Stream{ctx: ctx, provider: provider, src: src, q: append(q, first...)}
 }
+
+// SetHeader records the HTTP response headers that Header returns. Call it
+// before the stream is handed out.
+func (s *Stream) SetHeader(h http.Header) { s.header = h }
+
+// Header returns the HTTP response headers of the stream (the provider's
+// request id, rate-limit counters…), nil when there were none. The map is
+// the response's own: read it, do not modify it.
+func (s *Stream) Header() http.Header { return s.header }
 
 // Recv returns the next part, io.EOF after the finish part, or the error
 // that ended the stream (again on every later call).

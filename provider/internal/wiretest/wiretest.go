@@ -12,8 +12,12 @@
 //	  "events": [                           // SSE events, written and flushed one by one
 //	    {"delay_ms": 5, "event": "message_start", "data": {…}},
 //	    {"data": "[DONE]"},                 // a JSON string is written as is
-//	    {"comment": "keep-alive"}           // ": keep-alive"
+//	    {"comment": "keep-alive"},          // ": keep-alive"
+//	    {"raw": "event: error\n\n"}         // written byte for byte, newline ignored
 //	  ],
+//	  "newline": "\n",                      // line ending: "\n" (default), "\r\n", "\r",
+//	                                        // or "mixed" (\n, \r, \r\n in turn)
+//	  "bom": false,                         // true: a UTF-8 byte-order mark opens the body
 //	  "end": ""                             // "" (finish normally), "cut" (drop the TCP
 //	                                        // connection without ending the chunked body)
 //	                                        // or "stall" (write nothing more until the
@@ -55,8 +59,17 @@ type Transcript struct {
 	Body               string            `json:"body"`
 	StallBeforeHeaders bool              `json:"stall_before_headers"`
 	Events             []Event           `json:"events"`
+	Newline            string            `json:"newline"`
+	BOM                bool              `json:"bom"`
 	End                string            `json:"end"`
 }
+
+// The line endings a transcript can use besides "\n".
+const (
+	NewlineCRLF  = "\r\n"
+	NewlineCR    = "\r"
+	NewlineMixed = "mixed"
+)
 
 // Event is one server-sent event, or a comment line.
 type Event struct {
@@ -64,6 +77,7 @@ type Event struct {
 	Event   string          `json:"event"`
 	Data    json.RawMessage `json:"data"`
 	Comment string          `json:"comment"`
+	Raw     string          `json:"raw"`
 }
 
 // Load reads and validates a transcript file.
@@ -99,12 +113,20 @@ func (tr *Transcript) validate() error {
 	default:
 		return fmt.Errorf("bad end %q (want \"\", %q or %q)", tr.End, EndCut, EndStall)
 	}
+	switch tr.Newline {
+	case "", "\n", NewlineCRLF, NewlineCR, NewlineMixed:
+	default:
+		return fmt.Errorf("bad newline %q (want \"\\n\", \"\\r\\n\", \"\\r\" or %q)", tr.Newline, NewlineMixed)
+	}
 	for i, e := range tr.Events {
 		if e.DelayMS < 0 {
 			return fmt.Errorf("event %d: negative delay", i)
 		}
-		if len(e.Data) == 0 && e.Comment == "" {
-			return fmt.Errorf("event %d: no data and no comment", i)
+		if e.Raw != "" && (len(e.Data) > 0 || e.Comment != "" || e.Event != "") {
+			return fmt.Errorf("event %d: raw excludes event, data and comment", i)
+		}
+		if len(e.Data) == 0 && e.Comment == "" && e.Raw == "" {
+			return fmt.Errorf("event %d: no data, no comment and no raw", i)
 		}
 		if len(e.Data) > 0 {
 			if _, err := e.line(); err != nil {
@@ -130,6 +152,7 @@ func (e *Event) line() ([]byte, error) {
 
 // Request is a request the server received.
 type Request struct {
+	Path   string
 	Body   []byte
 	Header http.Header
 }
@@ -202,7 +225,7 @@ func (s *Server) Requests() []Request {
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	res := Result{Request: Request{Body: body, Header: r.Header.Clone()}}
+	res := Result{Request: Request{Path: r.URL.Path, Body: body, Header: r.Header.Clone()}}
 	s.mu.Lock()
 	s.requests = append(s.requests, res.Request)
 	s.mu.Unlock()
@@ -238,6 +261,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) (finished, gone 
 	if err := rc.Flush(); err != nil {
 		return false, true
 	}
+	f := newFramer(tr)
 	for i := range tr.Events {
 		e := &tr.Events[i]
 		if e.DelayMS > 0 {
@@ -252,7 +276,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) (finished, gone 
 		if ctx.Err() != nil {
 			return false, true
 		}
-		if _, err := w.Write(frame(e)); err != nil {
+		if _, err := w.Write(f.frame(e)); err != nil {
 			return false, true
 		}
 		if err := rc.Flush(); err != nil {
@@ -277,30 +301,67 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) (finished, gone 
 	return true, false
 }
 
-// frame renders one event as it goes on the wire.
-func frame(e *Event) []byte {
+// framer renders events as they go on the wire, with the transcript's
+// line endings and byte-order mark.
+type framer struct {
+	newline string
+	bom     bool // still to write
+	lines   int  // lines written, to cycle the mixed endings
+}
+
+func newFramer(tr *Transcript) *framer { return &framer{newline: tr.Newline, bom: tr.BOM} }
+
+// mixed is the cycle of line endings NewlineMixed uses. A "\r" is never
+// followed by a "\n", which would read as one "\r\n".
+var mixed = [...]string{"\n", "\r", "\r\n"}
+
+func (f *framer) end(b *bytes.Buffer) {
+	switch f.newline {
+	case "":
+		b.WriteByte('\n')
+	case NewlineMixed:
+		b.WriteString(mixed[f.lines%len(mixed)])
+	default:
+		b.WriteString(f.newline)
+	}
+	f.lines++
+}
+
+// frame renders one event.
+func (f *framer) frame(e *Event) []byte {
 	var b bytes.Buffer
+	if f.bom {
+		f.bom = false
+		b.WriteString("\uFEFF")
+	}
+	if e.Raw != "" {
+		b.WriteString(e.Raw)
+		return b.Bytes()
+	}
 	if e.Comment != "" {
-		fmt.Fprintf(&b, ": %s\n", e.Comment)
+		b.WriteString(": " + e.Comment)
+		f.end(&b)
 	}
 	if e.Event != "" {
-		fmt.Fprintf(&b, "event: %s\n", e.Event)
+		b.WriteString("event: " + e.Event)
+		f.end(&b)
 	}
 	if len(e.Data) > 0 {
 		line, _ := e.line() // validated at load
 		b.WriteString("data: ")
 		b.Write(line)
-		b.WriteByte('\n')
+		f.end(&b)
 	}
-	b.WriteByte('\n')
+	f.end(&b)
 	return b.Bytes()
 }
 
 // SSE renders a transcript's events as the raw text/event-stream body.
 func SSE(tr *Transcript) string {
 	var b bytes.Buffer
+	f := newFramer(tr)
 	for i := range tr.Events {
-		b.Write(frame(&tr.Events[i]))
+		b.Write(f.frame(&tr.Events[i]))
 	}
 	return b.String()
 }

@@ -2,6 +2,7 @@ package wiretest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -35,6 +36,9 @@ func TestLoadRejects(t *testing.T) {
 		"empty event":     `{"events": [{"event": "ping"}]}`,
 		"negative delay":  `{"events": [{"delay_ms": -1, "data": "x"}]}`,
 		"bad status":      `{"status": 42}`,
+		"bad newline":     `{"newline": "\\n\\n", "events": [{"data": "x"}]}`,
+		"raw and data":    `{"events": [{"raw": "data: x\\n\\n", "data": "x"}]}`,
+		"raw and event":   `{"events": [{"raw": "data: x\\n\\n", "event": "x"}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "t.json")
@@ -117,4 +121,38 @@ func TestReplayErrorBody(t *testing.T) {
 	require.Equal(t, "2", resp.Header.Get("Retry-After"))
 	b, _ := io.ReadAll(resp.Body)
 	require.Equal(t, `{"error":{}}`, string(b))
+}
+
+// Line endings, the byte-order mark and raw events render as the
+// transcript says; the mark opens the body once.
+func TestSSEFraming(t *testing.T) {
+	events := []Event{
+		{Comment: "hi"},
+		{Event: "a", Data: []byte(`{"x": 1}`)},
+		{Raw: "event: error\n\n"},
+		{Data: []byte(`"[DONE]"`)},
+	}
+	for _, tc := range []struct {
+		newline string
+		bom     bool
+		want    string
+	}{
+		{"", false, ": hi\n\nevent: a\ndata: {\"x\":1}\n\nevent: error\n\ndata: [DONE]\n\n"},
+		{NewlineCRLF, false, ": hi\r\n\r\nevent: a\r\ndata: {\"x\":1}\r\n\r\nevent: error\n\ndata: [DONE]\r\n\r\n"},
+		{NewlineCR, true, "\uFEFF: hi\r\revent: a\rdata: {\"x\":1}\r\revent: error\n\ndata: [DONE]\r\r"},
+		{NewlineMixed, false, ": hi\n\revent: a\r\ndata: {\"x\":1}\n\revent: error\n\ndata: [DONE]\r\n\n"},
+	} {
+		t.Run(fmt.Sprintf("%q bom=%v", tc.newline, tc.bom), func(t *testing.T) {
+			tr := &Transcript{Events: events, Newline: tc.newline, BOM: tc.bom}
+			require.NoError(t, tr.validate())
+			require.Equal(t, tc.want, SSE(tr))
+			s := Serve(t, tr)
+			resp, err := get(t, s, context.Background())
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, string(body), "the server writes what SSE renders")
+		})
+	}
 }

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/retryhost/retryhost/gateway"
+	"github.com/retryhost/retryhost/plugins"
+	"github.com/retryhost/retryhost/policy"
+)
+
+func init() {
+	register(&command{
+		name:    "serve",
+		summary: "an OpenAI-compatible fail-over gateway over a policy (none: a demo over 3 loopback providers)",
+		help: "Serves an OpenAI-compatible chat completions endpoint whose routes are the policy's models, " +
+			"with the policy's retry and fail-over (see the README's \"Run it as a gateway\"). Without " +
+			"--policy it serves a demo policy over three loopback providers.\n\n" +
+			"SIGTERM or SIGINT drains in-flight requests (--drain) and exits 0; SIGHUP reloads the policy. " +
+			"Logs are JSON at info level unless --log-format or --log-level say otherwise.",
+		setup: func(fs *flag.FlagSet) runFunc {
+			o := &serveOpts{}
+			fs.StringVar(&o.file, "policy", "", "the policy `FILE` (JSON); none: the built-in demo policy over loopback providers")
+			fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on (`HOST:PORT`)")
+			fs.StringVar(&o.keysFile, "api-keys-file", "", "a `FILE` of client API keys, one per line (# comments); RETRYHOST_API_KEYS adds comma-separated keys")
+			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
+			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
+			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
+			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file changes (SIGHUP reloads it too)")
+			return o.run
+		},
+	})
+}
+
+type serveOpts struct {
+	file, addr, keysFile string
+	drain                time.Duration
+	maxConc              int
+	maxBody              int64
+	watch                bool
+}
+
+// serveLimits are the HTTP server's own limits (the gateway's are its options).
+const (
+	serveMaxHeaderBytes    = 64 << 10
+	serveReadHeaderTimeout = 10 * time.Second
+	serveIdleTimeout       = 120 * time.Second
+	serveWatchInterval     = time.Second
+)
+
+func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
+	if len(args) != 0 {
+		return e.usageError(commands["serve"], "unexpected argument %q", args[0])
+	}
+	stderr := e.stderr
+	file, addr, keysFile, drain, maxConc, maxBody, watch := &o.file, &o.addr, &o.keysFile, &o.drain, &o.maxConc, &o.maxBody, &o.watch
+	// A gateway logs JSON at info unless the global flags say otherwise.
+	if !e.g.levelSet {
+		e.g.level = slog.LevelInfo
+	}
+	if !e.g.formatSet {
+		e.g.json = true
+	}
+	logger := e.g.logger(stderr)
+	e.log = logger
+	keys, err := apiKeys(*keysFile, os.Getenv("RETRYHOST_API_KEYS"))
+	if err != nil {
+		return e.errorf(exitInput, "%v", err)
+	}
+	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(*maxConc), gateway.WithMaxBodyBytes(*maxBody)}
+	if len(keys) > 0 {
+		opts = append(opts, gateway.WithAPIKeys(keys...))
+	}
+	popts := policy.Options{Builtin: plugins.Module, HostOptions: e.hostOptions(ctx), Logger: logger}
+	var src gateway.Source
+	if *file == "" {
+		urls, stop := startDemoProviders()
+		defer stop()
+		popts.Getenv = func(string) string { return "demo-needs-no-key" }
+		src = gateway.Bytes("demo-policy.json", []byte(demoServePolicy(urls)), popts)
+	} else {
+		src = gateway.File(*file, popts)
+	}
+	gw, err := gateway.New(ctx, src, opts...)
+	if err != nil {
+		if ctx.Err() != nil {
+			return e.errorf(exitFail, "%v", context.Cause(ctx))
+		}
+		return e.errorf(exitInput, "%v", err)
+	}
+	defer func() { _ = gw.Close(context.Background()) }()
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "retryhost serve: %v\n", err)
+		return exitFail
+	}
+	srv := &http.Server{Handler: gw, MaxHeaderBytes: serveMaxHeaderBytes, ReadHeaderTimeout: serveReadHeaderTimeout,
+		IdleTimeout: serveIdleTimeout, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	base := "http://" + ln.Addr().String()
+	fmt.Fprintf(stderr, "retryhost serve: listening on %s\n", base)
+	if *file == "" {
+		fmt.Fprintf(stderr, "retryhost serve: no --policy, serving the demo policy: routes alpha (refuses in text), beta (rate-limited), gamma (answers); try\n"+
+			"  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\": \"alpha\", \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"%s\"}]}'\n", base, demoQuestion)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	var changed <-chan struct{}
+	if *file != "" && *watch {
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		changed = watchFile(wctx, *file, serveWatchInterval)
+	}
+	reload := func(why string) {
+		if err := gw.Reload(ctx); err == nil {
+			logger.Info("policy reloaded", slog.String("why", why))
+		}
+	}
+	for {
+		select {
+		case err := <-served:
+			fmt.Fprintf(stderr, "retryhost serve: %v\n", err)
+			return exitFail
+		case <-changed:
+			reload("file changed")
+			continue
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				reload("SIGHUP")
+				continue
+			}
+		case <-ctx.Done():
+		}
+		break
+	}
+	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", *drain)
+	// Stop accepting and close idle connections, while the gateway lets
+	// in-flight requests finish until the drain deadline and then ends
+	// them with the in-band error.
+	sctx, cancel := context.WithTimeout(context.Background(), *drain+5*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(sctx) }()
+	dctx, dcancel := context.WithTimeout(context.Background(), *drain)
+	defer dcancel()
+	if err := gw.Shutdown(dctx); err != nil {
+		logger.Warn("drain deadline passed; in-flight requests were ended", slog.Duration("drain", *drain))
+	}
+	if err := <-shut; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		_ = srv.Close()
+	}
+	fmt.Fprintln(stderr, "retryhost serve: stopped")
+	return exitOK
+}
+
+// apiKeys reads the client keys from a file (one per line, blank lines and
+// # comments skipped) and a comma-separated list.
+func apiKeys(file, list string) ([]string, error) {
+	var keys []string
+	for _, k := range strings.Split(list, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	if file == "" {
+		return keys, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
+	for sc.Scan() {
+		if k := strings.TrimSpace(sc.Text()); k != "" && !strings.HasPrefix(k, "#") {
+			keys = append(keys, k)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%s: no API key in the file", file)
+	}
+	return keys, nil
+}
+
+// watchFile reports, at most once per interval, that the file at path
+// changed (its size or modification time; a replaced file counts).
+func watchFile(ctx context.Context, path string, interval time.Duration) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	stamp := func() string {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return "missing"
+		}
+		return fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+	}
+	last := stamp()
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if s := stamp(); s != last && s != "missing" {
+				last = s
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return ch
+}
+
+// startDemoProviders starts the demo's three loopback providers and
+// returns their base URLs, by name.
+func startDemoProviders() (map[string]string, func()) {
+	urls := map[string]string{}
+	var stops []func()
+	for _, p := range demoProviders() {
+		srv := p.start()
+		urls[p.name] = srv.URL + "/v1"
+		stops = append(stops, srv.Close)
+	}
+	return urls, func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+}
+
+// demoServePolicy is the demo's policy as a file: the built-in Wasm
+// refusal transform, a refusal switching to beta, a rate limit retried
+// after its Retry-After and then switched to gamma.
+func demoServePolicy(urls map[string]string) string {
+	return fmt.Sprintf(`{
+	"models": [
+		{"name": "alpha", "provider": "openai", "model": "gpt-4o", "base_url": %q, "api_key_env": "DEMO_KEY"},
+		{"name": "beta", "provider": "openai", "model": "gpt-4o-mini", "base_url": %q, "api_key_env": "DEMO_KEY"},
+		{"name": "gamma", "provider": "openai", "model": "llama-3.3-70b", "base_url": %q, "api_key_env": "DEMO_KEY"}
+	],
+	"rules": [
+		{"when": {"class": ["refusal"]}, "action": "switch", "model": "beta"},
+		{"when": {"status": [429]}, "action": "retry", "attempts": 2},
+		{"when": {"status": [429]}, "action": "switch", "model": "gamma"},
+		{"when": {"class": ["server", "overloaded", "network", "timeout"]}, "action": "switch", "model": "gamma"}
+	],
+	"transforms": [{"plugin": {"builtin": "refusal", "fail": "open"}}],
+	"backoff": {"delay": "1s", "factor": 2, "max_delay": "8s", "jitter": "equal"},
+	"deadlines": {"first_content": "10s", "gap": "30s", "budget": "1m"}
+}`, urls["alpha"], urls["beta"], urls["gamma"])
+}

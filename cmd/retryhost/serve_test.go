@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+var listening = regexp.MustCompile(`listening on (http://\S+)`)
+
+// startServe runs `retryhost serve args...` until the returned stop is
+// called; it returns the base URL and the exit code channel.
+func startServe(t *testing.T, args ...string) (string, *lockedBuffer, func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr lockedBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- dispatch(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...), io.Discard, &stderr)
+	}()
+	var base string
+	require.Eventually(t, func() bool {
+		if m := listening.FindStringSubmatch(stderr.String()); m != nil {
+			base = m[1]
+			return true
+		}
+		select {
+		case c := <-code:
+			t.Fatalf("serve exited with %d: %s", c, stderr.String())
+		default:
+		}
+		return false
+	}, 30*time.Second, 5*time.Millisecond)
+	stopped := false
+	stop := func() int {
+		if stopped {
+			return -1
+		}
+		stopped = true
+		cancel()
+		return <-code
+	}
+	t.Cleanup(func() { stop() })
+	return base, &stderr, stop
+}
+
+func post(t *testing.T, url, body string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, string(b)
+}
+
+// With no policy, serve runs the demo: a request for alpha (which refuses)
+// is answered by gamma after beta's rate limits, on a fresh clone with no key.
+func TestServe_DemoFailsOverOnTheWire(t *testing.T) {
+	base, stderr, stop := startServe(t)
+	resp, body := post(t, base+"/v1/chat/completions",
+		`{"model":"alpha","stream":true,"messages":[{"role":"user","content":"What is the capital of France?"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, "gamma", resp.Header.Get("X-Retryhost-Model"))
+	require.Contains(t, body, `"model":"gamma"`)
+	require.NotContains(t, body, "sorry", "the refusal never reaches the client")
+	require.True(t, strings.HasSuffix(body, "data: [DONE]\n\n"), body)
+
+	resp, body = post(t, base+"/v1/chat/completions", `{"model":"gamma","messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	var cc struct {
+		Model   string
+		Choices []struct{ Message struct{ Content string } }
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &cc))
+	require.Equal(t, "gamma", cc.Model)
+	require.Equal(t, "The capital of France is Paris, on the Seine.", cc.Choices[0].Message.Content)
+
+	require.Equal(t, exitOK, stop())
+	var logs []string
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if strings.HasPrefix(l, "{") {
+			logs = append(logs, l)
+		}
+	}
+	require.Len(t, logs, 2, "one JSON access log record per request")
+	for _, l := range logs {
+		require.Contains(t, l, `"msg":"request"`)
+		require.NotContains(t, l, "capital", "no prompt or output text in the logs")
+		require.NotContains(t, l, "Paris", "no prompt or output text in the logs")
+	}
+}
+
+func TestServe_APIKeysAndReload(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	require.NoError(t, os.WriteFile(keys, []byte("# clients\nk-file\n"), 0o600))
+	t.Setenv("RETRYHOST_API_KEYS", "k-env")
+	t.Setenv("UPSTREAM_KEY", "sk-upstream")
+	up := startDemoUpstreamForTest(t)
+	pol := filepath.Join(dir, "policy.json")
+	write := func(models ...string) {
+		var ms []string
+		for _, m := range models {
+			ms = append(ms, `{"name": "`+m+`", "provider": "openai", "model": "llama-`+m+`", "base_url": "`+up+`", "api_key_env": "UPSTREAM_KEY"}`)
+		}
+		require.NoError(t, os.WriteFile(pol, []byte(`{"models": [`+strings.Join(ms, ",")+`]}`), 0o600))
+	}
+	write("one")
+	base, stderr, stop := startServe(t, "--policy", pol, "--api-keys-file", keys)
+	get := func(key string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/models", nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, _ := get("")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, _ = get("k-env")
+	require.Equal(t, http.StatusOK, code)
+	code, body := get("k-file")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `"id":"one"`)
+
+	// The file changes: the new routes are served.
+	time.Sleep(20 * time.Millisecond) // a distinct modification time
+	write("one", "two")
+	require.Eventually(t, func() bool { _, b := get("k-env"); return strings.Contains(b, `"id":"two"`) },
+		10*time.Second, 20*time.Millisecond, "%s", stderr)
+	// A broken policy is rejected; the old one stays.
+	require.NoError(t, os.WriteFile(pol, []byte(`{"models": [`), 0o600))
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "policy reload rejected") },
+		10*time.Second, 20*time.Millisecond)
+	_, body = get("k-env")
+	require.Contains(t, body, `"id":"two"`)
+	require.Equal(t, exitOK, stop())
+}
+
+func TestServe_BadInput(t *testing.T) {
+	var stderr bytes.Buffer
+	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--policy", "/nonexistent.json"}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "nonexistent")
+	stderr.Reset()
+	require.Equal(t, exitUsage, dispatch(context.Background(), []string{"serve", "extra"}, io.Discard, &stderr))
+	stderr.Reset()
+	empty := filepath.Join(t.TempDir(), "keys")
+	require.NoError(t, os.WriteFile(empty, []byte("# none\n"), 0o600))
+	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--api-keys-file", empty}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "no API key")
+}
+
+// startDemoUpstreamForTest serves the demo's answering provider.
+func startDemoUpstreamForTest(t *testing.T) string {
+	for _, p := range demoProviders() {
+		if p.name == "gamma" {
+			p.gap = 0
+			srv := p.start()
+			t.Cleanup(srv.Close)
+			return srv.URL + "/v1"
+		}
+	}
+	t.Fatal("no gamma")
+	return ""
+}
+
+// The server's own limit on request headers.
+func TestServe_HeaderLimit(t *testing.T) {
+	base, _, stop := startServe(t)
+	req, err := http.NewRequest(http.MethodGet, base+"/v1/models", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Big", strings.Repeat("h", serveMaxHeaderBytes+4096))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+	require.Equal(t, exitOK, stop())
+}

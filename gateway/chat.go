@@ -1,0 +1,324 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
+)
+
+// reqState is one chat request's state that the policy's commit hook
+// fills in; it travels in the request's context.
+type reqState struct {
+	committed driver.Model
+	attempts  int // the committed attempt's number
+}
+
+type stateKey struct{}
+
+// onCommit is the StreamOption the gateway adds to every policy it loads.
+func onCommit(ctx context.Context, c driver.CommitInfo) {
+	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
+		st.committed, st.attempts = c.Model, c.Number
+	}
+}
+
+// accessLog is what one request's log record says (never prompt or
+// output text).
+type accessLog struct {
+	id         string
+	route      string
+	model      string
+	stream     bool
+	status     int
+	outcome    string // ok, client_error, upstream_error, truncated, client_closed, shutdown
+	attempts   int
+	fallbacks  int
+	errClass   string
+	start      time.Time
+	commitAt   time.Duration // time to commit (first content), 0 if none
+	parts      int
+	inputToks  int64
+	outputToks int64
+}
+
+func (g *Gateway) logAccess(ctx context.Context, r *http.Request, l *accessLog) {
+	g.metrics.request(l)
+	g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "request",
+		slog.String("id", l.id), slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.Int("status", l.status), slog.String("outcome", l.outcome),
+		slog.String("route", l.route), slog.String("model", l.model), slog.Bool("stream", l.stream),
+		slog.Int("attempts", l.attempts), slog.Int("fallbacks", l.fallbacks), slog.String("error_class", l.errClass),
+		slog.Duration("duration", time.Since(l.start)), slog.Duration("time_to_first_content", l.commitAt),
+		slog.Int("parts", l.parts), slog.Int64("input_tokens", l.inputToks), slog.Int64("output_tokens", l.outputToks),
+		slog.String("remote", r.RemoteAddr))
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "chatcmpl-rh" + hex.EncodeToString(b[:])
+}
+
+// chat serves POST /v1/chat/completions.
+func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
+	l := &accessLog{id: newID(), start: time.Now()}
+	defer g.logAccess(r.Context(), r, l)
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		l.status, l.outcome = http.StatusMethodNotAllowed, "client_error"
+		writeError(w, l.status, "invalid_request_error", "method_not_allowed", "retryhost gateway: use POST", nil)
+		return
+	}
+	if !g.enter(w) {
+		l.status, l.outcome = http.StatusTooManyRequests, "rejected"
+		return
+	}
+	defer g.leave()
+	gen := g.acquire()
+	if gen == nil {
+		l.status, l.outcome = http.StatusServiceUnavailable, "shutdown"
+		writeError(w, l.status, "server_error", "shutting_down", ErrShuttingDown.Error(), nil)
+		return
+	}
+	defer gen.release()
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.maxBody))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			l.status, l.outcome = http.StatusRequestEntityTooLarge, "client_error"
+			writeError(w, l.status, "invalid_request_error", "request_too_large",
+				"retryhost gateway: the body exceeds "+strconv.FormatInt(mb.Limit, 10)+" bytes", nil)
+			return
+		}
+		l.status, l.outcome = 499, "client_closed"
+		return
+	}
+	cr, err := parseChat(body, gen.providers)
+	if err != nil {
+		l.status, l.outcome = http.StatusBadRequest, "client_error"
+		var re *requestError
+		errors.As(err, &re)
+		writeErrorParam(w, l.status, "invalid_request_error", "invalid_request", re.msg, re.param)
+		return
+	}
+	l.stream = cr.stream
+	chain := make([]*route, 0, 1+len(cr.fallbacks))
+	for i, name := range append([]string{cr.model}, cr.fallbacks...) {
+		rt := gen.routes[name]
+		if rt == nil {
+			param := "model"
+			if i > 0 {
+				param = "fallbacks[" + strconv.Itoa(i-1) + "]"
+			}
+			l.status, l.outcome = http.StatusNotFound, "client_error"
+			writeErrorParam(w, l.status, "invalid_request_error", "model_not_found",
+				"retryhost gateway: no route named "+strconv.Quote(name)+" (GET /v1/models lists them)", param)
+			return
+		}
+		chain = append(chain, rt)
+	}
+	l.route = cr.model // a known route only: it labels metrics, whose label values must stay few
+
+	// The request's context: the client's, ended also by the gateway's
+	// shutdown (with ErrShuttingDown as its cause).
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	stopAfter := context.AfterFunc(g.stopCtx, func() { cancel(context.Cause(g.stopCtx)) })
+	defer stopAfter()
+	st := &reqState{}
+	ctx = context.WithValue(ctx, stateKey{}, st)
+
+	// Before commit: nothing is written. Each link of the chain is a whole
+	// policy request starting on that route.
+	var s driver.Stream
+	for i, rt := range chain {
+		l.fallbacks = i
+		s, err = gen.pol.Model.Stream(driver.StartOn(ctx, rt.model), &cr.req)
+		if err == nil || ctx.Err() != nil || !chainOn(err) {
+			break
+		}
+	}
+	if err != nil {
+		g.fail(ctx, w, l, err)
+		return
+	}
+	defer s.Close()
+	l.commitAt = time.Since(l.start)
+	l.model, l.attempts = gen.name(st.committed), st.attempts
+	w.Header().Set("X-Retryhost-Model", l.model)
+	w.Header().Set("X-Retryhost-Attempts", strconv.Itoa(l.attempts))
+	w.Header().Set("X-Request-Id", l.id)
+	enc := &chunkEncoder{id: l.id, model: l.model, created: time.Now().Unix()}
+	if cr.stream {
+		g.relay(ctx, w, l, s, enc, cr.includeUsage)
+	} else {
+		g.collect(ctx, w, l, s, enc)
+	}
+}
+
+// chainOn reports whether a route's failure moves a request on to its
+// per-request fallbacks: not when the upstream rejected the request itself
+// (a 4xx other than 408, 409 and 429; a content filter), which the client
+// gets as is.
+func chainOn(err error) bool {
+	pe := lastProviderError(err)
+	if pe == nil {
+		return true
+	}
+	if pe.Class == abi.ClassContentFilter {
+		return false
+	}
+	return !(pe.Status >= 400 && pe.Status < 500 && !driver.DefaultRetryable(pe.Status))
+}
+
+// fail answers a request that never committed.
+func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, l *accessLog, err error) {
+	var re *driver.RetryError
+	if errors.As(err, &re) {
+		l.attempts = len(re.Attempts)
+	} else {
+		l.attempts = 1
+	}
+	if cause := context.Cause(ctx); cause != nil {
+		if errors.Is(cause, ErrShuttingDown) {
+			l.status, l.outcome = http.StatusServiceUnavailable, "shutdown"
+			writeError(w, l.status, "server_error", "shutting_down", ErrShuttingDown.Error(), nil)
+			return
+		}
+		l.status, l.outcome = 499, "client_closed" // nobody is listening
+		return
+	}
+	e := classify(err)
+	l.status, l.outcome, l.errClass = e.status, "upstream_error", e.class
+	if e.status < 500 && e.status != http.StatusTooManyRequests {
+		l.outcome = "client_error"
+	}
+	if e.retryAfter != "" {
+		w.Header().Set("Retry-After", e.retryAfter)
+	}
+	w.Header().Set("X-Request-Id", l.id)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.status)
+	_, _ = w.Write(e.body)
+}
+
+// relay streams a committed answer as server-sent events, one flush per
+// event. A failure after commit ends it with an in-band error event and no
+// [DONE].
+func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc *chunkEncoder, includeUsage bool) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	l.status = http.StatusOK
+	g.metrics.streams.Inc()
+	defer g.metrics.streams.Dec()
+	_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.writeTimeout))
+	w.WriteHeader(http.StatusOK)
+	var (
+		buf   []byte
+		usage *abi.Usage
+	)
+	send := func() bool {
+		if len(buf) == 0 {
+			return true
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.writeTimeout))
+		if _, err := w.Write(buf); err != nil {
+			return false
+		}
+		buf = buf[:0]
+		return rc.Flush() == nil
+	}
+	for {
+		p, err := s.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			l.outcome = g.endErr(ctx, err)
+			buf = appendErrorEvent(buf, err, ctx)
+			send()
+			return
+		}
+		l.parts++
+		if p.Kind == abi.KindFinish && p.Finish != nil {
+			usage = &p.Finish.Usage
+			l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
+		}
+		buf = enc.appendPart(buf, &p)
+		if !send() {
+			l.outcome = "client_closed"
+			return
+		}
+	}
+	if includeUsage {
+		var u abi.Usage
+		if usage != nil {
+			u = *usage
+		}
+		buf = enc.appendUsage(buf, &u)
+	}
+	buf = append(buf, "data: [DONE]\n\n"...)
+	if !send() {
+		l.outcome = "client_closed"
+		return
+	}
+	l.outcome = "ok"
+}
+
+// endErr names the outcome of a committed stream that failed.
+func (g *Gateway) endErr(ctx context.Context, err error) string {
+	if cause := context.Cause(ctx); cause != nil {
+		if errors.Is(cause, ErrShuttingDown) {
+			return "shutdown"
+		}
+		return "client_closed"
+	}
+	return "truncated"
+}
+
+// collect answers a non-streaming request: the committed stream, drained
+// into one chat.completion. A failure after commit is an error answer (the
+// client has seen nothing).
+func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc *chunkEncoder) {
+	var acc completion
+	for {
+		p, err := s.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, ErrShuttingDown) {
+				l.status, l.outcome = 499, "client_closed"
+				return
+			}
+			g.fail(ctx, w, l, err)
+			l.outcome = "truncated"
+			return
+		}
+		l.parts++
+		acc.add(&p)
+	}
+	l.inputToks, l.outputToks = acc.usage.InputTokens, acc.usage.OutputTokens
+	b := enc.appendCompletion(nil, &acc)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.writeTimeout))
+	l.status, l.outcome = http.StatusOK, "ok"
+	if _, err := w.Write(b); err != nil {
+		l.outcome = "client_closed"
+	}
+}

@@ -1,0 +1,54 @@
+// Package gateway serves a retryhost policy over HTTP as an OpenAI-compatible
+// fail-over gateway: any client whose base URL points at it gets the
+// policy's retries, fail-overs, deadlines and transforms, with the commit
+// gate on the wire.
+//
+//	gw, err := gateway.New(ctx, gateway.File("policy.json", policy.Options{Builtin: plugins.Module}),
+//		gateway.WithAPIKeys(os.Getenv("RETRYHOST_API_KEY")))
+//	if err != nil { return err }
+//	defer gw.Close(ctx)
+//	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: gw, MaxHeaderBytes: 64 << 10}
+//
+// # Endpoints
+//
+//	POST /v1/chat/completions   streaming (SSE) and not; "model" names a route (a model of the policy)
+//	GET  /v1/models             the routes
+//	GET  /healthz               200 while the process serves
+//	GET  /readyz                200 when a policy is loaded and the gateway is not draining
+//
+// # The commit gate on the wire
+//
+// Nothing — no status line, no header — is written to the client before
+// the policy's stream driver commits on the first content part, so every
+// failure before it (an HTTP error, a cut connection, a refusal, a slow
+// first token, a malformed or truncated stream) fails over where the
+// client cannot see it. After commit the answer is relayed as it arrives,
+// one flush per event. A failure after commit ends the stream with an
+// in-band event, data: {"error": {...}}, and no data: [DONE], so no client
+// can take a truncated answer for a complete one.
+//
+// # Requests
+//
+// The fields the driver models (messages, tools, max tokens, temperature,
+// top_p, stop, seed) drive every model; all the request's other fields
+// (response_format, logprobs, tool_choice, vendor extensions …) and the
+// original messages and tools are forwarded unchanged to OpenAI-compatible
+// upstreams, as the request's own JSON. "stream" and "stream_options" are
+// the gateway's (it always streams upstream and asks for usage; the client
+// gets usage when it asked for it). A "fallbacks" field, a list of route
+// names, adds a per-request chain tried in order when the route fails for a
+// reason other than the request itself (an upstream 4xx); it is never
+// forwarded. n > 1 is refused (the driver follows one choice).
+//
+// Every response names, in its "model" field, the route of the model that
+// answered; the header X-Retryhost-Model says it too, and
+// X-Retryhost-Attempts how many attempts the answer took.
+//
+// A Gateway is safe for concurrent use.
+//
+// # Stability
+//
+// Experimental: the package is new; its options and the wire behaviour
+// beyond the OpenAI-compatible surface may change in any release (each
+// change is listed in CHANGELOG.md).
+package gateway

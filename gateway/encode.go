@@ -1,0 +1,323 @@
+package gateway
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/retryhost/retryhost/abi"
+)
+
+// chunkEncoder writes the OpenAI wire format of one answer: the
+// chat.completion.chunk events of a stream, or one chat.completion.
+// Every chunk carries the same id, created and model (the route of the
+// model that answered).
+type chunkEncoder struct {
+	id      string
+	model   string
+	created int64
+
+	roleSent bool
+	tools    map[string]int // tool call id → its index in tool_calls
+	finished bool
+}
+
+// head appends a chunk's opening up to the choices.
+func (e *chunkEncoder) head(b []byte) []byte {
+	b = append(b, `data: {"id":`...)
+	b = appendJSONString(b, e.id)
+	b = append(b, `,"object":"chat.completion.chunk","created":`...)
+	b = strconv.AppendInt(b, e.created, 10)
+	b = append(b, `,"model":`...)
+	b = appendJSONString(b, e.model)
+	return b
+}
+
+// delta appends a chunk with one choice whose delta holds the JSON members
+// in fields (without braces), and finish_reason null.
+func (e *chunkEncoder) delta(b []byte, fields func([]byte) []byte) []byte {
+	b = e.head(b)
+	b = append(b, `,"choices":[{"index":0,"delta":{`...)
+	if !e.roleSent {
+		e.roleSent = true
+		b = append(b, `"role":"assistant",`...)
+	}
+	b = fields(b)
+	b = append(b, `},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+	return b
+}
+
+// appendPart appends the events part maps to (none for parts the wire
+// format has no place for: stream start, metadata, block starts and ends).
+func (e *chunkEncoder) appendPart(b []byte, p *abi.Part) []byte {
+	switch p.Kind {
+	case abi.KindTextDelta:
+		if p.Delta == "" {
+			return b
+		}
+		return e.delta(b, func(b []byte) []byte {
+			b = append(b, `"content":`...)
+			return appendJSONString(b, p.Delta)
+		})
+	case abi.KindReasoningDelta:
+		if p.Delta == "" {
+			return b
+		}
+		return e.delta(b, func(b []byte) []byte {
+			b = append(b, `"reasoning_content":`...)
+			return appendJSONString(b, p.Delta)
+		})
+	case abi.KindToolInputStart:
+		idx := e.tool(p.ID)
+		name := ""
+		if p.Tool != nil {
+			name = p.Tool.Name
+		}
+		return e.delta(b, func(b []byte) []byte {
+			return appendToolCall(b, idx, p.ID, name, "", true)
+		})
+	case abi.KindToolInputDelta:
+		idx, ok := e.tools[p.ID]
+		if !ok || p.Delta == "" {
+			return b
+		}
+		return e.delta(b, func(b []byte) []byte {
+			return appendToolCall(b, idx, "", "", p.Delta, false)
+		})
+	case abi.KindToolCall:
+		if _, streamed := e.tools[p.ID]; streamed || p.Tool == nil {
+			return b // its input went out as deltas
+		}
+		idx := e.tool(p.ID)
+		return e.delta(b, func(b []byte) []byte {
+			return appendToolCall(b, idx, p.ID, p.Tool.Name, p.Tool.Input, true)
+		})
+	case abi.KindFinish:
+		if e.finished || p.Finish == nil {
+			return b
+		}
+		e.finished = true
+		b = e.head(b)
+		b = append(b, `,"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":`...)
+		b = appendJSONString(b, finishString(p.Finish.Reason))
+		return append(b, "}]}\n\n"...)
+	}
+	return b
+}
+
+func (e *chunkEncoder) tool(id string) int {
+	if e.tools == nil {
+		e.tools = map[string]int{}
+	}
+	if i, ok := e.tools[id]; ok {
+		return i
+	}
+	i := len(e.tools)
+	e.tools[id] = i
+	return i
+}
+
+func appendToolCall(b []byte, idx int, id, name, args string, first bool) []byte {
+	b = append(b, `"tool_calls":[{"index":`...)
+	b = strconv.AppendInt(b, int64(idx), 10)
+	if first {
+		b = append(b, `,"id":`...)
+		b = appendJSONString(b, id)
+		b = append(b, `,"type":"function","function":{"name":`...)
+		b = appendJSONString(b, name)
+		b = append(b, `,"arguments":`...)
+	} else {
+		b = append(b, `,"function":{"arguments":`...)
+	}
+	b = appendJSONString(b, args)
+	return append(b, "}}]"...)
+}
+
+// appendUsage appends the usage chunk (choices empty) that
+// stream_options.include_usage asks for.
+func (e *chunkEncoder) appendUsage(b []byte, u *abi.Usage) []byte {
+	b = e.head(b)
+	b = append(b, `,"choices":[],"usage":`...)
+	b = appendUsageJSON(b, u)
+	return append(b, "}\n\n"...)
+}
+
+func appendUsageJSON(b []byte, u *abi.Usage) []byte {
+	b = append(b, `{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, u.InputTokens, 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, u.OutputTokens, 10)
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, u.InputTokens+u.OutputTokens, 10)
+	b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+	b = strconv.AppendInt(b, u.CacheReadTokens, 10)
+	b = append(b, `},"completion_tokens_details":{"reasoning_tokens":`...)
+	b = strconv.AppendInt(b, u.ReasoningTokens, 10)
+	return append(b, "}}"...)
+}
+
+// finishString is the OpenAI finish_reason of r: the provider's own word
+// when it is one of OpenAI's, else the unified reason's.
+func finishString(r abi.FinishReason) string {
+	switch r.Raw {
+	case "stop", "length", "tool_calls", "content_filter", "function_call":
+		return r.Raw
+	}
+	switch r.Unified {
+	case abi.ReasonLength:
+		return "length"
+	case abi.ReasonToolCalls:
+		return "tool_calls"
+	case abi.ReasonContentFilter:
+		return "content_filter"
+	}
+	return "stop"
+}
+
+// completion accumulates a committed stream into one answer.
+type completion struct {
+	text, reasoning strings.Builder
+	calls           []toolCall
+	finish          abi.FinishReason
+	usage           abi.Usage
+}
+
+type toolCall struct {
+	id, name string
+	args     strings.Builder
+	done     bool // a KindToolCall carried the complete input
+}
+
+func (c *completion) call(id string) *toolCall {
+	for i := range c.calls {
+		if c.calls[i].id == id {
+			return &c.calls[i]
+		}
+	}
+	c.calls = append(c.calls, toolCall{id: id})
+	return &c.calls[len(c.calls)-1]
+}
+
+func (c *completion) add(p *abi.Part) {
+	switch p.Kind {
+	case abi.KindTextDelta:
+		c.text.WriteString(p.Delta)
+	case abi.KindReasoningDelta:
+		c.reasoning.WriteString(p.Delta)
+	case abi.KindToolInputStart:
+		t := c.call(p.ID)
+		if p.Tool != nil {
+			t.name = p.Tool.Name
+		}
+	case abi.KindToolInputDelta:
+		c.call(p.ID).args.WriteString(p.Delta)
+	case abi.KindToolCall:
+		t := c.call(p.ID)
+		if p.Tool != nil {
+			t.name = p.Tool.Name
+			t.args.Reset()
+			t.args.WriteString(p.Tool.Input)
+			t.done = true
+		}
+	case abi.KindFinish:
+		if p.Finish != nil {
+			c.finish, c.usage = p.Finish.Reason, p.Finish.Usage
+		}
+	}
+}
+
+// appendCompletion appends the chat.completion object of c.
+func (e *chunkEncoder) appendCompletion(b []byte, c *completion) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, e.id)
+	b = append(b, `,"object":"chat.completion","created":`...)
+	b = strconv.AppendInt(b, e.created, 10)
+	b = append(b, `,"model":`...)
+	b = appendJSONString(b, e.model)
+	b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
+	if c.text.Len() == 0 && len(c.calls) > 0 {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, c.text.String())
+	}
+	if c.reasoning.Len() > 0 {
+		b = append(b, `,"reasoning_content":`...)
+		b = appendJSONString(b, c.reasoning.String())
+	}
+	b = append(b, `,"refusal":null`...)
+	if len(c.calls) > 0 {
+		b = append(b, `,"tool_calls":[`...)
+		for i := range c.calls {
+			t := &c.calls[i]
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"id":`...)
+			b = appendJSONString(b, t.id)
+			b = append(b, `,"type":"function","function":{"name":`...)
+			b = appendJSONString(b, t.name)
+			b = append(b, `,"arguments":`...)
+			b = appendJSONString(b, t.args.String())
+			b = append(b, "}}"...)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `},"logprobs":null,"finish_reason":`...)
+	b = appendJSONString(b, finishString(c.finish))
+	b = append(b, `}],"usage":`...)
+	b = appendUsageJSON(b, &c.usage)
+	return append(b, "}\n"...)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
+// U+FFFD (as encoding/json does); U+2028 and U+2029 are escaped, so the
+// output is also safe inside JavaScript.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

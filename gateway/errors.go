@@ -1,0 +1,138 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
+)
+
+// writeError writes an OpenAI-style error answer.
+func writeError(w http.ResponseWriter, status int, typ, code, msg string, _ error) {
+	writeErrorParam(w, status, typ, code, msg, "")
+}
+
+func writeErrorParam(w http.ResponseWriter, status int, typ, code, msg, param string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(appendErrorJSON(nil, typ, code, msg, param), '\n'))
+}
+
+func appendErrorJSON(b []byte, typ, code, msg, param string) []byte {
+	b = append(b, `{"error":{"message":`...)
+	b = appendJSONString(b, msg)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, typ)
+	b = append(b, `,"param":`...)
+	if param == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, param)
+	}
+	b = append(b, `,"code":`...)
+	if code == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, code)
+	}
+	return append(b, "}}"...)
+}
+
+// lastProviderError returns the provider error of the request's last
+// attempt, if it was one.
+func lastProviderError(err error) *driver.ProviderError {
+	var re *driver.RetryError
+	if errors.As(err, &re) {
+		if err = re.Last(); err == nil {
+			return nil
+		}
+	}
+	var pe *driver.ProviderError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return nil
+}
+
+// failure is the answer to a request that failed before commit.
+type failure struct {
+	status     int
+	class      string // for the access log
+	body       []byte
+	retryAfter string
+}
+
+// classify maps a request's final error to its HTTP answer. An upstream's
+// rejection of the request itself (a 4xx) is returned as the upstream
+// sent it (its status and, when it is an OpenAI-style error object, its
+// body); a rate limit keeps its Retry-After; the upstreams' own auth
+// failures, server errors, cut connections and refusals are the gateway's
+// 502 (the client's credentials are not in question); the policy's
+// deadlines are 504.
+func classify(err error) failure {
+	pe := lastProviderError(err)
+	var de *driver.DeadlineError
+	switch {
+	case pe != nil && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden):
+		return failure{status: http.StatusBadGateway, class: "upstream_auth",
+			body: appendErrorJSON(nil, "upstream_error", "upstream_auth", "retryhost gateway: the upstream rejected the gateway's credentials: "+pe.Error(), "")}
+	case pe != nil && pe.Status >= 400 && pe.Status < 500:
+		f := failure{status: pe.Status, class: pe.Class.String()}
+		if pe.Status == http.StatusTooManyRequests {
+			f.retryAfter = pe.Header.Get("Retry-After")
+		}
+		if isErrorObject(pe.Body) {
+			f.body = bytes.TrimSpace(pe.Body)
+		} else {
+			typ := "invalid_request_error"
+			if pe.Status == http.StatusTooManyRequests {
+				typ = "rate_limit_error"
+			}
+			f.body = appendErrorJSON(nil, typ, pe.Type, pe.Message, "")
+		}
+		return f
+	case errors.As(err, &de):
+		return failure{status: http.StatusGatewayTimeout, class: "timeout",
+			body: appendErrorJSON(nil, "timeout", de.Deadline.String(), "retryhost gateway: "+err.Error(), "")}
+	case pe != nil && pe.Class == abi.ClassRefusal:
+		return failure{status: http.StatusBadGateway, class: "refusal",
+			body: appendErrorJSON(nil, "upstream_error", "refusal", "retryhost gateway: every model refused: "+err.Error(), "")}
+	}
+	class := "unknown"
+	if pe != nil {
+		class = pe.Class.String()
+	}
+	return failure{status: http.StatusBadGateway, class: class,
+		body: appendErrorJSON(nil, "upstream_error", "upstream_failed", "retryhost gateway: "+err.Error(), "")}
+}
+
+// isErrorObject reports whether b is a JSON object with an "error" object,
+// the shape OpenAI clients parse.
+func isErrorObject(b []byte) bool {
+	var v struct {
+		Error map[string]json.RawMessage `json:"error"`
+	}
+	return json.Valid(b) && json.Unmarshal(b, &v) == nil && v.Error != nil
+}
+
+// appendErrorEvent appends the in-band event that ends a committed stream
+// that failed: no [DONE] follows it.
+func appendErrorEvent(b []byte, err error, ctx context.Context) []byte {
+	typ, code, msg := "upstream_error", "stream_failed", "retryhost gateway: the answer failed after it started: "+err.Error()
+	var de *driver.DeadlineError
+	switch cause := context.Cause(ctx); {
+	case cause != nil && errors.Is(cause, ErrShuttingDown):
+		typ, code, msg = "server_error", "shutting_down", "retryhost gateway: shutting down; the answer is incomplete"
+	case errors.As(err, &de):
+		typ, code = "timeout", de.Deadline.String()
+		msg = "retryhost gateway: the answer stalled (" + strconv.Quote(de.Error()) + "); it is incomplete"
+	}
+	b = append(b, "data: "...)
+	b = appendErrorJSON(b, typ, code, msg, "")
+	return append(b, "\n\n"...)
+}

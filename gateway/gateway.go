@@ -1,0 +1,530 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/policy"
+	"github.com/retryhost/retryhost/provider/openai"
+)
+
+// ErrShuttingDown is the cause of a request the gateway ended because it
+// was shutting down (Shutdown's drain deadline passed, or Close).
+var ErrShuttingDown = errors.New("retryhost gateway: shutting down")
+
+// A Source loads the policy a Gateway serves: at New, and again at every
+// Reload. Build one with [File] or [Bytes].
+type Source struct {
+	name string
+	load func(ctx context.Context, opts policy.Options) (*policy.Policy, error)
+	opts policy.Options
+}
+
+// File is the policy file at path, loaded with opts (see [policy.Load]).
+func File(path string, opts policy.Options) Source {
+	return Source{name: path, opts: opts, load: func(ctx context.Context, o policy.Options) (*policy.Policy, error) {
+		return policy.Load(ctx, path, o)
+	}}
+}
+
+// Bytes is a policy held in memory (name labels its errors).
+func Bytes(name string, data []byte, opts policy.Options) Source {
+	data = slices.Clone(data)
+	if opts.Name == "" {
+		opts.Name = name
+	}
+	return Source{name: name, opts: opts, load: func(ctx context.Context, o policy.Options) (*policy.Policy, error) {
+		return policy.Parse(ctx, data, o)
+	}}
+}
+
+// Option configures a Gateway.
+type Option func(*config) error
+
+type config struct {
+	keys            [][sha256.Size]byte
+	maxBody         int64
+	maxConcurrent   int
+	upstreamConns   int
+	headerTimeout   time.Duration
+	writeTimeout    time.Duration
+	logger          *slog.Logger
+	retryAfterBusy  time.Duration
+	httpClientGiven bool
+}
+
+// WithAPIKeys makes every endpoint but /healthz and /readyz require one of
+// keys, as "Authorization: Bearer KEY" (what OpenAI clients send) or
+// "X-Api-Key: KEY"; anything else gets 401. Keys are compared in constant
+// time, each against its SHA-256. Calling it again adds keys; empty keys are
+// an error. Default: no keys, every client is served (bind to loopback).
+func WithAPIKeys(keys ...string) Option {
+	return func(c *config) error {
+		for i, k := range keys {
+			if strings.TrimSpace(k) == "" {
+				return fmt.Errorf("gateway: API key %d is empty", i)
+			}
+			c.keys = append(c.keys, sha256.Sum256([]byte(k)))
+		}
+		return nil
+	}
+}
+
+// WithMaxBodyBytes caps a request body; a larger one gets 413. Default 8 MiB.
+func WithMaxBodyBytes(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("gateway: max body bytes must be positive, got %d", n)
+		}
+		c.maxBody = n
+		return nil
+	}
+}
+
+// WithMaxConcurrent caps the chat requests in flight; one more gets 429
+// with Retry-After from the gateway itself, without reaching any upstream.
+// Default 1024.
+func WithMaxConcurrent(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("gateway: max concurrent requests must be positive, got %d", n)
+		}
+		c.maxConcurrent = n
+		return nil
+	}
+}
+
+// WithUpstreamConns caps the connections to each upstream host (idle and
+// active; requests beyond it wait for one). Default 256. It applies when the
+// Source's policy.Options bring no HTTPClient of their own.
+func WithUpstreamConns(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("gateway: upstream connections must be positive, got %d", n)
+		}
+		c.upstreamConns = n
+		return nil
+	}
+}
+
+// WithUpstreamHeaderTimeout bounds the wait for an upstream's response
+// headers; past it the attempt fails as a network error (and fails over as
+// the policy says). The policy's first-content deadline bounds the wait for
+// content as well. Default 60s. It applies when the Source's policy.Options
+// bring no HTTPClient of their own.
+func WithUpstreamHeaderTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("gateway: upstream header timeout must be positive, got %v", d)
+		}
+		c.headerTimeout = d
+		return nil
+	}
+}
+
+// WithWriteTimeout bounds each write to a client (one SSE event, or the
+// whole JSON answer): a client that stops reading loses its stream instead
+// of holding an upstream open. Default 30s.
+func WithWriteTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("gateway: write timeout must be positive, got %v", d)
+		}
+		c.writeTimeout = d
+		return nil
+	}
+}
+
+// WithLogger sets where access logs (one record per request, at Info, with
+// no prompt or output text) and reloads go. Default: discard.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("gateway: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// Gateway is the OpenAI-compatible fail-over gateway, an http.Handler. Build
+// it with [New]; Close it to release its policy. It is safe for concurrent
+// use.
+type Gateway struct {
+	cfg     config
+	src     Source
+	mux     *http.ServeMux
+	client  *http.Client // the upstreams' client when the gateway made it; nil otherwise
+	stats   *stats
+	metrics *metrics
+
+	reloadMu sync.Mutex // serialises Reload
+	cur      atomic.Pointer[generation]
+
+	sem chan struct{} // chat requests in flight
+
+	mu       sync.Mutex // guards draining against inflight.Add
+	draining bool
+	inflight sync.WaitGroup
+	stopCtx  context.Context // done when in-flight requests must end (drain deadline, Close)
+	stop     context.CancelCauseFunc
+}
+
+// New loads src's policy and returns the gateway serving it. Every policy
+// mistake is reported here.
+func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
+	if src.load == nil {
+		return nil, errors.New("gateway: empty Source (use gateway.File or gateway.Bytes)")
+	}
+	g := &Gateway{src: src, cfg: config{
+		maxBody: 8 << 20, maxConcurrent: 1024, upstreamConns: 256,
+		headerTimeout: 60 * time.Second, writeTimeout: 30 * time.Second,
+		retryAfterBusy: time.Second,
+	}, stats: &stats{}}
+	g.metrics = newMetrics(g.stats)
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("gateway: nil option")
+		}
+		if err := o(&g.cfg); err != nil {
+			return nil, err
+		}
+	}
+	if g.cfg.logger == nil {
+		g.cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	if src.opts.HTTPClient == nil {
+		g.client = &http.Client{Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          g.cfg.upstreamConns * 4,
+			MaxIdleConnsPerHost:   g.cfg.upstreamConns,
+			MaxConnsPerHost:       g.cfg.upstreamConns,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ResponseHeaderTimeout: g.cfg.headerTimeout,
+		}}
+		g.client.Transport = &sseFilter{next: g.client.Transport, skipped: &g.stats.malformed}
+	}
+	g.sem = make(chan struct{}, g.cfg.maxConcurrent)
+	g.stopCtx, g.stop = context.WithCancelCause(context.Background())
+	gen, err := g.load(ctx)
+	if err != nil {
+		g.closeClient()
+		return nil, err
+	}
+	g.cur.Store(gen)
+	g.mux = http.NewServeMux()
+	g.mux.HandleFunc("/v1/chat/completions", g.authed(g.chat))
+	g.mux.HandleFunc("/v1/models", g.authed(g.models))
+	g.mux.Handle("/metrics", g.authed(g.metrics.handler().ServeHTTP))
+	g.mux.HandleFunc("/healthz", g.healthz)
+	g.mux.HandleFunc("/readyz", g.readyz)
+	g.mux.HandleFunc("/", g.authed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found",
+			fmt.Sprintf("retryhost gateway: no endpoint %s %s", r.Method, r.URL.Path), nil)
+	}))
+	return g, nil
+}
+
+// ServeHTTP serves the endpoints listed in the package documentation.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+
+// Reload loads the Source again and, if it builds, serves the new policy to
+// every request that starts from now on; requests in flight finish on the
+// policy they started with, which is closed after the last of them. A
+// policy that fails to load is an error and the old one stays.
+func (g *Gateway) Reload(ctx context.Context) error {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	if g.cur.Load() == nil {
+		return ErrShuttingDown // closed
+	}
+	gen, err := g.load(ctx)
+	if err != nil {
+		g.stats.reloadFailures.Add(1)
+		g.cfg.logger.LogAttrs(ctx, slog.LevelError, "policy reload rejected; the old policy stays",
+			slog.String("source", g.src.name), slog.String("error", err.Error()))
+		return err
+	}
+	g.cur.Swap(gen).release() // closes it after its last request
+	g.stats.reloads.Add(1)
+	g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "policy reloaded", slog.String("source", g.src.name),
+		slog.Int("routes", len(gen.names)))
+	return nil
+}
+
+// Shutdown stops taking chat requests (they get 503, /readyz turns 503) and
+// waits for those in flight until ctx is done; then it ends them, a stream
+// with the in-band error event (ErrShuttingDown), and waits for them to
+// return. It does not stop the http.Server: call its Shutdown too, for the
+// listener and idle connections. Shutdown returns ctx's error if it had to
+// end requests.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.mu.Lock()
+	g.draining = true
+	g.mu.Unlock()
+	done := make(chan struct{})
+	go func() { g.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		g.stop(ErrShuttingDown)
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Close ends every request in flight (as Shutdown does at its deadline),
+// waits for them, then releases the policy and the upstream connections.
+// The Gateway serves nothing after it.
+func (g *Gateway) Close(ctx context.Context) error {
+	g.mu.Lock()
+	g.draining = true
+	g.mu.Unlock()
+	g.stop(ErrShuttingDown)
+	done := make(chan struct{})
+	go func() { g.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	g.reloadMu.Lock()
+	old := g.cur.Swap(nil)
+	g.reloadMu.Unlock()
+	var err error
+	if old != nil {
+		err = old.close(ctx)
+	}
+	g.closeClient()
+	return err
+}
+
+func (g *Gateway) closeClient() {
+	if g.client != nil {
+		g.client.CloseIdleConnections()
+	}
+}
+
+// generation is one loaded policy with its routes. Requests hold a
+// reference while they run; the gateway holds one while it is current.
+type generation struct {
+	pol    *policy.Policy
+	routes map[string]*route
+	byKey  map[driver.Model]string // a model → its route name
+	names  []string                // sorted
+	// providers are the ProviderOptions names of the policy's
+	// OpenAI-compatible models: forwarded fields go there.
+	providers []string
+
+	refs   atomic.Int64
+	closed sync.Once
+	err    error
+}
+
+type route struct {
+	name  string
+	model driver.Model
+}
+
+func (g *Gateway) load(ctx context.Context) (*generation, error) {
+	o := g.src.opts
+	o.StreamOptions = append(slices.Clip(o.StreamOptions), driver.WithOnCommit(onCommit))
+	o.RunnerOptions = append(slices.Clip(o.RunnerOptions), driver.WithObserver(observer{g.metrics}))
+	if o.HTTPClient == nil {
+		o.HTTPClient = g.client
+	}
+	p, err := g.src.load(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}}
+	provs := map[string]bool{}
+	for name, m := range p.Models {
+		gen.routes[name] = &route{name: name, model: m}
+		gen.byKey[m] = name
+		gen.names = append(gen.names, name)
+		if om, ok := m.(*openai.Model); ok && !provs[om.Provider()] {
+			provs[om.Provider()] = true
+			gen.providers = append(gen.providers, om.Provider())
+		}
+	}
+	slices.Sort(gen.names)
+	slices.Sort(gen.providers)
+	gen.refs.Store(1)
+	return gen, nil
+}
+
+// acquire returns the current generation with a reference held, or nil
+// once the gateway is closed.
+func (g *Gateway) acquire() *generation {
+	for {
+		gen := g.cur.Load()
+		if gen == nil {
+			return nil
+		}
+		if n := gen.refs.Load(); n > 0 && gen.refs.CompareAndSwap(n, n+1) {
+			return gen
+		}
+	}
+}
+
+// release drops a reference; the last one closes the policy.
+func (gen *generation) release() {
+	if gen.refs.Add(-1) == 0 {
+		_ = gen.close(context.Background())
+	}
+}
+
+func (gen *generation) close(ctx context.Context) error {
+	gen.closed.Do(func() { gen.err = gen.pol.Close(ctx) })
+	return gen.err
+}
+
+// name returns the route name of m, or its key if the policy does not name it.
+func (gen *generation) name(m driver.Model) string {
+	if n, ok := gen.byKey[m]; ok {
+		return n
+	}
+	if m == nil {
+		return ""
+	}
+	return m.Key()
+}
+
+// authed wraps h with the API key check.
+func (g *Gateway) authed(h http.HandlerFunc) http.HandlerFunc {
+	if len(g.cfg.keys) == 0 {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok {
+			key = r.Header.Get("X-Api-Key")
+		}
+		sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
+		match := 0
+		for i := range g.cfg.keys {
+			match |= subtle.ConstantTimeCompare(sum[:], g.cfg.keys[i][:])
+		}
+		if key == "" || match != 1 {
+			g.stats.unauthorized.Add(1)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="retryhost"`)
+			writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
+				"retryhost gateway: missing or invalid API key", nil)
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	draining := g.draining
+	g.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	switch {
+	case draining:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("draining\n"))
+	case g.cur.Load() == nil:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("no policy\n"))
+	default:
+		_, _ = w.Write([]byte("ready\n"))
+	}
+}
+
+// models lists the routes, in OpenAI's model-list shape.
+func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed",
+			"retryhost gateway: use GET", nil)
+		return
+	}
+	gen := g.acquire()
+	if gen == nil {
+		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", ErrShuttingDown.Error(), nil)
+		return
+	}
+	defer gen.release()
+	b := []byte(`{"object":"list","data":[`)
+	for i, n := range gen.names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":`...)
+		b = appendJSONString(b, n)
+		b = append(b, `,"object":"model","created":0,"owned_by":"retryhost"}`...)
+	}
+	b = append(b, "]}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// enter admits a chat request: false (with the answer written) when the
+// gateway drains or is full.
+func (g *Gateway) enter(w http.ResponseWriter) bool {
+	g.mu.Lock()
+	if g.draining {
+		g.mu.Unlock()
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", ErrShuttingDown.Error(), nil)
+		return false
+	}
+	select {
+	case g.sem <- struct{}{}:
+	default:
+		g.mu.Unlock()
+		g.stats.rejectedBusy.Add(1)
+		w.Header().Set("Retry-After", fmt.Sprint(int(g.cfg.retryAfterBusy/time.Second)))
+		writeError(w, http.StatusTooManyRequests, "rate_limit_error", "gateway_busy",
+			fmt.Sprintf("retryhost gateway: %d requests in flight, the most it serves at once; retry later", cap(g.sem)), nil)
+		return false
+	}
+	g.inflight.Add(1)
+	g.mu.Unlock()
+	g.metrics.inflight.Inc()
+	return true
+}
+
+func (g *Gateway) leave() {
+	g.metrics.inflight.Dec()
+	<-g.sem
+	g.inflight.Done()
+}
+
+// stats are the gateway's counters (exposed as metrics later; read by tests).
+type stats struct {
+	malformed      atomic.Int64 // upstream SSE events skipped
+	unauthorized   atomic.Int64
+	rejectedBusy   atomic.Int64
+	reloads        atomic.Int64
+	reloadFailures atomic.Int64
+}
+
+// MalformedEvents returns how many upstream SSE events the gateway skipped
+// because their data was not a JSON object (when it made the upstream
+// client, see WithUpstreamConns).
+func (g *Gateway) MalformedEvents() int64 { return g.stats.malformed.Load() }

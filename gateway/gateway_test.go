@@ -1,0 +1,278 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"testing"
+	"time"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/require"
+)
+
+func newJSONLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
+
+func TestStreamAndCallThroughOpenAIClient(t *testing.T) {
+	r := newRig(t, "")
+	r.up["primary"].play(act{preamble: true, chunks: []string{"Paris", " is", " the capital."}})
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "Paris is the capital.", got.text)
+	require.Equal(t, map[string]bool{"primary": true}, got.models, "every chunk names the route that answered")
+	require.Equal(t, "stop", got.finish)
+	require.NotNil(t, got.usage, "include_usage is honoured")
+	require.EqualValues(t, 11, got.usage.PromptTokens)
+	require.EqualValues(t, 3, got.usage.CompletionTokens)
+
+	r.up["primary"].play(act{chunks: []string{"Paris", "."}})
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "Paris.", cc.Choices[0].Message.Content)
+	require.Equal(t, "primary", cc.Model)
+	require.Equal(t, "stop", cc.Choices[0].FinishReason)
+	require.EqualValues(t, 13, cc.Usage.TotalTokens)
+
+	// Without include_usage there is no usage chunk.
+	_, body := r.rawStream(streamBody("primary"))
+	ev := events(body)
+	require.Equal(t, "[DONE]", ev[len(ev)-1])
+	for _, e := range ev {
+		require.NotContains(t, e, `"usage"`)
+	}
+}
+
+func TestRouteIsTheFirstModel(t *testing.T) {
+	r := newRig(t, "")
+	r.up["backup"].play(act{chunks: []string{"from backup"}})
+	got := r.stream("backup")
+	require.NoError(t, got.err)
+	require.Equal(t, "from backup", got.text)
+	require.Empty(t, r.up["primary"].requests(), "a route starts on its own model")
+	require.Equal(t, `"up-backup"`, string(r.up["backup"].requests()[0].body["model"]), "the upstream gets its own model id")
+}
+
+func TestModelsAndHealth(t *testing.T) {
+	r := newRig(t, "")
+	page, err := r.client.Models.List(context.Background())
+	require.NoError(t, err)
+	var ids []string
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+	}
+	require.Equal(t, []string{"backup", "primary", "third"}, ids)
+	for _, p := range []string{"/healthz", "/readyz"} {
+		resp, err := r.hc.Get(r.srv.URL + p)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, p)
+	}
+}
+
+// Fields the driver does not model reach the upstream unchanged; the
+// gateway's own (fallbacks, stream_options) do not.
+func TestUnmodeledFieldsForwardedUnchanged(t *testing.T) {
+	r := newRig(t, "")
+	body := `{"model":"primary","stream":true,"stream_options":{"include_usage":false},"fallbacks":["backup"],
+		"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"What is in"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}],"name":"ann"}],
+		"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}},
+		"seed":42,"logprobs":true,"top_logprobs":2,"tool_choice":"auto",
+		"tools":[{"type":"function","function":{"name":"f","strict":true,"parameters":{"type":"object"}}}],
+		"max_tokens":77,"temperature":0.25,"user":"u-1","x-vendor.ext":{"deep":[1,2.50,"three",null]}}`
+	resp, out := r.rawStream(body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	got := r.up["primary"].requests()[0].body
+	var sent map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(body), &sent))
+	for _, k := range []string{"messages", "response_format", "seed", "logprobs", "top_logprobs", "tool_choice", "tools", "max_tokens", "temperature", "user", "x-vendor.ext"} {
+		require.Contains(t, got, k)
+		require.JSONEq(t, string(sent[k]), string(got[k]), k)
+	}
+	require.NotContains(t, got, "fallbacks")
+	require.NotContains(t, got, "max_completion_tokens", "the client's max_tokens is not doubled")
+	require.JSONEq(t, `{"include_usage":true}`, string(got["stream_options"]), "the gateway asks for usage itself")
+	require.Equal(t, `"up-primary"`, string(got["model"]))
+}
+
+func TestRequestErrors(t *testing.T) {
+	r := newRig(t, "")
+	for _, c := range []struct {
+		body, code string
+		status     int
+	}{
+		{`{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, "model_not_found", 404},
+		{`{"model":"primary","fallbacks":["nope"],"messages":[{"role":"user","content":"hi"}]}`, "model_not_found", 404},
+		{`{"model":"primary","messages":[]}`, "invalid_request", 400},
+		{`{"model":"primary","fallbacks":["backup","backup","backup","backup","backup","backup","backup","backup","backup"],"messages":[{"role":"user","content":"hi"}]}`, "invalid_request", 400},
+		{`{"model":"primary","n":2,"messages":[{"role":"user","content":"hi"}]}`, "invalid_request", 400},
+		{`{"messages":[{"role":"user","content":"hi"}]}`, "invalid_request", 400},
+		{`[1,2]`, "invalid_request", 400},
+		{`{"model":"primary","messages":[{"role":"user","content":"hi"}]} trailing`, "invalid_request", 400},
+	} {
+		resp, out := r.rawStream(c.body)
+		require.Equal(t, c.status, resp.StatusCode, c.body)
+		var e struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &e), out)
+		require.Equal(t, c.code, e.Error.Code, c.body)
+	}
+	for _, u := range r.up {
+		require.Empty(t, u.requests(), "a bad request reaches no upstream")
+	}
+	// "fallbacks": [] is accepted.
+	resp, out := r.rawStream(`{"model":"primary","fallbacks":[],"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+}
+
+// The access log has one JSON record per request, with no prompt or output text.
+func TestAccessLogHasNoText(t *testing.T) {
+	r := newRig(t, "")
+	r.up["primary"].play(act{chunks: []string{"SECRET-OUTPUT"}})
+	_, err := r.client.Chat.Completions.New(context.Background(), oai.ChatCompletionNewParams{Model: "primary",
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("SECRET-PROMPT")}})
+	require.NoError(t, err)
+	logs := r.logs.String()
+	require.NotContains(t, logs, "SECRET")
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(logs)), &rec), logs)
+	require.Equal(t, "request", rec["msg"])
+	require.Equal(t, "primary", rec["model"])
+	require.Equal(t, "ok", rec["outcome"])
+	require.EqualValues(t, 200, rec["status"])
+}
+
+func TestAPIKeys(t *testing.T) {
+	r := newRig(t, "", WithAPIKeys("k-one", "k-two"))
+	cw := r.newClient("wrong")
+	_, err := cw.Chat.Completions.New(context.Background(), params("primary"))
+	var apiErr *oai.Error
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
+	c1 := r.newClient("k-one")
+	_, err = c1.Models.List(context.Background())
+	require.NoError(t, err)
+	c2 := r.newClient("k-two")
+	_, err = c2.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	resp, _ := r.rawStream(streamBody("primary"), "X-Api-Key", "k-two")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, _ = r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	hz, err := r.hc.Get(r.srv.URL + "/healthz")
+	require.NoError(t, err)
+	hz.Body.Close()
+	require.Equal(t, http.StatusOK, hz.StatusCode, "health needs no key")
+	require.Len(t, r.up["primary"].requests(), 2, "an unauthorised request reaches no upstream")
+}
+
+func TestBodyLimit(t *testing.T) {
+	r := newRig(t, "", WithMaxBodyBytes(256))
+	big := `{"model":"primary","messages":[{"role":"user","content":"` + strings.Repeat("x", 300) + `"}]}`
+	resp, out := r.rawStream(big)
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, out)
+	require.Empty(t, r.up["primary"].requests())
+	r.healthy()
+}
+
+func TestConcurrencyLimit(t *testing.T) {
+	r := newRig(t, "", WithMaxConcurrent(1))
+	release := make(chan struct{})
+	r.up["primary"].play(act{hold: release, chunks: []string{"slow"}}, act{chunks: []string{"ok"}})
+	done := make(chan streamed)
+	go func() { done <- r.stream("primary") }()
+	require.Eventually(t, func() bool { return len(r.up["primary"].requests()) == 1 }, 5e9, 1e6)
+	resp, out := r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, out)
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	require.Contains(t, out, "gateway_busy")
+	require.Len(t, r.up["primary"].requests(), 1, "the rejected request reached no upstream")
+	close(release)
+	got := <-done
+	require.NoError(t, got.err)
+	require.Equal(t, "slow", got.text)
+	// The slot frees when the handler returns, just after the client's [DONE].
+	require.Eventually(t, func() bool { return len(r.gw.sem) == 0 }, 5*time.Second, time.Millisecond)
+	r.healthy()
+}
+
+var _ = option.WithHeader
+
+// The per-write deadline does not outlive its request: the next request on
+// the same keep-alive connection is served after the deadline has passed
+// (net/http clears it after each request; this holds the gateway to it).
+func TestWriteDeadlineClearedForKeepAlive(t *testing.T) {
+	r := newRig(t, "", WithWriteTimeout(100*time.Millisecond))
+	var reused []bool
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = append(reused, i.Reused) }}
+	ctx := httptrace.WithClientTrace(context.Background(), trace)
+	for i := range 3 {
+		cc, err := r.client.Chat.Completions.New(ctx, params("primary"))
+		require.NoError(t, err, "request %d", i)
+		require.Equal(t, "ok", cc.Choices[0].Message.Content)
+		time.Sleep(200 * time.Millisecond) // past the write deadline (no assertion on time)
+	}
+	require.Contains(t, reused, true, "the test needs a reused connection")
+}
+
+// WithUpstreamConns caps the connections to an upstream: a second request
+// waits for the first one's connection.
+func TestUpstreamConnectionLimit(t *testing.T) {
+	r := newRig(t, `"rules": []`, WithUpstreamConns(1))
+	hold := make(chan struct{})
+	r.up["primary"].play(act{chunks: []string{"first"}, afterText: hold}, act{chunks: []string{"second"}})
+	first := make(chan streamed, 1)
+	go func() { first <- r.stream("primary") }()
+	require.Eventually(t, func() bool { return len(r.up["primary"].requests()) == 1 }, 5*time.Second, time.Millisecond)
+	second := make(chan streamed, 1)
+	go func() { second <- r.stream("primary") }()
+	require.Never(t, func() bool { return len(r.up["primary"].requests()) > 1 }, 200*time.Millisecond, 5*time.Millisecond,
+		"a second upstream connection was opened")
+	close(hold)
+	require.Equal(t, "first", (<-first).text)
+	got := <-second
+	require.NoError(t, got.err)
+	require.Equal(t, "second", got.text)
+}
+
+// /metrics exposes requests, attempts, fail-overs, commits, time to first
+// content, in-flight gauges and the gateway's own counters.
+func TestMetrics(t *testing.T) {
+	r := newRig(t, "")
+	r.up["primary"].play(act{status: 503})
+	r.up["backup"].play(act{chunks: []string{"ok"}})
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	r.up["primary"].play(act{malformed: 1, chunks: []string{"ok"}})
+	require.NoError(t, r.stream("primary").err)
+	resp, body := r.rawStream(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+
+	mr, err := r.hc.Get(r.srv.URL + "/metrics")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(mr.Body)
+	mr.Body.Close()
+	body = string(b)
+	for _, want := range []string{
+		`retryhost_gateway_requests_total{code="200",outcome="ok",route="primary"} 2`,
+		`retryhost_gateway_requests_total{code="404",outcome="client_error",route=""} 1`,
+		`retryhost_gateway_attempts_total{class="overloaded",model="openai/up-primary",outcome="error"} 1`,
+		`retryhost_gateway_attempts_total{class="",model="openai/up-backup",outcome="success"} 1`,
+		`retryhost_gateway_failovers_total{to="openai/up-backup"} 1`,
+		`retryhost_gateway_commits_total{model="openai/up-backup"} 1`,
+		`retryhost_gateway_time_to_first_content_seconds_count{model="openai/up-primary"} 1`,
+		`retryhost_gateway_inflight_requests 0`,
+		`retryhost_gateway_inflight_streams 0`,
+		`retryhost_gateway_upstream_malformed_events_total 1`,
+		`go_goroutines`,
+	} {
+		require.Contains(t, body, want)
+	}
+	require.NotContains(t, body, "nope", "a client's unknown route name never becomes a label value")
+}

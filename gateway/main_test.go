@@ -1,0 +1,217 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/retryhost/retryhost/policy"
+)
+
+// TestMain fails the package's tests if any goroutine is left behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// defaultRules is a gateway's usual policy: retry rate limits on the same
+// model (with Retry-After, else backoff with jitter), switch on server
+// errors, cut connections, timeouts and refusals; never resend a 4xx.
+const defaultRules = `
+	"rules": [
+		{"when": {"status": [429]}, "action": "retry", "attempts": 4},
+		{"when": {"status": [429]}, "action": "switch", "model": "backup"},
+		{"when": {"status_range": [500, 599]}, "action": "switch", "model": "backup"},
+		{"when": {"class": ["server", "overloaded", "network", "timeout", "refusal"]}, "action": "switch", "model": "backup"}
+	],
+	"backoff": {"delay": "1s", "factor": 2, "max_delay": "4s", "jitter": "equal"},
+	"deadlines": {"first_content": "1500ms", "gap": "1s"}`
+
+type rig struct {
+	t      *testing.T
+	gw     *Gateway
+	srv    *httptest.Server
+	up     map[string]*upstream
+	hc     *http.Client
+	client oai.Client
+	logs   *syncBuffer
+	key    string
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// newRig starts three upstreams (primary, backup, third), a gateway over a
+// policy with rules (defaultRules when empty) and an openai-go client
+// pointed at it.
+func newRig(t *testing.T, rules string, opts ...Option) *rig {
+	t.Helper()
+	if rules == "" {
+		rules = defaultRules
+	}
+	r := &rig{t: t, up: map[string]*upstream{}, logs: &syncBuffer{}}
+	var models []string
+	for _, n := range []string{"primary", "backup", "third"} {
+		u := newUpstream(n)
+		r.up[n] = u
+		models = append(models, fmt.Sprintf(`{"name": %q, "provider": "openai", "model": "up-%s", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}`, n, n, u.url()))
+	}
+	pol := fmt.Sprintf(`{"models": [%s], %s}`, strings.Join(models, ", "), rules)
+	popts := policy.Options{Getenv: func(string) string { return "sk-upstream" }}
+	opts = append([]Option{WithLogger(newJSONLogger(r.logs))}, opts...)
+	gw, err := New(context.Background(), Bytes("test-policy.json", []byte(pol), popts), opts...)
+	require.NoError(t, err)
+	r.gw = gw
+	r.srv = httptest.NewServer(gw)
+	r.hc = &http.Client{Transport: &http.Transport{}}
+	r.client = r.newClient("")
+	t.Cleanup(func() {
+		r.hc.CloseIdleConnections()
+		r.srv.Close()
+		require.NoError(t, gw.Close(context.Background()))
+		for _, u := range r.up {
+			u.srv.Close()
+		}
+	})
+	return r
+}
+
+func (r *rig) newClient(key string) oai.Client {
+	if key == "" {
+		key = "client-key"
+	}
+	return oai.NewClient(option.WithBaseURL(r.srv.URL+"/v1"), option.WithAPIKey(key),
+		option.WithMaxRetries(0), option.WithHTTPClient(r.hc))
+}
+
+func params(model string) oai.ChatCompletionNewParams {
+	return oai.ChatCompletionNewParams{Model: model, Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Capital of France?")}}
+}
+
+// streamed is what a client read from a stream.
+type streamed struct {
+	text   string
+	models map[string]bool
+	finish string
+	usage  *oai.CompletionUsage
+	err    error
+}
+
+func (r *rig) stream(model string, opts ...option.RequestOption) streamed {
+	r.t.Helper()
+	p := params(model)
+	p.StreamOptions.IncludeUsage = oai.Bool(true)
+	s := r.client.Chat.Completions.NewStreaming(context.Background(), p, opts...)
+	defer s.Close()
+	out := streamed{models: map[string]bool{}}
+	var b strings.Builder
+	for s.Next() {
+		c := s.Current()
+		out.models[c.Model] = true
+		for _, ch := range c.Choices {
+			b.WriteString(ch.Delta.Content)
+			if ch.FinishReason != "" {
+				out.finish = ch.FinishReason
+			}
+		}
+		if c.JSON.Usage.Valid() && c.Usage.TotalTokens > 0 {
+			u := c.Usage
+			out.usage = &u
+		}
+	}
+	out.text, out.err = b.String(), s.Err()
+	return out
+}
+
+// healthy asserts the gateway answers a plain non-streaming request right
+// after a fault: every upstream is set to answer.
+func (r *rig) healthy() {
+	r.t.Helper()
+	for _, u := range r.up {
+		u.play(act{chunks: []string{"fine"}})
+	}
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(r.t, err, "the gateway is not healthy after the fault")
+	require.Equal(r.t, "fine", cc.Choices[0].Message.Content)
+	require.Equal(r.t, "primary", cc.Model)
+	for _, u := range r.up {
+		u.reset()
+	}
+}
+
+// rawStream posts a streaming request and returns the raw SSE body.
+func (r *rig) rawStream(body string, hdr ...string) (*http.Response, string) {
+	r.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/v1/chat/completions", strings.NewReader(body))
+	require.NoError(r.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := r.hc.Do(req)
+	require.NoError(r.t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// events splits an SSE body into its data payloads.
+func events(body string) []string {
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func streamBody(model string) string {
+	return `{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+}
+
+// within counts the hits that fall in any window of length d.
+func maxInWindow(hits []hit, d time.Duration) int {
+	best := 0
+	for i := range hits {
+		n := 0
+		for j := i; j < len(hits) && hits[j].at.Sub(hits[i].at) < d; j++ {
+			n++
+		}
+		best = max(best, n)
+	}
+	return best
+}
+
+var _ = time.Second
+
+func newTestServer(t *testing.T, h http.Handler) *httptest.Server {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}

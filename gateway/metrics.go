@@ -1,0 +1,101 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/retryhost/retryhost/driver"
+)
+
+// metrics are the gateway's Prometheus metrics, in a registry of its own
+// (two gateways in one process never collide). Labels come from bounded
+// sets: route and model names of the policy, HTTP status codes, outcomes
+// and error classes.
+type metrics struct {
+	reg *prometheus.Registry
+
+	requests  *prometheus.CounterVec   // route, code, outcome
+	attempts  *prometheus.CounterVec   // model, outcome, class
+	failovers *prometheus.CounterVec   // to
+	commits   *prometheus.CounterVec   // model
+	ttfc      *prometheus.HistogramVec // model: request start → first content
+	inflight  prometheus.Gauge         // chat requests being served
+	streams   prometheus.Gauge         // committed streams being relayed
+}
+
+func newMetrics(st *stats) *metrics {
+	const ns = "retryhost_gateway"
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
+		Help: "Chat requests answered, by route asked for, HTTP status and outcome."}, []string{"route", "code", "outcome"})
+	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "attempts_total",
+		Help: "Upstream attempts, by model, outcome (success, error, rejected, truncated) and error class."}, []string{"model", "outcome", "class"})
+	m.failovers = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "failovers_total",
+		Help: "Attempts that moved a request to another model, by the model moved to."}, []string{"to"})
+	m.commits = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "commits_total",
+		Help: "Answers committed (first content reached the client side of the gate), by model."}, []string{"model"})
+	m.ttfc = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "time_to_first_content_seconds",
+		Help:    "From the request's start to its commit (retries and fail-overs included), by the model that answered.",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"model"})
+	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "inflight_requests",
+		Help: "Chat requests being served."})
+	m.streams = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "inflight_streams",
+		Help: "Committed streams being relayed to clients."})
+	counter := func(name, help string, f func() int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help},
+			func() float64 { return float64(f()) })
+	}
+	m.reg.MustRegister(m.requests, m.attempts, m.failovers, m.commits, m.ttfc, m.inflight, m.streams,
+		counter("upstream_malformed_events_total", "Upstream SSE events skipped: not JSON objects, or too large.", st.malformed.Load),
+		counter("unauthorized_total", "Requests refused for a missing or wrong API key.", st.unauthorized.Load),
+		counter("busy_rejections_total", "Chat requests refused with 429 because the gateway was full.", st.rejectedBusy.Load),
+		counter("reloads_total", "Policy reloads that took effect.", st.reloads.Load),
+		counter("reload_failures_total", "Policy reloads rejected (the old policy was kept).", st.reloadFailures.Load),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+func (m *metrics) request(l *accessLog) {
+	m.requests.WithLabelValues(l.route, strconv.Itoa(l.status), l.outcome).Inc()
+}
+
+// observer is the driver.Observer the gateway adds to every policy it
+// loads: attempts, fail-overs and commits by model.
+type observer struct{ m *metrics }
+
+func (o observer) RequestStart(ctx context.Context, _ driver.RequestEvent) context.Context {
+	return ctx
+}
+
+func (o observer) AttemptStart(ctx context.Context, e driver.AttemptEvent) context.Context {
+	if e.FailOver {
+		o.m.failovers.WithLabelValues(e.Model.Key()).Inc()
+	}
+	return ctx
+}
+
+func (o observer) AttemptEnd(_ context.Context, e driver.AttemptEndEvent) {
+	class := ""
+	if e.Outcome == driver.AttemptFailed || e.Outcome == driver.AttemptTruncated {
+		class = e.Class.String()
+	}
+	o.m.attempts.WithLabelValues(e.Model.Key(), e.Outcome.String(), class).Inc()
+}
+
+func (o observer) Commit(_ context.Context, e driver.CommitEvent) {
+	o.m.commits.WithLabelValues(e.Model.Key()).Inc()
+	o.m.ttfc.WithLabelValues(e.Model.Key()).Observe(e.Elapsed.Seconds())
+}
+
+func (o observer) RequestEnd(context.Context, driver.RequestEndEvent) {}

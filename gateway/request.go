@@ -1,0 +1,241 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/retryhost/retryhost/driver"
+)
+
+// chatRequest is a parsed /v1/chat/completions body.
+type chatRequest struct {
+	model        string
+	stream       bool
+	includeUsage bool
+	fallbacks    []string
+	req          driver.Request
+}
+
+// requestError is a client mistake in the body: 400 with param named.
+type requestError struct {
+	param, msg string
+}
+
+func (e *requestError) Error() string { return e.msg }
+
+func badRequest(param, format string, args ...any) error {
+	return &requestError{param: param, msg: fmt.Sprintf(format, args...)}
+}
+
+// maxFallbacks caps a request's own fallback chain: each link is a whole
+// policy request.
+const maxFallbacks = 8
+
+// gatewayFields are the fields the gateway consumes; every other field is
+// forwarded to OpenAI-compatible upstreams as it came.
+var gatewayFields = map[string]bool{"model": true, "stream": true, "stream_options": true, "fallbacks": true}
+
+// parseChat reads the body into the driver's request (the fields it
+// models, for every provider) and keeps every other field, and the
+// original messages and tools, raw for OpenAI-compatible upstreams
+// (forward).
+func parseChat(body []byte, providers []string) (*chatRequest, error) {
+	var fields map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&fields); err != nil {
+		return nil, badRequest("", "the body is not a JSON object: %v", err)
+	}
+	if dec.More() {
+		return nil, badRequest("", "the body has data after its JSON object")
+	}
+	if fields == nil {
+		return nil, badRequest("", "the body is not a JSON object")
+	}
+	c := &chatRequest{}
+	if err := field(fields, "model", &c.model); err != nil || c.model == "" {
+		return nil, badRequest("model", "model: a route name (a string) is required; GET /v1/models lists them")
+	}
+	if err := field(fields, "stream", &c.stream); err != nil {
+		return nil, badRequest("stream", "stream: want a boolean")
+	}
+	var so *struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
+	if err := field(fields, "stream_options", &so); err != nil {
+		return nil, badRequest("stream_options", "stream_options: %v", err)
+	}
+	if so != nil {
+		c.includeUsage = so.IncludeUsage
+	}
+	if err := field(fields, "fallbacks", &c.fallbacks); err != nil {
+		return nil, badRequest("fallbacks", "fallbacks: want a list of route names")
+	}
+	if len(c.fallbacks) > maxFallbacks {
+		return nil, badRequest("fallbacks", "fallbacks: at most %d routes, got %d", maxFallbacks, len(c.fallbacks))
+	}
+	var n *int
+	if err := field(fields, "n", &n); err != nil || (n != nil && *n != 1) {
+		return nil, badRequest("n", "n: only 1 is supported (the gateway follows one choice)")
+	}
+	r := &c.req
+	var msgs []wireMessage
+	if err := field(fields, "messages", &msgs); err != nil {
+		return nil, badRequest("messages", "messages: %v", err)
+	}
+	if len(msgs) == 0 {
+		return nil, badRequest("messages", "messages: at least one message is required")
+	}
+	for i := range msgs {
+		m, err := msgs[i].driver()
+		if err != nil {
+			return nil, badRequest(fmt.Sprintf("messages[%d]", i), "messages[%d]: %v", i, err)
+		}
+		r.Messages = append(r.Messages, m)
+	}
+	var tools []struct {
+		Type     string `json:"type"`
+		Function *struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+		} `json:"function"`
+	}
+	if err := field(fields, "tools", &tools); err != nil {
+		return nil, badRequest("tools", "tools: %v", err)
+	}
+	for i, t := range tools {
+		if t.Function == nil || t.Function.Name == "" {
+			continue // not a function tool: forwarded raw only
+		}
+		_ = i
+		r.Tools = append(r.Tools, driver.Tool{Name: t.Function.Name, Description: t.Function.Description,
+			Schema: string(t.Function.Parameters)})
+	}
+	for _, k := range [...]string{"max_completion_tokens", "max_tokens"} {
+		var v *int
+		if err := field(fields, k, &v); err != nil || (v != nil && *v < 0) {
+			return nil, badRequest(k, "%s: want a non-negative integer", k)
+		}
+		if v != nil && r.MaxOutputTokens == 0 {
+			r.MaxOutputTokens = *v
+		}
+	}
+	if err := field(fields, "temperature", &r.Temperature); err != nil {
+		return nil, badRequest("temperature", "temperature: want a number")
+	}
+	if err := field(fields, "top_p", &r.TopP); err != nil {
+		return nil, badRequest("top_p", "top_p: want a number")
+	}
+	if err := field(fields, "seed", &r.Seed); err != nil {
+		return nil, badRequest("seed", "seed: want an integer")
+	}
+	if raw, ok := fields["stop"]; ok && !isNull(raw) {
+		var one string
+		if json.Unmarshal(raw, &one) == nil {
+			r.StopSequences = []string{one}
+		} else if err := json.Unmarshal(raw, &r.StopSequences); err != nil {
+			return nil, badRequest("stop", "stop: want a string or a list of strings")
+		}
+	}
+	if len(providers) > 0 {
+		fwd := make(map[string]any, len(fields))
+		for k, v := range fields {
+			if !gatewayFields[k] {
+				fwd[k] = v
+			}
+		}
+		r.ProviderOptions = make(map[string]any, len(providers))
+		for _, p := range providers {
+			r.ProviderOptions[p] = fwd
+		}
+	}
+	return c, nil
+}
+
+// field decodes fields[k] into v when present and not null.
+func field(fields map[string]json.RawMessage, k string, v any) error {
+	raw, ok := fields[k]
+	if !ok || isNull(raw) {
+		return nil
+	}
+	return json.Unmarshal(raw, v)
+}
+
+func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+// wireMessage is one OpenAI chat message, as far as the driver models it.
+type wireMessage struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCallID string          `json:"tool_call_id"`
+	ToolCalls  []struct {
+		ID       string `json:"id"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+}
+
+var errContent = errors.New("content: want a string, a list of content parts, or null")
+
+// text returns the message's text: the string, or its text parts joined
+// (other parts, such as images, reach OpenAI-compatible upstreams raw).
+func (m *wireMessage) text() (string, error) {
+	if len(m.Content) == 0 || isNull(m.Content) {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(m.Content, &parts); err != nil {
+		return "", errContent
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String(), nil
+}
+
+func (m *wireMessage) driver() (driver.Message, error) {
+	text, err := m.text()
+	if err != nil {
+		return driver.Message{}, err
+	}
+	switch m.Role {
+	case "system", "developer":
+		return driver.Message{Role: driver.RoleSystem, Content: []driver.Content{{Text: text}}}, nil
+	case "user":
+		return driver.Message{Role: driver.RoleUser, Content: []driver.Content{{Text: text}}}, nil
+	case "assistant":
+		msg := driver.Message{Role: driver.RoleAssistant}
+		if text != "" {
+			msg.Content = append(msg.Content, driver.Content{Text: text})
+		}
+		for _, tc := range m.ToolCalls {
+			msg.Content = append(msg.Content, driver.Content{ToolCallID: tc.ID, ToolName: tc.Function.Name,
+				ToolInput: tc.Function.Arguments})
+		}
+		return msg, nil
+	case "tool":
+		if m.ToolCallID == "" {
+			return driver.Message{}, errors.New("a tool message needs tool_call_id")
+		}
+		return driver.Message{Role: driver.RoleTool, Content: []driver.Content{{ToolCallID: m.ToolCallID, ToolResult: text}}}, nil
+	case "":
+		return driver.Message{}, errors.New("role is required")
+	}
+	return driver.Message{}, fmt.Errorf("unknown role %q", m.Role)
+}

@@ -1,0 +1,184 @@
+package wasmcheck
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/wazero"
+
+	"github.com/retryhost/retryhost/internal/wasmgen"
+)
+
+// generous are limits no real plugin comes near, far below the bombs.
+var generous = Limits{
+	ModuleBytes: 16 << 20, Functions: 50_000, Imports: 1000, Exports: 1000,
+	DataBytes: 8 << 20, BodyBytes: 1 << 20, Nesting: 2048, Locals: 50_000,
+	Tables: 4, TableEntries: 1 << 20, Types: 10_000, Globals: 10_000,
+	DataSegments: 500_000, Elements: 1 << 18, Names: 1 << 18,
+}
+
+func wasmFiles(t testing.TB) []string {
+	var files []string
+	for _, pat := range []string{"../../testdata/*.wasm", "../../../plugins/*/*.wasm", "../../../examples/*/guest/*.wasm"} {
+		m, err := filepath.Glob(pat)
+		require.NoError(t, err)
+		files = append(files, m...)
+	}
+	require.NotEmpty(t, files)
+	return files
+}
+
+// TestCheck_RealModules: every module the project ships passes the
+// pre-parse unchanged, except the hostile fixtures it exists to refuse.
+func TestCheck_RealModules(t *testing.T) {
+	refused := map[string]error{
+		"tablegrow.wasm": &LimitError{}, "tablefill.wasm": &LimitError{},
+		"tablehuge.wasm": &LimitError{}, "startloop.wasm": ErrStartSection,
+		"garbage_bytes.wasm": nil,
+	}
+	for _, f := range wasmFiles(t) {
+		t.Run(f, func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			info, err := Check(b, generous)
+			want, special := refused[filepath.Base(f)]
+			switch {
+			case !special:
+				require.NoError(t, err)
+				require.Positive(t, info.Functions)
+			case errors.Is(want, ErrStartSection):
+				require.ErrorIs(t, err, want)
+			default:
+				var le *LimitError
+				require.ErrorAs(t, err, &le)
+			}
+		})
+	}
+}
+
+// TestCheck_GoGuestCounts pins what the Go-SDK builds declare, the figures
+// the host's defaults are chosen against (README, "Sandbox limits").
+func TestCheck_GoGuestCounts(t *testing.T) {
+	b, err := os.ReadFile("../../../plugins/errmatch/errmatch.wasm")
+	require.NoError(t, err)
+	info, err := Check(b, Limits{})
+	require.NoError(t, err)
+	require.Less(t, info.Functions, uint64(5000))
+	require.Less(t, info.MaxNesting, uint64(1024))
+	require.Less(t, info.MaxBody, uint64(128<<10))
+	require.Less(t, info.DataBytes, uint64(2<<20))
+	require.Less(t, info.TableEntries, uint64(16<<10))
+	require.Less(t, info.MaxLocals, uint64(100))
+	require.Less(t, info.Types, uint64(100))
+	require.Less(t, info.Globals, uint64(100))
+	require.Less(t, info.DataSegments, uint64(100_000))
+	require.Less(t, info.Elements, uint64(16<<10))
+	require.Less(t, info.Names, uint64(16<<10))
+}
+
+func TestCheck_Limits(t *testing.T) {
+	imports := func(n int) []byte {
+		p := wasmgen.LEB(nil, uint64(n))
+		for range n {
+			p = append(p, 1, 'm', 1, 'f', 0, 0)
+		}
+		m := wasmgen.Section([]byte(wasmgen.Header), 1, []byte{1, 0x60, 0, 0})
+		return wasmgen.Section(m, 2, p)
+	}
+	table := func(flags byte, lims ...uint64) []byte {
+		p := []byte{1, 0x70, flags}
+		for _, l := range lims {
+			p = wasmgen.LEB(p, l)
+		}
+		return wasmgen.Section([]byte(wasmgen.Header), 4, p)
+	}
+	tests := []struct {
+		name  string
+		wasm  []byte
+		lim   Limits
+		limit string // "" for a sentinel
+		err   error
+	}{
+		{"module size", wasmgen.Data(1 << 20), Limits{ModuleBytes: 1 << 20}, "ModuleBytes", nil},
+		{"exports", wasmgen.Exports(1001), generous, "Exports", nil},
+		{"functions", wasmgen.Nested(11, 1), Limits{Functions: 10}, "Functions", nil},
+		{"imports", imports(11), Limits{Imports: 10}, "Imports", nil},
+		{"imported functions", imports(11), Limits{Functions: 10}, "Functions", nil},
+		{"data bytes", wasmgen.Data(8<<20 + 1), generous, "DataBytes", nil},
+		{"nesting", wasmgen.Nested(1, 2049), generous, "Nesting", nil},
+		{"body size", wasmgen.Nested(1, 1000), Limits{BodyBytes: 2000}, "BodyBytes", nil},
+		{"locals", wasmgen.Locals(50_001), generous, "Locals", nil},
+		{"tables", table(0, 1), Limits{Tables: 0}, "", nil}, // no limit: accepted
+		{"table minimum", table(0, 1<<20+1), generous, "TableEntries", nil},
+		{"table maximum", table(1, 0, 1<<20+1), generous, "TableEntries", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Check(tc.wasm, tc.lim)
+			if tc.limit == "" && tc.err == nil {
+				require.NoError(t, err)
+				return
+			}
+			var le *LimitError
+			require.ErrorAs(t, err, &le)
+			require.Equal(t, tc.limit, le.Limit)
+			require.Greater(t, le.Got, le.Max)
+			require.Contains(t, le.Error(), tc.limit)
+			// The same module passes once the limit allows it.
+			_, err = Check(tc.wasm, Limits{})
+			require.NoError(t, err)
+		})
+	}
+}
+
+// TestCheck_Truncated: a prefix of a real module is refused as malformed
+// unless it ends exactly between two sections; never a panic.
+func TestCheck_Truncated(t *testing.T) {
+	b, err := os.ReadFile("../../../plugins/c/status.wasm")
+	require.NoError(t, err)
+	whole := 0
+	for n := range len(b) {
+		_, err := Check(b[:n], generous)
+		if err == nil {
+			whole++
+			continue
+		}
+		var fe *FormatError
+		require.ErrorAs(t, err, &fe, "prefix of %d bytes", n)
+	}
+	require.LessOrEqual(t, whole, 12, "only the prefixes that end between sections")
+}
+
+// FuzzCheck: the pre-parse never panics, and it agrees with wazero: a
+// module wazero compiles is never malformed to it (so no limit is ever
+// computed on misread bytes).
+func FuzzCheck(f *testing.F) {
+	for _, file := range wasmFiles(f) {
+		if b, err := os.ReadFile(file); err == nil && len(b) < 4096 {
+			f.Add(b)
+		}
+	}
+	f.Add(wasmgen.Nested(2, 3))
+	f.Add(wasmgen.Exports(3))
+	f.Add(wasmgen.Locals(3))
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer rt.Close(ctx)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, err := Check(b, Limits{})
+		var fe *FormatError
+		// A length past the end of its bytes may make wazero allocate
+		// terabytes (see FormatError.Short): never handed to it.
+		if !errors.As(err, &fe) || fe.Short {
+			return
+		}
+		if cm, werr := rt.CompileModule(ctx, b); werr == nil {
+			_ = cm.Close(ctx)
+			t.Fatalf("wazero compiles a module the pre-parse calls malformed: %v", err)
+		}
+	})
+}

@@ -1,0 +1,164 @@
+// Package wasmgen builds WebAssembly binaries too large or too regular to
+// commit as WAT: the load-time bombs of the host's hostile tests (200,000
+// exports, 100,000 nested blocks, a 60 MB data segment). Test use only.
+package wasmgen
+
+// LEB appends v as an unsigned LEB128.
+func LEB(b []byte, v uint64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if v == 0 {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
+// Section appends a section with its id and size.
+func Section(b []byte, id byte, payload []byte) []byte {
+	b = append(b, id)
+	b = LEB(b, uint64(len(payload)))
+	return append(b, payload...)
+}
+
+func name(b []byte, s string) []byte { return append(LEB(b, uint64(len(s))), s...) }
+
+// Header is the magic and version of a WebAssembly 1.0 binary.
+const Header = "\x00asm\x01\x00\x00\x00"
+
+// oneFunc is a module with one type () -> () and n functions of it.
+func funcs(n int) []byte {
+	m := []byte(Header)
+	m = Section(m, 1, []byte{1, 0x60, 0, 0})
+	fs := LEB(nil, uint64(n))
+	for range n {
+		fs = append(fs, 0)
+	}
+	return Section(m, 3, fs)
+}
+
+// code appends a code section holding the bodies.
+func code(m []byte, bodies ...[]byte) []byte {
+	c := LEB(nil, uint64(len(bodies)))
+	for _, b := range bodies {
+		c = LEB(c, uint64(len(b)))
+		c = append(c, b...)
+	}
+	return Section(m, 10, c)
+}
+
+// Exports is a module with one empty function exported n times.
+func Exports(n int) []byte {
+	m := funcs(1)
+	e := LEB(nil, uint64(n))
+	buf := make([]byte, 0, 16)
+	for i := range n {
+		buf = LEB(buf[:0], uint64(i))
+		e = name(e, "e"+string(hex(buf)))
+		e = append(e, 0, 0)
+	}
+	m = Section(m, 7, e)
+	return code(m, []byte{0, 0x0b})
+}
+
+func hex(b []byte) []byte {
+	const digits = "0123456789abcdef"
+	out := make([]byte, 0, 2*len(b))
+	for _, c := range b {
+		out = append(out, digits[c>>4], digits[c&15])
+	}
+	return out
+}
+
+// Nested is a module of fns functions, each depth blocks deep.
+func Nested(fns, depth int) []byte {
+	body := make([]byte, 0, 3*depth+2)
+	body = append(body, 0)
+	for range depth {
+		body = append(body, 0x02, 0x40)
+	}
+	for range depth {
+		body = append(body, 0x0b)
+	}
+	body = append(body, 0x0b)
+	bodies := make([][]byte, fns)
+	for i := range bodies {
+		bodies[i] = body
+	}
+	return code(funcs(fns), bodies...)
+}
+
+// Data is a module with a memory and one active data segment of n bytes
+// (zeros) at address 0.
+func Data(n int) []byte {
+	m := []byte(Header)
+	pages := uint64(n+65535) / 65536
+	mem := LEB([]byte{1, 0}, pages)
+	m = Section(m, 5, mem)
+	d := []byte{1, 0, 0x41, 0, 0x0b}
+	d = LEB(d, uint64(n))
+	d = append(d, make([]byte, n)...)
+	return Section(m, 11, d)
+}
+
+// Locals is a module with one function declaring n i32 locals.
+func Locals(n uint32) []byte {
+	body := LEB([]byte{1}, uint64(n))
+	body = append(body, 0x7f, 0x0b)
+	return code(funcs(1), body)
+}
+
+// Types is a module of n function types (distinct parameter lists).
+func Types(n int) []byte {
+	p := LEB(nil, uint64(n))
+	for i := range n {
+		p = append(p, 0x60, 1, byte(0x7c+i%4), 0)
+	}
+	return Section([]byte(Header), 1, p)
+}
+
+// Globals is a module of n immutable i32 globals.
+func Globals(n int) []byte {
+	p := LEB(nil, uint64(n))
+	for range n {
+		p = append(p, 0x7f, 0, 0x41, 0, 0x0b)
+	}
+	return Section([]byte(Header), 6, p)
+}
+
+// DataSegments is a module with a memory and n empty passive data segments.
+func DataSegments(n int) []byte {
+	m := Section([]byte(Header), 5, []byte{1, 0, 1})
+	p := LEB(nil, uint64(n))
+	for range n {
+		p = append(p, 1, 0)
+	}
+	return Section(m, 11, p)
+}
+
+// Elements is a module with one function and a passive element segment
+// of n references to it.
+func Elements(n int) []byte {
+	m := funcs(1)
+	p := LEB([]byte{1, 1, 0}, uint64(n))
+	for range n {
+		p = append(p, 0)
+	}
+	m = Section(m, 9, p)
+	return code(m, []byte{0, 0x0b})
+}
+
+// Names is a module whose "name" section names n functions.
+func Names(n int) []byte {
+	sub := LEB(nil, uint64(n))
+	for i := range n {
+		sub = LEB(sub, uint64(i))
+		sub = name(sub, "f")
+	}
+	p := name(nil, "name")
+	p = append(p, 1)
+	p = LEB(p, uint64(len(sub)))
+	p = append(p, sub...)
+	return Section([]byte(Header), 0, p)
+}

@@ -1,0 +1,494 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/provider/internal/adapter"
+)
+
+// This file is the Responses API (POST /responses) side of the adapter,
+// chosen with WithResponsesAPI. It maps the same driver request and the
+// same parts, errors and classes as Chat Completions, so a policy can fail
+// over between the two APIs, or to another provider, unchanged.
+
+// generateResponses makes one non-streaming Responses API call.
+func (m *Model) generateResponses(ctx context.Context, req *driver.Request) (*driver.Response, error) {
+	params, opts, warnings, err := m.responsesParams(req)
+	if err != nil {
+		return nil, err
+	}
+	var raw *http.Response
+	r, err := m.client.Responses.New(ctx, params, append(opts, option.WithResponseInto(&raw))...)
+	if err != nil {
+		return nil, m.openError(ctx, err, raw)
+	}
+	if r.Status == responses.ResponseStatusFailed {
+		return nil, responseFailed(m.provider, &r.Error, []byte(r.RawJSON()))
+	}
+	resp := &driver.Response{
+		Meta:     abi.ResponseMeta{ID: r.ID, ModelID: r.Model, Timestamp: unixFloat(r.CreatedAt)},
+		Usage:    responsesUsage(&r.Usage),
+		Warnings: warnings,
+	}
+	if raw != nil {
+		resp.Headers = raw.Header
+	}
+	var refusal strings.Builder
+	tools := false
+	for i := range r.Output {
+		it := &r.Output[i]
+		switch it.Type {
+		case "reasoning":
+			var b strings.Builder
+			for _, s := range it.Summary {
+				b.WriteString(s.Text)
+			}
+			for _, c := range it.Content {
+				if c.Type == "reasoning_text" {
+					b.WriteString(c.Text)
+				}
+			}
+			if b.Len() > 0 {
+				resp.Content = append(resp.Content, abi.Part{Kind: abi.KindReasoningDelta, ID: it.ID, Delta: b.String()})
+			}
+		case "message":
+			for _, c := range it.Content {
+				switch c.Type {
+				case "output_text":
+					resp.Content = append(resp.Content, abi.Part{Kind: abi.KindTextDelta, ID: it.ID, Delta: c.Text})
+					for _, a := range c.Annotations {
+						if a.Type == "url_citation" {
+							resp.Content = append(resp.Content, abi.Part{Kind: abi.KindSource, ID: it.ID, Source: &abi.Source{URL: a.URL, Title: a.Title}})
+						}
+					}
+				case "refusal":
+					refusal.WriteString(c.Refusal)
+				}
+			}
+		case "function_call":
+			tools = true
+			resp.Content = append(resp.Content, abi.Part{Kind: abi.KindToolCall, ID: callID(it.CallID, it.ID),
+				Tool: &abi.ToolInfo{Name: it.Name, Input: orEmptyObject(it.Arguments.OfString)}})
+		}
+	}
+	resp.Finish = responsesFinish(r, tools)
+	if refusal.Len() > 0 {
+		if !slices.ContainsFunc(resp.Content, func(p abi.Part) bool { return driver.CommitOnOutput.IsContent(&p) }) {
+			return nil, adapter.Refusal(m.provider, "refusal", refusal.String())
+		}
+		resp.Content = append(resp.Content, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: refusal.String()})
+		resp.Finish = abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"}
+	}
+	return resp, nil
+}
+
+// streamResponses opens one streaming Responses API call.
+func (m *Model) streamResponses(ctx context.Context, req *driver.Request) (driver.Stream, error) {
+	params, opts, warnings, err := m.responsesParams(req)
+	if err != nil {
+		return nil, err
+	}
+	var raw *http.Response
+	st := m.client.Responses.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), option.WithMiddleware(adapter.NormalizeSSE))...)
+	if err := st.Err(); err != nil {
+		_ = st.Close()
+		return nil, m.openError(ctx, err, raw)
+	}
+	src := &responsesSource{provider: m.provider, st: st, raw: m.raw, tools: map[string]*toolCall{}}
+	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart, Warnings: warnings})
+	if raw != nil {
+		s.SetHeader(raw.Header)
+	}
+	return s, nil
+}
+
+// responsesParams translates a driver request for the Responses API.
+func (m *Model) responsesParams(req *driver.Request) (responses.ResponseNewParams, []option.RequestOption, []abi.Warning, error) {
+	p := responses.ResponseNewParams{Model: m.id}
+	if req == nil {
+		return p, nil, nil, errors.New("openai: nil request")
+	}
+	if req.System != "" {
+		p.Instructions = param.NewOpt(req.System)
+	}
+	var input responses.ResponseInputParam
+	for i := range req.Messages {
+		items, err := inputItems(&req.Messages[i])
+		if err != nil {
+			return p, nil, nil, fmt.Errorf("openai: message %d: %w", i, err)
+		}
+		input = append(input, items...)
+	}
+	p.Input.OfInputItemList = input
+	for _, t := range req.Tools {
+		var schema map[string]any
+		if t.Schema != "" {
+			if err := json.Unmarshal([]byte(t.Schema), &schema); err != nil {
+				return p, nil, nil, fmt.Errorf("openai: tool %q: schema: %w", t.Name, err)
+			}
+		}
+		// Not strict, as in Chat Completions: strict mode rejects the
+		// schemas most tools declare (optional fields, open objects).
+		tool := responses.ToolParamOfFunction(t.Name, schema, false)
+		if t.Description != "" {
+			tool.OfFunction.Description = param.NewOpt(t.Description)
+		}
+		p.Tools = append(p.Tools, tool)
+	}
+	if req.MaxOutputTokens > 0 {
+		p.MaxOutputTokens = param.NewOpt(int64(req.MaxOutputTokens))
+	}
+	if req.Temperature != nil {
+		p.Temperature = param.NewOpt(*req.Temperature)
+	}
+	if req.TopP != nil {
+		p.TopP = param.NewOpt(*req.TopP)
+	}
+	var warnings []abi.Warning
+	if req.Seed != nil {
+		warnings = append(warnings, abi.Warning{Type: "unsupported", Feature: "seed", Message: "the Responses API has no seed; it was not sent"})
+	}
+	if len(req.StopSequences) > 0 {
+		warnings = append(warnings, abi.Warning{Type: "unsupported", Feature: "stop", Message: "the Responses API has no stop sequences; they were not sent"})
+	}
+	opts, fields, err := m.passThrough(req)
+	if err != nil {
+		return p, nil, nil, err
+	}
+	if _, ok := fields["max_output_tokens"]; ok {
+		p.MaxOutputTokens = param.Opt[int64]{} // the caller's own wins, never both
+	}
+	return p, opts, warnings, nil
+}
+
+func inputItems(msg *driver.Message) ([]responses.ResponseInputItemUnionParam, error) {
+	switch msg.Role {
+	case driver.RoleSystem:
+		return []responses.ResponseInputItemUnionParam{
+			responses.ResponseInputItemParamOfMessage(joinText(msg.Content), responses.EasyInputMessageRoleSystem)}, nil
+	case driver.RoleUser:
+		return []responses.ResponseInputItemUnionParam{
+			responses.ResponseInputItemParamOfMessage(joinText(msg.Content), responses.EasyInputMessageRoleUser)}, nil
+	case driver.RoleAssistant:
+		var out []responses.ResponseInputItemUnionParam
+		if t := joinText(msg.Content); t != "" {
+			out = append(out, responses.ResponseInputItemParamOfMessage(t, responses.EasyInputMessageRoleAssistant))
+		}
+		for _, c := range msg.Content {
+			if c.ToolName != "" {
+				out = append(out, responses.ResponseInputItemParamOfFunctionCall(orEmptyObject(c.ToolInput), c.ToolCallID, c.ToolName))
+			}
+		}
+		return out, nil
+	case driver.RoleTool:
+		var out []responses.ResponseInputItemUnionParam
+		for _, c := range msg.Content {
+			if c.ToolCallID == "" {
+				return nil, errors.New("tool result without ToolCallID")
+			}
+			item := responses.ResponseInputItemParamOfFunctionCallOutput(c.ToolResult)
+			item.OfFunctionCallOutput.CallID = param.NewOpt(c.ToolCallID)
+			out = append(out, item)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unknown role %q", msg.Role)
+}
+
+// callID is a function call's id for the caller: the call_id the tool
+// result must name, else the item id.
+func callID(call, item string) string {
+	if call != "" {
+		return call
+	}
+	return item
+}
+
+func unixFloat(sec float64) time.Time {
+	if sec <= 0 || math.IsNaN(sec) || sec > math.MaxInt64/1e9 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(sec*1e9)).UTC()
+}
+
+func responsesUsage(u *responses.ResponseUsage) abi.Usage {
+	return abi.Usage{
+		InputTokens:      u.InputTokens,
+		OutputTokens:     u.OutputTokens,
+		CacheReadTokens:  u.InputTokensDetails.CachedTokens,
+		CacheWriteTokens: u.InputTokensDetails.CacheWriteTokens,
+		ReasoningTokens:  u.OutputTokensDetails.ReasoningTokens,
+	}
+}
+
+// responsesFinish maps a finished response's status: "completed" is a stop
+// (or tool calls when the model called a function), "incomplete" says why
+// in incomplete_details.
+func responsesFinish(r *responses.Response, tools bool) abi.FinishReason {
+	switch r.Status {
+	case responses.ResponseStatusCompleted:
+		if tools {
+			return abi.FinishReason{Unified: abi.ReasonToolCalls, Raw: string(r.Status)}
+		}
+		return abi.FinishReason{Unified: abi.ReasonStop, Raw: string(r.Status)}
+	case responses.ResponseStatusIncomplete:
+		raw := r.IncompleteDetails.Reason
+		switch raw {
+		case "max_output_tokens":
+			return abi.FinishReason{Unified: abi.ReasonLength, Raw: raw}
+		case "content_filter":
+			return abi.FinishReason{Unified: abi.ReasonContentFilter, Raw: raw}
+		case "":
+			raw = string(r.Status)
+		}
+		return abi.FinishReason{Unified: abi.ReasonOther, Raw: raw}
+	case "":
+		return abi.FinishReason{Unified: abi.ReasonUnknown}
+	}
+	return abi.FinishReason{Unified: abi.ReasonOther, Raw: string(r.Status)}
+}
+
+// responseFailed is the error of a response whose status is "failed": its
+// error code classifies it ("server_error" is a retryable ClassServer,
+// "rate_limit_exceeded" ClassRateLimit, "invalid_prompt" ClassClient); a
+// failure without a code is a retryable server fault.
+func responseFailed(provider string, e *responses.ResponseError, raw []byte) *driver.ProviderError {
+	return adapter.EventError(provider, "", string(e.Code), e.Message, raw, nil)
+}
+
+// responsesSource turns Responses API stream events into parts
+// (adapter.Source).
+type responsesSource struct {
+	provider string
+	st       *ssestream.Stream[responses.ResponseStreamEventUnion]
+	raw      bool // emit each event as a KindRaw part too (WithRawChunks)
+
+	metaSent bool
+	content  bool // a part that commits a stream went out
+	// open lists the text and reasoning blocks started and not ended, in
+	// order, with the kind that ends each.
+	open    []openBlock
+	tools   map[string]*toolCall // function calls by item id
+	called  bool                 // a function call completed
+	refusal strings.Builder      // a refusal before any content
+	refused bool                 // a refusal after content went out as text
+	// refusalItem is the message item of the refusal; refusalDone reports
+	// that it ended while its refusal was held.
+	refusalItem string
+	refusalDone bool
+}
+
+type openBlock struct {
+	id  string
+	end abi.PartKind
+}
+
+func (s *responsesSource) Close() error { return s.st.Close() }
+
+func (s *responsesSource) Next(q []abi.Part) ([]abi.Part, error) {
+	for len(q) == 0 {
+		if !s.st.Next() {
+			if err := s.st.Err(); err != nil {
+				return q, streamError(s.provider, err)
+			}
+			return q, adapter.ErrTruncated // no response.completed
+		}
+		ev := s.st.Current()
+		if s.raw {
+			q = append(q, abi.Part{Kind: abi.KindRaw, Raw: ev})
+		}
+		n := len(q)
+		var err error
+		q, err = s.event(q, &ev)
+		for i := n; i < len(q) && !s.content; i++ {
+			s.content = driver.CommitOnOutput.IsContent(&q[i])
+		}
+		if err != nil {
+			return q, err
+		}
+	}
+	return q, nil
+}
+
+func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventUnion) ([]abi.Part, error) {
+	if s.refusal.Len() > 0 && startsOutput(ev) {
+		// Content after a held refusal: the refusal cannot fail over any
+		// more; it goes out first, as text, in the order it came.
+		q = s.flushRefusal(q)
+	}
+	switch ev.Type {
+	case "response.created", "response.in_progress", "response.queued":
+		if r := &ev.Response; !s.metaSent && (r.ID != "" || r.Model != "") {
+			s.metaSent = true
+			q = append(q, abi.Part{Kind: abi.KindResponseMeta, ID: r.ID,
+				Meta: &abi.ResponseMeta{ID: r.ID, ModelID: r.Model, Timestamp: unixFloat(r.CreatedAt)}})
+		}
+	case "response.output_item.added":
+		if it := &ev.Item; it.Type == "function_call" {
+			q = s.startTool(q, it)
+		}
+	case "response.output_text.delta":
+		q = s.openBlock(q, ev.ItemID, abi.KindTextStart, abi.KindTextEnd)
+		if ev.Delta != "" {
+			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: ev.ItemID, Delta: ev.Delta})
+		}
+	case "response.reasoning_summary_text.delta", "response.reasoning_text.delta":
+		q = s.openBlock(q, ev.ItemID, abi.KindReasoningStart, abi.KindReasoningEnd)
+		if ev.Delta != "" {
+			q = append(q, abi.Part{Kind: abi.KindReasoningDelta, ID: ev.ItemID, Delta: ev.Delta})
+		}
+	case "response.refusal.delta":
+		if ev.Delta == "" {
+			break
+		}
+		if s.content || s.refused {
+			// After content a refusal cannot fail over any more: deliver
+			// it as text and finish with ReasonRefusal.
+			s.refusalItem = ev.ItemID
+			q = s.flushRefusal(q)
+			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: ev.Delta})
+		} else {
+			s.refusalItem = ev.ItemID
+			s.refusal.WriteString(ev.Delta)
+		}
+	case "response.output_text.annotation.added":
+		if a := &ev.Annotation; a.Type == "url_citation" {
+			q = append(q, abi.Part{Kind: abi.KindSource, ID: ev.ItemID, Source: &abi.Source{URL: a.URL, Title: a.Title}})
+		}
+	case "response.function_call_arguments.delta":
+		if t := s.tools[ev.ItemID]; t != nil && ev.Delta != "" {
+			t.args.WriteString(ev.Delta)
+			q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: t.id, Delta: ev.Delta})
+		}
+	case "response.output_item.done":
+		it := &ev.Item
+		if it.ID == s.refusalItem && s.refusal.Len() > 0 {
+			s.refusalDone = true
+		}
+		q = s.closeBlock(q, it.ID)
+		if it.Type == "function_call" {
+			q = s.endTool(q, it)
+		}
+	case "response.completed", "response.incomplete":
+		r := &ev.Response
+		if s.refusal.Len() > 0 && !s.content {
+			// A declared refusal before any content: fail now, the driver
+			// can still switch models.
+			return q, adapter.Refusal(s.provider, "refusal", s.refusal.String())
+		}
+		if s.refusal.Len() > 0 {
+			q = s.flushRefusal(q) // content came after it: text, never dropped
+		}
+		for len(s.open) > 0 {
+			q = s.closeBlock(q, s.open[0].id)
+		}
+		reason := responsesFinish(r, s.called)
+		if s.refused {
+			reason = abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"}
+		}
+		f := &abi.Finish{Reason: reason, Usage: responsesUsage(&r.Usage)}
+		return append(q, abi.Part{Kind: abi.KindFinish, Finish: f}), io.EOF
+	case "response.failed":
+		return q, responseFailed(s.provider, &ev.Response.Error, []byte(ev.RawJSON()))
+	case "error":
+		return q, adapter.EventError(s.provider, "", ev.Code, ev.Message, []byte(ev.RawJSON()), nil)
+	}
+	return q, nil
+}
+
+// startsOutput reports whether ev carries output that commits a stream.
+func startsOutput(ev *responses.ResponseStreamEventUnion) bool {
+	switch ev.Type {
+	case "response.output_text.delta", "response.reasoning_summary_text.delta", "response.reasoning_text.delta",
+		"response.function_call_arguments.delta":
+		return ev.Delta != ""
+	case "response.output_item.added", "response.output_item.done":
+		return ev.Item.Type == "function_call"
+	}
+	return false
+}
+
+// flushRefusal opens the refusal text block, once, and delivers the
+// refusal text held while no content had come.
+func (s *responsesSource) flushRefusal(q []abi.Part) []abi.Part {
+	s.refused = true
+	q = s.openBlock(q, refusalID, abi.KindTextStart, abi.KindTextEnd)
+	if s.refusal.Len() > 0 {
+		q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: s.refusal.String()})
+		s.refusal.Reset()
+	}
+	if s.refusalDone {
+		q = s.closeBlock(q, refusalID)
+	}
+	return q
+}
+
+func (s *responsesSource) startTool(q []abi.Part, it *responses.ResponseOutputItemUnion) []abi.Part {
+	if _, ok := s.tools[it.ID]; ok {
+		return q
+	}
+	t := &toolCall{id: callID(it.CallID, it.ID), name: it.Name}
+	s.tools[it.ID] = t
+	q = append(q, abi.Part{Kind: abi.KindToolInputStart, ID: t.id, Tool: &abi.ToolInfo{Name: t.name}})
+	if a := it.Arguments.OfString; a != "" {
+		t.args.WriteString(a)
+		q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: t.id, Delta: a})
+	}
+	return q
+}
+
+// endTool completes a function call. The done item's arguments are the
+// whole input, and win over the deltas.
+func (s *responsesSource) endTool(q []abi.Part, it *responses.ResponseOutputItemUnion) []abi.Part {
+	q = s.startTool(q, it) // a call whose added event never came
+	t := s.tools[it.ID]
+	delete(s.tools, it.ID)
+	input := it.Arguments.OfString
+	if input == "" {
+		input = t.args.String()
+	}
+	s.called = true
+	return append(q,
+		abi.Part{Kind: abi.KindToolInputEnd, ID: t.id},
+		abi.Part{Kind: abi.KindToolCall, ID: t.id, Tool: &abi.ToolInfo{Name: t.name, Input: orEmptyObject(input)}})
+}
+
+// openBlock starts block id unless it is open.
+func (s *responsesSource) openBlock(q []abi.Part, id string, start, end abi.PartKind) []abi.Part {
+	for _, b := range s.open {
+		if b.id == id {
+			return q
+		}
+	}
+	s.open = append(s.open, openBlock{id: id, end: end})
+	return append(q, abi.Part{Kind: start, ID: id})
+}
+
+// closeBlock ends block id if it is open; a message item also ends the
+// refusal block it holds.
+func (s *responsesSource) closeBlock(q []abi.Part, id string) []abi.Part {
+	for i := 0; i < len(s.open); i++ {
+		if b := s.open[i]; b.id == id || (b.id == refusalID && id == s.refusalItem) {
+			q = append(q, abi.Part{Kind: b.end, ID: b.id})
+			s.open = slices.Delete(s.open, i, i+1)
+			i--
+		}
+	}
+	return q
+}
