@@ -65,7 +65,6 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		return e.usageError(commands["serve"], "unexpected argument %q", args[0])
 	}
 	stderr := e.stderr
-	file, addr, keysFile, drain, maxConc, maxBody, watch := &o.file, &o.addr, &o.keysFile, &o.drain, &o.maxConc, &o.maxBody, &o.watch
 	// A gateway logs JSON at info unless the global flags say otherwise.
 	if !e.g.levelSet {
 		e.g.level = slog.LevelInfo
@@ -75,23 +74,23 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	}
 	logger := e.g.logger(stderr)
 	e.log = logger
-	keys, err := apiKeys(*keysFile, os.Getenv("RETRYHOST_API_KEYS"))
+	keys, err := apiKeys(o.keysFile, os.Getenv("RETRYHOST_API_KEYS"))
 	if err != nil {
 		return e.errorf(exitInput, "%v", err)
 	}
-	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(*maxConc), gateway.WithMaxBodyBytes(*maxBody)}
+	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody)}
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))
 	}
 	popts := policy.Options{Builtin: plugins.Module, HostOptions: e.hostOptions(ctx), Logger: logger}
 	var src gateway.Source
-	if *file == "" {
+	if o.file == "" {
 		urls, stop := startDemoProviders()
 		defer stop()
 		popts.Getenv = func(string) string { return "demo-needs-no-key" }
 		src = gateway.Bytes("demo-policy.json", []byte(demoServePolicy(urls)), popts)
 	} else {
-		src = gateway.File(*file, popts)
+		src = gateway.File(o.file, popts)
 	}
 	gw, err := gateway.New(ctx, src, opts...)
 	if err != nil {
@@ -101,7 +100,7 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		return e.errorf(exitInput, "%v", err)
 	}
 	defer func() { _ = gw.Close(context.Background()) }()
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "retryhost serve: %v\n", err)
 		return exitFail
@@ -110,7 +109,7 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		IdleTimeout: serveIdleTimeout, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(stderr, "retryhost serve: listening on %s\n", base)
-	if *file == "" {
+	if o.file == "" {
 		fmt.Fprintf(stderr, "retryhost serve: no --policy, serving the demo policy: routes alpha (refuses in text), beta (rate-limited), gamma (answers); try\n"+
 			"  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\": \"alpha\", \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"%s\"}]}'\n", base, demoQuestion)
 	}
@@ -121,10 +120,10 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	var changed <-chan struct{}
-	if *file != "" && *watch {
+	if o.file != "" && o.watch {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
-		changed = watchFile(wctx, *file, serveWatchInterval)
+		changed = watchFile(wctx, o.file, serveWatchInterval)
 	}
 	reload := func(why string) {
 		if err := gw.Reload(ctx); err == nil {
@@ -148,18 +147,18 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		}
 		break
 	}
-	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", *drain)
+	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", o.drain)
 	// Stop accepting and close idle connections, while the gateway lets
 	// in-flight requests finish until the drain deadline and then ends
 	// them with the in-band error.
-	sctx, cancel := context.WithTimeout(context.Background(), *drain+5*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), o.drain+5*time.Second)
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(sctx) }()
-	dctx, dcancel := context.WithTimeout(context.Background(), *drain)
+	dctx, dcancel := context.WithTimeout(context.Background(), o.drain)
 	defer dcancel()
 	if err := gw.Shutdown(dctx); err != nil {
-		logger.Warn("drain deadline passed; in-flight requests were ended", slog.Duration("drain", *drain))
+		logger.Warn("drain deadline passed; in-flight requests were ended", slog.Duration("drain", o.drain))
 	}
 	if err := <-shut; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		_ = srv.Close()
