@@ -511,3 +511,14 @@ func TestSignals_StopARunWithASummary(t *testing.T) {
 		})
 	}
 }
+
+// replay routes the plugins' logs and the host's events too.
+func TestReplay_LogsReachStderr(t *testing.T) {
+	const hostile = "../../testdata/scenarios/hostile-huge-fail-closed.json"
+	code, _, stderr := run(t, "replay", hostile)
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stderr, `level=WARN msg="plugin instance discarded" plugin=huge.wasm`)
+	code, _, stderr = run(t, "replay", hostile, "--log-level", "off")
+	require.Equal(t, exitOK, code)
+	require.Empty(t, stderr)
+}

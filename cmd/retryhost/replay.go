@@ -59,9 +59,10 @@ func runReplay(ctx context.Context, e *env, args []string, asJSON bool) int {
 		}
 		files = append(files, found...)
 	}
+	sopts := scenario.Options{Builtin: plugins.Module, Logger: e.log, HostOptions: e.hostOptions(ctx)}
 	reports := make([]replayReport, 0, len(files))
 	for _, f := range files {
-		reports = append(reports, replayOne(ctx, f))
+		reports = append(reports, replayOne(ctx, f, sopts))
 	}
 	code := exitOK
 	for _, r := range reports {
@@ -117,9 +118,9 @@ func expandDir(arg string) ([]string, error) {
 	return out, nil // WalkDir visits in lexical order
 }
 
-func replayOne(ctx context.Context, file string) replayReport {
+func replayOne(ctx context.Context, file string, opts scenario.Options) replayReport {
 	rep := replayReport{File: file}
-	s, res, err := scenario.RunFile(ctx, file, scenario.Options{Builtin: plugins.Module})
+	s, res, err := scenario.RunFile(ctx, file, opts)
 	if err != nil {
 		rep.Error = err.Error()
 		return rep
