@@ -507,7 +507,7 @@ func TestSignals_StopARunWithASummary(t *testing.T) {
 			require.ErrorAs(t, err, &ee, log.String())
 			require.Equal(t, tc.code, ee.ExitCode(), log.String())
 			require.Contains(t, log.String(), "retryhost run: interrupted by "+tc.name+"\n")
-			require.Contains(t, log.String(), "stopped after 1 attempt(s) (1 failed, the last on openai/gpt-x)")
+			require.Contains(t, log.String(), "stopped after 1 attempt(s) (1 failed, the last on m)")
 		})
 	}
 }
