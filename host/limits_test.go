@@ -224,6 +224,8 @@ func TestHostile_Recursion(t *testing.T) {
 			var pe *PluginError
 			require.ErrorAs(t, err, &pe)
 			require.Equal(t, ErrTrap, pe.Kind)
+			require.Equal(t, 1, strings.Count(err.Error(), "host:"), "one host: prefix: %s", err)
+			require.Contains(t, err.Error(), "plugin trapped: plugin call stack overflowed")
 		}
 	})
 }
