@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -91,16 +92,28 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	defer gen.release()
 
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.readTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.maxBody))
+	_ = rc.SetReadDeadline(time.Time{}) // the server watches the connection for the client going away
 	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
+		var (
+			mb *http.MaxBytesError
+			ne net.Error
+		)
+		switch {
+		case errors.As(err, &mb):
 			l.status, l.outcome = http.StatusRequestEntityTooLarge, "client_error"
 			writeError(w, l.status, "invalid_request_error", "request_too_large",
 				"retryhost gateway: the body exceeds "+strconv.FormatInt(mb.Limit, 10)+" bytes", nil)
-			return
+		case errors.As(err, &ne) && ne.Timeout():
+			l.status, l.outcome = http.StatusRequestTimeout, "client_error"
+			w.Header().Set("Connection", "close")
+			writeError(w, l.status, "invalid_request_error", "request_timeout",
+				"retryhost gateway: the body took longer than "+g.cfg.readTimeout.String()+" to arrive", nil)
+		default:
+			l.status, l.outcome = 499, "client_closed"
 		}
-		l.status, l.outcome = 499, "client_closed"
 		return
 	}
 	cr, err := parseChat(body, gen.providers)
@@ -140,21 +153,26 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 
 	// Before commit: nothing is written. Each link of the chain is a whole
 	// policy request starting on that route.
-	var s driver.Stream
+	var (
+		s     driver.Stream
+		prior int // the attempts of the chain's failed links
+	)
 	for i, rt := range chain {
 		l.fallbacks = i
 		s, err = gen.pol.Model.Stream(driver.StartOn(ctx, rt.model), &cr.req)
 		if err == nil || ctx.Err() != nil || !chainOn(err) {
 			break
 		}
+		prior += attempts(err)
 	}
 	if err != nil {
+		l.attempts = prior + attempts(err)
 		g.fail(ctx, w, l, err)
 		return
 	}
 	defer s.Close()
 	l.commitAt = time.Since(l.start)
-	l.model, l.attempts = gen.name(st.committed), st.attempts
+	l.model, l.attempts = gen.name(st.committed), prior+st.attempts
 	w.Header().Set("X-Retryhost-Model", l.model)
 	w.Header().Set("X-Retryhost-Attempts", strconv.Itoa(l.attempts))
 	w.Header().Set("X-Request-Id", l.id)
@@ -175,20 +193,26 @@ func chainOn(err error) bool {
 	if pe == nil {
 		return true
 	}
-	if pe.Class == abi.ClassContentFilter {
+	switch {
+	case pe.Class == abi.ClassContentFilter:
 		return false
+	case pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden:
+		return true // the gateway's credentials for that upstream, not the request
 	}
 	return !(pe.Status >= 400 && pe.Status < 500 && !driver.DefaultRetryable(pe.Status))
 }
 
-// fail answers a request that never committed.
-func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, l *accessLog, err error) {
+// attempts returns how many attempts a failed policy request made.
+func attempts(err error) int {
 	var re *driver.RetryError
 	if errors.As(err, &re) {
-		l.attempts = len(re.Attempts)
-	} else {
-		l.attempts = 1
+		return len(re.Attempts)
 	}
+	return 1
+}
+
+// fail answers a request that never committed.
+func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, l *accessLog, err error) {
 	if cause := context.Cause(ctx); cause != nil {
 		if errors.Is(cause, ErrShuttingDown) {
 			l.status, l.outcome = http.StatusServiceUnavailable, "shutdown"
@@ -224,8 +248,6 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 	l.status = http.StatusOK
 	g.metrics.streams.Inc()
 	defer g.metrics.streams.Dec()
-	_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.writeTimeout))
-	w.WriteHeader(http.StatusOK)
 	var (
 		buf   []byte
 		usage *abi.Usage
@@ -253,6 +275,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			return
 		}
 		l.parts++
+		upstreamModel(w, &p)
 		if p.Kind == abi.KindFinish && p.Finish != nil {
 			usage = &p.Finish.Usage
 			l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
@@ -276,6 +299,15 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		return
 	}
 	l.outcome = "ok"
+}
+
+// upstreamModel names, in X-Retryhost-Upstream-Model, the model id the
+// upstream reported (such as "gpt-4o-2024-08-06"): the preamble's metadata
+// arrives before the first content, so before the headers go out.
+func upstreamModel(w http.ResponseWriter, p *abi.Part) {
+	if p.Kind == abi.KindResponseMeta && p.Meta != nil && p.Meta.ModelID != "" {
+		w.Header().Set("X-Retryhost-Upstream-Model", p.Meta.ModelID)
+	}
 }
 
 // endErr names the outcome of a committed stream that failed.
@@ -309,6 +341,7 @@ func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, l *accessL
 			return
 		}
 		l.parts++
+		upstreamModel(w, &p)
 		acc.add(&p)
 	}
 	l.inputToks, l.outputToks = acc.usage.InputTokens, acc.usage.OutputTokens

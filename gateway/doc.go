@@ -41,8 +41,15 @@
 // forwarded. n > 1 is refused (the driver follows one choice).
 //
 // Every response names, in its "model" field, the route of the model that
-// answered; the header X-Retryhost-Model says it too, and
-// X-Retryhost-Attempts how many attempts the answer took.
+// answered; the header X-Retryhost-Model says it too,
+// X-Retryhost-Attempts how many attempts the answer took, and
+// X-Retryhost-Upstream-Model the model id the upstream reported.
 //
 // A Gateway is safe for concurrent use.
+//
+// # Stability
+//
+// Experimental: the package is new; its options and the wire behaviour
+// beyond the OpenAI-compatible surface may change in any release (each
+// change is listed in CHANGELOG.md).
 package gateway

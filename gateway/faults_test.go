@@ -75,6 +75,7 @@ func TestNothingOnTheWireBeforeFirstContent(t *testing.T) {
 	defer res.resp.Body.Close()
 	require.Equal(t, http.StatusOK, res.resp.StatusCode)
 	require.Equal(t, "primary", res.resp.Header.Get("X-Retryhost-Model"))
+	require.Equal(t, "up-primary", res.resp.Header.Get("X-Retryhost-Upstream-Model"))
 	require.Equal(t, "1", res.resp.Header.Get("X-Retryhost-Attempts"))
 }
 
@@ -261,12 +262,19 @@ func TestPerRequestFallbacks(t *testing.T) {
 	resp, body := r.rawStream(`{"model":"primary","stream":true,"fallbacks":["backup","third"],"messages":[{"role":"user","content":"hi"}]}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	require.Equal(t, "third", resp.Header.Get("X-Retryhost-Model"))
+	require.Equal(t, "3", resp.Header.Get("X-Retryhost-Attempts"), "the chain's attempts, all of them")
 	require.Contains(t, body, `"model":"third"`)
 	require.Len(t, r.up["primary"].requests(), 1)
 	require.Len(t, r.up["backup"].requests(), 1)
 	for _, h := range r.up["third"].requests() {
 		require.NotContains(t, h.body, "fallbacks")
 	}
+	// The upstream refusing the gateway's own credentials moves on too.
+	r.up["primary"].play(act{status: 401})
+	r.up["backup"].play(act{chunks: []string{"backup answers"}})
+	resp, body = r.rawStream(`{"model":"primary","stream":true,"fallbacks":["backup"],"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, "backup", resp.Header.Get("X-Retryhost-Model"))
 	// Without fallbacks, the route's failure is the answer: a 502.
 	r.up["primary"].play(act{status: 503})
 	resp, body = r.rawStream(streamBody("primary"))
@@ -314,4 +322,52 @@ func TestShutdownWaitsForStreams(t *testing.T) {
 	got := <-done
 	require.NoError(t, got.err)
 	require.Equal(t, "abc", got.text)
+}
+
+// During an outage, once the primary cools down, requests go straight to
+// the fallback without waiting on the dead primary; after the cooldown a
+// probe finds it healthy and it serves again.
+func TestOutageCooldownAndRecovery(t *testing.T) {
+	r := newRig(t, `"rules": [{"when": {"status_range": [500, 599]}, "action": "switch", "model": "backup"}],
+		"cooldown": {"failures": 2, "for": "400ms"}`)
+	r.up["primary"].play(act{status: 503})
+	r.up["backup"].play(act{chunks: []string{"backup"}})
+	for i := range 5 {
+		got := r.stream("primary")
+		require.NoError(t, got.err, "request %d", i)
+		require.Equal(t, map[string]bool{"backup": true}, got.models, "request %d", i)
+	}
+	require.Len(t, r.up["primary"].requests(), 2, "after 2 failures the dead primary is skipped")
+	require.Len(t, r.up["backup"].requests(), 5)
+
+	r.up["primary"].play(act{chunks: []string{"primary"}})
+	require.Eventually(t, func() bool {
+		got := r.stream("primary")
+		require.NoError(t, got.err)
+		return got.models["primary"]
+	}, 30*time.Second, 50*time.Millisecond, "the recovered primary is used again")
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, map[string]bool{"primary": true}, got.models)
+}
+
+// Upstreams that stay silent never hold the client past the policy's
+// budget: it gets a 504 (streaming or not), and the gateway stays healthy.
+func TestSilentUpstreamsBoundedByBudget(t *testing.T) {
+	r := newRig(t, `"rules": [{"when": {"class": ["timeout"]}, "action": "retry", "attempts": 100}],
+		"deadlines": {"first_content": "300ms", "budget": "1s"}`)
+	silent := make(chan struct{})
+	defer close(silent)
+	for _, u := range r.up {
+		u.play(act{preamble: true, beforeText: silent, chunks: []string{"never"}})
+	}
+	resp, body := r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusGatewayTimeout, resp.StatusCode, body)
+	require.Contains(t, body, `"type":"timeout"`)
+	require.Contains(t, body, `"code":"total"`, "the budget ended it")
+	_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	var apiErr *oai.Error
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, http.StatusGatewayTimeout, apiErr.StatusCode)
+	r.healthy()
 }

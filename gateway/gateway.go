@@ -60,6 +60,7 @@ type config struct {
 	upstreamConns   int
 	headerTimeout   time.Duration
 	writeTimeout    time.Duration
+	readTimeout     time.Duration
 	logger          *slog.Logger
 	retryAfterBusy  time.Duration
 	httpClientGiven bool
@@ -147,6 +148,19 @@ func WithWriteTimeout(d time.Duration) Option {
 	}
 }
 
+// WithReadTimeout bounds the reading of a request's body, so that a client
+// that trickles it cannot hold one of the WithMaxConcurrent slots; past it
+// the answer is 408. Default 30s.
+func WithReadTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("gateway: read timeout must be positive, got %v", d)
+		}
+		c.readTimeout = d
+		return nil
+	}
+}
+
 // WithLogger sets where access logs (one record per request, at Info, with
 // no prompt or output text) and reloads go. Default: discard.
 func WithLogger(l *slog.Logger) Option {
@@ -190,7 +204,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	}
 	g := &Gateway{src: src, cfg: config{
 		maxBody: 8 << 20, maxConcurrent: 1024, upstreamConns: 256,
-		headerTimeout: 60 * time.Second, writeTimeout: 30 * time.Second,
+		headerTimeout: 60 * time.Second, writeTimeout: 30 * time.Second, readTimeout: 30 * time.Second,
 		retryAfterBusy: time.Second,
 	}, stats: &stats{}}
 	g.metrics = newMetrics(g.stats)
@@ -354,14 +368,30 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 		return nil, err
 	}
 	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}}
-	provs := map[string]bool{}
+	// A provider name whose models all speak Chat Completions gets the
+	// forwarded fields; one shared with a Responses API model does not
+	// (ProviderOptions are keyed by provider name, not by model).
+	chat := map[string]bool{}
 	for name, m := range p.Models {
 		gen.routes[name] = &route{name: name, model: m}
 		gen.byKey[m] = name
 		gen.names = append(gen.names, name)
-		if om, ok := m.(*openai.Model); ok && !provs[om.Provider()] {
-			provs[om.Provider()] = true
-			gen.providers = append(gen.providers, om.Provider())
+		inner := m
+		for {
+			u, ok := inner.(interface{ Unwrap() driver.Model })
+			if !ok {
+				break
+			}
+			inner = u.Unwrap()
+		}
+		if om, ok := inner.(*openai.Model); ok {
+			ok, seen := chat[om.Provider()]
+			chat[om.Provider()] = (ok || !seen) && !om.ResponsesAPI()
+		}
+	}
+	for prov, ok := range chat {
+		if ok {
+			gen.providers = append(gen.providers, prov)
 		}
 	}
 	slices.Sort(gen.names)

@@ -15,6 +15,10 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/policy"
+	"github.com/retryhost/retryhost/provider/openai"
 )
 
 func newJSONLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
@@ -254,11 +258,17 @@ func TestMetrics(t *testing.T) {
 	resp, body := r.rawStream(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 
-	mr, err := r.hc.Get(r.srv.URL + "/metrics")
-	require.NoError(t, err)
-	b, _ := io.ReadAll(mr.Body)
-	mr.Body.Close()
-	body = string(b)
+	// A client has its whole answer a moment before the handler that sent
+	// it returns and records it: read /metrics once nothing is in flight.
+	require.Eventually(t, func() bool {
+		mr, err := r.hc.Get(r.srv.URL + "/metrics")
+		require.NoError(t, err)
+		b, _ := io.ReadAll(mr.Body)
+		mr.Body.Close()
+		body = string(b)
+		return strings.Contains(body, "retryhost_gateway_inflight_requests 0") &&
+			strings.Contains(body, "retryhost_gateway_inflight_streams 0")
+	}, 10*time.Second, 10*time.Millisecond)
 	for _, want := range []string{
 		`retryhost_gateway_requests_total{code="200",outcome="ok",route="primary"} 2`,
 		`retryhost_gateway_requests_total{code="404",outcome="client_error",route=""} 1`,
@@ -275,4 +285,41 @@ func TestMetrics(t *testing.T) {
 		require.Contains(t, body, want)
 	}
 	require.NotContains(t, body, "nope", "a client's unknown route name never becomes a label value")
+}
+
+// A body that trickles in past the read timeout gets 408 and frees its slot.
+func TestBodyReadTimeout(t *testing.T) {
+	r := newRig(t, "", WithReadTimeout(200*time.Millisecond), WithMaxConcurrent(1))
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = pw.Write([]byte(`{"model":"primary",`)) }() // and never the rest
+	req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/v1/chat/completions", pr)
+	require.NoError(t, err)
+	resp, err := r.hc.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusRequestTimeout, resp.StatusCode, string(b))
+	require.Empty(t, r.up["primary"].requests())
+	require.Eventually(t, func() bool { return len(r.gw.sem) == 0 }, 5*time.Second, time.Millisecond)
+	r.healthy()
+}
+
+// Forwarded fields go only to a provider name whose models all speak Chat
+// Completions: a Responses API model under the same name must not get a
+// Chat Completions body's fields.
+func TestForwardingSkipsResponsesAPIProviders(t *testing.T) {
+	resp, err := openai.New("r", openai.WithResponsesAPI(), openai.WithAPIKey("k"), openai.WithBaseURL("http://127.0.0.1:1/v1"))
+	require.NoError(t, err)
+	vllm, err := openai.New("v", openai.WithProvider("vllm"), openai.WithAPIKey("k"), openai.WithBaseURL("http://127.0.0.1:1/v1"))
+	require.NoError(t, err)
+	pol := `{"models": [
+		{"name": "chat", "provider": "openai", "model": "c", "base_url": "http://127.0.0.1:1/v1", "api_key_env": "K"},
+		{"name": "resp", "provider": "openai", "model": "r"},
+		{"name": "vllm", "provider": "openai", "model": "v"}]}`
+	gw, err := New(context.Background(), Bytes("p", []byte(pol), policy.Options{Getenv: func(string) string { return "k" },
+		Models: map[string]driver.Model{"resp": resp, "vllm": vllm}}))
+	require.NoError(t, err)
+	defer gw.Close(context.Background())
+	require.Equal(t, []string{"vllm"}, gw.cur.Load().providers)
 }

@@ -210,7 +210,7 @@ func maxInWindow(hits []hit, d time.Duration) int {
 
 var _ = time.Second
 
-func newTestServer(t *testing.T, h http.Handler) *httptest.Server {
+func newTestServer(t testing.TB, h http.Handler) *httptest.Server {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv

@@ -53,7 +53,8 @@ func FuzzEventReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in string) {
 		out, n := filter(t, in)
 		require.LessOrEqual(t, len(out), len(in))
-		if n == 0 && !strings.ContainsAny(in, "\r\xef") {
+		// Only CR line endings and a leading byte-order mark are rewritten.
+		if n == 0 && !strings.Contains(in, "\r") && !strings.HasPrefix(in, "\xef\xbb\xbf") {
 			require.Equal(t, in, out)
 		}
 	})

@@ -339,6 +339,13 @@ func (b *builder) model(i int, m *ModelSpec) error {
 			return b.errf(at+"."+f.name, "only for provider azure")
 		}
 	}
+	switch {
+	case m.API == "" || m.API == "chat":
+	case m.API != "responses":
+		return b.errf(at+".api", "%q is not an API (want chat or responses)", m.API)
+	case kind.adapter != openaiPkg || kind.azure:
+		return b.errf(at+".api", "responses is only for providers openai, openrouter, vllm and ollama")
+	}
 	baseURL := m.BaseURL
 	if baseURL == "" {
 		if kind.needsURL {
@@ -391,7 +398,7 @@ func (b *builder) model(i int, m *ModelSpec) error {
 	model, err := factory(providers.Spec{
 		Key: m.Name, Provider: m.Provider, Model: m.Model, BaseURL: baseURL, APIKey: key,
 		Headers: m.Headers, Params: m.Params, Deployment: m.Deployment, APIVersion: m.APIVersion,
-		HTTPClient: b.opts.HTTPClient,
+		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient,
 	})
 	if err != nil {
 		return b.errf(at, "%v", err)
@@ -429,6 +436,11 @@ type keyed struct {
 func (k *keyed) Key() string      { return k.key }
 func (k *keyed) Provider() string { p, _ := driver.Describe(k.Model); return p }
 func (k *keyed) ModelID() string  { _, id := driver.Describe(k.Model); return id }
+
+// Unwrap returns the model the caller bound, so a program that needs its
+// concrete type (the gateway asks an OpenAI model which API it speaks) can
+// reach it.
+func (k *keyed) Unwrap() driver.Model { return k.Model }
 
 // errUnbuilt is what a model of a validated policy answers: Validate
 // builds no provider.
@@ -679,8 +691,8 @@ func (b *builder) transform(ctx context.Context, i int, ts *TransformSpec) (driv
 }
 
 func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.Plugin, error) {
-	if (ps.Path == "") == (ps.Builtin == "") {
-		return nil, b.errf(at, "give exactly one of path or builtin")
+	if n := btoi(ps.Path != "") + btoi(ps.Builtin != "") + btoi(ps.OCI != ""); n != 1 {
+		return nil, b.errf(at, "give exactly one of path, builtin or oci")
 	}
 	var lo []host.LoadOption
 	if ps.SHA256 != "" {
@@ -713,6 +725,19 @@ func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.
 		if !ok {
 			return nil, b.errf(at+".builtin", "unknown built-in plugin %q", ps.Builtin)
 		}
+	} else if ps.OCI != "" {
+		if b.opts.OCI == nil {
+			return nil, b.errf(at+".oci", "an oci plugin needs Options.OCI (package oci)")
+		}
+		sum, mod, err := b.opts.OCI(ps.OCI).Fetch(ctx, "")
+		if err != nil {
+			return nil, b.errf(at+".oci", "%v", err)
+		}
+		if ps.SHA256 != "" && !strings.EqualFold(ps.SHA256, sum) {
+			return nil, b.errf(at+".sha256", "the module behind %s has sha256 %s", ps.OCI, sum)
+		}
+		wasm, name = mod, ociName(ps.OCI)
+		lo = append(lo, host.WithSHA256(sum))
 	} else {
 		path := ps.Path
 		if !filepath.IsAbs(path) && b.opts.Dir != "" {
@@ -841,3 +866,25 @@ func (g *gated) Decide(ctx context.Context, a *driver.Attempt) (driver.Decision,
 
 // FailPolicy is the plugin's.
 func (g *gated) FailPolicy() abi.FailPolicy { return g.plugin.FailPolicy() }
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ociName names a plugin after its repository's last element:
+// registry.example.com/team/refusal@sha256:… is "refusal".
+func ociName(ref string) string {
+	if i := strings.IndexAny(ref, "@"); i >= 0 {
+		ref = ref[:i]
+	}
+	if i := strings.LastIndex(ref, "/"); i >= 0 {
+		ref = ref[i+1:]
+	}
+	if i := strings.Index(ref, ":"); i >= 0 {
+		ref = ref[:i]
+	}
+	return ref
+}

@@ -68,6 +68,11 @@ type ModelSpec struct {
 	// {base_url}/openai/deployments/{deployment}/chat/completions?api-version={api_version}.
 	Deployment string `json:"deployment"`
 	APIVersion string `json:"api_version"`
+	// API picks the OpenAI endpoint: chat (Chat Completions, the default)
+	// or responses (the Responses API). Only for openai, openrouter, vllm
+	// and ollama: Azure serves the Responses API outside the deployment
+	// path, and anthropic has one API.
+	API string `json:"api"`
 	// Headers are sent with every request of the model (OpenRouter's
 	// HTTP-Referer and X-Title, a gateway's routing header). They are
 	// plain text in the file: put no secret here.
@@ -127,11 +132,14 @@ type MatchSpec struct {
 	Finish      []string `json:"finish"`
 }
 
-// PluginSpec names a Wasm plugin: by path (relative to the policy file) or
-// by built-in name.
+// PluginSpec names a Wasm plugin: by path (relative to the policy file), by
+// built-in name, or by OCI reference pinned by digest
+// (registry.example.com/team/refusal@sha256:…, resolved through
+// Options.OCI).
 type PluginSpec struct {
 	Path    string `json:"path"`
 	Builtin string `json:"builtin"`
+	OCI     string `json:"oci"`
 	SHA256  string `json:"sha256"`
 	// Config is handed to the plugin at load: a JSON string is passed as its
 	// text, any other JSON value as its JSON text.

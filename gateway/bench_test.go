@@ -1,0 +1,54 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/policy"
+)
+
+var benchChunks = 100
+
+// BenchmarkStream measures one streamed answer of 100 content chunks from a
+// loopback upstream, read by a plain HTTP client: direct from the upstream,
+// and through the gateway (parse, policy request, commit gate, relay).
+// go test ./gateway -run '^$' -bench Stream -benchmem
+func BenchmarkStream(b *testing.B) {
+	chunks := make([]string, benchChunks)
+	for i := range chunks {
+		chunks[i] = "word "
+	}
+	up := newUpstream("primary", act{chunks: chunks})
+	defer up.srv.Close()
+	pol := `{"models": [{"name": "primary", "provider": "openai", "model": "m", "base_url": "` + up.url() + `", "api_key_env": "K"}]}`
+	gw, err := New(context.Background(), Bytes("bench", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}))
+	require.NoError(b, err)
+	defer gw.Close(context.Background())
+	srv := newTestServer(b, gw)
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer hc.CloseIdleConnections()
+	body := streamBody("primary")
+	run := func(b *testing.B, url string) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				resp, err := hc.Post(url, "application/json", strings.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, _ := io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || n == 0 {
+					b.Fatalf("status %d, %d bytes", resp.StatusCode, n)
+				}
+			}
+		})
+	}
+	b.Run("direct", func(b *testing.B) { run(b, up.url()+"/chat/completions") })
+	b.Run("gateway", func(b *testing.B) { run(b, srv.URL+"/v1/chat/completions") })
+}
