@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/retryhost/retryhost/abi"
 	"github.com/stretchr/testify/require"
 )
 
@@ -156,4 +157,35 @@ func TestRetryBudget_Minimum(t *testing.T) {
 			require.NoError(t, <-done)
 		})
 	}
+}
+
+// TestRetryBudget_SpentKeepsAnswers: with no budget left, a failure fails
+// fast with ErrBudgetExhausted, but a result a rule would have rejected is
+// returned as the answer: the budget sheds load, it never turns an answer
+// into an error.
+func TestRetryBudget_SpentKeepsAnswers(t *testing.T) {
+	filtered := &Response{Finish: FinishReason{Unified: abi.ReasonContentFilter}}
+	a := &scriptModel{key: "p/a", genResp: []*Response{filtered}}
+	b := &scriptModel{key: "p/b", genResp: []*Response{{Finish: FinishReason{Unified: abi.ReasonStop}}}}
+	r := mustNew(t, a, WithRules(OnFinish(abi.ReasonContentFilter).Switch(b), AnyError().Switch(b)),
+		WithRetryBudget(RetryBudget{MinRetries: 1}))
+	lb := r.budget.(*localBudget)
+	lb.retries.Store(1) // someone else's retry holds the only slot
+	resp, err := r.Generate(context.Background(), &Request{})
+	require.NoError(t, err)
+	require.Same(t, filtered, resp)
+	require.Zero(t, b.gens, "no second attempt")
+
+	a.genResp, a.openErr = []*Response{nil}, []error{status(503)}
+	_, err = r.Generate(context.Background(), &Request{})
+	require.ErrorIs(t, err, ErrBudgetExhausted)
+	require.Contains(t, err.Error(), "retry budget exhausted")
+	require.Zero(t, b.gens)
+
+	lb.retries.Store(0) // the slot is given back: the budget recovers
+	_, err = r.Generate(context.Background(), &Request{})
+	require.NoError(t, err)
+	require.Equal(t, 1, b.gens)
+	require.Zero(t, lb.retries.Load())
+	require.Zero(t, lb.requests.Load())
 }
