@@ -270,3 +270,22 @@ func TestGroup_AllCooledStartsOnNext(t *testing.T) {
 	require.Equal(t, int64(2), backup.calls.Load())
 	require.Equal(t, int64(2), east.calls.Load()+west.calls.Load(), "the group was skipped entirely")
 }
+
+// TestGroup_TelemetryNamesTheDeployment: the observer's events name the
+// deployment each attempt ran on, not only the group.
+func TestGroup_TelemetryNamesTheDeployment(t *testing.T) {
+	east, west := &fakeModel{"east"}, &fakeModel{"west"}
+	g := Group("gpt-4o", LatencyAware, east, west) // no sample yet: east first
+	o := &recObserver{}
+	r := mustNew(t, g, WithObserver(o))
+	fn, _ := script(status(503))
+	_, err := Do(context.Background(), r, fn)
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		"request-start do east",
+		"attempt-start #1 east delay=0s failover=false",
+		"attempt-end #1 east error class=overloaded next=west delay=0s",
+		"attempt-start #2 west delay=0s failover=true",
+		"commit #2 west",
+	}, o.events[:5])
+}
