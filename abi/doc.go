@@ -10,7 +10,8 @@
 // at load and what the host promises. The Append*/Decode* functions are the
 // codec for those records, shared by the host and Go guests;
 // testdata/abi/vectors.json at the repository root holds conformance
-// vectors.
+// vectors for the records, and testdata/abi/framing.json for what a host
+// makes of a transform's verdicts on a stream's framing parts.
 //
 // The package depends on the standard library only and builds for
 // GOOS=wasip1, so Go guests share the host's codec.

@@ -35,7 +35,10 @@ func (realClock) AfterFunc(d time.Duration, f func()) stopper { return time.Afte
 // ([gapWatch]); a hold-time wait is a fresh channel per wait, so a late
 // fire is never seen by the next one (chain.waitHeld). The attempt and total
 // deadlines are contexts (their cancel is atomic with their cause), and the
-// backoff waits in a select on a timer of its own (sleepCtx).
+// backoff waits in a select on a timer of its own (sleepCtx), after which
+// the engine checks the caller's context again, so a timer that wins the
+// select as the caller cancels still ends in a hard stop. Cooldowns have no
+// timer: they compare times under their lock.
 
 // The states of a firstWatch.
 const (

@@ -211,3 +211,51 @@ func TestRunAttempt_gapTickAtTheEndIsHarmless(t *testing.T) {
 	require.NoError(t, fired)
 	require.Same(t, errAttemptOver, context.Cause(r.stream.ctx), "the late tick did not fire the gap")
 }
+
+// The attempt deadline's side of item 2's audit, on the real clock: it is a
+// context, so it may end a committed stream (a documented truncation), but
+// whichever way the race at commit goes the caller sees one preamble, no
+// part twice, and exactly one outcome callback. Run under -race.
+func TestRetryableModel_attemptDeadlineRaceAtCommit(t *testing.T) {
+	n := 200
+	if testing.Short() {
+		n = 30
+	}
+	for i := range n {
+		a := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(preamble(),
+			sstep{do: func() { time.Sleep(time.Millisecond) }, part: Part{Kind: abi.KindTextDelta, ID: "t", Delta: "a1"}},
+			pText("a2"), pKind(abi.KindTextEnd), pFinish(abi.ReasonStop))}}
+		b := &scriptModel{key: "p/b", scripts: [][]sstep{answer("b1", "b2")}}
+		var mu sync.Mutex
+		outcomes := 0
+		count := func(context.Context, Outcome) { mu.Lock(); outcomes++; mu.Unlock() }
+		r, err := New(a, WithRules(Timeout().Switch(b)), WithAttemptTimeout(time.Millisecond),
+			WithOnSuccess(count), WithOnFailure(count))
+		require.NoError(t, err)
+		rm, err := NewRetryableModel(r)
+		require.NoError(t, err)
+		s, err := rm.Stream(t.Context(), &Request{})
+		if err == nil {
+			parts, rerr := drain(s)
+			starts, seen := 0, map[string]bool{}
+			for _, p := range parts {
+				if p.Kind == abi.KindStreamStart {
+					starts++
+				}
+				if p.Delta != "" {
+					require.False(t, seen[p.Delta], "run %d: %q twice", i, p.Delta)
+					seen[p.Delta] = true
+				}
+			}
+			require.Equal(t, 1, starts, "run %d", i)
+			if rerr != nil {
+				var de *DeadlineError
+				require.ErrorAs(t, rerr, &de, "run %d", i)
+				require.Equal(t, abi.DeadlineAttempt, de.Deadline)
+			}
+		}
+		mu.Lock()
+		require.Equal(t, 1, outcomes, "run %d: exactly one outcome", i)
+		mu.Unlock()
+	}
+}

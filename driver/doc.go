@@ -37,6 +37,17 @@
 // [WithDisabled] is in force), with every attempt and, for a failure, the
 // error the caller receives.
 //
+// # The common case
+//
+// A request is usually one message ([UserText]); a stream is read in a
+// range loop ([Parts], which closes it) or assembled into a [Response]
+// ([Collect]). The part kinds, error classes, finish reasons and deadlines
+// are constants of this package (KindTextDelta, ClassRateLimit …), so a
+// caller needs package abi only to write plugins. A model's [Model.Key] is
+// its identity here (rules, budgets, stickiness, cooldown); its provider
+// and model id are attributes ([Describe]).
+//
 // Nothing in this package panics on bad configuration at request time:
-// [New] reports every mistake.
+// [New] reports every mistake, including a [Match] built from values a
+// policy file would reject (OnStatus(4290), an empty list).
 package driver

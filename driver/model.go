@@ -25,8 +25,13 @@ type (
 //
 // Implementations must be safe for concurrent use.
 type Model interface {
-	// Key identifies the model as "provider/model-id". Attempt budgets and
-	// condition decisions refer to models by key, so it must be stable.
+	// Key is the model's identity: attempt budgets, rules, condition
+	// decisions, stickiness, cooldown and telemetry refer to models by
+	// key, so it must be stable and unique among a Runner's models. The
+	// adapters default it to "provider/model-id" and let the user choose
+	// it (WithKey; a policy file's model name), so one model can be
+	// declared twice; the provider and model id are then attributes (see
+	// [Described]).
 	Key() string
 	// Generate makes one non-streaming call.
 	Generate(ctx context.Context, req *Request) (*Response, error)

@@ -415,3 +415,17 @@ func TestRunner_UncomparableModelsDoNotPanic(t *testing.T) {
 	_, err = New(a, WithModels(mapModel{"test/a", nil}))
 	require.NoError(t, err, "same type and key: the same model")
 }
+
+// The backoff's stop-after-fire (issue 12 item 2's audit): the wait's timer
+// fires just as the caller cancels, and the wait reports success. The
+// caller's cancellation is still a hard stop: no further attempt starts.
+func TestDo_BackoffFiringAsTheCallerCancels(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sleep := func(context.Context, time.Duration) error { cancel(); return nil } // the timer won the select
+	r := mustNew(t, base, withClock(time.Now, sleep), WithRules(AnyError().Retry().Delay(time.Second)))
+	fn, log := script(status(503))
+	_, err := Do(ctx, r, fn)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Len(t, *log, 1, "no attempt after the cancel")
+}

@@ -82,6 +82,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		return fail(err)
 	}
 	s.ch = ch
+	ch.commit = sp.commit
 	up, err := openStream(actx, sp.model, sp.req)
 	if err != nil {
 		return fail(err)
@@ -182,8 +183,9 @@ type attemptStream struct {
 	// rd reads the upstream while a transform holds parts (see next);
 	// inflight reports a Recv it runs whose result next has not taken yet
 	// (a hold time ran out first). At most one Recv is ever in flight.
-	rd       *holdReader
-	inflight bool
+	rd        *holdReader
+	inflight  bool
+	committed bool // set by commitNow, on the pulling goroutine
 
 	mu     sync.Mutex // the slow path of Recv vs a concurrent Close
 	out    []Part
@@ -211,6 +213,7 @@ func (s *attemptStream) commitNow() error {
 	if s.gap > 0 && !s.upDone {
 		s.gapW = startGapWatch(s.clock, s.gap, s.cancel)
 	}
+	s.committed = true
 	return nil
 }
 
@@ -412,7 +415,7 @@ type upPart struct {
 // behind; the caller's expire checks the clock, so a stale wake-up
 // flushes nothing early.
 func (s *attemptStream) next() (p Part, expired bool, err error) {
-	due, held := s.ch.holdDue()
+	due, held := s.ch.holdDue(s.committed)
 	if !held && !s.inflight {
 		p, err = s.pull()
 		return p, false, err

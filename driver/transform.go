@@ -23,6 +23,7 @@ type stage struct {
 	st     abi.StreamTransform // nil once detached (or never opened)
 	held   []Part
 	bytes  int
+	output int       // held parts that carry output (commit the stream under the chain's rule)
 	since  time.Time // when the oldest held part arrived
 }
 
@@ -31,6 +32,7 @@ type stage struct {
 type chain struct {
 	ctx    context.Context
 	clock  clock
+	commit CommitRule // which held parts are output (see holdDue)
 	stages []stage
 	active int // stages not yet detached
 }
@@ -206,6 +208,9 @@ func (c *chain) hold(i int, p Part, out *[]Part) error {
 		}
 		s.held = append(s.held, p)
 		s.bytes += p.Size()
+		if c.commit.IsContent(&p) {
+			s.output++
+		}
 		return nil
 	}
 	if err := c.capHit(i, capHit, now, out); err != nil {
@@ -230,15 +235,23 @@ func (c *chain) capHit(i int, capName string, now time.Time, out *[]Part) error 
 	return c.detach(i, out)
 }
 
-// holdDue reports whether any stage holds parts and, if so, when the
-// oldest of them has waited its stage's MaxHoldTime.
-func (c *chain) holdDue() (due time.Time, held bool) {
+// holdDue reports whether a stage holds parts whose hold time must be
+// enforced while the upstream is silent and, if so, when the oldest of them
+// has waited its stage's MaxHoldTime. After commit that is every held part
+// (the caller is waiting for it). Before commit a stage counts only when
+// its cap would change what happens: it holds output (a flush would
+// commit it) or its OnCap fails the attempt. A flush of non-output parts
+// before commit is not observable (the gate keeps them until commit, and
+// the next part's arrival applies the same cap), so the common preamble
+// hold (a refusal detector's stream start, metadata and text start) waits
+// on the upstream directly, with no reader goroutine.
+func (c *chain) holdDue(committed bool) (due time.Time, held bool) {
 	if c.active == 0 {
 		return due, false
 	}
 	for i := range c.stages {
 		s := &c.stages[i]
-		if s.st == nil || len(s.held) == 0 {
+		if s.st == nil || len(s.held) == 0 || !(committed || s.output > 0 || s.policy.OnCap == abi.CapFail) {
 			continue
 		}
 		if d := s.since.Add(s.policy.MaxHoldTime); !held || d.Before(due) {
@@ -271,7 +284,7 @@ func (c *chain) release(i int, out *[]Part) error {
 		return nil
 	}
 	held := s.held
-	s.held, s.bytes = nil, 0 // a re-entrant hold (impossible today) would not see them
+	s.held, s.bytes, s.output = nil, 0, 0 // a re-entrant hold (impossible today) would not see them
 	var err error
 	for _, h := range held {
 		if err = c.push(i+1, h, out); err != nil {
@@ -293,13 +306,13 @@ func (c *chain) detach(i int, out *[]Part) error {
 		s.st = nil
 		c.active--
 	}
-	s.held = nil
+	s.held, s.output = nil, 0
 	return err
 }
 
 func (c *chain) discard(s *stage) {
 	clear(s.held)
-	s.held, s.bytes = s.held[:0], 0
+	s.held, s.bytes, s.output = s.held[:0], 0, 0
 }
 
 // transformFailed applies stage i's FailPolicy to a failure of the

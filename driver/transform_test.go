@@ -476,3 +476,32 @@ func TestChain_holdTimeFiringAsThePartArrives(t *testing.T) {
 			"text-delta:c", "text-end", "finish"}, kinds(parts))
 	}
 }
+
+// Before commit a hold of non-output parts (the refusal detector's
+// preamble) is enforced as parts arrive, with no reader goroutine: a flush
+// there would not be observable. A hold whose cap fails the attempt is
+// enforced while silent too.
+func TestChain_holdTimeBeforeCommitOnlyWhereItShows(t *testing.T) {
+	t.Run("the refusal detector's preamble hold needs no reader", func(t *testing.T) {
+		m := &scriptModel{key: "p/a", scripts: [][]sstep{answer("Sure", "!")}}
+		r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{mustRefusal(t)}})
+		require.NoError(t, r.err)
+		require.Nil(t, r.stream.rd, "no reader goroutine for a preamble hold")
+		parts, err := drain(r.stream)
+		require.NoError(t, err)
+		require.Equal(t, []string{"stream-start", "response-metadata", "text-start", "text-delta:Sure", "text-delta:!", "text-end", "finish"}, kinds(parts))
+	})
+	t.Run("a fail cap on a preamble hold fails a silent attempt", func(t *testing.T) {
+		clk := newManualClock()
+		holdAll := &funcTransform{name: "h", policy: abi.TransformPolicy{MaxHoldTime: time.Second, OnCap: abi.CapFail},
+			part: func(int, *Part) (abi.Verdict, error) { return verdict(abi.PartHold), nil }}
+		m := &scriptModel{key: "p/a", clock: clk, scripts: [][]sstep{sscript(preamble(), pStall(0))}}
+		stop := ticking(clk, 100*time.Millisecond)
+		r := runOne(safetyNet(t), m, attemptOpts{ts: []abi.Transformer{holdAll}})
+		stop()
+		var ce *abi.HoldCapError
+		require.ErrorAs(t, r.err, &ce)
+		require.Equal(t, "time", ce.Cap)
+		require.Equal(t, 3, ce.Parts)
+	})
+}

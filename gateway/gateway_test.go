@@ -266,11 +266,11 @@ func TestMetrics(t *testing.T) {
 	for _, want := range []string{
 		`retryhost_gateway_requests_total{code="200",outcome="ok",route="primary"} 2`,
 		`retryhost_gateway_requests_total{code="404",outcome="client_error",route=""} 1`,
-		`retryhost_gateway_attempts_total{class="overloaded",model="openai/up-primary",outcome="error"} 1`,
-		`retryhost_gateway_attempts_total{class="",model="openai/up-backup",outcome="success"} 1`,
-		`retryhost_gateway_failovers_total{to="openai/up-backup"} 1`,
-		`retryhost_gateway_commits_total{model="openai/up-backup"} 1`,
-		`retryhost_gateway_time_to_first_content_seconds_count{model="openai/up-primary"} 1`,
+		`retryhost_gateway_attempts_total{class="overloaded",model="primary",outcome="error"} 1`,
+		`retryhost_gateway_attempts_total{class="",model="backup",outcome="success"} 1`,
+		`retryhost_gateway_failovers_total{to="backup"} 1`,
+		`retryhost_gateway_commits_total{model="backup"} 1`,
+		`retryhost_gateway_time_to_first_content_seconds_count{model="primary"} 1`,
 		`retryhost_gateway_inflight_requests 0`,
 		`retryhost_gateway_inflight_streams 0`,
 		`retryhost_gateway_upstream_malformed_events_total 1`,
@@ -303,9 +303,9 @@ func TestBodyReadTimeout(t *testing.T) {
 // Completions: a Responses API model under the same name must not get a
 // Chat Completions body's fields.
 func TestForwardingSkipsResponsesAPIProviders(t *testing.T) {
-	resp, err := openai.New("r", openai.WithResponsesAPI(), openai.WithAPIKey("k"), openai.WithBaseURL("http://127.0.0.1:1/v1"))
+	resp, err := openai.New("r", openai.WithKey("resp"), openai.WithResponsesAPI(), openai.WithAPIKey("k"), openai.WithBaseURL("http://127.0.0.1:1/v1"))
 	require.NoError(t, err)
-	vllm, err := openai.New("v", openai.WithProvider("vllm"), openai.WithAPIKey("k"), openai.WithBaseURL("http://127.0.0.1:1/v1"))
+	vllm, err := openai.New("v", openai.WithKey("vllm"), openai.WithProvider("vllm"), openai.WithAPIKey("k"), openai.WithBaseURL("http://127.0.0.1:1/v1"))
 	require.NoError(t, err)
 	pol := `{"models": [
 		{"name": "chat", "provider": "openai", "model": "c", "base_url": "http://127.0.0.1:1/v1", "api_key_env": "K"},

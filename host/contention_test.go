@@ -146,3 +146,30 @@ func TestDeadline_WallClockCapOfACPUTimedCall(t *testing.T) {
 	_, err = p.Decide(ctx, &abi.Attempt{})
 	require.ErrorIs(t, err, ErrTimeout, "400 ms of wall clock (20 × 20 ms) passed with no CPU used")
 }
+
+// BenchmarkDeadlineMeasure is the cost of measuring a call in CPU time
+// (a plugin seen running long calls) against the plain wall-clock guard,
+// on the smallest condition call.
+func BenchmarkDeadlineMeasure(b *testing.B) {
+	ctx := context.Background()
+	a := &abi.Attempt{Number: 1, Model: "openai/gpt-5", Status: 429, Class: abi.ClassRateLimit}
+	for _, cpu := range []bool{false, true} {
+		b.Run(map[bool]string{false: "wall-clock", true: "cpu-time"}[cpu], func(b *testing.B) {
+			if cpu && !cpuClock {
+				b.Skip("no per-thread CPU clock on this OS")
+			}
+			rt := newRuntime(b)
+			p, err := rt.Load(ctx, "cond", fixture(b, "condition"), WithConfig([]byte("anthropic/claude")), WithInstances(1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.slow.Store(cpu)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := p.Decide(ctx, a); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

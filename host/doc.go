@@ -28,6 +28,11 @@
 // instance it happened in. The call that hit it, and every later call of a
 // stream whose state lived in that instance, returns a [*PluginError]; the
 // driver then applies the plugin's fail policy to those streams only. A
-// plugin that keeps failing is disabled by a breaker ([ErrDisabled]) until a
-// new version is loaded. Nothing panics out of this package.
+// plugin that keeps failing is disabled by a breaker ([ErrDisabled]) for a
+// cooldown, after which one probe may re-enable it ([WithBreaker]). A REPLACE
+// over the host's caps fails only its stream ([ErrLimit]); a refusal for
+// lack of room fails only its stream and is not a failure
+// ([ErrNoCapacity]). Whatever a transform answers, the stream's framing
+// parts (stream-start, metadata, finish) are kept (ABI.md §6.4). Nothing
+// panics out of this package.
 package host

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/policy"
+	_ "github.com/retryhost/retryhost/provider/anthropic" // the providers this program's policies may name
+	_ "github.com/retryhost/retryhost/provider/openai"
 )
 
 // A policy file builds the Runner and RetryableModel a Go user would build
@@ -24,7 +27,8 @@ func ExampleParse() {
 		panic(err)
 	}
 	defer p.Close(ctx)
-	fmt.Println(p.Model.Key(), "falls back to", p.Models["strong"].Key())
+	provider, id := driver.Describe(p.Models["strong"])
+	fmt.Println(p.Model.Key(), "falls back to", p.Models["strong"].Key(), "("+provider, id+")")
 
 	_, err = policy.Parse(ctx, []byte(`{
   "models": [{"name": "fast", "provider": "openai", "model": "gpt-4o-mini", "api_key_env": "OPENAI_API_KEY"}],
@@ -32,6 +36,6 @@ func ExampleParse() {
 }`), policy.Options{Name: "policy.json", Getenv: env})
 	fmt.Println(err)
 	// Output:
-	// openai/gpt-4o-mini falls back to anthropic/claude-sonnet-4-5
+	// fast falls back to strong (anthropic claude-sonnet-4-5)
 	// policy.json: line 3:51: rules[0].action: unknown action "retyr" (want switch, retry or give-up)
 }

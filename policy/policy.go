@@ -1,23 +1,47 @@
-// Package policy builds retry and fail-over from a declarative file: a JSON
-// policy (with // comments) names the models, the ordered rules (native
-// conditions, or Wasm condition plugins by path or built-in name), the
-// stream transforms, the deadlines, backoff and caps, the sandbox and the
-// sticky policy, and Load turns it into the same objects a Go user would
-// build by hand: a *driver.Runner for calls, a *driver.RetryableModel for
-// streams and, when the policy names Wasm plugins, a *host.Runtime with
-// them loaded.
+// Package policy builds retry and fail-over from a declarative file: a
+// policy (YAML, or JSON with // comments) names the models, the ordered
+// rules (native conditions, or Wasm condition plugins by path or built-in
+// name), the stream transforms, the deadlines, backoff and caps, the
+// sandbox and the sticky policy, and Load turns it into the same objects a
+// Go user would build by hand: a *driver.Runner for calls, a
+// *driver.RetryableModel for streams and, when the policy names Wasm
+// plugins, a *host.Runtime with them loaded. The file's schema is [File].
 //
 // A policy lets operators change rules without a rebuild, and lets one file
 // drive the CLI (retryhost run --policy), the scenario replays and a
 // service alike. Every mistake is reported at load with the field's path,
-// line and column, and unknown fields are errors, so a typo fails the load
-// instead of silently changing behaviour:
+// line and column, and unknown fields, duplicate keys and wrong types are
+// errors in both formats, so a typo fails the load instead of silently
+// changing behaviour:
 //
 //	policy.json: line 3:51: rules[0].action: unknown action "retyr" (want switch, retry or give-up)
 //
-// The complete, commented reference file is policy/testdata/example.json.
-// API keys are never in the file: a model names the environment variable
-// that holds its key (api_key_env).
+// [Validate] checks a file without building its providers (no keys, no
+// network): for CI, as `retryhost policy check FILE` does. The complete,
+// commented reference files are policy/testdata/example.json and
+// example.yaml, and policy/schema.json is the JSON Schema for editors.
+//
+// # Models and their keys
+//
+// Every model has a name the file chooses, and that name is the model's
+// key: its identity in the driver (rules, Wasm conditions' switch targets,
+// attempt budgets, stickiness, cooldown, telemetry's retryhost.model). The
+// provider and the model id are attributes, so one model can be declared
+// twice (gpt-4o in two regions, on Azure and on OpenAI, on two Anthropic
+// accounts). API keys are never in the file: a model names the environment
+// variable that holds its key (api_key_env).
+//
+// # Providers are linked by import
+//
+// This package links no provider SDK. A program names the adapters its
+// policies may use by importing them, as database/sql drivers are:
+//
+//	import _ "github.com/retryhost/retryhost/provider/openai"    // openai, azure, openrouter, vllm, ollama
+//	import _ "github.com/retryhost/retryhost/provider/anthropic" // anthropic
+//
+// so a service that uses one provider links one SDK. A policy naming a
+// provider whose adapter is not linked fails to load with the import to
+// add. Validate needs no adapter.
 //
 // Built-in plugin names ("builtin": "refusal") resolve only through
 // Options.Builtin; set it to plugins.Module (package
@@ -28,39 +52,216 @@ package policy
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 
-	ipolicy "github.com/retryhost/retryhost/internal/policy"
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/internal/policyhook"
+	"github.com/retryhost/retryhost/internal/strict"
 )
 
-// The types are defined in the implementation package shared with the
-// scenario replays (which embed a policy in a larger document and need the
-// builder's positions); these aliases are the supported names.
-type (
-	// Options are what the caller supplies beyond the file: a name for
-	// errors, the directory relative plugin paths resolve against, models
-	// bound in code, built-in plugins, how to read API keys, a logger, and
-	// options appended to the driver's and the host's. The zero Options
-	// reads keys with os.Getenv, resolves paths against the file's
-	// directory, allows no built-in plugins and logs nothing.
-	Options = ipolicy.Options
-	// Policy is a loaded policy: Runner (calls), Model (streams, with the
-	// file's transforms), Models by name, and Runtime (nil without Wasm
-	// plugins). Close it to release its plugins. A Policy's Runner and
-	// Model are safe for concurrent use.
-	Policy = ipolicy.Policy
-	// Error is a mistake in a policy file, with its path, line and column.
-	// Branch on it with errors.As.
-	Error = ipolicy.Error
-)
+//go:generate go run ./internal/jsonschema/gen -src schema.go -o schema.json
+
+func init() { policyhook.Build = buildDoc }
+
+// Error is a mistake in a policy file, with its place. Branch on it with
+// errors.As. Its message never quotes an api_key_env value that looks like
+// a key rather than a variable's name.
+type Error struct {
+	Path string // the field: rules[2].action; empty for the document itself
+	Line int    // 1-based; 0 when unknown
+	Col  int    // 1-based; 0 when unknown (a YAML syntax error has a line only)
+	Msg  string // what is wrong
+}
+
+// Error formats the mistake as "line 3:51: rules[0].action: unknown action …".
+func (e *Error) Error() string { return (*strict.Error)(e).Error() }
+
+// Duration is a Go duration string in the file ("250ms", "1m30s"). A bare
+// number is an error: its unit would be a guess.
+type Duration = strict.Duration
+
+// Options are what the caller supplies beyond the file. The zero Options
+// reads keys with os.Getenv, resolves plugin paths against the file's
+// directory (Load) or the working directory, tells YAML from JSON by the
+// name's extension or the content, allows no built-in plugins and logs
+// nothing.
+type Options struct {
+	// Name labels the policy in errors (usually its file name). Load
+	// defaults it to the path. A name ending in .yaml or .yml is YAML, one
+	// ending in .json is JSON; otherwise a document whose first character
+	// (past white space and // comments) is '{' is JSON, anything else YAML.
+	Name string
+	// Dir resolves relative plugin paths. Default: the file's directory
+	// (Load), else the working directory.
+	Dir string
+	// Models binds model names to models built by the caller. A "scripted"
+	// model must be bound; a bound model of another provider replaces the
+	// adapter the file describes (for tests). Either way the model's key
+	// in the driver is the file's name for it.
+	Models map[string]driver.Model
+	// Builtin returns a built-in plugin's bytes by name; nil: no built-ins.
+	Builtin func(name string) ([]byte, bool)
+	// Getenv reads API keys. Default os.Getenv.
+	Getenv func(string) string
+	// Logger receives the driver's and host's logs. Default: discard.
+	Logger *slog.Logger
+	// HTTPClient, when set, is the HTTP client of the file's provider
+	// models (a gateway bounds its upstream connections and
+	// response-header wait with it). Default: each SDK's own.
+	HTTPClient *http.Client
+	// RunnerOptions and StreamOptions are appended to the ones the file
+	// produces (callbacks, for instance).
+	RunnerOptions []driver.Option
+	StreamOptions []driver.StreamOption
+	// HostOptions are appended to the Wasm runtime's options the file's
+	// sandbox section produces (a compilation cache directory, an observer).
+	HostOptions []host.Option
+
+	validate bool // Validate: no keys, no adapters
+}
+
+// Policy is a loaded policy. Close it to release its plugins. A Policy's
+// Runner and Model are safe for concurrent use.
+type Policy struct {
+	Runner *driver.Runner
+	Model  *driver.RetryableModel
+	// Models are the file's models by name (which is their key).
+	Models map[string]driver.Model
+	// Runtime hosts the policy's Wasm plugins; nil when there are none.
+	Runtime *host.Runtime
+}
+
+// Close releases the plugins and the Wasm runtime, waiting for calls in
+// flight until ctx is done.
+func (p *Policy) Close(ctx context.Context) error {
+	if p == nil || p.Runtime == nil {
+		return nil
+	}
+	return p.Runtime.Close(ctx)
+}
 
 // Load reads and builds the policy file at path. Relative plugin paths are
 // resolved against the file's directory unless opts.Dir says otherwise;
 // errors are prefixed with path unless opts.Name says otherwise.
 func Load(ctx context.Context, path string, opts Options) (*Policy, error) {
-	return ipolicy.Load(ctx, path, opts)
+	data, err := readFile(path, &opts)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(ctx, data, opts)
 }
 
-// Parse builds a policy from the file's bytes (opts.Name labels errors).
+// Parse builds a policy from the file's bytes (opts.Name labels errors and
+// names the format).
 func Parse(ctx context.Context, data []byte, opts Options) (*Policy, error) {
-	return ipolicy.Parse(ctx, data, opts)
+	var f File
+	doc, err := decode(data, opts.Name, &f)
+	if err != nil {
+		return nil, opts.wrap(err)
+	}
+	p, err := buildDoc(ctx, doc, &f, "", opts)
+	return p, opts.wrap(err)
+}
+
+// Validate checks a policy as Parse would, without building its providers:
+// it reads no API key (api_key_env must name a variable, which need not be
+// set), needs no provider adapter linked and opens no connection. Wasm
+// plugins are loaded and closed, since a plugin that rejects its config is
+// a mistake of the file. A nil error means Parse would fail only on what
+// Validate leaves out: a key that is not set, an adapter not linked.
+func Validate(ctx context.Context, data []byte, opts Options) error {
+	var f File
+	doc, err := decode(data, opts.Name, &f)
+	if err != nil {
+		return opts.wrap(err)
+	}
+	opts.validate = true
+	p, err := buildDoc(ctx, doc, &f, "", opts)
+	if err != nil {
+		return opts.wrap(err)
+	}
+	return p.Close(ctx)
+}
+
+// ValidateFile is Validate for the file at path, with Load's defaults.
+func ValidateFile(ctx context.Context, path string, opts Options) error {
+	data, err := readFile(path, &opts)
+	if err != nil {
+		return err
+	}
+	return Validate(ctx, data, opts)
+}
+
+func readFile(path string, opts *Options) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Name == "" {
+		opts.Name = path
+	}
+	if opts.Dir == "" {
+		opts.Dir = filepath.Dir(path)
+	}
+	return data, nil
+}
+
+// isYAML tells the format: by the name's extension, else by the content.
+func isYAML(name string, data []byte) bool {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".yaml", ".yml":
+		return true
+	case ".json", ".jsonc":
+		return false
+	}
+	for s := string(data); s != ""; {
+		s = strings.TrimLeft(s, " \t\r\n\ufeff")
+		if rest, ok := strings.CutPrefix(s, "//"); ok {
+			_, s, _ = strings.Cut(rest, "\n")
+			continue
+		}
+		return !strings.HasPrefix(s, "{")
+	}
+	return false
+}
+
+func decode(data []byte, name string, f *File) (*strict.Doc, error) {
+	if isYAML(name, data) {
+		return strict.DecodeYAML(data, f)
+	}
+	return strict.Decode(data, f)
+}
+
+func (o *Options) wrap(err error) error {
+	if se, ok := err.(*strict.Error); ok {
+		err = (*Error)(se)
+	}
+	if err == nil || o.Name == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", o.Name, err)
+}
+
+// buildDoc builds a policy already decoded, maybe as part of a larger
+// document (a scenario embeds one, and reaches this through
+// internal/policyhook) whose fields sit under prefix in doc.
+func buildDoc(ctx context.Context, doc *strict.Doc, f *File, prefix string, opts Options) (*Policy, error) {
+	b := &builder{index: map[string]int{}, doc: doc, prefix: prefix, opts: opts, p: &Policy{Models: map[string]driver.Model{}}}
+	if b.opts.Getenv == nil {
+		b.opts.Getenv = os.Getenv
+	}
+	if b.opts.Logger == nil {
+		b.opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := b.build(ctx, f); err != nil {
+		_ = b.p.Close(ctx)
+		return nil, err
+	}
+	return b.p, nil
 }

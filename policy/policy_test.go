@@ -7,30 +7,46 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 )
 
-// TestExampleLoads keeps the commented reference file honest: every field
-// it shows loads, and a missing key is named with its line and column.
+// TestExampleLoads keeps the commented reference files honest: every field
+// they show loads, the YAML twin builds the same policy as the JSON, and a
+// missing key is named with its line and column.
 func TestExampleLoads(t *testing.T) {
 	ctx := context.Background()
-	p, err := policy.Load(ctx, "testdata/example.json", policy.Options{
-		Dir:    "../host/testdata",
-		Getenv: func(k string) string { return "key-of-" + k },
-	})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, p.Close(ctx)) }()
-	require.Equal(t, "openai/gpt-4o-mini", p.Runner.Base().Key())
-	require.Equal(t, "anthropic/claude-sonnet-4-5", p.Models["strong"].Key())
-	require.NotNil(t, p.Runtime)
+	for _, tt := range []struct{ file, missingKey string }{
+		{"testdata/example.json", "testdata/example.json: line 12:83: models[0].api_key_env: environment variable OPENAI_API_KEY is not set"},
+		{"testdata/example.yaml", "testdata/example.yaml: line 10:18: models[0].api_key_env: environment variable OPENAI_API_KEY is not set"},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			p, err := policy.Load(ctx, tt.file, policy.Options{
+				Dir:    "../host/testdata",
+				Getenv: func(k string) string { return "key-of-" + k },
+			})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, p.Close(ctx)) }()
+			require.Equal(t, "fast", p.Runner.Base().Key())
+			require.Len(t, p.Models, 4)
+			for name, want := range map[string][2]string{"fast": {"openai", "gpt-4o-mini"}, "strong": {"anthropic", "claude-sonnet-4-5"},
+				"strong-azure": {"azure", "gpt-4o"}, "local": {"vllm", "llama3"}} {
+				require.Equal(t, name, p.Models[name].Key())
+				provider, id := driver.Describe(p.Models[name])
+				require.Equal(t, want, [2]string{provider, id}, name)
+			}
+			require.NotNil(t, p.Runtime)
+			require.NoError(t, policy.ValidateFile(ctx, tt.file, policy.Options{Dir: "../host/testdata", Getenv: func(string) string { return "" }}),
+				"Validate needs no key")
 
-	_, err = policy.Load(ctx, "testdata/example.json", policy.Options{Dir: "../host/testdata", Getenv: func(string) string { return "" }})
-	require.EqualError(t, err, "testdata/example.json: line 8:83: models[0].api_key_env: environment variable OPENAI_API_KEY is not set")
-	var perr *policy.Error
-	require.ErrorAs(t, err, &perr)
-	require.Equal(t, "models[0].api_key_env", perr.Path)
-	require.Equal(t, 8, perr.Line)
+			_, err = policy.Load(ctx, tt.file, policy.Options{Dir: "../host/testdata", Getenv: func(string) string { return "" }})
+			require.EqualError(t, err, tt.missingKey)
+			var perr *policy.Error
+			require.ErrorAs(t, err, &perr)
+			require.Equal(t, "models[0].api_key_env", perr.Path)
+		})
+	}
 }
 
 // TestBuiltins: built-in plugin names resolve only when the caller allows

@@ -50,9 +50,9 @@ func TestRun_StreamFailsOverAfterARefusal(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr.String())
 	require.Equal(t, "The capital of France is Paris.\n", stdout.String(), "the answer alone on stdout, once, without the refusal")
 	log := durations.ReplaceAllString(stderr.String(), "T")
-	require.Equal(t, `attempt 1 on openai/gpt-first failed: refusal: the text "I'm sorry, but I can't" matched the refusal phrase "i'm sorry, but i can't" (T)
-  → openai/gpt-second after T
-attempt 2 on openai/gpt-second committed after T
+	require.Equal(t, `attempt 1 on first failed: refusal: the text "I'm sorry, but I can't" matched the refusal phrase "i'm sorry, but i can't" (T)
+  → second after T
+attempt 2 on second committed after T
 done: finish stop, T
 `, log)
 }
@@ -62,7 +62,7 @@ func TestRun_CallFailsOverAfterA429(t *testing.T) {
 	code := dispatch(context.Background(), []string{"run", "--call", "--policy", runPolicy(t, true), "hi"}, &stdout, &stderr)
 	require.Equal(t, exitOK, code, stderr.String())
 	require.Equal(t, "The capital of France is Paris.\n", stdout.String())
-	require.Contains(t, stderr.String(), "attempt 1 on openai/gpt-first failed: rate-limit: HTTP 429")
+	require.Contains(t, stderr.String(), "attempt 1 on first failed: rate-limit: HTTP 429")
 }
 
 // Issue 12 item 6: a non-streaming call runs the policy's transforms too,
@@ -73,7 +73,7 @@ func TestRun_CallFailsOverAfterARefusal(t *testing.T) {
 	code := dispatch(context.Background(), []string{"run", "--call", "--policy", runPolicy(t, false), "What", "is", "the", "capital?"}, &stdout, &stderr)
 	require.Equal(t, exitOK, code, stderr.String())
 	require.Equal(t, "The capital of France is Paris.\n", stdout.String(), "the answer alone, without the refusal")
-	require.Contains(t, stderr.String(), "attempt 1 on openai/gpt-first failed: refusal")
+	require.Contains(t, stderr.String(), "attempt 1 on first failed: refusal")
 }
 
 func TestRun_JSONEvents(t *testing.T) {

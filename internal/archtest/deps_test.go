@@ -112,3 +112,17 @@ func TestABIBuildsForWasip1(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "abi must build for GOOS=wasip1 GOARCH=wasm:\n%s", out)
 }
+
+// TestPolicyLinksNoSDK: package policy links no provider SDK, so a
+// service that imports it and one adapter links one SDK (adapters register
+// themselves with the policy when imported).
+func TestPolicyLinksNoSDK(t *testing.T) {
+	pkgs := listPackages(t)
+	p, ok := pkgs[module+"/policy"]
+	require.True(t, ok)
+	for _, d := range p.Deps {
+		require.Falsef(t, strings.HasPrefix(d, "github.com/openai/") || strings.HasPrefix(d, "github.com/anthropics/"),
+			"policy must not depend on a provider SDK, but depends on %s", d)
+		require.Falsef(t, under(d, "provider"), "policy must not depend on an adapter, but depends on %s", d)
+	}
+}

@@ -20,12 +20,13 @@ import (
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
-	"github.com/retryhost/retryhost/internal/policy"
-	"github.com/retryhost/retryhost/internal/policy/strictjson"
+	"github.com/retryhost/retryhost/internal/policyhook"
+	"github.com/retryhost/retryhost/internal/strict"
+	"github.com/retryhost/retryhost/policy"
 )
 
 // Duration is a Go duration string ("5ms").
-type Duration = strictjson.Duration
+type Duration = strict.Duration
 
 // Scenario is one scenario file.
 type Scenario struct {
@@ -133,9 +134,9 @@ type Outcome struct {
 }
 
 // Parse decodes a scenario strictly (unknown fields are errors).
-func Parse(data []byte) (*Scenario, *strictjson.Doc, error) {
+func Parse(data []byte) (*Scenario, *strict.Doc, error) {
 	var s Scenario
-	doc, err := strictjson.Decode(data, &s)
+	doc, err := strict.Decode(data, &s)
 	if err != nil {
 		return nil, doc, err
 	}
@@ -145,7 +146,7 @@ func Parse(data []byte) (*Scenario, *strictjson.Doc, error) {
 	return &s, doc, nil
 }
 
-func (s *Scenario) validate(doc *strictjson.Doc) error {
+func (s *Scenario) validate(doc *strict.Doc) error {
 	if s.LoadError == "" && len(s.Requests) == 0 {
 		return doc.Errorf("requests", "at least one request is required")
 	}
@@ -178,7 +179,7 @@ func (s *Scenario) validate(doc *strictjson.Doc) error {
 	return nil
 }
 
-func (st *Step) validate(doc *strictjson.Doc, at string) error {
+func (st *Step) validate(doc *strict.Doc, at string) error {
 	n := 0
 	for _, set := range []bool{st.Text != nil, st.Part != "", st.Delay != nil, st.Stall, st.Cut,
 		st.Error != nil, st.ErrorPart != nil, st.Finish != ""} {
@@ -248,7 +249,7 @@ type recorder struct {
 
 // Run plays the scenario. An error is a scenario that cannot run (a script
 // that is missing); a policy that fails to load is a result.
-func (s *Scenario) Run(ctx context.Context, doc *strictjson.Doc, opts Options) (*Result, error) {
+func (s *Scenario) Run(ctx context.Context, doc *strict.Doc, opts Options) (*Result, error) {
 	models := map[string]*scripted{}
 	bound := map[string]driver.Model{}
 	names := map[string]string{} // key → name
@@ -278,7 +279,8 @@ func (s *Scenario) Run(ctx context.Context, doc *strictjson.Doc, opts Options) (
 		rec.outcome = &o
 		rec.mu.Unlock()
 	}
-	pol, err := policy.Build(ctx, doc, &s.Policy, "policy", policy.Options{
+	build := policyhook.Build.(func(context.Context, *strict.Doc, *policy.File, string, policy.Options) (*policy.Policy, error))
+	pol, err := build(ctx, doc, &s.Policy, "policy", policy.Options{
 		Dir: opts.Dir, Models: bound, Builtin: opts.Builtin,
 		Getenv:        func(string) string { return "" },
 		RunnerOptions: []driver.Option{driver.WithOnSuccess(done), driver.WithOnFailure(done)},

@@ -201,7 +201,9 @@ static NOINLINE int parse_config(i32 len) {
 			u32 k = 0;
 			while (arr_next(&k)) {
 				if (nrules == MAX_RULES) return fail("more than 64 rules");
+				J.item = (i32)nrules;
 				if (!parse_rule(&rules[nrules])) return 0;
+				J.item = -1;
 				nrules++;
 				J.key = (const u8 *)"rules";
 				J.keylen = 5;

@@ -24,7 +24,8 @@ static struct {
 	int bad;
 	const u8 *key; /* the field being read, for messages */
 	u32 keylen;
-} J;
+	i32 item; /* the list item being read (errmatch's rule), or -1 */
+} J = {.item = -1};
 
 /* ---- messages ---- */
 
@@ -61,6 +62,11 @@ static int fail(const char *msg) {
 	J.bad = 1;
 	em_len = 0;
 	em_str("config: ");
+	if (J.item >= 0) {
+		em_str("rule ");
+		em_u64((u64)J.item);
+		em_str(": ");
+	}
 	if (J.key) {
 		em_quoted(J.key, J.keylen);
 		em_str(": ");
@@ -309,8 +315,9 @@ static int boolean(int *out) {
 	return fail("want true or false");
 }
 
-/* obj_begin reads '{'; obj_next then reads each key into key (a key longer
- * than cap is reported as unknown: no field is that long) and returns 1,
+/* obj_begin reads '{'; obj_next then reads each key into js_key (a key is
+ * at most 256 bytes: no field name is near, and a map's keys are bounded
+ * so) and returns 1,
  * or 0 at '}' or on a failure. *count is the members read so far. */
 static int obj_begin(void) {
 	if (J.bad) return 0;
@@ -330,7 +337,7 @@ static int obj_next(u32 *count) {
 	const u8 *save = J.key;
 	u32 savelen = J.keylen;
 	J.key = 0;
-	if (!str(js_key, sizeof js_key, &js_keylen, "unknown field")) return 0;
+	if (!str(js_key, sizeof js_key, &js_keylen, "a key is longer than 256 bytes")) return 0;
 	J.key = save;
 	J.keylen = savelen;
 	if (!eat(':')) return syntax();

@@ -319,7 +319,7 @@ static int add_phrase(const u8 *s, u32 n) {
 }
 
 /* The config (JSON, as the Go build's): every field optional. */
-static u8 fail_closed, cap_fail;
+static u8 fail_closed, on_cap;
 static i64 max_held_parts, max_held_bytes, max_hold_time;
 static u8 sbuf[CFG_CAP];
 
@@ -350,9 +350,10 @@ static int parse_config(i32 len) {
 			else if (n != 0 && !bytes_eq(sbuf, n, "open")) return fail("must be \"open\" or \"closed\"");
 		} else if (key_is("on_cap")) {
 			if (!field(&seen, 2, "on_cap") || !str(sbuf, 16, &n, "must be \"flush\" or \"fail\"")) return 0;
-			/* on_cap byte (ABI.md §8.7, v1.2): 1 fail, 2 flush, 0 (unset) follows "fail" */
-			if (bytes_eq(sbuf, n, "fail")) cap_fail = 1;
-			else if (bytes_eq(sbuf, n, "flush")) cap_fail = 2;
+			/* the Policy record's on_cap (ABI v1.2): "" 0 follows the fail
+			 * policy, "fail" 1, "flush" 2 */
+			if (bytes_eq(sbuf, n, "fail")) on_cap = 1;
+			else if (bytes_eq(sbuf, n, "flush")) on_cap = 2;
 			else if (n != 0) return fail("must be \"flush\" or \"fail\"");
 		} else if (key_is("max_held_parts")) {
 			if (!field(&seen, 3, "max_held_parts") || !integer(MAX_CAP, &max_held_parts, "want an integer 0-2147483647")) return 0;
@@ -378,7 +379,7 @@ RH_EXPORT("retryhost_init") i32 rh_init(i32 len) {
 	 * host reads the first 24 bytes. */
 	static u8 pol[32 + 19];
 	pol[0] = fail_closed;
-	pol[1] = cap_fail;
+	pol[1] = on_cap;
 	wr32(pol + 4, (u32)max_held_parts);
 	wr32(pol + 8, (u32)max_held_bytes);
 	wr64(pol + 16, (u64)max_hold_time);

@@ -192,8 +192,10 @@ func compile(rc *ruleConfig, pats *cfgrule.Patterns) (rule, error) {
 			return r, fmt.Errorf("model: %w", err)
 		}
 	}
-	if rc.MinAttempt < 0 || rc.MaxAttempt < 0 || rc.MinAttempt > maxCount || rc.MaxAttempt > maxCount ||
-		(rc.MaxAttempt > 0 && rc.MaxAttempt < rc.MinAttempt) {
+	if rc.MinAttempt < 0 || rc.MaxAttempt < 0 || rc.MinAttempt > maxCount || rc.MaxAttempt > maxCount {
+		return r, errors.New("min_attempt/max_attempt: want an integer 0-1000000")
+	}
+	if rc.MaxAttempt > 0 && rc.MaxAttempt < rc.MinAttempt {
 		return r, errors.New("min_attempt/max_attempt: want 0 <= min <= max")
 	}
 	n := 0

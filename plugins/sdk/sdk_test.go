@@ -1,6 +1,8 @@
 package sdk
 
 import (
+	"bytes"
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -54,4 +56,33 @@ func TestDecodeJSON(t *testing.T) {
 			require.ErrorContains(t, err, "config: ")
 		})
 	}
+}
+
+// FuzzDecodeJSON: DecodeJSON never panics (its key check scans the
+// document by hand), and what it accepts is valid JSON with no key twice
+// in an object (go test ./plugins/sdk -fuzz FuzzDecodeJSON).
+func FuzzDecodeJSON(f *testing.F) {
+	for _, s := range []string{``, `{}`, `{"name":"x","rules":[{"delay":"1s"}],"map":{"a":{"delay":"2s"}}}`,
+		`{"name":"a\"]}{,\\","plain":{"[":"\\"}}`, `{"name":"x","name":"y"}`, `{"retry":null}`, `[1,2]`, `{"plain":{"k":"v" , "l" : "w"}}`} {
+		f.Add(s)
+	}
+	type inner struct {
+		Delay string `json:"delay"`
+	}
+	type cfg struct {
+		Name  string            `json:"name"`
+		Rules []inner           `json:"rules"`
+		Retry *inner            `json:"retry"`
+		Map   map[string]inner  `json:"map"`
+		Plain map[string]string `json:"plain"`
+		Any   any               `json:"any"`
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var v cfg
+		if DecodeJSON([]byte(s), &v) != nil || len(bytes.Trim([]byte(s), " \t\r\n")) == 0 {
+			return
+		}
+		require.True(t, json.Valid([]byte(s)))
+		require.NoError(t, checkKeys([]byte(s)))
+	})
 }

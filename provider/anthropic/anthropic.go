@@ -33,13 +33,19 @@ const DefaultMaxTokens = 4096
 type Option func(*config)
 
 type config struct {
-	apiKey     string
-	baseURL    string
-	httpClient *http.Client
-	maxRetries int
-	maxTokens  int
-	rawChunks  bool
-	sdkOpts    []option.RequestOption
+	apiKey      string
+	baseURL     string
+	provider    string
+	providerSet bool
+	key         string
+	keySet      bool
+	headers     [][2]string
+	params      []param2
+	httpClient  *http.Client
+	maxRetries  int
+	maxTokens   int
+	rawChunks   bool
+	sdkOpts     []option.RequestOption
 }
 
 // WithAPIKey sets the API key. Default: the SDK's, the ANTHROPIC_API_KEY
@@ -49,6 +55,39 @@ func WithAPIKey(key string) Option { return func(c *config) { c.apiKey = key } }
 // WithBaseURL points the model at another server (a proxy, a gateway).
 // Default: the SDK's, https://api.anthropic.com or ANTHROPIC_BASE_URL.
 func WithBaseURL(u string) Option { return func(c *config) { c.baseURL = u } }
+
+// WithProvider names the provider, for the model's key
+// ("<provider>/<model>") and Provider: a second Anthropic account or a
+// gateway speaking the Messages API. Default: "anthropic".
+func WithProvider(name string) Option {
+	return func(c *config) { c.provider, c.providerSet = name, true }
+}
+
+// WithKey sets the model's key: its identity in the driver (rules, attempt
+// budgets, stickiness, cooldown and telemetry tell models apart by key).
+// Give each deployment its own key to declare two of one model, such as
+// one model on two Anthropic accounts. Default: "<provider>/<model id>".
+func WithKey(key string) Option { return func(c *config) { c.key, c.keySet = key, true } }
+
+// WithHeader sends a header with every request of the model (a beta flag,
+// a gateway's routing header…); calling it again for the same name
+// replaces the value. Default: none.
+func WithHeader(name, value string) Option {
+	return func(c *config) { c.headers = append(c.headers, [2]string{name, value}) }
+}
+
+type param2 struct {
+	name  string
+	value any
+}
+
+// WithParam sets a top-level field of every request body to value (any
+// JSON-encodable value), overriding what the Request says: "temperature",
+// "max_tokens", "top_k", a field this adapter does not map… name must be a
+// plain field name (letters, digits, '_', '-'). Default: none.
+func WithParam(name string, value any) Option {
+	return func(c *config) { c.params = append(c.params, param2{name, value}) }
+}
 
 // WithHTTPClient sets the HTTP client. Default: the SDK's.
 func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
@@ -79,6 +118,9 @@ func WithRequestOptions(opts ...option.RequestOption) Option {
 // use.
 type Model struct {
 	id        string
+	provider  string
+	key       string
+	params2   []option.RequestOption // WithParam's, after the request's own
 	maxTokens int64
 	raw       bool
 	client    ant.Client
@@ -98,6 +140,18 @@ func New(id string, opts ...Option) (*Model, error) {
 	if c.maxRetries < 0 {
 		return nil, fmt.Errorf("anthropic: negative max retries %d", c.maxRetries)
 	}
+	if !c.providerSet {
+		c.provider = provider
+	} else if strings.TrimSpace(c.provider) == "" {
+		return nil, errors.New("anthropic: empty provider name")
+	}
+	key := c.provider + "/" + id
+	if c.keySet {
+		if err := adapter.CheckKey("anthropic", c.key); err != nil {
+			return nil, err
+		}
+		key = c.key
+	}
 	if c.maxTokens <= 0 {
 		return nil, fmt.Errorf("anthropic: default max tokens %d must be positive", c.maxTokens)
 	}
@@ -114,12 +168,33 @@ func New(id string, opts ...Option) (*Model, error) {
 	if c.httpClient != nil {
 		sdk = append(sdk, option.WithHTTPClient(c.httpClient))
 	}
+	for _, h := range c.headers {
+		if err := adapter.CheckHeader("anthropic", h[0]); err != nil {
+			return nil, err
+		}
+		sdk = append(sdk, option.WithHeader(h[0], h[1]))
+	}
+	var params []option.RequestOption // applied after each request's own fields
+	for _, p := range c.params {
+		if err := adapter.CheckParam("anthropic", p.name); err != nil {
+			return nil, err
+		}
+		params = append(params, option.WithJSONSet(p.name, p.value))
+	}
 	sdk = append(sdk, c.sdkOpts...)
-	return &Model{id: id, maxTokens: int64(c.maxTokens), raw: c.rawChunks, client: ant.NewClient(sdk...)}, nil
+	return &Model{id: id, provider: c.provider, key: key, params2: params, maxTokens: int64(c.maxTokens), raw: c.rawChunks, client: ant.NewClient(sdk...)}, nil
 }
 
-// Key returns "anthropic/<model id>".
-func (m *Model) Key() string { return provider + "/" + m.id }
+// Key returns the model's key: WithKey's, else "<provider>/<model id>",
+// such as "anthropic/claude-sonnet-4-5".
+func (m *Model) Key() string { return m.key }
+
+// Provider returns the provider's name ("anthropic" unless WithProvider
+// says otherwise), for telemetry whatever the key.
+func (m *Model) Provider() string { return m.provider }
+
+// ModelID returns the model id given to New.
+func (m *Model) ModelID() string { return m.id }
 
 // Generate makes one non-streaming call.
 func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Response, error) {
@@ -324,7 +399,7 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 			opts = append(opts, option.WithJSONSet(k, fields[k]))
 		}
 	}
-	return p, opts, warnings, nil
+	return p, append(opts, m.params2...), warnings, nil
 }
 
 func message(msg *driver.Message) (ant.MessageParam, error) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +31,12 @@ type config struct {
 	apiKey          string
 	baseURL         string
 	provider        string
+	providerSet     bool
+	key             string
+	keySet          bool
+	headers         [][2]string
+	params          []param2
+	azure           *azureConfig
 	httpClient      *http.Client
 	maxRetries      int
 	legacyMaxTokens bool
@@ -50,7 +57,50 @@ func WithBaseURL(u string) Option { return func(c *config) { c.baseURL = u } }
 // WithProvider names the provider, for the model's key ("<provider>/<model>"),
 // ProviderError.Provider and the Request.ProviderOptions entry the model
 // reads. Default: "openai". Set it for compatible servers ("groq", "vllm"…).
-func WithProvider(name string) Option { return func(c *config) { c.provider = name } }
+func WithProvider(name string) Option {
+	return func(c *config) { c.provider, c.providerSet = name, true }
+}
+
+// WithKey sets the model's key: its identity in the driver (rules, attempt
+// budgets, stickiness, cooldown and telemetry tell models apart by key).
+// Give each deployment its own key to declare two of one model, such as
+// gpt-4o in two regions or on Azure and OpenAI directly. Default:
+// "<provider>/<model id>".
+func WithKey(key string) Option { return func(c *config) { c.key, c.keySet = key, true } }
+
+// WithHeader sends a header with every request of the model (an
+// OpenRouter "HTTP-Referer", a gateway's routing header…); calling it
+// again for the same name replaces the value. Default: none.
+func WithHeader(name, value string) Option {
+	return func(c *config) { c.headers = append(c.headers, [2]string{name, value}) }
+}
+
+type param2 struct {
+	name  string
+	value any
+}
+
+// WithParam sets a top-level field of every request body to value (any
+// JSON-encodable value), overriding what the Request says: "temperature",
+// "max_completion_tokens", "reasoning_effort", a compatible server's own
+// extension… name must be a plain field name (letters, digits, '_', '-').
+// Default: none.
+func WithParam(name string, value any) Option {
+	return func(c *config) { c.params = append(c.params, param2{name, value}) }
+}
+
+type azureConfig struct{ endpoint, deployment, apiVersion string }
+
+// WithAzure speaks to an Azure OpenAI deployment: requests go to
+// {endpoint}/openai/deployments/{deployment}/chat/completions?api-version={apiVersion}
+// with the key (WithAPIKey) in the api-key header rather than as a bearer
+// token. The model id given to New is what telemetry reports as the model;
+// the deployment decides what answers. It replaces WithBaseURL and sets the
+// provider to "azure" unless WithProvider says otherwise. For Azure's v1
+// API ({endpoint}/openai/v1/, no api-version) use WithBaseURL instead.
+func WithAzure(endpoint, deployment, apiVersion string) Option {
+	return func(c *config) { c.azure = &azureConfig{endpoint, deployment, apiVersion} }
+}
 
 // WithHTTPClient sets the HTTP client. Default: the SDK's.
 func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
@@ -97,6 +147,8 @@ type Model struct {
 	id        string
 	provider  string
 	key       string
+	params2   []option.RequestOption // WithParam's, after the request's own
+	paramSet  map[string]bool        // WithParam's names
 	legacy    bool
 	responses bool // WithResponsesAPI
 	raw       bool
@@ -106,15 +158,21 @@ type Model struct {
 // New returns the chat model id (such as "gpt-4o-mini"), configured by opts.
 // It fails on an empty id or a base URL that is not an absolute http(s) URL.
 func New(id string, opts ...Option) (*Model, error) {
-	c := config{provider: "openai"}
+	c := config{}
 	for _, o := range opts {
 		o(&c)
 	}
+	switch {
+	case c.providerSet && c.provider == "":
+		return nil, errors.New("openai: empty provider name")
+	case c.providerSet:
+	case c.azure != nil:
+		c.provider = "azure"
+	default:
+		c.provider = "openai"
+	}
 	if strings.TrimSpace(id) == "" {
 		return nil, errors.New("openai: empty model id")
-	}
-	if c.provider == "" {
-		return nil, errors.New("openai: empty provider name")
 	}
 	if c.maxRetries < 0 {
 		return nil, fmt.Errorf("openai: negative max retries %d", c.maxRetries)
@@ -126,17 +184,60 @@ func New(id string, opts ...Option) (*Model, error) {
 		}
 		sdk = append(sdk, option.WithBaseURL(c.baseURL))
 	}
-	if c.apiKey != "" {
+	if az := c.azure; az != nil {
+		if c.baseURL != "" {
+			return nil, errors.New("openai: WithAzure and WithBaseURL both set the endpoint")
+		}
+		if err := adapter.CheckBaseURL("openai", az.endpoint); err != nil {
+			return nil, err
+		}
+		if strings.TrimSpace(az.deployment) == "" || strings.TrimSpace(az.apiVersion) == "" {
+			return nil, errors.New("openai: WithAzure needs a deployment and an api-version")
+		}
+		sdk = append(sdk,
+			option.WithBaseURL(strings.TrimSuffix(az.endpoint, "/")+"/openai/deployments/"+url.PathEscape(az.deployment)+"/"),
+			option.WithQuery("api-version", az.apiVersion))
+		if c.apiKey != "" {
+			// Azure reads the key from api-key; a bearer token would send
+			// an OpenAI key (the SDK's environment default) to Azure.
+			sdk = append(sdk, option.WithAPIKey(""), option.WithHeader("api-key", c.apiKey))
+		}
+		sdk = append(sdk, option.WithHeaderDel("authorization"))
+	} else if c.apiKey != "" {
 		sdk = append(sdk, option.WithAPIKey(c.apiKey))
 	}
 	if c.httpClient != nil {
 		sdk = append(sdk, option.WithHTTPClient(c.httpClient))
 	}
+	for _, h := range c.headers {
+		if err := adapter.CheckHeader("openai", h[0]); err != nil {
+			return nil, err
+		}
+		sdk = append(sdk, option.WithHeader(h[0], h[1]))
+	}
+	var params []option.RequestOption // applied after each request's own fields
+	paramSet := map[string]bool{}
+	for _, p := range c.params {
+		paramSet[p.name] = true
+		if err := adapter.CheckParam("openai", p.name); err != nil {
+			return nil, err
+		}
+		params = append(params, option.WithJSONSet(p.name, p.value))
+	}
 	sdk = append(sdk, c.sdkOpts...)
+	key := c.provider + "/" + id
+	if c.keySet {
+		if err := adapter.CheckKey("openai", c.key); err != nil {
+			return nil, err
+		}
+		key = c.key
+	}
 	return &Model{
 		id:        id,
 		provider:  c.provider,
-		key:       c.provider + "/" + id,
+		key:       key,
+		params2:   params,
+		paramSet:  paramSet,
 		legacy:    c.legacyMaxTokens,
 		responses: c.responsesAPI,
 		raw:       c.rawChunks,
@@ -144,11 +245,13 @@ func New(id string, opts ...Option) (*Model, error) {
 	}, nil
 }
 
-// Key returns "<provider>/<model id>", such as "openai/gpt-4o-mini".
+// Key returns the model's key: WithKey's, else "<provider>/<model id>",
+// such as "openai/gpt-4o-mini".
 func (m *Model) Key() string { return m.key }
 
-// Provider returns the provider's name (WithProvider): the
-// Request.ProviderOptions entry the model reads.
+// Provider returns the provider's name ("openai", WithProvider's, "azure"
+// with WithAzure): the Request.ProviderOptions entry the model reads, and
+// what telemetry reports whatever the key.
 func (m *Model) Provider() string { return m.provider }
 
 // ResponsesAPI reports whether the model calls the Responses API
@@ -156,6 +259,9 @@ func (m *Model) Provider() string { return m.provider }
 // Chat Completions body's fields through ProviderOptions must not hand them
 // to it.
 func (m *Model) ResponsesAPI() bool { return m.responses }
+
+// ModelID returns the model id given to New.
+func (m *Model) ModelID() string { return m.id }
 
 // Generate makes one non-streaming call.
 func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Response, error) {
@@ -325,7 +431,7 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 	if err != nil {
 		return p, nil, err
 	}
-	if _, ok := fields["max_tokens"]; ok && !m.legacy {
+	if _, ok := fields["max_tokens"]; (ok || m.paramSet["max_tokens"]) && !m.legacy {
 		// The caller's own max_tokens replaces MaxOutputTokens: never both.
 		p.MaxCompletionTokens = param.Opt[int64]{}
 	}
@@ -333,8 +439,8 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 }
 
 // passThrough returns the request options for req's Headers and its
-// ProviderOptions entry (top-level body fields, set in key order), and
-// that entry.
+// ProviderOptions entry (top-level body fields, set in key order), then
+// the model's WithParam fields (last, so they win), and that entry.
 func (m *Model) passThrough(req *driver.Request) ([]option.RequestOption, map[string]any, error) {
 	var opts []option.RequestOption
 	for k, vs := range req.Headers {
@@ -344,7 +450,7 @@ func (m *Model) passThrough(req *driver.Request) ([]option.RequestOption, map[st
 	}
 	po, ok := req.ProviderOptions[m.provider]
 	if !ok {
-		return opts, nil, nil
+		return append(opts, m.params2...), nil, nil
 	}
 	fields, ok := po.(map[string]any)
 	if !ok {
@@ -358,7 +464,7 @@ func (m *Model) passThrough(req *driver.Request) ([]option.RequestOption, map[st
 	for _, k := range keys {
 		opts = append(opts, option.WithJSONSet(jsonKey(k), fields[k]))
 	}
-	return opts, fields, nil
+	return append(opts, m.params2...), fields, nil
 }
 
 // jsonKey escapes a top-level field name for option.WithJSONSet, whose key

@@ -171,7 +171,7 @@ func (m *Model) responsesParams(req *driver.Request) (responses.ResponseNewParam
 	if err != nil {
 		return p, nil, nil, err
 	}
-	if _, ok := fields["max_output_tokens"]; ok {
+	if _, ok := fields["max_output_tokens"]; ok || m.paramSet["max_output_tokens"] {
 		p.MaxOutputTokens = param.Opt[int64]{} // the caller's own wins, never both
 	}
 	return p, opts, warnings, nil

@@ -30,7 +30,6 @@ package otel
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -148,17 +147,15 @@ func New(opts ...Option) (*Telemetry, error) {
 	return t, nil
 }
 
-// split reads a model key "provider/model-id".
+// split returns a model's key (its identity, retryhost.model) and its
+// provider and model id (the GenAI attributes), which with a key the user
+// chose ("gpt-4o-eu") are attributes of the model, not parts of the key.
 func split(m driver.Model) (key, provider, model string) {
 	if m == nil {
 		return "", "", ""
 	}
-	key = m.Key()
-	provider, model, ok := strings.Cut(key, "/")
-	if !ok {
-		return key, "unknown", key
-	}
-	return key, provider, model
+	provider, model = driver.Describe(m)
+	return m.Key(), provider, model
 }
 
 func modelAttrs(m driver.Model) []attribute.KeyValue {

@@ -3,6 +3,7 @@ package adapter
 import (
 	"fmt"
 	"net/url"
+	"strings"
 )
 
 // CheckBaseURL rejects a base URL that is not an absolute http(s) URL, at
@@ -12,6 +13,37 @@ func CheckBaseURL(provider, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("%s: base URL %q is not an absolute http(s) URL", provider, raw)
+	}
+	return nil
+}
+
+// CheckKey rejects an empty or blank model key (WithKey): the driver tells
+// models apart by key.
+func CheckKey(provider, key string) error {
+	if strings.TrimSpace(key) == "" {
+		return fmt.Errorf("%s: empty model key", provider)
+	}
+	return nil
+}
+
+// CheckHeader rejects a header that could not be sent.
+func CheckHeader(provider, name string) error {
+	if name == "" || strings.ContainsFunc(name, func(r rune) bool {
+		return r <= ' ' || r >= 0x7f || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r)
+	}) {
+		return fmt.Errorf("%s: %q is not a valid header name", provider, name)
+	}
+	return nil
+}
+
+// CheckParam rejects a request-body field name that the SDKs' JSON-path
+// option would read as a path (a dot, a wildcard…) rather than one top-level
+// field.
+func CheckParam(provider, name string) error {
+	if name == "" || strings.ContainsFunc(name, func(r rune) bool {
+		return !(r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	}) {
+		return fmt.Errorf("%s: request parameter %q is not a top-level field name (letters, digits, '_', '-')", provider, name)
 	}
 	return nil
 }

@@ -11,7 +11,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/retryhost/retryhost/driver"
-	"github.com/retryhost/retryhost/internal/policy"
+	"github.com/retryhost/retryhost/policy"
+	_ "github.com/retryhost/retryhost/provider/anthropic" // policy files name it
+	_ "github.com/retryhost/retryhost/provider/openai"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -28,7 +30,7 @@ func (f fakeModel) Stream(context.Context, *driver.Request) (driver.Stream, erro
 func bound() policy.Options {
 	return policy.Options{
 		Name:   "p.json",
-		Dir:    "../../host/testdata",
+		Dir:    "../host/testdata",
 		Models: map[string]driver.Model{"a": fakeModel{"s/a"}, "b": fakeModel{"s/b"}},
 		Getenv: func(k string) string {
 			if k == "SET_KEY" {
@@ -53,11 +55,11 @@ func TestParseErrors(t *testing.T) {
 		{"no models", `{}`, "models: at least one model is required"},
 		{"model name missing", `{"models": [{"provider": "scripted"}]}`, "models[0].name: required"},
 		{"duplicate model", `{"models": [{"name": "a", "provider": "scripted"}, {"name": "a", "provider": "scripted"}]}`, `models[1].name: duplicate model name "a"`},
-		{"unknown provider", `{"models": [{"name": "z", "provider": "gemini"}]}`, `models[0].provider: unknown provider "gemini" (want openai, anthropic or scripted)`},
+		{"unknown provider", `{"models": [{"name": "z", "provider": "gemini"}]}`, `models[0].provider: unknown provider "gemini" (want openai, azure, openrouter, vllm, ollama, anthropic or scripted)`},
 		{"unbound scripted", `{"models": [{"name": "z", "provider": "scripted"}]}`, `models[0].provider: scripted model "z" has no script bound`},
 		{"openai without model", `{"models": [{"name": "z", "provider": "openai", "api_key_env": "SET_KEY"}]}`, "models[0].model: required for provider openai"},
 		{"key env unset", `{"models": [{"name": "z", "provider": "anthropic", "model": "m", "api_key_env": "NOPE"}]}`, "models[0].api_key_env: environment variable NOPE is not set"},
-		{"unknown model field", `{"models": [{"name": "a", "provider": "scripted", "key": "x"}]}`, "line 1:51: models[0].key: unknown field (want one of name, provider, model, base_url, api_key_env)"},
+		{"unknown model field", `{"models": [{"name": "a", "provider": "scripted", "key": "x"}]}`, "line 1:51: models[0].key: unknown field (want one of name, provider, model, base_url, api_key_env, deployment, api_version, headers, params)"},
 		{"wrong type", `{"models": [{"name": 7}]}`, "line 1:22: models[0].name: want a string, got a number"},
 		{"rule needs when or plugin", `{` + models + `, "rules": [{"action": "retry"}]}`, "rules[0]: give exactly one of when"},
 		{"rule unknown action", `{` + models + `, "rules": [{"when": {"any": true}, "action": "swtich"}]}`, `rules[0].action: unknown action "swtich" (want switch, retry or give-up)`},
@@ -88,7 +90,7 @@ func TestParseErrors(t *testing.T) {
 		{"transform needs one", `{` + models + `, "transforms": [{}]}`, "transforms[0]: give exactly one of refusal"},
 		{"empty phrase", `{` + models + `, "transforms": [{"refusal": {"phrases": ["  "]}}]}`, "transforms[0].refusal.phrases:"},
 		{"plugin path and builtin", `{` + models + `, "transforms": [{"plugin": {"path": "x.wasm", "builtin": "refusal"}}]}`, "transforms[0].plugin: give exactly one of path or builtin"},
-		{"plugin missing file", `{` + models + `, "transforms": [{"plugin": {"path": "nope.wasm"}}]}`, "transforms[0].plugin.path: open ../../host/testdata/nope.wasm: no such file or directory"},
+		{"plugin missing file", `{` + models + `, "transforms": [{"plugin": {"path": "nope.wasm"}}]}`, "transforms[0].plugin.path: open ../host/testdata/nope.wasm: no such file or directory"},
 		{"unknown builtin", `{` + models + `, "transforms": [{"plugin": {"builtin": "nope"}}]}`, `transforms[0].plugin.builtin: unknown built-in plugin "nope"`},
 		{"bad sha", `{` + models + `, "transforms": [{"plugin": {"path": "upper.wasm", "sha256": "abc"}}]}`, `transforms[0].plugin.sha256: want 64 hex digits`},
 		{"sha mismatch", `{` + models + `, "transforms": [{"plugin": {"path": "upper.wasm", "sha256": "` + strings.Repeat("0", 64) + `"}}]}`, "transforms[0].plugin: host: load plugin \"upper.wasm\": sha256 does not match the pin"},
@@ -144,16 +146,20 @@ func TestParseBuildsPolicy(t *testing.T) {
 	require.NotNil(t, p.Runner)
 	require.NotNil(t, p.Model)
 	require.NotNil(t, p.Runtime)
-	require.Equal(t, "s/a", p.Runner.Base().Key())
-	require.Equal(t, "s/a", p.Model.Key())
+	require.Equal(t, "a", p.Runner.Base().Key(), "a bound model's key is the file's name for it")
+	require.Equal(t, "a", p.Model.Key())
 	require.Len(t, p.Models, 3)
-	require.Equal(t, "openai/gpt-4o-mini", p.Models["gpt"].Key())
+	require.Equal(t, "gpt", p.Models["gpt"].Key())
+	provider, id := driver.Describe(p.Models["gpt"])
+	require.Equal(t, []string{"openai", "gpt-4o-mini"}, []string{provider, id}, "provider and model id stay attributes")
+	provider, id = driver.Describe(p.Models["a"])
+	require.Equal(t, []string{"s", "a"}, []string{provider, id}, "a bound model keeps its own attributes")
 }
 
 func TestLoadResolvesPluginsBesideTheFile(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	wasm, err := os.ReadFile("../../host/testdata/upper.wasm")
+	wasm, err := os.ReadFile("../host/testdata/upper.wasm")
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "upper.wasm"), wasm, 0o600))
 	path := filepath.Join(dir, "policy.json")
@@ -171,7 +177,7 @@ func TestLoadResolvesPluginsBesideTheFile(t *testing.T) {
 
 func TestBuiltinPlugins(t *testing.T) {
 	ctx := context.Background()
-	upper, err := os.ReadFile("../../host/testdata/upper.wasm")
+	upper, err := os.ReadFile("../host/testdata/upper.wasm")
 	require.NoError(t, err)
 	opts := bound()
 	opts.Builtin = func(name string) ([]byte, bool) {
@@ -202,7 +208,7 @@ func TestCooldownFromTheFile(t *testing.T) {
 	call := func(fail int) {
 		_, err := driver.Do(ctx, p.Runner, func(_ context.Context, c *driver.Call) (string, error) {
 			tried = append(tried, c.Model.Key())
-			if c.Model.Key() == "s/a" && fail != 0 {
+			if c.Model.Key() == "a" && fail != 0 {
 				return "", &driver.ProviderError{Status: fail, Message: "x"}
 			}
 			return "ok", nil
@@ -212,5 +218,5 @@ func TestCooldownFromTheFile(t *testing.T) {
 	call(500) // not counted by the file's when
 	call(503) // counted: a cools down
 	call(0)
-	require.Equal(t, []string{"s/a", "s/b", "s/a", "s/b", "s/b"}, tried)
+	require.Equal(t, []string{"a", "b", "a", "b", "b"}, tried)
 }

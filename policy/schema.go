@@ -1,16 +1,12 @@
 package policy
 
-import (
-	"encoding/json"
+import "encoding/json"
 
-	"github.com/retryhost/retryhost/internal/policy/strictjson"
-)
-
-// Duration is a Go duration string in the file ("250ms", "1m30s").
-type Duration = strictjson.Duration
-
-// File is the policy file's schema. Field tags are the JSON names; every
-// field is optional unless said otherwise.
+// File is the policy file's schema, in JSON or YAML alike. The field tags
+// are the names in the file; every field is optional unless said
+// otherwise. A duration is a Go duration string ("250ms", "1m30s"). The
+// same schema, for editors, is policy/schema.json (generated from these
+// types by go generate).
 type File struct {
 	// Models, in order; the first is the base model every request starts on
 	// (unless a sticky fallback says otherwise). Required, at least one.
@@ -34,13 +30,43 @@ type File struct {
 	Sandbox  SandboxSpec   `json:"sandbox"`
 }
 
-// ModelSpec declares one model.
+// ModelSpec declares one model, or one deployment of a model: two entries
+// may name the same provider and model id under different names.
 type ModelSpec struct {
-	Name      string `json:"name"`        // required; rules refer to it
-	Provider  string `json:"provider"`    // openai | anthropic | scripted
-	Model     string `json:"model"`       // the provider's model id (openai, anthropic)
-	BaseURL   string `json:"base_url"`    // default: the provider's
-	APIKeyEnv string `json:"api_key_env"` // the NAME of the env var with the key
+	// Name is the model's key, required and unique: rules, Wasm
+	// conditions, stickiness, cooldown and telemetry refer to the model by
+	// it. Letters, digits, '.', '_', '-'.
+	Name string `json:"name"`
+	// Provider is required: openai, azure (Azure OpenAI), openrouter, vllm,
+	// ollama (all through the OpenAI adapter), anthropic, or scripted
+	// (bound in code; scenarios).
+	Provider string `json:"provider"`
+	// Model is the provider's model id, required except for azure (where
+	// it defaults to the deployment) and scripted.
+	Model string `json:"model"`
+	// BaseURL is the server's URL: default the provider's (openrouter:
+	// https://openrouter.ai/api/v1, ollama: http://localhost:11434/v1);
+	// required for vllm, and for azure, where it is the resource's endpoint
+	// (https://NAME.openai.azure.com).
+	BaseURL string `json:"base_url"`
+	// APIKeyEnv is the NAME of the environment variable holding the key,
+	// never the key: required for openai, azure, openrouter and anthropic,
+	// optional for vllm and ollama.
+	APIKeyEnv string `json:"api_key_env"`
+	// Deployment and APIVersion are Azure OpenAI's, both required for
+	// azure and only for it: requests go to
+	// {base_url}/openai/deployments/{deployment}/chat/completions?api-version={api_version}.
+	Deployment string `json:"deployment"`
+	APIVersion string `json:"api_version"`
+	// Headers are sent with every request of the model (OpenRouter's
+	// HTTP-Referer and X-Title, a gateway's routing header). They are
+	// plain text in the file: put no secret here.
+	Headers map[string]string `json:"headers"`
+	// Params set top-level fields of every request body, overriding the
+	// request's own: temperature, max_completion_tokens (openai) or
+	// max_tokens (anthropic), top_p, reasoning_effort, a server's
+	// extension. Any JSON value.
+	Params map[string]any `json:"params"`
 }
 
 // RuleSpec is one retry rule: a native match (when) or a Wasm condition

@@ -1,16 +1,3 @@
-// Package policy is the implementation of the public package
-// github.com/retryhost/retryhost/policy (which aliases its types); it lives
-// here so the scenario replays can build a policy embedded in a larger
-// document (Build) with positions relative to that document.
-//
-// It reads a declarative policy file (JSON) into the same
-// driver and host objects a Go user would build by hand: a *driver.Runner,
-// a *driver.RetryableModel and, when the policy names Wasm plugins, a
-// *host.Runtime with the plugins loaded.
-//
-// Every mistake is reported at load with the field's path and its line and
-// column ("policy.json: line 12:15: rules[1].action: unknown action
-// \"swtich\" (want switch, retry or give-up)"); unknown fields are errors.
 package policy
 
 import (
@@ -18,8 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -30,116 +16,13 @@ import (
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
-	"github.com/retryhost/retryhost/internal/policy/strictjson"
-	"github.com/retryhost/retryhost/provider/anthropic"
-	"github.com/retryhost/retryhost/provider/openai"
+	"github.com/retryhost/retryhost/internal/providers"
+	"github.com/retryhost/retryhost/internal/strict"
 )
 
-// Error is a mistake in a policy file: where it is and what is wrong.
-type Error = strictjson.Error
-
-// Options are what the caller supplies beyond the file.
-type Options struct {
-	// Name labels the policy in errors (usually its file name).
-	Name string
-	// Dir resolves relative plugin paths. Default: the file's directory
-	// (Load), else the working directory.
-	Dir string
-	// Models binds model names to models built by the caller. A "scripted"
-	// model must be bound; a bound openai or anthropic model replaces the
-	// adapter the file describes (for tests).
-	Models map[string]driver.Model
-	// Builtin returns a built-in plugin's bytes by name; nil: no built-ins.
-	Builtin func(name string) ([]byte, bool)
-	// Getenv reads API keys. Default os.Getenv.
-	Getenv func(string) string
-	// Logger receives the driver's and host's logs. Default: discard.
-	Logger *slog.Logger
-	// HTTPClient, when set, is the HTTP client of the file's openai and
-	// anthropic models (a gateway bounds its upstream connections and
-	// response-header wait with it). Default: each SDK's own.
-	HTTPClient *http.Client
-	// RunnerOptions and StreamOptions are appended to the ones the file
-	// produces (callbacks, for instance).
-	RunnerOptions []driver.Option
-	StreamOptions []driver.StreamOption
-	// HostOptions are appended to the Wasm runtime's options the file's
-	// sandbox section produces (a compilation cache directory, an observer).
-	HostOptions []host.Option
-}
-
-// Policy is a loaded policy. Close it to release its plugins. A Policy's
-// Runner and Model are safe for concurrent use.
-type Policy struct {
-	Runner *driver.Runner
-	Model  *driver.RetryableModel
-	// Models are the file's models by name.
-	Models map[string]driver.Model
-	// Runtime hosts the policy's Wasm plugins; nil when there are none.
-	Runtime *host.Runtime
-}
-
-// Close releases the plugins and the Wasm runtime, waiting for calls in
-// flight until ctx is done.
-func (p *Policy) Close(ctx context.Context) error {
-	if p == nil || p.Runtime == nil {
-		return nil
-	}
-	return p.Runtime.Close(ctx)
-}
-
-// Load reads and builds the policy file at path.
-func Load(ctx context.Context, path string, opts Options) (*Policy, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	if opts.Name == "" {
-		opts.Name = path
-	}
-	if opts.Dir == "" {
-		opts.Dir = filepath.Dir(path)
-	}
-	return Parse(ctx, data, opts)
-}
-
-// Parse builds a policy from the file's bytes.
-func Parse(ctx context.Context, data []byte, opts Options) (*Policy, error) {
-	var f File
-	doc, err := strictjson.Decode(data, &f)
-	if err != nil {
-		return nil, opts.wrap(err)
-	}
-	p, err := Build(ctx, doc, &f, "", opts)
-	return p, opts.wrap(err)
-}
-
-func (o *Options) wrap(err error) error {
-	if err == nil || o.Name == "" {
-		return err
-	}
-	return fmt.Errorf("%s: %w", o.Name, err)
-}
-
-// Build builds a policy already decoded as part of a larger document (a
-// scenario embeds one) whose fields sit under prefix in doc.
-func Build(ctx context.Context, doc *strictjson.Doc, f *File, prefix string, opts Options) (*Policy, error) {
-	b := &builder{doc: doc, prefix: prefix, opts: opts, p: &Policy{Models: map[string]driver.Model{}}}
-	if b.opts.Getenv == nil {
-		b.opts.Getenv = os.Getenv
-	}
-	if b.opts.Logger == nil {
-		b.opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if err := b.build(ctx, f); err != nil {
-		_ = b.p.Close(ctx)
-		return nil, err
-	}
-	return b.p, nil
-}
-
 type builder struct {
-	doc    *strictjson.Doc
+	index  map[string]int // model name → its index in models
+	doc    *strict.Doc
 	prefix string
 	opts   Options
 	p      *Policy
@@ -193,6 +76,22 @@ func (b *builder) build(ctx context.Context, f *File) error {
 	ropts = append(ropts, driver.WithModels(models[1:]...), driver.WithLogger(b.opts.Logger))
 
 	dl := f.Deadlines
+	for _, l := range [...]struct {
+		path string
+		d    *Duration
+		none string
+	}{
+		{"deadlines.attempt", dl.Attempt, "no deadline"}, {"deadlines.budget", dl.Budget, "no budget"},
+		{"deadlines.first_content", dl.FirstContent, "no deadline"}, {"deadlines.gap", dl.Gap, "no deadline"},
+		{"backoff.max_delay", f.Backoff.MaxDelay, "no cap"},
+	} {
+		// In Go, a zero duration is the documented way to say "none"; in
+		// a file, "0s" reads as "no time at all", so it is refused rather
+		// than silently meaning the opposite.
+		if l.d != nil && *l.d == 0 {
+			return b.errf(l.path, "\"0s\" would mean %s: omit the field for %s, or give a positive duration", l.none, l.none)
+		}
+	}
 	ropts = append(ropts, driver.WithAttemptTimeout(dur(dl.Attempt)), driver.WithBudget(dur(dl.Budget)))
 	sopts = append(sopts, driver.WithFirstContentTimeout(dur(dl.FirstContent)), driver.WithGapTimeout(dur(dl.Gap)))
 
@@ -275,72 +174,184 @@ func (b *builder) path(p string) string {
 	return b.prefix + "." + p
 }
 
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+var (
+	namePattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	envPattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	headerPattern = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+	paramPattern  = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+)
+
+// providerKind is what the file requires of a provider's models, known
+// without the adapter (Validate links none).
+type providerKind struct {
+	adapter    string // the package that registers it
+	needsModel bool
+	needsKey   bool
+	needsURL   bool
+	defaultURL string
+	azure      bool
+}
+
+const (
+	openaiPkg    = "github.com/retryhost/retryhost/provider/openai"
+	anthropicPkg = "github.com/retryhost/retryhost/provider/anthropic"
+	providerList = "openai, azure, openrouter, vllm, ollama, anthropic or scripted"
+)
+
+var providerKinds = map[string]providerKind{
+	"openai":     {adapter: openaiPkg, needsModel: true, needsKey: true},
+	"azure":      {adapter: openaiPkg, needsKey: true, needsURL: true, azure: true},
+	"openrouter": {adapter: openaiPkg, needsModel: true, needsKey: true, defaultURL: "https://openrouter.ai/api/v1"},
+	"vllm":       {adapter: openaiPkg, needsModel: true, needsURL: true},
+	"ollama":     {adapter: openaiPkg, needsModel: true, defaultURL: "http://localhost:11434/v1"},
+	"anthropic":  {adapter: anthropicPkg, needsModel: true, needsKey: true},
+}
 
 func (b *builder) model(i int, m *ModelSpec) error {
 	at := fmt.Sprintf("models[%d]", i)
 	switch {
 	case m.Name == "":
-		return b.errf(at+".name", "required")
+		return b.errf(at+".name", "required: the model's key, which rules refer to")
 	case !namePattern.MatchString(m.Name):
 		return b.errf(at+".name", "%q is not a valid name (letters, digits, '.', '_', '-')", m.Name)
 	case b.p.Models[m.Name] != nil:
-		return b.errf(at+".name", "duplicate model name %q", m.Name)
+		return b.errf(at+".name", "duplicate model name %q (models[%d] has it): the name is the model's key, so give each deployment its own", m.Name, b.index[m.Name])
 	}
+	b.index[m.Name] = i
 	if bound, ok := b.opts.Models[m.Name]; ok && bound != nil {
-		if m.Provider != "scripted" && m.Provider != "openai" && m.Provider != "anthropic" {
-			return b.errf(at+".provider", "unknown provider %q (want openai, anthropic or scripted)", m.Provider)
+		if _, known := providerKinds[m.Provider]; !known && m.Provider != "scripted" {
+			return b.errf(at+".provider", "unknown provider %q (want %s)", m.Provider, providerList)
 		}
-		b.p.Models[m.Name] = bound
+		b.p.Models[m.Name] = withKey(bound, m.Name)
+		return nil
+	}
+	kind, known := providerKinds[m.Provider]
+	switch {
+	case m.Provider == "scripted":
+		return b.errf(at+".provider", "scripted model %q has no script bound (scripted models exist only in scenarios)", m.Name)
+	case m.Provider == "":
+		return b.errf(at+".provider", "required (%s)", providerList)
+	case !known:
+		return b.errf(at+".provider", "unknown provider %q (want %s)", m.Provider, providerList)
+	case kind.needsModel && m.Model == "":
+		return b.errf(at+".model", "required for provider %s", m.Provider)
+	}
+	for _, f := range [...]struct {
+		name, val string
+	}{{"deployment", m.Deployment}, {"api_version", m.APIVersion}} {
+		if kind.azure && f.val == "" {
+			return b.errf(at+"."+f.name, "required for provider azure")
+		}
+		if !kind.azure && b.doc.Has(b.path(at+"."+f.name)) {
+			return b.errf(at+"."+f.name, "only for provider azure")
+		}
+	}
+	baseURL := m.BaseURL
+	if baseURL == "" {
+		if kind.needsURL {
+			what := "the server's URL, such as http://localhost:8000/v1"
+			if kind.azure {
+				what = "the resource's endpoint, such as https://NAME.openai.azure.com"
+			}
+			return b.errf(at+".base_url", "required for provider %s: %s", m.Provider, what)
+		}
+		baseURL = kind.defaultURL
+	} else if u, err := url.Parse(baseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return b.errf(at+".base_url", "%q is not an absolute http(s) URL", baseURL)
+	}
+	switch {
+	case m.APIKeyEnv != "" && (!envPattern.MatchString(m.APIKeyEnv) || looksLikeSecret(m.APIKeyEnv)):
+		// The value is never quoted: a key pasted here would otherwise
+		// reach logs and CI output through this very error.
+		return b.errf(at+".api_key_env", "not an environment variable name (letters, digits, '_'); it holds the NAME of the variable with the key, never the key (the value is not shown)")
+	case m.APIKeyEnv == "" && kind.needsKey:
+		return b.errf(at+".api_key_env", "required: the name of the environment variable holding the API key")
+	}
+	for h := range m.Headers {
+		if !headerPattern.MatchString(h) {
+			return b.errf(at+".headers."+h, "not a valid header name")
+		}
+	}
+	for p := range m.Params {
+		if !paramPattern.MatchString(p) {
+			return b.errf(at+".params."+p, "not a top-level field name (letters, digits, '_', '-')")
+		}
+	}
+	if b.opts.validate {
+		id := m.Model
+		if id == "" {
+			id = m.Deployment
+		}
+		b.p.Models[m.Name] = &unbuilt{key: m.Name, provider: m.Provider, id: id}
 		return nil
 	}
 	var key string
-	if m.Provider == "openai" || m.Provider == "anthropic" {
-		if m.Model == "" {
-			return b.errf(at+".model", "required for provider %s", m.Provider)
-		}
-		if m.APIKeyEnv == "" {
-			return b.errf(at+".api_key_env", "required: the name of the environment variable holding the API key")
-		}
+	if m.APIKeyEnv != "" {
 		if key = b.opts.Getenv(m.APIKeyEnv); key == "" {
 			return b.errf(at+".api_key_env", "environment variable %s is not set", m.APIKeyEnv)
 		}
 	}
-	var (
-		model driver.Model
-		err   error
-	)
-	switch m.Provider {
-	case "openai":
-		o := []openai.Option{openai.WithAPIKey(key)}
-		if m.BaseURL != "" {
-			o = append(o, openai.WithBaseURL(m.BaseURL))
-		}
-		if b.opts.HTTPClient != nil {
-			o = append(o, openai.WithHTTPClient(b.opts.HTTPClient))
-		}
-		model, err = openai.New(m.Model, o...)
-	case "anthropic":
-		o := []anthropic.Option{anthropic.WithAPIKey(key)}
-		if m.BaseURL != "" {
-			o = append(o, anthropic.WithBaseURL(m.BaseURL))
-		}
-		if b.opts.HTTPClient != nil {
-			o = append(o, anthropic.WithHTTPClient(b.opts.HTTPClient))
-		}
-		model, err = anthropic.New(m.Model, o...)
-	case "scripted":
-		return b.errf(at+".provider", "scripted model %q has no script bound (scripted models exist only in scenarios)", m.Name)
-	case "":
-		return b.errf(at+".provider", "required (openai, anthropic or scripted)")
-	default:
-		return b.errf(at+".provider", "unknown provider %q (want openai, anthropic or scripted)", m.Provider)
+	factory := lookupProvider(m.Provider)
+	if factory == nil {
+		return b.errf(at+".provider", "provider %s is not linked into this program: import _ %q", m.Provider, kind.adapter)
 	}
+	model, err := factory(providers.Spec{
+		Key: m.Name, Provider: m.Provider, Model: m.Model, BaseURL: baseURL, APIKey: key,
+		Headers: m.Headers, Params: m.Params, Deployment: m.Deployment, APIVersion: m.APIVersion,
+		HTTPClient: b.opts.HTTPClient,
+	})
 	if err != nil {
 		return b.errf(at, "%v", err)
 	}
 	b.p.Models[m.Name] = model
 	return nil
+}
+
+// lookupProvider finds a linked adapter's factory (a variable for tests:
+// every test binary of this package links both adapters).
+var lookupProvider = providers.Lookup
+
+// looksLikeSecret tells a key pasted into api_key_env from a variable's
+// name even when the key is made of name characters (sk_live_51Hx…):
+// names are words; a long mix of lower case, upper case and digits is not.
+func looksLikeSecret(s string) bool {
+	return len(s) >= 24 && strings.ContainsAny(s, "abcdefghijklmnopqrstuvwxyz") &&
+		strings.ContainsAny(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") && strings.ContainsAny(s, "0123456789")
+}
+
+// withKey makes name the key of a model the caller bound, so that the
+// file's names are the keys whatever the model says.
+func withKey(m driver.Model, name string) driver.Model {
+	if m.Key() == name {
+		return m
+	}
+	return &keyed{Model: m, key: name}
+}
+
+type keyed struct {
+	driver.Model
+	key string
+}
+
+func (k *keyed) Key() string      { return k.key }
+func (k *keyed) Provider() string { p, _ := driver.Describe(k.Model); return p }
+func (k *keyed) ModelID() string  { _, id := driver.Describe(k.Model); return id }
+
+// errUnbuilt is what a model of a validated policy answers: Validate
+// builds no provider.
+var errUnbuilt = errors.New("policy: a model of a validated policy cannot be called")
+
+// unbuilt stands for a provider's model in Validate.
+type unbuilt struct{ key, provider, id string }
+
+func (u *unbuilt) Key() string      { return u.key }
+func (u *unbuilt) Provider() string { return u.provider }
+func (u *unbuilt) ModelID() string  { return u.id }
+func (u *unbuilt) Generate(context.Context, *driver.Request) (*driver.Response, error) {
+	return nil, errUnbuilt
+}
+func (u *unbuilt) Stream(context.Context, *driver.Request) (driver.Stream, error) {
+	return nil, errUnbuilt
 }
 
 func (b *builder) rule(ctx context.Context, i int, rs *RuleSpec) (driver.Condition, error) {

@@ -1,18 +1,25 @@
-// Package strictjson decodes JSON into Go structs the way a configuration
-// file wants it: an unknown field, a duplicate key, a wrong type or trailing
-// data is an error that names the field's path (rules[2].when.status) and its
-// line and column, and every decoded value's position stays available so
-// that later validation can point at the same place.
+// Package strict decodes JSON or YAML into Go structs the way a
+// configuration file wants it: an unknown field, a duplicate key, a wrong
+// type or trailing data is an error that names the field's path
+// (rules[2].when.status) and its line and column, and every decoded value's
+// position stays available so that later validation can point at the same
+// place.
+//
+// Both formats are parsed into one tree (JSON by encoding/json's tokenizer,
+// YAML by go.yaml.in/yaml/v3's node API), and one decoder maps the tree
+// onto Go values, so the two formats accept the same documents with the
+// same errors.
 //
 // It reads struct fields by their `json` tag (the name only; options such as
 // omitempty are ignored). Supported types: string, bool, the integer and
 // float kinds, slices, maps with string keys, pointers, structs,
-// [Duration], json.RawMessage (the value's exact text) and any (decoded by
-// encoding/json).
+// [Duration], json.RawMessage (the value as JSON text: a JSON document's
+// exact text) and any (decoded by encoding/json from that text).
 //
-// Line comments ("// …" to the end of the line, outside strings) are allowed
-// and ignored, so that a policy file can explain itself.
-package strictjson
+// In JSON, line comments ("// …" to the end of the line, outside strings)
+// are allowed and ignored, so that a policy file can explain itself; YAML
+// has its own (#).
+package strict
 
 import (
 	"bytes"
@@ -36,8 +43,11 @@ type Error struct {
 
 func (e *Error) Error() string {
 	var b strings.Builder
-	if e.Line > 0 {
+	switch {
+	case e.Line > 0 && e.Col > 0:
 		fmt.Fprintf(&b, "line %d:%d: ", e.Line, e.Col)
+	case e.Line > 0:
+		fmt.Fprintf(&b, "line %d: ", e.Line)
 	}
 	if e.Path != "" {
 		b.WriteString(e.Path)
@@ -54,7 +64,20 @@ type Duration time.Duration
 // Doc is a decoded document: it remembers where each path's value starts.
 type Doc struct {
 	data []byte
-	pos  map[string]int64
+	pos  map[string]where
+}
+
+// where is a position: a byte offset (JSON) or a line and column (YAML).
+type where struct {
+	off       int64
+	line, col int
+}
+
+func (d *Doc) lineCol(w where) (int, int) {
+	if w.line > 0 {
+		return w.line, w.col
+	}
+	return lineCol(d.data, w.off)
 }
 
 // Errorf returns an *Error at path (its line and column if path was decoded,
@@ -62,14 +85,14 @@ type Doc struct {
 func (d *Doc) Errorf(path, format string, args ...any) *Error {
 	e := &Error{Path: path, Msg: fmt.Sprintf(format, args...)}
 	for p := path; ; {
-		if off, ok := d.pos[p]; ok {
-			e.Line, e.Col = lineCol(d.data, off)
+		if w, ok := d.pos[p]; ok {
+			e.Line, e.Col = d.lineCol(w)
 			break
 		}
 		i := strings.LastIndexAny(p, ".[")
 		if i < 0 {
-			if off, ok := d.pos[""]; ok && p != "" {
-				e.Line, e.Col = lineCol(d.data, off)
+			if w, ok := d.pos[""]; ok && p != "" {
+				e.Line, e.Col = d.lineCol(w)
 			}
 			break
 		}
@@ -81,26 +104,32 @@ func (d *Doc) Errorf(path, format string, args ...any) *Error {
 // Has reports whether path was present in the document.
 func (d *Doc) Has(path string) bool { _, ok := d.pos[path]; return ok }
 
-// Decode decodes data into v (a non-nil pointer) strictly.
+// Decode decodes the JSON document data into v (a non-nil pointer) strictly.
 func Decode(data []byte, v any) (*Doc, error) {
 	data = blankComments(data)
-	doc := &Doc{data: data, pos: map[string]int64{}}
+	doc := &Doc{data: data, pos: map[string]where{}}
 	root, err := parse(data)
 	if err != nil {
 		return doc, err
 	}
+	return doc, doc.decodeRoot(root, v)
+}
+
+func (d *Doc) decodeRoot(root *node, v any) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
-		return doc, errors.New("strictjson: Decode needs a non-nil pointer")
+		return errors.New("strict: Decode needs a non-nil pointer")
 	}
-	return doc, doc.decode(root, rv.Elem(), "")
+	return d.decode(root, rv.Elem(), "")
 }
 
 type node struct {
-	kind     byte // '{', '[', 's', 'n', 'b', 'z'
-	off, end int64
+	kind     byte  // '{', '[', 's', 'n', 'b', 'z'
+	off, end int64 // JSON: the value's text is data[off:end]
+	at       where
+	raw      []byte // YAML: the value as JSON text
 	keys     []string
-	keyOffs  []int64
+	keyAt    []where
 	vals     []*node
 	str      string
 	num      json.Number
@@ -196,7 +225,7 @@ func (p *parser) value() (*node, error) {
 	if err != nil {
 		return nil, p.syntax(err)
 	}
-	n := &node{off: off}
+	n := &node{off: off, at: where{off: off}}
 	switch t := tok.(type) {
 	case json.Delim:
 		switch t {
@@ -217,7 +246,7 @@ func (p *parser) value() (*node, error) {
 				if err != nil {
 					return nil, err
 				}
-				n.keys, n.keyOffs, n.vals = append(n.keys, k), append(n.keyOffs, koff), append(n.vals, v)
+				n.keys, n.keyAt, n.vals = append(n.keys, k), append(n.keyAt, where{off: koff}), append(n.vals, v)
 			}
 		case '[':
 			n.kind = '['
@@ -282,8 +311,16 @@ func join(path, field string) string {
 	return path + "." + field
 }
 
+// text is n as JSON text.
+func (d *Doc) text(n *node) []byte {
+	if n.raw != nil {
+		return n.raw
+	}
+	return d.data[n.off:n.end]
+}
+
 func (d *Doc) decode(n *node, v reflect.Value, path string) error {
-	d.pos[path] = n.off
+	d.pos[path] = n.at
 	wrong := func(want string) error { return d.Errorf(path, "want %s, got %s", want, kindName(n.kind)) }
 	switch v.Type() {
 	case durationType:
@@ -300,7 +337,7 @@ func (d *Doc) decode(n *node, v reflect.Value, path string) error {
 		v.SetInt(int64(t))
 		return nil
 	case rawType:
-		v.SetBytes(bytes.Clone(d.data[n.off:n.end]))
+		v.SetBytes(bytes.Clone(d.text(n)))
 		return nil
 	}
 	switch v.Kind() {
@@ -316,7 +353,7 @@ func (d *Doc) decode(n *node, v reflect.Value, path string) error {
 		v.Set(nv)
 	case reflect.Interface:
 		var x any
-		if err := json.Unmarshal(d.data[n.off:n.end], &x); err != nil {
+		if err := json.Unmarshal(d.text(n), &x); err != nil {
 			return d.Errorf(path, "%v", err)
 		}
 		if x != nil {
@@ -379,7 +416,7 @@ func (d *Doc) decode(n *node, v reflect.Value, path string) error {
 			return wrong("an object")
 		}
 		if v.Type().Key().Kind() != reflect.String {
-			return fmt.Errorf("strictjson: map key type %v is not supported", v.Type().Key())
+			return fmt.Errorf("strict: map key type %v is not supported", v.Type().Key())
 		}
 		m := reflect.MakeMapWithSize(v.Type(), len(n.keys))
 		for i, k := range n.keys {
@@ -399,7 +436,7 @@ func (d *Doc) decode(n *node, v reflect.Value, path string) error {
 			idx, ok := fields.index[k]
 			if !ok {
 				kp := join(path, k)
-				d.pos[kp] = n.keyOffs[i]
+				d.pos[kp] = n.keyAt[i]
 				return d.Errorf(kp, "unknown field (want one of %s)", strings.Join(fields.names, ", "))
 			}
 			if err := d.decode(n.vals[i], v.Field(idx), join(path, k)); err != nil {
@@ -407,7 +444,7 @@ func (d *Doc) decode(n *node, v reflect.Value, path string) error {
 			}
 		}
 	default:
-		return fmt.Errorf("strictjson: type %v is not supported", v.Type())
+		return fmt.Errorf("strict: type %v is not supported", v.Type())
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package strictjson_test
+package strict_test
 
 import (
 	"encoding/json"
@@ -7,12 +7,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/policy/strictjson"
+	"github.com/retryhost/retryhost/internal/strict"
 )
 
 type inner struct {
-	N int                 `json:"n"`
-	D strictjson.Duration `json:"d"`
+	N int             `json:"n"`
+	D strict.Duration `json:"d"`
 }
 
 type doc struct {
@@ -32,14 +32,14 @@ func TestDecode(t *testing.T) {
 	var d doc
 	src := `{"s": "x", "b": false, "f": 1.5, "u": 7, "l": [{"n": 1, "d": "2s"}],
 	 "m": {"k": {"n": 2}}, "raw": {"a": [1, 2]}, "any": [1, "two"], "p": null}`
-	dd, err := strictjson.Decode([]byte(src), &d)
+	dd, err := strict.Decode([]byte(src), &d)
 	require.NoError(t, err)
 	require.Equal(t, "x", d.S)
 	require.NotNil(t, d.B)
 	require.False(t, *d.B)
 	require.Equal(t, 1.5, d.F)
 	require.Equal(t, uint64(7), d.U)
-	require.Equal(t, []inner{{N: 1, D: strictjson.Duration(2 * time.Second)}}, d.L)
+	require.Equal(t, []inner{{N: 1, D: strict.Duration(2 * time.Second)}}, d.L)
 	require.Equal(t, 2, d.M["k"].N)
 	require.JSONEq(t, `{"a": [1, 2]}`, string(d.Raw))
 	require.Equal(t, []any{1.0, "two"}, d.Any)
@@ -71,9 +71,9 @@ func TestDecodeErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var d doc
-			_, err := strictjson.Decode([]byte(tt.src), &d)
+			_, err := strict.Decode([]byte(tt.src), &d)
 			require.ErrorContains(t, err, tt.want)
-			var se *strictjson.Error
+			var se *strict.Error
 			require.ErrorAs(t, err, &se)
 		})
 	}
@@ -82,7 +82,7 @@ func TestDecodeErrors(t *testing.T) {
 func TestLineComments(t *testing.T) {
 	var d doc
 	src := "{\n  // a comment with \"quotes\" and a } brace\n  \"s\": \"http://not-a-comment\", // trailing\n  \"raw\": {\"k\": 1 // inside raw\n  },\n  \"u\": \"x\"\n}"
-	_, err := strictjson.Decode([]byte(src), &d)
+	_, err := strict.Decode([]byte(src), &d)
 	require.EqualError(t, err, "line 6:8: u: want a non-negative integer, got a string", "positions survive comments")
 	require.Equal(t, "http://not-a-comment", d.S)
 	require.JSONEq(t, `{"k": 1}`, string(d.Raw))

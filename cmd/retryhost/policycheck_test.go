@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestPolicyCheck: CI lints policy files with no key in the environment
+// and no network: a valid file passes whatever keys are unset, a mistake
+// exits 1 with its place (as text, or as JSON a script can read), and a
+// key pasted into api_key_env never reaches the output.
+func TestPolicyCheck(t *testing.T) {
+	const secret = "sk-proj-abc123SECRET456"
+	dir := t.TempDir()
+	write := func(name, doc string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(doc), 0o600))
+		return p
+	}
+	good := write("good.yaml", `models:
+  - {name: fast, provider: openai, model: gpt-4o-mini, api_key_env: NOT_SET_ANYWHERE}
+  - {name: strong, provider: anthropic, model: claude-sonnet-4-5, api_key_env: ALSO_NOT_SET}
+rules:
+  - {when: {class: [refusal]}, action: switch, model: strong}
+transforms:
+  - plugin: {builtin: refusal}
+`)
+	typo := write("typo.json", `{
+  "models": [{"name": "fast", "provider": "openai", "model": "gpt-4o-mini", "api_key_env": "K"}],
+  "rules": [{"when": {"status": [429]}, "action": "retyr"}]
+}`)
+	leak := write("leak.yaml", "models:\n  - {name: fast, provider: openai, model: gpt-4o, api_key_env: "+secret+"}\n")
+
+	run := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := dispatch(context.Background(), args, &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	code, out, errOut := run("policy", "check", good)
+	require.Equal(t, exitOK, code, errOut)
+	require.Equal(t, good+": ok\n", out)
+
+	code, out, _ = run("policy", "check", good, typo)
+	require.Equal(t, exitFail, code)
+	require.Equal(t, good+": ok\n"+typo+`: line 3:51: rules[0].action: unknown action "retyr" (want switch, retry or give-up)`+"\n", out)
+
+	code, out, _ = run("policy", "check", typo, "--json")
+	require.Equal(t, exitFail, code)
+	var v struct {
+		Valid bool
+		Files []checkResult
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &v))
+	require.False(t, v.Valid)
+	require.Equal(t, []checkResult{{File: typo, Error: &checkError{Path: "rules[0].action", Line: 3, Column: 51,
+		Message: `unknown action "retyr" (want switch, retry or give-up)`}}}, v.Files)
+
+	code, out, errOut = run("policy", "check", leak)
+	require.Equal(t, exitFail, code)
+	require.Contains(t, out, "models[0].api_key_env: not an environment variable name")
+	require.NotContains(t, out+errOut, secret)
+
+	code, out, _ = run("policy", "check", filepath.Join(dir, "missing.yaml"))
+	require.Equal(t, exitFail, code)
+	require.Contains(t, out, "no such file")
+
+	code, _, errOut = run("policy", "check")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "usage: retryhost policy check")
+	code, _, _ = run("policy", "lint", good)
+	require.Equal(t, exitUsage, code)
+}

@@ -1,0 +1,39 @@
+package openai_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/provider/openai"
+)
+
+// TestIdentity: the key is the user's (gpt-4o on OpenAI and on Azure are
+// two keys), the provider and model id stay attributes, and a mistake is
+// an error at New.
+func TestIdentity(t *testing.T) {
+	direct, err := openai.New("gpt-4o")
+	require.NoError(t, err)
+	require.Equal(t, "openai/gpt-4o", direct.Key())
+
+	az, err := openai.New("gpt-4o", openai.WithKey("gpt-4o-azure"), openai.WithAzure("https://x.openai.azure.com", "prod", "2024-10-21"))
+	require.NoError(t, err)
+	require.Equal(t, "gpt-4o-azure", az.Key())
+	provider, id := driver.Describe(az)
+	require.Equal(t, []string{"azure", "gpt-4o"}, []string{provider, id})
+	_, err = driver.New(direct, driver.WithRules(driver.AnyError().Switch(az)))
+	require.NoError(t, err)
+
+	for name, opts := range map[string][]openai.Option{
+		"empty key":            {openai.WithKey("")},
+		"azure and base url":   {openai.WithAzure("https://x.openai.azure.com", "d", "v"), openai.WithBaseURL("http://127.0.0.1:1/v1")},
+		"azure without deploy": {openai.WithAzure("https://x.openai.azure.com", "", "v")},
+		"azure bad endpoint":   {openai.WithAzure("x.openai.azure.com", "d", "v")},
+		"bad header":           {openai.WithHeader("", "x")},
+		"param path":           {openai.WithParam("stream_options.include_usage", true)},
+	} {
+		_, err := openai.New("gpt-4o", opts...)
+		require.Error(t, err, name)
+	}
+}
