@@ -317,3 +317,23 @@ func TestForwardingSkipsResponsesAPIProviders(t *testing.T) {
 	defer gw.Close(context.Background())
 	require.Equal(t, []string{"vllm"}, gw.cur.Load().providers)
 }
+
+// Every configuration mistake is an error from New: a bad policy (with its
+// position), a bad option, an empty Source.
+func TestNewErrors(t *testing.T) {
+	getenv := policy.Options{Getenv: func(string) string { return "k" }}
+	_, err := New(context.Background(), Bytes("bad.json", []byte(`{"models": [{"name": "a", "provider": "nope"}]}`), getenv))
+	require.ErrorContains(t, err, "bad.json")
+	require.ErrorContains(t, err, "provider")
+	_, err = New(context.Background(), Source{})
+	require.Error(t, err)
+	good := Bytes("ok.json", []byte(`{"models": [{"name": "a", "provider": "openai", "model": "m", "base_url": "http://127.0.0.1:1/v1", "api_key_env": "K"}]}`), getenv)
+	for _, o := range []Option{WithMaxConcurrent(0), WithMaxBodyBytes(-1), WithAPIKeys(""), WithUpstreamConns(0),
+		WithUpstreamHeaderTimeout(0), WithWriteTimeout(-time.Second), WithReadTimeout(0), WithLogger(nil), nil} {
+		_, err = New(context.Background(), good, o)
+		require.Error(t, err)
+	}
+	gw, err := New(context.Background(), good)
+	require.NoError(t, err)
+	require.NoError(t, gw.Close(context.Background()))
+}
