@@ -258,11 +258,17 @@ func TestMetrics(t *testing.T) {
 	resp, body := r.rawStream(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 
-	mr, err := r.hc.Get(r.srv.URL + "/metrics")
-	require.NoError(t, err)
-	b, _ := io.ReadAll(mr.Body)
-	mr.Body.Close()
-	body = string(b)
+	// A client has its whole answer a moment before the handler that sent
+	// it returns and records it: read /metrics once nothing is in flight.
+	require.Eventually(t, func() bool {
+		mr, err := r.hc.Get(r.srv.URL + "/metrics")
+		require.NoError(t, err)
+		b, _ := io.ReadAll(mr.Body)
+		mr.Body.Close()
+		body = string(b)
+		return strings.Contains(body, "retryhost_gateway_inflight_requests 0") &&
+			strings.Contains(body, "retryhost_gateway_inflight_streams 0")
+	}, 10*time.Second, 10*time.Millisecond)
 	for _, want := range []string{
 		`retryhost_gateway_requests_total{code="200",outcome="ok",route="primary"} 2`,
 		`retryhost_gateway_requests_total{code="404",outcome="client_error",route=""} 1`,

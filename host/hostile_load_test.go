@@ -82,7 +82,7 @@ const stackCeiling = 160 << 20
 // module …) is refused with its reason while 100 concurrent streams through
 // a well-behaved plugin in the same runtime stay byte-identical, and a
 // plugin that recurses without end and one that grows and fills its table
-// run beside them. The process's resident set grows by no more than one
+// run beside them, and one whose init loops is stopped at the init deadline. The process's resident set grows by no more than one
 // call stack's ceiling and a margin: the tables that used to take 512 MiB
 // per instance, and the 8 GiB the Go heap accounted for declared ones, are
 // never allocated.
@@ -93,7 +93,7 @@ func TestHostile_LoadTimeIsolatedFromNeighbours(t *testing.T) {
 		for i, b := range loadBombs {
 			bombs[i] = b.wasm(t)
 		}
-		opts = append(opts, WithCallTimeout(30*time.Second))
+		opts = append(opts, WithCallTimeout(30*time.Second), WithInitTimeout(time.Second))
 
 		base := newRuntime(t, opts...)
 		good, err := base.Load(ctx, "upper", fixture(t, "upper"))
@@ -128,6 +128,8 @@ func TestHostile_LoadTimeIsolatedFromNeighbours(t *testing.T) {
 				_, errs[i] = rt.Load(ctx, b.name, bombs[i])
 			})
 		}
+		var initErr error
+		wg.Go(func() { _, initErr = rt.Load(ctx, "initloop", fixture(t, "initloop")) })
 		var rec, tab result
 		wg.Go(func() { rec = run(ctx, recurse, 1, textStream("deep")) })
 		wg.Go(func() {
@@ -144,6 +146,8 @@ func TestHostile_LoadTimeIsolatedFromNeighbours(t *testing.T) {
 		for i, b := range loadBombs {
 			t.Run(b.name, func(t *testing.T) { requireRefused(t, errs[i], b) })
 		}
+		require.ErrorIs(t, initErr, ErrInit, "an init loop ends at the init deadline")
+		require.ErrorIs(t, initErr, ErrTimeout)
 		require.ErrorIs(t, rec.fail, ErrStackOverflow)
 		require.Equal(t, render(textStream("deep")), render(rec.out), "fail-open passes the stream on")
 		require.NoError(t, tab.fail)

@@ -35,6 +35,7 @@ var loadBombs = []bomb{
 	{"module size", gen(func() []byte { return wasmgen.Data(60 << 20) }), ErrLimit, "ModuleBytes"},
 	{"data bytes", gen(func() []byte { return wasmgen.Data(9 << 20) }), ErrLimit, "DataBytes"},
 	{"locals", gen(func() []byte { return wasmgen.Locals(1 << 30) }), ErrLimit, "Locals"},
+	{"locals in all", gen(func() []byte { return wasmgen.ManyLocals(50_000, 50_000) }), ErrLimit, "AllLocals"},
 	{"many functions", gen(func() []byte { return wasmgen.Nested(60_000, 0) }), ErrLimit, "Functions"},
 	{"huge body", gen(func() []byte { return wasmgen.Nested(1, 1<<19) }), ErrLimit, "BodyBytes"},
 	{"types", gen(func() []byte { return wasmgen.Types(1_000_000) }), ErrLimit, "Types"},
@@ -115,6 +116,7 @@ func TestLoad_LimitsAreTheOperators(t *testing.T) {
 		{"BodyBytes", 1, "refusal"},
 		{"Nesting", 1, "refusal"},
 		{"Locals", 1, "refusal"},
+		{"AllLocals", 1, "refusal"},
 		{"Tables", 3, "tablehuge"},
 		{"TableEntries", 4095, "tablegrowmax"},
 		{"Types", 2, "refusal"},
@@ -142,7 +144,7 @@ func limitField(l *ModuleLimits, name string) *int {
 	return map[string]*int{
 		"ModuleBytes": &l.ModuleBytes, "Functions": &l.Functions, "Imports": &l.Imports,
 		"Exports": &l.Exports, "DataBytes": &l.DataBytes, "BodyBytes": &l.BodyBytes,
-		"Nesting": &l.Nesting, "Locals": &l.Locals, "Tables": &l.Tables, "TableEntries": &l.TableEntries,
+		"Nesting": &l.Nesting, "Locals": &l.Locals, "AllLocals": &l.AllLocals, "Tables": &l.Tables, "TableEntries": &l.TableEntries,
 		"Types": &l.Types, "Globals": &l.Globals, "DataSegments": &l.DataSegments, "Elements": &l.Elements,
 		"Names": &l.Names,
 	}[name]

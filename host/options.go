@@ -278,8 +278,8 @@ func WithPolicy(p abi.TransformPolicy) LoadOption {
 // naming the field. The defaults leave room many times over for the
 // built-in plugins (the Go-SDK builds: 3.4–4 MB, about 2,400 functions, 19
 // imports, 5–10 exports, 1 MB of data in 41,000 segments, bodies up to 50
-// KB, nesting 549, 20 locals, one table of 6,500 entries, 13 types, 8
-// globals; the C builds are far smaller).
+// KB, nesting 549, 20 locals (10,000 in all), one table of 6,500
+// entries, 13 types, 8 globals; the C builds are far smaller).
 // A ModuleLimits is a plain value, safe to copy.
 type ModuleLimits struct {
 	// ModuleBytes: size of the binary. Default 16 MiB.
@@ -299,6 +299,10 @@ type ModuleLimits struct {
 	Nesting int
 	// Locals: declared locals of one function. Default 50,000.
 	Locals int
+	// AllLocals: declared locals of all functions together (wazero
+	// allocates them at decode: 50,000 functions of 50,000 locals would be
+	// 2.5 GB). Default 1,048,576.
+	AllLocals int
 	// Tables: imported and defined tables. Default 4.
 	Tables int
 	// TableEntries: entries all tables of one instance can ever hold
@@ -339,6 +343,7 @@ func DefaultModuleLimits() ModuleLimits {
 		BodyBytes:      1 << 20,
 		Nesting:        2048,
 		Locals:         50_000,
+		AllLocals:      1 << 20,
 		Tables:         4,
 		TableEntries:   1 << 20,
 		Types:          10_000,
@@ -369,6 +374,7 @@ func WithModuleLimits(l ModuleLimits) Option {
 		set(&m.BodyBytes, l.BodyBytes)
 		set(&m.Nesting, l.Nesting)
 		set(&m.Locals, l.Locals)
+		set(&m.AllLocals, l.AllLocals)
 		set(&m.Tables, l.Tables)
 		set(&m.TableEntries, l.TableEntries)
 		set(&m.Types, l.Types)

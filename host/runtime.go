@@ -252,7 +252,7 @@ func (rt *Runtime) precheck(name string, wasm []byte) error {
 		ModuleBytes: uint64(l.ModuleBytes), Functions: uint64(l.Functions),
 		Imports: uint64(l.Imports), Exports: uint64(l.Exports),
 		DataBytes: uint64(l.DataBytes), BodyBytes: uint64(l.BodyBytes),
-		Nesting: uint64(l.Nesting), Locals: uint64(l.Locals),
+		Nesting: uint64(l.Nesting), Locals: uint64(l.Locals), AllLocals: uint64(l.AllLocals),
 		Tables: uint64(l.Tables), TableEntries: uint64(l.TableEntries),
 		Types: uint64(l.Types), Globals: uint64(l.Globals),
 		DataSegments: uint64(l.DataSegments), Elements: uint64(l.Elements),

@@ -246,6 +246,13 @@ func (b *builder) model(i int, m *ModelSpec) error {
 			return b.errf(at+"."+f.name, "only for provider azure")
 		}
 	}
+	switch {
+	case m.API == "" || m.API == "chat":
+	case m.API != "responses":
+		return b.errf(at+".api", "%q is not an API (want chat or responses)", m.API)
+	case kind.adapter != openaiPkg || kind.azure:
+		return b.errf(at+".api", "responses is only for providers openai, openrouter, vllm and ollama")
+	}
 	baseURL := m.BaseURL
 	if baseURL == "" {
 		if kind.needsURL {
@@ -298,7 +305,7 @@ func (b *builder) model(i int, m *ModelSpec) error {
 	model, err := factory(providers.Spec{
 		Key: m.Name, Provider: m.Provider, Model: m.Model, BaseURL: baseURL, APIKey: key,
 		Headers: m.Headers, Params: m.Params, Deployment: m.Deployment, APIVersion: m.APIVersion,
-		HTTPClient: b.opts.HTTPClient,
+		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient,
 	})
 	if err != nil {
 		return b.errf(at, "%v", err)

@@ -242,3 +242,33 @@ func TestMaxTokensParamReplacesTheRequests(t *testing.T) {
 	require.Equal(t, 32.0, body["max_tokens"])
 	require.NotContains(t, body, "max_completion_tokens")
 }
+
+// TestResponsesAPI: `api: responses` sends an OpenAI-compatible model's
+// requests to the Responses API; any other value, or the field on a
+// provider that has no such API, is an error at its place.
+func TestResponsesAPI(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t, http.StatusOK)
+	p, err := policy.Parse(ctx, []byte(`models:
+  - {name: r, provider: vllm, model: llama3, api: responses, base_url: "`+srv.URL+`/v1"}
+  - {name: c, provider: vllm, model: llama3, api: chat, base_url: "`+srv.URL+`/v1"}
+`), policy.Options{Name: "p.yaml"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	_, _ = p.Models["r"].Generate(ctx, question) // the test server answers in the chat shape
+	_, err = p.Models["c"].Generate(ctx, question)
+	require.NoError(t, err)
+	got := srv.requests()
+	require.Len(t, got, 2)
+	require.Equal(t, "/v1/responses", got[0].Path)
+	require.Equal(t, "/v1/chat/completions", got[1].Path)
+
+	for _, tc := range []struct{ model, want string }{
+		{`{name: m, provider: openai, model: gpt-4o, api_key_env: K, api: completions}`, `models[0].api: "completions" is not an API (want chat or responses)`},
+		{`{name: m, provider: anthropic, model: claude, api_key_env: K, api: responses}`, "models[0].api: responses is only for providers openai, openrouter, vllm and ollama"},
+		{`{name: m, provider: azure, deployment: d, api_version: v, base_url: "https://x.openai.azure.com", api_key_env: K, api: responses}`, "models[0].api: responses is only for"},
+	} {
+		_, err := policy.Parse(ctx, []byte("models:\n  - "+tc.model+"\n"), policy.Options{Name: "p.yaml", Getenv: env(map[string]string{"K": "k"})})
+		require.ErrorContains(t, err, tc.want, tc.model)
+	}
+}

@@ -58,6 +58,11 @@ type ModelSpec struct {
 	// {base_url}/openai/deployments/{deployment}/chat/completions?api-version={api_version}.
 	Deployment string `json:"deployment"`
 	APIVersion string `json:"api_version"`
+	// API picks the OpenAI endpoint: chat (Chat Completions, the default)
+	// or responses (the Responses API). Only for openai, openrouter, vllm
+	// and ollama: Azure serves the Responses API outside the deployment
+	// path, and anthropic has one API.
+	API string `json:"api"`
 	// Headers are sent with every request of the model (OpenRouter's
 	// HTTP-Referer and X-Title, a gateway's routing header). They are
 	// plain text in the file: put no secret here.

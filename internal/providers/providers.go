@@ -23,6 +23,8 @@ type Spec struct {
 	Params   map[string]any
 	// Azure OpenAI: the deployment and the api-version (BaseURL is the endpoint).
 	Deployment, APIVersion string
+	// Responses selects OpenAI's Responses API instead of Chat Completions.
+	Responses bool
 	// HTTPClient is the client to use; nil: the SDK's own.
 	HTTPClient *http.Client
 }

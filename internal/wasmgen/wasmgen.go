@@ -103,10 +103,17 @@ func Data(n int) []byte {
 }
 
 // Locals is a module with one function declaring n i32 locals.
-func Locals(n uint32) []byte {
+func Locals(n uint32) []byte { return ManyLocals(1, n) }
+
+// ManyLocals is a module of fns functions, each declaring n i32 locals.
+func ManyLocals(fns int, n uint32) []byte {
 	body := LEB([]byte{1}, uint64(n))
 	body = append(body, 0x7f, 0x0b)
-	return code(funcs(1), body)
+	bodies := make([][]byte, fns)
+	for i := range bodies {
+		bodies[i] = body
+	}
+	return code(funcs(fns), bodies...)
 }
 
 // Types is a module of n function types (distinct parameter lists).

@@ -47,8 +47,8 @@
 //
 // # Refusals
 //
-// A stop_reason "refusal" before any content block fails the stream (or
-// Generate) with a *driver.ProviderError of Class abi.ClassRefusal, whose
+// A stop_reason "refusal" before any content (an empty text or thinking
+// block is not content) fails the stream (or Generate) with a *driver.ProviderError of Class abi.ClassRefusal, whose
 // Message is stop_details.explanation and which wraps an *abi.RefusalError:
 // only stream-start and response-metadata have gone out, so the driver can
 // fail over cleanly. After content it is the finish reason ReasonRefusal. A
@@ -66,9 +66,19 @@
 // ClassContextLength, other 4xx → ClassClient. An error event inside the
 // stream (event: error, such as overloaded_error after the 200 status) ends
 // it with a ProviderError of Status 0, classed by its type (overloaded_error
-// → ClassOverloaded, api_error → ClassServer, both Retryable). A connection
+// → ClassOverloaded, api_error → ClassServer, both Retryable); one that
+// names no error type (event: error with no data, or data that is not JSON)
+// is a Retryable ClassServer fault, never an unclassified one. A connection
 // cut, or a stream that ends before message_stop, is a ProviderError of
-// Class ClassNetwork, Retryable.
+// Class ClassNetwork, Retryable. A stream that would hold more than 4 MiB of
+// tool input or 1,024 open blocks fails with a ClassServer error of Type
+// "adapter_limit_exceeded", not retryable.
+//
+// The body of a stream is read as the SSE spec says, which the SDK alone
+// does not: a leading UTF-8 byte-order mark is dropped and CR or CRLF line
+// endings count as LF. A stream returned by Stream has a Header()
+// http.Header method (driver.HeaderStream) with the HTTP response headers,
+// such as request-id.
 //
 // The stream is bound to the context passed to Stream: when it is done, Recv
 // returns its error (joined with its cause, if any) and the HTTP connection

@@ -22,6 +22,7 @@ type source struct {
 	// driver's default rule: output, not an empty block's start or end)
 	// went out; until then a declared refusal can still fail over.
 	content bool
+	held    adapter.Held // tool input bytes, against MaxHeld
 	// servers names the server tools called so far, by call id, for
 	// their results.
 	servers map[string]string
@@ -95,6 +96,9 @@ func (s *source) event(q []abi.Part, ev ant.MessageStreamEventUnion) ([]abi.Part
 		q = append(q, abi.Part{Kind: abi.KindResponseMeta, ID: m.ID, Meta: &abi.ResponseMeta{ID: m.ID, ModelID: m.Model}})
 	case "content_block_start":
 		cb := &ev.ContentBlock
+		if _, ok := s.blocks[ev.Index]; !ok && len(s.blocks) >= adapter.MaxOpen {
+			return q, adapter.LimitError(provider, "open blocks", adapter.MaxOpen)
+		}
 		b := &block{id: strconv.FormatInt(ev.Index, 10)}
 		s.blocks[ev.Index] = b
 		switch cb.Type {
@@ -137,6 +141,9 @@ func (s *source) event(q []abi.Part, ev ant.MessageStreamEventUnion) ([]abi.Part
 		case d.Type == "thinking_delta" && b.kind == blockReasoning && d.Thinking != "":
 			q = append(q, abi.Part{Kind: abi.KindReasoningDelta, ID: b.id, Delta: d.Thinking})
 		case d.Type == "input_json_delta" && b.kind == blockTool && d.PartialJSON != "":
+			if err := s.held.Add(provider, len(d.PartialJSON)); err != nil {
+				return q, err
+			}
 			b.input.WriteString(d.PartialJSON)
 			q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: b.id, Delta: d.PartialJSON})
 		case d.Type == "citations_delta" && b.kind == blockText:

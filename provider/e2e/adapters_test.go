@@ -227,3 +227,47 @@ func TestChatFailsOverToResponses(t *testing.T) {
 	require.Equal(t, "/v1/responses", second.Requests()[0].Path)
 	require.Len(t, rec.get(), 2)
 }
+
+// A user reads the provider's request id from a RetryableModel's stream:
+// the answering attempt's response headers, through every adapter, after a
+// fail-over too.
+func TestStreamHeaderThroughRetryableModel(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		first  func(t *testing.T) driver.Model // fails before content, or nil
+		second func(t *testing.T) (driver.Model, string)
+		want   string
+	}{
+		{name: "openai chat", second: func(t *testing.T) (driver.Model, string) {
+			srv := wiretest.Serve(t, transcript(t, "openai", "text"))
+			return openaiModel(t, srv.URL, srv.Client()), "x-request-id"
+		}, want: "req_7f3c2b1a9e"},
+		{name: "openai responses", second: func(t *testing.T) (driver.Model, string) {
+			return responsesModel(t, wiretest.Serve(t, transcript(t, "openai", "responses_text"))), "x-request-id"
+		}, want: "req_5b3f0c9e2a7d41e8"},
+		{name: "anthropic after a fail-over", first: func(t *testing.T) driver.Model {
+			return responsesModel(t, wiretest.Serve(t, transcript(t, "openai", "responses_failed")))
+		}, second: func(t *testing.T) (driver.Model, string) {
+			return anthropicModel(t, wiretest.Serve(t, transcript(t, "anthropic", "text"))), "request-id"
+		}, want: "req_011CSHoEeqs5C35K2UUqR7Fy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			answering, key := tc.second(t)
+			first := answering
+			if tc.first != nil {
+				first = tc.first(t)
+			}
+			r, err := driver.New(first, driver.WithRules(driver.Fallback(answering)))
+			require.NoError(t, err)
+			rm, err := driver.NewRetryableModel(r)
+			require.NoError(t, err)
+			s, err := rm.Stream(t.Context(), request())
+			require.NoError(t, err)
+			hs, ok := s.(driver.HeaderStream)
+			require.True(t, ok, "%T is no HeaderStream", s)
+			_, _, err = read(t, s) // the answering attempt is known once it answers
+			require.NoError(t, err)
+			require.Equal(t, tc.want, hs.Header().Get(key))
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/provider/openai"
@@ -71,6 +72,67 @@ func BenchmarkStream1000(b *testing.B) {
 	})
 	b.Run("adapter", func(b *testing.B) {
 		m, err := openai.New("gpt-4o-mini", openai.WithBaseURL("http://mem/v1"), openai.WithAPIKey("k"), openai.WithHTTPClient(hc))
+		require.NoError(b, err)
+		req := request()
+		b.ReportAllocs()
+		for b.Loop() {
+			st, err := m.Stream(ctx, req)
+			require.NoError(b, err)
+			parts := 0
+			for {
+				_, err := st.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				require.NoError(b, err)
+				parts++
+			}
+			require.Equal(b, n+5, parts) // stream-start, metadata, text-start, n deltas, text-end, finish
+			_ = st.Close()
+		}
+	})
+}
+
+// responsesBody is a 1,000-delta answer in Responses API events.
+func responsesBody(n int) []byte {
+	var b strings.Builder
+	ev := func(typ, data string) { fmt.Fprintf(&b, "event: %s\ndata: {\"type\":%q,%s}\n\n", typ, typ, data) }
+	resp := `"response":{"id":"resp_1","object":"response","created_at":1756315696,"status":"%s","model":"gpt-4.1-mini","output":[]%s}`
+	ev("response.created", fmt.Sprintf(resp, "in_progress", ""))
+	ev("response.output_item.added", `"output_index":0,"item":{"id":"msg_1","type":"message","status":"in_progress","role":"assistant","content":[]}`)
+	for i := 0; i < n; i++ {
+		ev("response.output_text.delta", fmt.Sprintf(`"sequence_number":%d,"item_id":"msg_1","output_index":0,"content_index":0,"delta":" tok%d","logprobs":[]`, i+2, i))
+	}
+	ev("response.output_item.done", `"output_index":0,"item":{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[]}`)
+	ev("response.completed", fmt.Sprintf(resp, "completed", fmt.Sprintf(`,"usage":{"input_tokens":5,"output_tokens":%d,"total_tokens":%d}`, n, n+5)))
+	return []byte(b.String())
+}
+
+// BenchmarkResponsesStream1000 is BenchmarkStream1000 for the Responses
+// API.
+func BenchmarkResponsesStream1000(b *testing.B) {
+	const n = 1000
+	hc := &http.Client{Transport: memTransport{body: responsesBody(n)}}
+	ctx := context.Background()
+	b.Run("sdk", func(b *testing.B) {
+		client := oai.NewClient(option.WithBaseURL("http://mem/v1"), option.WithAPIKey("k"), option.WithHTTPClient(hc), option.WithMaxRetries(0))
+		params := responses.ResponseNewParams{Model: "gpt-4.1-mini"}
+		b.ReportAllocs()
+		for b.Loop() {
+			st := client.Responses.NewStreaming(ctx, params)
+			deltas := 0
+			for st.Next() {
+				if st.Current().Type == "response.output_text.delta" {
+					deltas++
+				}
+			}
+			require.NoError(b, st.Err())
+			require.Equal(b, n, deltas)
+			_ = st.Close()
+		}
+	})
+	b.Run("adapter", func(b *testing.B) {
+		m, err := openai.New("gpt-4.1-mini", openai.WithResponsesAPI(), openai.WithBaseURL("http://mem/v1"), openai.WithAPIKey("k"), openai.WithHTTPClient(hc))
 		require.NoError(b, err)
 		req := request()
 		b.ReportAllocs()

@@ -127,8 +127,11 @@
 // The body of a stream is read as the SSE spec says, which the SDK alone
 // does not: a leading UTF-8 byte-order mark is dropped and CR or CRLF line
 // endings count as LF (rewritten in place as the body is read). A stream
-// returned by Stream has a Header() http.Header method with the HTTP
-// response headers (x-request-id, x-ratelimit-*).
+// returned by Stream has a Header() http.Header method (driver.HeaderStream)
+// with the HTTP response headers (x-request-id, x-ratelimit-*). A stream
+// that would hold more than 4 MiB of tool input and held refusal, or 1,024
+// open blocks and tool calls, fails with a ClassServer error of Type
+// "adapter_limit_exceeded", not retryable.
 //
 // # Request mapping
 //

@@ -254,14 +254,14 @@ func (m *Model) Key() string { return m.key }
 // what telemetry reports whatever the key.
 func (m *Model) Provider() string { return m.provider }
 
+// ModelID returns the model id given to New.
+func (m *Model) ModelID() string { return m.id }
+
 // ResponsesAPI reports whether the model calls the Responses API
 // (WithResponsesAPI) rather than Chat Completions: a caller forwarding a
 // Chat Completions body's fields through ProviderOptions must not hand them
 // to it.
 func (m *Model) ResponsesAPI() bool { return m.responses }
-
-// ModelID returns the model id given to New.
-func (m *Model) ModelID() string { return m.id }
 
 // Generate makes one non-streaming call.
 func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Response, error) {

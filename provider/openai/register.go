@@ -36,6 +36,9 @@ func fromSpec(s providers.Spec) (driver.Model, error) {
 	} else if s.BaseURL != "" {
 		opts = append(opts, WithBaseURL(s.BaseURL))
 	}
+	if s.Responses {
+		opts = append(opts, WithResponsesAPI())
+	}
 	for _, k := range slices.Sorted(maps.Keys(s.Headers)) {
 		opts = append(opts, WithHeader(k, s.Headers[k]))
 	}

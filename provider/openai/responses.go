@@ -292,6 +292,7 @@ type responsesSource struct {
 	// that it ended while its refusal was held.
 	refusalItem string
 	refusalDone bool
+	held        adapter.Held // tool input and refusal bytes, against MaxHeld
 }
 
 type openBlock struct {
@@ -326,11 +327,13 @@ func (s *responsesSource) Next(q []abi.Part) ([]abi.Part, error) {
 	return q, nil
 }
 
-func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventUnion) ([]abi.Part, error) {
+func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventUnion) (_ []abi.Part, err error) {
 	if s.refusal.Len() > 0 && startsOutput(ev) {
 		// Content after a held refusal: the refusal cannot fail over any
 		// more; it goes out first, as text, in the order it came.
-		q = s.flushRefusal(q)
+		if q, err = s.flushRefusal(q); err != nil {
+			return q, err
+		}
 	}
 	switch ev.Type {
 	case "response.created", "response.in_progress", "response.queued":
@@ -341,15 +344,19 @@ func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventU
 		}
 	case "response.output_item.added":
 		if it := &ev.Item; it.Type == "function_call" {
-			q = s.startTool(q, it)
+			return s.startTool(q, it)
 		}
 	case "response.output_text.delta":
-		q = s.openBlock(q, ev.ItemID, abi.KindTextStart, abi.KindTextEnd)
+		if q, err = s.openBlock(q, ev.ItemID, abi.KindTextStart, abi.KindTextEnd); err != nil {
+			return q, err
+		}
 		if ev.Delta != "" {
 			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: ev.ItemID, Delta: ev.Delta})
 		}
 	case "response.reasoning_summary_text.delta", "response.reasoning_text.delta":
-		q = s.openBlock(q, ev.ItemID, abi.KindReasoningStart, abi.KindReasoningEnd)
+		if q, err = s.openBlock(q, ev.ItemID, abi.KindReasoningStart, abi.KindReasoningEnd); err != nil {
+			return q, err
+		}
 		if ev.Delta != "" {
 			q = append(q, abi.Part{Kind: abi.KindReasoningDelta, ID: ev.ItemID, Delta: ev.Delta})
 		}
@@ -361,9 +368,14 @@ func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventU
 			// After content a refusal cannot fail over any more: deliver
 			// it as text and finish with ReasonRefusal.
 			s.refusalItem = ev.ItemID
-			q = s.flushRefusal(q)
+			if q, err = s.flushRefusal(q); err != nil {
+				return q, err
+			}
 			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: ev.Delta})
 		} else {
+			if err := s.held.Add(s.provider, len(ev.Delta)); err != nil {
+				return q, err
+			}
 			s.refusalItem = ev.ItemID
 			s.refusal.WriteString(ev.Delta)
 		}
@@ -373,6 +385,9 @@ func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventU
 		}
 	case "response.function_call_arguments.delta":
 		if t := s.tools[ev.ItemID]; t != nil && ev.Delta != "" {
+			if err := s.held.Add(s.provider, len(ev.Delta)); err != nil {
+				return q, err
+			}
 			t.args.WriteString(ev.Delta)
 			q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: t.id, Delta: ev.Delta})
 		}
@@ -383,7 +398,7 @@ func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventU
 		}
 		q = s.closeBlock(q, it.ID)
 		if it.Type == "function_call" {
-			q = s.endTool(q, it)
+			return s.endTool(q, it)
 		}
 	case "response.completed", "response.incomplete":
 		r := &ev.Response
@@ -392,8 +407,10 @@ func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventU
 			// can still switch models.
 			return q, adapter.Refusal(s.provider, "refusal", s.refusal.String())
 		}
-		if s.refusal.Len() > 0 {
-			q = s.flushRefusal(q) // content came after it: text, never dropped
+		if s.refusal.Len() > 0 { // content came after it: text, never dropped
+			if q, err = s.flushRefusal(q); err != nil {
+				return q, err
+			}
 		}
 		for len(s.open) > 0 {
 			q = s.closeBlock(q, s.open[0].id)
@@ -426,9 +443,12 @@ func startsOutput(ev *responses.ResponseStreamEventUnion) bool {
 
 // flushRefusal opens the refusal text block, once, and delivers the
 // refusal text held while no content had come.
-func (s *responsesSource) flushRefusal(q []abi.Part) []abi.Part {
+func (s *responsesSource) flushRefusal(q []abi.Part) ([]abi.Part, error) {
 	s.refused = true
-	q = s.openBlock(q, refusalID, abi.KindTextStart, abi.KindTextEnd)
+	q, err := s.openBlock(q, refusalID, abi.KindTextStart, abi.KindTextEnd)
+	if err != nil {
+		return q, err
+	}
 	if s.refusal.Len() > 0 {
 		q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: s.refusal.String()})
 		s.refusal.Reset()
@@ -436,27 +456,36 @@ func (s *responsesSource) flushRefusal(q []abi.Part) []abi.Part {
 	if s.refusalDone {
 		q = s.closeBlock(q, refusalID)
 	}
-	return q
+	return q, nil
 }
 
-func (s *responsesSource) startTool(q []abi.Part, it *responses.ResponseOutputItemUnion) []abi.Part {
+func (s *responsesSource) startTool(q []abi.Part, it *responses.ResponseOutputItemUnion) ([]abi.Part, error) {
 	if _, ok := s.tools[it.ID]; ok {
-		return q
+		return q, nil
+	}
+	if len(s.tools)+len(s.open) >= adapter.MaxOpen {
+		return q, adapter.LimitError(s.provider, "open blocks and tool calls", adapter.MaxOpen)
 	}
 	t := &toolCall{id: callID(it.CallID, it.ID), name: it.Name}
 	s.tools[it.ID] = t
 	q = append(q, abi.Part{Kind: abi.KindToolInputStart, ID: t.id, Tool: &abi.ToolInfo{Name: t.name}})
 	if a := it.Arguments.OfString; a != "" {
+		if err := s.held.Add(s.provider, len(a)); err != nil {
+			return q, err
+		}
 		t.args.WriteString(a)
 		q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: t.id, Delta: a})
 	}
-	return q
+	return q, nil
 }
 
 // endTool completes a function call. The done item's arguments are the
 // whole input, and win over the deltas.
-func (s *responsesSource) endTool(q []abi.Part, it *responses.ResponseOutputItemUnion) []abi.Part {
-	q = s.startTool(q, it) // a call whose added event never came
+func (s *responsesSource) endTool(q []abi.Part, it *responses.ResponseOutputItemUnion) ([]abi.Part, error) {
+	q, err := s.startTool(q, it) // a call whose added event never came
+	if err != nil {
+		return q, err
+	}
 	t := s.tools[it.ID]
 	delete(s.tools, it.ID)
 	input := it.Arguments.OfString
@@ -466,18 +495,21 @@ func (s *responsesSource) endTool(q []abi.Part, it *responses.ResponseOutputItem
 	s.called = true
 	return append(q,
 		abi.Part{Kind: abi.KindToolInputEnd, ID: t.id},
-		abi.Part{Kind: abi.KindToolCall, ID: t.id, Tool: &abi.ToolInfo{Name: t.name, Input: orEmptyObject(input)}})
+		abi.Part{Kind: abi.KindToolCall, ID: t.id, Tool: &abi.ToolInfo{Name: t.name, Input: orEmptyObject(input)}}), nil
 }
 
 // openBlock starts block id unless it is open.
-func (s *responsesSource) openBlock(q []abi.Part, id string, start, end abi.PartKind) []abi.Part {
+func (s *responsesSource) openBlock(q []abi.Part, id string, start, end abi.PartKind) ([]abi.Part, error) {
 	for _, b := range s.open {
 		if b.id == id {
-			return q
+			return q, nil
 		}
 	}
+	if len(s.tools)+len(s.open) >= adapter.MaxOpen {
+		return q, adapter.LimitError(s.provider, "open blocks and tool calls", adapter.MaxOpen)
+	}
 	s.open = append(s.open, openBlock{id: id, end: end})
-	return append(q, abi.Part{Kind: start, ID: id})
+	return append(q, abi.Part{Kind: start, ID: id}), nil
 }
 
 // closeBlock ends block id if it is open; a message item also ends the

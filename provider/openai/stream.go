@@ -27,6 +27,7 @@ type source struct {
 	refusal       strings.Builder
 	tools         map[int64]*toolCall
 	order         []int64
+	held          adapter.Held // tool input and refusal bytes, against MaxHeld
 
 	finished bool
 	reason   abi.FinishReason
@@ -117,6 +118,9 @@ func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, err
 				q = s.flushRefusal(q)
 				q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: d.Refusal})
 			} else {
+				if err := s.held.Add(s.provider, len(d.Refusal)); err != nil {
+					return q, err
+				}
 				s.refusal.WriteString(d.Refusal)
 			}
 		}
@@ -124,6 +128,9 @@ func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, err
 			tc := &d.ToolCalls[j]
 			t, ok := s.tools[tc.Index]
 			if !ok {
+				if len(s.tools) >= adapter.MaxOpen {
+					return q, adapter.LimitError(s.provider, "tool calls", adapter.MaxOpen)
+				}
 				t = &toolCall{id: tc.ID, name: tc.Function.Name}
 				if t.id == "" {
 					t.id = "call_" + strconv.FormatInt(tc.Index, 10)
@@ -135,6 +142,9 @@ func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, err
 				q = append(q, abi.Part{Kind: abi.KindToolInputStart, ID: t.id, Tool: &abi.ToolInfo{Name: t.name}})
 			}
 			if a := tc.Function.Arguments; a != "" {
+				if err := s.held.Add(s.provider, len(a)); err != nil {
+					return q, err
+				}
 				t.args.WriteString(a)
 				q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: t.id, Delta: a})
 			}

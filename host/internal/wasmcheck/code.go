@@ -15,9 +15,10 @@ func (c *checker) expr() error {
 		if err != nil {
 			return err
 		}
-		switch {
-		case op == 0x02 || op == 0x03 || op == 0x04: // block, loop, if
-			if _, err := c.r.s33(); err != nil { // block type
+		switch imm[op] {
+		case immNone:
+		case immBlock: // block, loop, if: a block type
+			if _, err := c.r.s33(); err != nil {
 				return err
 			}
 			depth++
@@ -25,84 +26,108 @@ func (c *checker) expr() error {
 			if err := c.over("Nesting", depth, c.lim.Nesting); err != nil {
 				return err
 			}
-		case op == 0x0B: // end
+		case immEnd:
 			if depth == 0 {
 				return nil
 			}
 			depth--
-		case op <= 0x01 || op == 0x05 || op == 0x0F || op == 0x1A || op == 0x1B ||
-			(op >= 0x45 && op <= 0xC4) || op == 0xD1:
-			// unreachable, nop, else, return, drop, select, numeric
-			// (with sign extension), ref.is_null: no immediate.
-		case op == 0x0C || op == 0x0D || op == 0x10 || (op >= 0x20 && op <= 0x26) ||
-			op == 0x3F || op == 0x40 || op == 0xD2:
-			// br, br_if, call, local/global/table get/set/tee,
-			// memory.size/grow (a memory index), ref.func: one index.
-			if _, err := c.r.u32(); err != nil {
-				return err
-			}
-		case op == 0x0E: // br_table: a vector of labels and a default
-			n, err := c.r.u32()
-			if err != nil {
-				return err
-			}
-			for range uint64(n) + 1 {
-				if _, err := c.r.u32(); err != nil {
-					return err
+		case immIndex:
+			_, err = c.r.u32()
+		case immMemarg:
+			err = c.memarg()
+		case immI32:
+			_, err = c.r.sleb(5)
+		case immI64:
+			_, err = c.r.sleb(10)
+		case immF32:
+			_, err = c.r.bytes(4)
+		case immF64:
+			_, err = c.r.bytes(8)
+		case immByte:
+			_, err = c.r.byte()
+		case immBrTable: // a vector of labels and a default
+			var n uint32
+			if n, err = c.r.u32(); err == nil {
+				for range uint64(n) + 1 {
+					if _, err = c.r.u32(); err != nil {
+						break
+					}
 				}
 			}
-		case op == 0x11: // call_indirect: type, table
-			if _, err := c.r.u32(); err != nil {
-				return err
+		case immCallIndirect: // type, table
+			if _, err = c.r.u32(); err == nil {
+				_, err = c.r.u32()
 			}
-			if _, err := c.r.u32(); err != nil {
-				return err
+		case immSelectT: // a vector of value types
+			var n uint32
+			if n, err = c.r.u32(); err == nil {
+				_, err = c.r.bytes(uint64(n))
 			}
-		case op == 0x1C: // select with types: a vector of value types
-			n, err := c.r.u32()
-			if err != nil {
-				return err
-			}
-			if _, err := c.r.bytes(uint64(n)); err != nil {
-				return err
-			}
-		case op >= 0x28 && op <= 0x3E: // loads and stores: memarg
-			if err := c.memarg(); err != nil {
-				return err
-			}
-		case op == 0x41: // i32.const
-			if _, err := c.r.sleb(5); err != nil {
-				return err
-			}
-		case op == 0x42: // i64.const
-			if _, err := c.r.sleb(10); err != nil {
-				return err
-			}
-		case op == 0x43: // f32.const
-			if _, err := c.r.bytes(4); err != nil {
-				return err
-			}
-		case op == 0x44: // f64.const
-			if _, err := c.r.bytes(8); err != nil {
-				return err
-			}
-		case op == 0xD0: // ref.null: a reference type
-			if _, err := c.r.byte(); err != nil {
-				return err
-			}
-		case op == 0xFC:
-			if err := c.miscOp(); err != nil {
-				return err
-			}
-		case op == 0xFD:
-			if err := c.simdOp(); err != nil {
-				return err
-			}
+		case immMisc:
+			err = c.miscOp()
+		case immSIMD:
+			err = c.simdOp()
 		default:
 			return c.r.fail(fmt.Sprintf("unknown opcode %#x", op))
 		}
+		if err != nil {
+			return err
+		}
 	}
 }
+
+// The immediates an opcode takes.
+const (
+	immInvalid = iota
+	immNone
+	immBlock
+	immEnd
+	immIndex // one u32: an index or memory.size/grow's memory
+	immMemarg
+	immI32
+	immI64
+	immF32
+	immF64
+	immByte // ref.null's reference type
+	immBrTable
+	immCallIndirect
+	immSelectT
+	immMisc // the 0xFC prefix
+	immSIMD // the 0xFD prefix
+)
+
+// imm maps every one-byte opcode to its immediates (invalid if unknown).
+var imm = func() (t [256]uint8) {
+	set := func(kind uint8, ops ...int) {
+		for _, op := range ops {
+			t[op] = kind
+		}
+	}
+	// unreachable, nop, else, return, drop, select, ref.is_null
+	set(immNone, 0x00, 0x01, 0x05, 0x0F, 0x1A, 0x1B, 0xD1)
+	for op := 0x45; op <= 0xC4; op++ { // numeric, sign extension
+		t[op] = immNone
+	}
+	set(immBlock, 0x02, 0x03, 0x04)
+	set(immEnd, 0x0B)
+	// br, br_if, call, local.get/set/tee, global.get/set, table.get/set,
+	// memory.size/grow, ref.func
+	set(immIndex, 0x0C, 0x0D, 0x10, 0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x3F, 0x40, 0xD2)
+	for op := 0x28; op <= 0x3E; op++ { // loads and stores
+		t[op] = immMemarg
+	}
+	set(immI32, 0x41)
+	set(immI64, 0x42)
+	set(immF32, 0x43)
+	set(immF64, 0x44)
+	set(immByte, 0xD0)
+	set(immBrTable, 0x0E)
+	set(immCallIndirect, 0x11)
+	set(immSelectT, 0x1C)
+	set(immMisc, 0xFC)
+	set(immSIMD, 0xFD)
+	return t
+}()
 
 func (c *checker) memarg() error {
 	if _, err := c.r.u32(); err != nil { // alignment

@@ -33,6 +33,7 @@ type Limits struct {
 	BodyBytes    uint64 // bytes of one function body
 	Nesting      uint64 // nesting depth of blocks, loops and ifs in one body
 	Locals       uint64 // declared locals of one function
+	AllLocals    uint64 // declared locals of all functions together
 	Tables       uint64 // imported and defined tables
 	TableEntries uint64 // entries all tables can ever hold together
 	Types        uint64 // function types
@@ -89,6 +90,7 @@ type Info struct {
 	MaxBody      uint64
 	MaxNesting   uint64
 	MaxLocals    uint64
+	AllLocals    uint64
 	Tables       uint64
 	TableEntries uint64
 	Types        uint64
@@ -128,7 +130,10 @@ type checker struct {
 	lim    Limits
 	info   Info
 	tables []table
-	where  string
+	// where locates an excess: a kind ("table", "function body") and an
+	// index, formatted only for an error.
+	where    string
+	whereIdx int
 }
 
 // Check walks b and returns what it learned, or the first limit exceeded
@@ -145,7 +150,11 @@ func (c *checker) over(limit string, got, max uint64) error {
 	if max == 0 || got <= max {
 		return nil
 	}
-	return &LimitError{Limit: limit, Got: got, Max: max, Where: c.where}
+	e := &LimitError{Limit: limit, Got: got, Max: max}
+	if c.where != "" {
+		e.Where = fmt.Sprintf("%s %d", c.where, c.whereIdx)
+	}
+	return e
 }
 
 func (c *checker) module() error {
@@ -463,7 +472,7 @@ func (c *checker) table() error {
 		}
 		t.max, t.hasMax = uint64(max), true
 	}
-	c.where = fmt.Sprintf("table %d", len(c.tables))
+	c.where, c.whereIdx = "table", len(c.tables)
 	defer func() { c.where = "" }()
 	if err := c.over("TableEntries", t.min, c.lim.TableEntries); err != nil {
 		return err
@@ -507,7 +516,7 @@ func (c *checker) code() error {
 			return err
 		}
 		c.info.MaxBody = max(c.info.MaxBody, uint64(size))
-		c.where = fmt.Sprintf("function body %d", i)
+		c.where, c.whereIdx = "function body", int(i)
 		if err := c.over("BodyBytes", uint64(size), c.lim.BodyBytes); err != nil {
 			return err
 		}
@@ -516,12 +525,16 @@ func (c *checker) code() error {
 		if err != nil {
 			return err
 		}
-		b := &checker{r: reader{b: body, base: c.r.base + start}, lim: c.lim, tables: c.tables, where: c.where}
+		b := checker{r: reader{b: body, base: c.r.base + start}, lim: c.lim, tables: c.tables, where: c.where, whereIdx: c.whereIdx}
 		if err := b.body(); err != nil {
 			return err
 		}
 		c.info.MaxNesting = max(c.info.MaxNesting, b.info.MaxNesting)
 		c.info.MaxLocals = max(c.info.MaxLocals, b.info.MaxLocals)
+		c.info.AllLocals += b.info.MaxLocals
+		if err := c.over("AllLocals", c.info.AllLocals, c.lim.AllLocals); err != nil {
+			return err
+		}
 	}
 	c.where = ""
 	return nil

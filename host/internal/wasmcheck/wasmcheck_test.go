@@ -18,7 +18,7 @@ var generous = Limits{
 	ModuleBytes: 16 << 20, Functions: 50_000, Imports: 1000, Exports: 1000,
 	DataBytes: 8 << 20, BodyBytes: 1 << 20, Nesting: 2048, Locals: 50_000,
 	Tables: 4, TableEntries: 1 << 20, Types: 10_000, Globals: 10_000,
-	DataSegments: 500_000, Elements: 1 << 18, Names: 1 << 18,
+	DataSegments: 500_000, Elements: 1 << 18, Names: 1 << 18, AllLocals: 1 << 20,
 }
 
 func wasmFiles(t testing.TB) []string {
@@ -73,6 +73,8 @@ func TestCheck_GoGuestCounts(t *testing.T) {
 	require.Less(t, info.DataBytes, uint64(2<<20))
 	require.Less(t, info.TableEntries, uint64(16<<10))
 	require.Less(t, info.MaxLocals, uint64(100))
+	require.Less(t, info.AllLocals, uint64(64<<10))
+	t.Logf("%+v", info)
 	require.Less(t, info.Types, uint64(100))
 	require.Less(t, info.Globals, uint64(100))
 	require.Less(t, info.DataSegments, uint64(100_000))
@@ -181,4 +183,17 @@ func FuzzCheck(f *testing.F) {
 			t.Fatalf("wazero compiles a module the pre-parse calls malformed: %v", err)
 		}
 	})
+}
+
+// BenchmarkCheck_GoGuest: the pre-parse's cost on a 4 MB Go-SDK plugin,
+// next to the seconds wazero takes to compile it.
+func BenchmarkCheck_GoGuest(b *testing.B) {
+	wasm, err := os.ReadFile("../../../plugins/errmatch/errmatch.wasm")
+	require.NoError(b, err)
+	b.SetBytes(int64(len(wasm)))
+	for b.Loop() {
+		if _, err := Check(wasm, generous); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

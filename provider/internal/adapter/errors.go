@@ -6,6 +6,7 @@ package adapter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -206,4 +207,46 @@ func Refusal(provider, raw, text string) *driver.ProviderError {
 		Class:    abi.ClassRefusal,
 		Err:      &abi.RefusalError{Transform: provider, Phrase: raw, Text: text},
 	}
+}
+
+// What a stream may hold on the provider's behalf. A provider (or whatever
+// answers at its URL) that streams without end cannot make an adapter grow
+// without end: past these, the stream fails with a LimitError.
+const (
+	// MaxHeld caps the bytes a stream accumulates across its life: the
+	// input of tool calls (kept until each call completes) and a refusal
+	// held for a possible fail-over. 4 MiB: eight times the longest output
+	// a model writes today (128k tokens, about 512 KiB).
+	MaxHeld = 4 << 20
+	// MaxOpen caps the blocks and tool calls open at once in a stream.
+	MaxOpen = 1024
+)
+
+// LimitType is the ProviderError.Type of a stream that broke MaxHeld or
+// MaxOpen.
+const LimitType = "adapter_limit_exceeded"
+
+// LimitError is the error of a stream that broke MaxHeld or MaxOpen: class
+// ClassServer (the provider misbehaved), not retryable (it would again),
+// so a fail-over rule can still move to another model.
+func LimitError(provider, what string, limit int) *driver.ProviderError {
+	return &driver.ProviderError{
+		Provider: provider,
+		Type:     LimitType,
+		Message:  fmt.Sprintf("the stream exceeded the adapter's limit of %d %s", limit, what),
+		Class:    abi.ClassServer,
+	}
+}
+
+// Held counts the bytes a stream has accumulated against MaxHeld.
+type Held struct{ n int }
+
+// Add counts n more bytes; it returns a LimitError once the total passes
+// MaxHeld.
+func (h *Held) Add(provider string, n int) error {
+	h.n += n
+	if h.n > MaxHeld {
+		return LimitError(provider, "bytes of tool input and held refusal", MaxHeld)
+	}
+	return nil
 }

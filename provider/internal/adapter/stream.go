@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
 )
 
 // Source is an SDK stream as an adapter decodes it.
@@ -46,6 +47,8 @@ func NewStream(ctx context.Context, provider string, src Source, first ...abi.Pa
 	q := make([]abi.Part, 0, 8)
 	return &Stream{ctx: ctx, provider: provider, src: src, q: append(q, first...)}
 }
+
+var _ driver.HeaderStream = (*Stream)(nil)
 
 // SetHeader records the HTTP response headers that Header returns. Call it
 // before the stream is handed out.
