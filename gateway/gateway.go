@@ -377,7 +377,15 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 		gen.routes[name] = &route{name: name, model: m}
 		gen.byKey[m] = name
 		gen.names = append(gen.names, name)
-		if om, ok := m.(*openai.Model); ok {
+		inner := m
+		for {
+			u, ok := inner.(interface{ Unwrap() driver.Model })
+			if !ok {
+				break
+			}
+			inner = u.Unwrap()
+		}
+		if om, ok := inner.(*openai.Model); ok {
 			ok, seen := chat[om.Provider()]
 			chat[om.Provider()] = (ok || !seen) && !om.ResponsesAPI()
 		}

@@ -344,6 +344,11 @@ func (k *keyed) Key() string      { return k.key }
 func (k *keyed) Provider() string { p, _ := driver.Describe(k.Model); return p }
 func (k *keyed) ModelID() string  { _, id := driver.Describe(k.Model); return id }
 
+// Unwrap returns the model the caller bound, so a program that needs its
+// concrete type (the gateway asks an OpenAI model which API it speaks) can
+// reach it.
+func (k *keyed) Unwrap() driver.Model { return k.Model }
+
 // errUnbuilt is what a model of a validated policy answers: Validate
 // builds no provider.
 var errUnbuilt = errors.New("policy: a model of a validated policy cannot be called")
@@ -593,8 +598,8 @@ func (b *builder) transform(ctx context.Context, i int, ts *TransformSpec) (driv
 }
 
 func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.Plugin, error) {
-	if (ps.Path == "") == (ps.Builtin == "") {
-		return nil, b.errf(at, "give exactly one of path or builtin")
+	if n := btoi(ps.Path != "") + btoi(ps.Builtin != "") + btoi(ps.OCI != ""); n != 1 {
+		return nil, b.errf(at, "give exactly one of path, builtin or oci")
 	}
 	var lo []host.LoadOption
 	if ps.SHA256 != "" {
@@ -627,6 +632,19 @@ func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.
 		if !ok {
 			return nil, b.errf(at+".builtin", "unknown built-in plugin %q", ps.Builtin)
 		}
+	} else if ps.OCI != "" {
+		if b.opts.OCI == nil {
+			return nil, b.errf(at+".oci", "an oci plugin needs Options.OCI (package oci)")
+		}
+		sum, mod, err := b.opts.OCI(ps.OCI).Fetch(ctx, "")
+		if err != nil {
+			return nil, b.errf(at+".oci", "%v", err)
+		}
+		if ps.SHA256 != "" && !strings.EqualFold(ps.SHA256, sum) {
+			return nil, b.errf(at+".sha256", "the module behind %s has sha256 %s", ps.OCI, sum)
+		}
+		wasm, name = mod, ociName(ps.OCI)
+		lo = append(lo, host.WithSHA256(sum))
 	} else {
 		path := ps.Path
 		if !filepath.IsAbs(path) && b.opts.Dir != "" {
@@ -755,3 +773,25 @@ func (g *gated) Decide(ctx context.Context, a *driver.Attempt) (driver.Decision,
 
 // FailPolicy is the plugin's.
 func (g *gated) FailPolicy() abi.FailPolicy { return g.plugin.FailPolicy() }
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ociName names a plugin after its repository's last element:
+// registry.example.com/team/refusal@sha256:… is "refusal".
+func ociName(ref string) string {
+	if i := strings.IndexAny(ref, "@"); i >= 0 {
+		ref = ref[:i]
+	}
+	if i := strings.LastIndex(ref, "/"); i >= 0 {
+		ref = ref[i+1:]
+	}
+	if i := strings.Index(ref, ":"); i >= 0 {
+		ref = ref[:i]
+	}
+	return ref
+}

@@ -47,7 +47,10 @@
 // Options.Builtin; set it to plugins.Module (package
 // github.com/retryhost/retryhost/plugins) to allow them. This package does
 // not import the built-in plugins itself, so a program that never names one
-// does not embed their Wasm.
+// does not embed their Wasm. Likewise plugins from an OCI registry ("oci":
+// "registry.example.com/team/refusal@sha256:…") resolve only through
+// Options.OCI, set from package github.com/retryhost/retryhost/oci, so a
+// program that never names one links no registry client.
 package policy
 
 import (
@@ -107,6 +110,12 @@ type Options struct {
 	Models map[string]driver.Model
 	// Builtin returns a built-in plugin's bytes by name; nil: no built-ins.
 	Builtin func(name string) ([]byte, bool)
+	// OCI resolves a plugin's "oci" reference to its module; set it to
+	// the Source method of an *oci.Client (package
+	// github.com/retryhost/retryhost/oci), which pulls, verifies and caches
+	// it. Nil: "oci" plugins are refused (this package links no registry
+	// client).
+	OCI func(ref string) host.Source
 	// Getenv reads API keys. Default os.Getenv.
 	Getenv func(string) string
 	// Logger receives the driver's and host's logs. Default: discard.

@@ -104,11 +104,14 @@ type MatchSpec struct {
 	Finish      []string `json:"finish"`
 }
 
-// PluginSpec names a Wasm plugin: by path (relative to the policy file) or
-// by built-in name.
+// PluginSpec names a Wasm plugin: by path (relative to the policy file), by
+// built-in name, or by OCI reference pinned by digest
+// (registry.example.com/team/refusal@sha256:…, resolved through
+// Options.OCI).
 type PluginSpec struct {
 	Path    string `json:"path"`
 	Builtin string `json:"builtin"`
+	OCI     string `json:"oci"`
 	SHA256  string `json:"sha256"`
 	// Config is handed to the plugin at load: a JSON string is passed as its
 	// text, any other JSON value as its JSON text.

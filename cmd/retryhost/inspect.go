@@ -23,8 +23,8 @@ import (
 func init() {
 	register(command{
 		name:    "plugin",
-		usage:   "plugin inspect [--json] [--config STR] FILE.wasm",
-		summary: "describe a Wasm plugin and try loading it (exit 1 if this host rejects it)",
+		usage:   "plugin inspect [--json] [--config STR] FILE.wasm | push FILE REF | pull REF",
+		summary: "describe a Wasm plugin and try loading it (exit 1 if this host rejects it); push it to or pull it from an OCI registry",
 		run:     runPlugin,
 	})
 }
@@ -116,6 +116,11 @@ func pagesSize(n uint32) string {
 }
 
 func runPlugin(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if run, ok := pluginRegistryCommands[args[0]]; ok { // push, pull: plugin_oci.go
+			return run(ctx, args[1:], stdout, stderr)
+		}
+	}
 	if len(args) == 0 || args[0] != "inspect" {
 		fmt.Fprintln(stderr, "usage: retryhost "+commands["plugin"].usage)
 		return exitUsage

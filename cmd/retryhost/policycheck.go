@@ -65,7 +65,7 @@ func runPolicyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	results := make([]checkResult, 0, len(files))
 	for _, f := range files {
 		r := checkResult{File: f, Valid: true}
-		if err := policy.ValidateFile(ctx, f, policy.Options{Builtin: plugins.Module, HostOptions: demoHostOptions()}); err != nil {
+		if err := policy.ValidateFile(ctx, f, policy.Options{Builtin: plugins.Module, OCI: policyOCI(), HostOptions: demoHostOptions()}); err != nil {
 			r.Valid, code = false, exitFail
 			r.Error = &checkError{Message: err.Error()}
 			var pe *policy.Error

@@ -62,6 +62,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var mu sync.Mutex // the callbacks run on the driver's goroutines
 	pol, err := policy.Load(ctx, *file, policy.Options{
 		Builtin:       plugins.Module,
+		OCI:           policyOCI(),
 		RunnerOptions: reportAttempts(&mu, out),
 		StreamOptions: []driver.StreamOption{driver.WithOnCommit(func(_ context.Context, c driver.CommitInfo) {
 			mu.Lock()

@@ -65,7 +65,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))
 	}
-	popts := policy.Options{Builtin: plugins.Module, HostOptions: demoHostOptions(), Logger: logger}
+	popts := policy.Options{Builtin: plugins.Module, OCI: policyOCI(), HostOptions: demoHostOptions(), Logger: logger}
 	var src gateway.Source
 	if *file == "" {
 		urls, stop := startDemoProviders()

@@ -113,6 +113,33 @@ func TestABIBuildsForWasip1(t *testing.T) {
 	require.NoError(t, err, "abi must build for GOOS=wasip1 GOARCH=wasm:\n%s", out)
 }
 
+// TestOCILayer keeps the registry client in package oci: it builds on
+// host (never on driver, policy, the gateway or the CLI), it is the only
+// package that imports an OCI client, and the core never depends on it
+// (host sees a registry only through host.Source).
+func TestOCILayer(t *testing.T) {
+	pkgs := listPackages(t)
+	require.Contains(t, pkgs, module+"/oci")
+	for path, p := range pkgs {
+		if under(path, "oci") {
+			for _, imp := range p.Imports {
+				require.Falsef(t, under(imp, "driver") || under(imp, "policy") || under(imp, "gateway") || under(imp, "cmd"),
+					"%s must not import %s (it builds on host only)", path, imp)
+			}
+			continue
+		}
+		for _, imp := range p.Imports {
+			require.Falsef(t, strings.HasPrefix(imp, "oras.land/") || strings.HasPrefix(imp, "github.com/google/go-containerregistry"),
+				"%s imports the OCI client %s directly; go through package oci", path, imp)
+		}
+		if under(path, "abi") || under(path, "host") || under(path, "driver") || under(path, "plugins") {
+			for _, d := range p.Deps {
+				require.Falsef(t, under(d, "oci"), "core package %s must not depend on oci", path)
+			}
+		}
+	}
+}
+
 // TestPolicyLinksNoSDK: package policy links no provider SDK, so a
 // service that imports it and one adapter links one SDK (adapters register
 // themselves with the policy when imported).
