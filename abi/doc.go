@@ -15,4 +15,12 @@
 //
 // The package depends on the standard library only and builds for
 // GOOS=wasip1, so Go guests share the host's codec.
+//
+// # Stability
+//
+// Stable: the Go API follows semantic versioning (until v1.0.0 a breaking
+// change happens only in a minor release, listed in CHANGELOG.md), and the
+// Wasm ABI is versioned on its own: v1 only grows (minor versions add
+// optional imports and exports a v1.0 guest never sees); a breaking ABI
+// change is a new major namespace, loaded beside v1.
 package abi

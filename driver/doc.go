@@ -50,4 +50,10 @@
 // Nothing in this package panics on bad configuration at request time:
 // [New] reports every mistake, including a [Match] built from values a
 // policy file would reject (OnStatus(4290), an empty list).
+//
+// # Stability
+//
+// Stable: the exported API follows semantic versioning. Until v1.0.0 a
+// breaking change happens only in a minor release and is listed in
+// CHANGELOG.md; see the README's stability table.
 package driver

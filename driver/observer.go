@@ -104,7 +104,11 @@ type AttemptEndEvent struct {
 	Status   int            // the HTTP status of a provider error; 0 otherwise
 	Finish   FinishReason   // when the attempt returned a result (Generate, a stream's finish part)
 	Usage    Usage          // likewise
-	Duration time.Duration  // from the attempt's start
+	// ResponseModel is the model id the provider says answered (its
+	// ResponseMeta.ModelID, such as "gpt-4o-2024-08-06"), for a
+	// successful attempt whose provider reported one; "" otherwise.
+	ResponseModel string
+	Duration      time.Duration // from the attempt's start
 	// Next is the model of the attempt the rules chose to run next, nil
 	// when the request ends with this attempt; Delay is the backoff
 	// scheduled before it.
@@ -138,10 +142,13 @@ type RequestEndEvent struct {
 	Err       error // the error the caller receives; nil on success
 	// Class is the classification of the last attempt's error (ClassNone
 	// on success, or when the last attempt returned a rejected result).
-	Class   abi.ErrorClass
-	Finish  FinishReason
-	Usage   Usage
-	Elapsed time.Duration
+	Class  abi.ErrorClass
+	Finish FinishReason
+	Usage  Usage
+	// ResponseModel is the model id the provider says answered, on
+	// success, when it reported one (see AttemptEndEvent.ResponseModel).
+	ResponseModel string
+	Elapsed       time.Duration
 }
 
 // WithObserver installs o to receive every request's events (see
@@ -224,6 +231,7 @@ type observed struct {
 	aopen, committed    bool
 	finish              FinishReason // the answer's, when known
 	usage               Usage
+	respModel           string // the answer's ResponseMeta.ModelID, when known
 }
 
 // observeStart sets q.obs up and fires RequestStart.
@@ -243,6 +251,7 @@ func (q *request) observeAttempt() context.Context {
 	t.prevModel = q.cur.model
 	t.attempts++
 	t.aopen = true
+	t.respModel = "" // an earlier attempt's answer is not this one's
 	t.aoctx = t.o.AttemptStart(t.octx, AttemptEvent{
 		Model: q.cur.model, Number: q.cur.number, Timeout: q.cur.timeout, Delay: q.cur.delay, FailOver: failOver,
 	})
@@ -259,7 +268,7 @@ func (q *request) observeEnd(outcome AttemptOutcome, err error, next *step) {
 	t.aopen = false
 	e := AttemptEndEvent{Model: q.cur.model, Number: q.cur.number, Outcome: outcome, Err: err}
 	if outcome == AttemptSucceeded {
-		e.Finish, e.Usage = t.finish, t.usage
+		e.Finish, e.Usage, e.ResponseModel = t.finish, t.usage, t.respModel
 		e.Duration = q.r.cfg.now().Sub(q.attemptAt)
 		e.ConditionErr = q.accepted
 	} else if a := q.a; a != nil {
@@ -297,10 +306,14 @@ func (q *request) observeFinal(err error) {
 
 func (q *request) observeRequestEnd(err error, class abi.ErrorClass, finish FinishReason, usage Usage) {
 	t := q.obs
-	t.o.RequestEnd(t.octx, RequestEndEvent{
+	e := RequestEndEvent{
 		Model: q.cur.model, Attempts: t.attempts, FailOvers: t.failOvers, Err: err, Class: class,
 		Finish: finish, Usage: usage, Elapsed: q.r.cfg.now().Sub(q.begun),
-	})
+	}
+	if err == nil {
+		e.ResponseModel = t.respModel
+	}
+	t.o.RequestEnd(t.octx, e)
 }
 
 // observeResult keeps the answer's finish reason and usage for the events.

@@ -192,8 +192,10 @@ func TestObserver_commitLatencyAndDeadline(t *testing.T) {
 
 func TestObserver_generateRecordsFinishAndUsage(t *testing.T) {
 	o := &recObserver{}
-	filtered := &Response{Finish: FinishReason{Unified: abi.ReasonContentFilter, Raw: "content_filter"}, Usage: Usage{InputTokens: 3}}
-	good := &Response{Finish: FinishReason{Unified: abi.ReasonStop, Raw: "stop"}, Usage: Usage{InputTokens: 5, OutputTokens: 7}}
+	filtered := &Response{Finish: FinishReason{Unified: abi.ReasonContentFilter, Raw: "content_filter"}, Usage: Usage{InputTokens: 3},
+		Meta: abi.ResponseMeta{ModelID: "a-2025-01-01"}}
+	good := &Response{Finish: FinishReason{Unified: abi.ReasonStop, Raw: "stop"}, Usage: Usage{InputTokens: 5, OutputTokens: 7},
+		Meta: abi.ResponseMeta{ModelID: "b-2025-02-02"}}
 	a := &scriptModel{key: "p/a", genResp: []*Response{filtered}}
 	b := &scriptModel{key: "p/b", genResp: []*Response{good}}
 	r := mustNew(t, a, WithObserver(o), WithRules(OnFinish(abi.ReasonContentFilter).Switch(b)))
@@ -212,12 +214,22 @@ func TestObserver_generateRecordsFinishAndUsage(t *testing.T) {
 	require.Equal(t, good.Usage, o.ends[1].Usage)
 	require.Equal(t, "stop", o.reqEnd[0].Finish.Raw)
 	require.Equal(t, good.Usage, o.reqEnd[0].Usage)
+	// The model that answered, as its provider named it: the rejected
+	// attempt's answer is not the request's.
+	require.Empty(t, o.ends[0].ResponseModel)
+	require.Equal(t, "b-2025-02-02", o.ends[1].ResponseModel)
+	require.Equal(t, "b-2025-02-02", o.reqEnd[0].ResponseModel)
 }
 
 func TestObserver_stream(t *testing.T) {
 	withUsage := func(s []sstep) []sstep {
 		last := &s[len(s)-1]
 		last.part.Finish.Usage = Usage{InputTokens: 11, OutputTokens: 2}
+		for i := range s {
+			if s[i].part.Kind == abi.KindResponseMeta {
+				s[i].part.Meta = &abi.ResponseMeta{ModelID: "b-2025-02-02"}
+			}
+		}
 		return s
 	}
 	tests := []struct {
@@ -264,6 +276,10 @@ func TestObserver_stream(t *testing.T) {
 			if !tt.wantErr {
 				require.Equal(t, Usage{InputTokens: 11, OutputTokens: 2}, o.reqEnd[0].Usage, "usage from the finish part")
 				require.Equal(t, abi.ReasonStop, o.reqEnd[0].Finish.Unified)
+				require.Equal(t, "b-2025-02-02", o.reqEnd[0].ResponseModel, "the model from the metadata part")
+				require.Equal(t, "b-2025-02-02", o.ends[len(o.ends)-1].ResponseModel)
+			} else {
+				require.Empty(t, o.reqEnd[0].ResponseModel)
 			}
 		})
 	}

@@ -270,6 +270,7 @@ func (r *Runner) generate(ctx context.Context, req *Request,
 		if err == nil {
 			if q.obs != nil {
 				q.observeResult(resp.Finish, resp.Usage)
+				q.obs.respModel = resp.Meta.ModelID
 			}
 			var retry bool
 			if st, retry, final = q.judge(ctx, resp.Finish, resp.Usage); final != nil {

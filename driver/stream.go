@@ -268,6 +268,9 @@ func (m *RetryableModel) commit(ctx context.Context, q *request, res attemptResu
 			if f := res.stream.finish.Load(); f != nil && q.obs != nil {
 				q.observeResult(f.Reason, f.Usage)
 			}
+			if m := res.stream.meta.Load(); m != nil && q.obs != nil {
+				q.obs.respModel = m.ModelID
+			}
 			q.succeed(ctx)
 		} else {
 			q.failCommitted(ctx, err)

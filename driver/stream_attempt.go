@@ -195,7 +195,8 @@ type attemptStream struct {
 	err    error       // terminal: io.EOF or the stream's error
 	onEnd  func(error) // the request's outcome: nil when drained
 	fired  atomic.Bool
-	finish atomic.Pointer[abi.Finish] // the last finish part delivered, for the observer
+	finish atomic.Pointer[abi.Finish]       // the last finish part delivered, for the observer
+	meta   atomic.Pointer[abi.ResponseMeta] // likewise the response metadata (the model that answered)
 }
 
 // commitNow disarms the first-content deadline and arms the gap deadline.
@@ -264,6 +265,8 @@ func (s *attemptStream) Recv() (p Part, err error) {
 		if err == nil && p.Kind != abi.KindError {
 			if p.Kind == abi.KindFinish {
 				s.finish.Store(p.Finish)
+			} else if p.Kind == abi.KindResponseMeta {
+				s.meta.Store(p.Meta)
 			}
 			return p, nil
 		}
@@ -380,6 +383,8 @@ func (s *attemptStream) deliver(p Part) (Part, error) {
 	}
 	if p.Kind == abi.KindFinish {
 		s.finish.Store(p.Finish)
+	} else if p.Kind == abi.KindResponseMeta {
+		s.meta.Store(p.Meta)
 	}
 	return p, nil
 }

@@ -46,4 +46,10 @@
 // X-Retryhost-Upstream-Model the model id the upstream reported.
 //
 // A Gateway is safe for concurrent use.
+//
+// # Stability
+//
+// Experimental: the package is new; its options and the wire behaviour
+// beyond the OpenAI-compatible surface may change in any release (each
+// change is listed in CHANGELOG.md).
 package gateway

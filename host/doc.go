@@ -35,4 +35,10 @@
 // ([ErrNoCapacity]). Whatever a transform answers, the stream's framing
 // parts (stream-start, metadata, finish) are kept (ABI.md §6.4). Nothing
 // panics out of this package.
+//
+// # Stability
+//
+// Stable: the exported API follows semantic versioning. Until v1.0.0 a
+// breaking change happens only in a minor release and is listed in
+// CHANGELOG.md; see the README's stability table.
 package host

@@ -14,4 +14,10 @@
 // Every .wasm sits beside its source and is rebuilt byte for byte by
 // `make -C plugins`; CI fails if a rebuild changes anything. The package
 // imports nothing: it is bytes, names and docs.
+//
+// # Stability
+//
+// Stable: the names, the exported API and each plugin's config format
+// follow semantic versioning (CHANGELOG.md); the bytes change with every
+// rebuild of a plugin.
 package plugins

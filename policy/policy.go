@@ -51,6 +51,12 @@
 // "registry.example.com/team/refusal@sha256:…") resolve only through
 // Options.OCI, set from package github.com/retryhost/retryhost/oci, so a
 // program that never names one links no registry client.
+//
+// # Stability
+//
+// Experimental: the file's schema is still growing (model identity,
+// YAML); a field's meaning does not change silently, and every change is
+// listed in CHANGELOG.md.
 package policy
 
 import (

@@ -7,9 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -22,11 +21,33 @@ import (
 )
 
 func init() {
-	register(command{
+	register(&command{
 		name:    "demo",
-		usage:   "demo [--json]",
 		summary: "fail a streamed request over 3 loopback providers (refusal, 429, answer); no key, no network",
-		run:     runDemo,
+		help: "Runs the library's main job end to end on three loopback OpenAI-compatible providers (one " +
+			"refuses in plain text, one is rate-limited with Retry-After, one answers) through the real " +
+			"OpenAI adapter, the built-in Wasm refusal transform and errmatch condition: each attempt is " +
+			"printed (model, outcome, why, timing) and the answer streams. No key, no network.\n\n" +
+			"The first run compiles the built-in plugins and caches the result (see --cache-dir).",
+		setup: func(fs *flag.FlagSet) runFunc {
+			asJSON := fs.Bool("json", false, "print one JSON event per line")
+			return func(ctx context.Context, e *env, args []string) int {
+				if len(args) != 0 {
+					return e.usageError(commands["demo"], "unexpected argument %q", args[0])
+				}
+				var out demoOutput = &plainOutput{w: e.stdout, t: termFor(e.stdout)}
+				if *asJSON {
+					out = &jsonOutput{enc: json.NewEncoder(e.stdout)}
+				}
+				if err := demo(ctx, out, e.log, e.hostOptions(ctx)...); err != nil {
+					if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+						err = cause
+					}
+					return e.errorf(exitFail, "%v", err)
+				}
+				return exitOK
+			}
+		},
 	})
 }
 
@@ -51,34 +72,13 @@ func demoProviders() []*fakeProvider {
 	}
 }
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print one JSON event per line")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: retryhost "+commands["demo"].usage)
-		return exitUsage
-	}
-	var out demoOutput = &plainOutput{w: stdout, t: termFor(stdout)}
-	if *asJSON {
-		out = &jsonOutput{enc: json.NewEncoder(stdout)}
-	}
-	if err := demo(ctx, out, demoHostOptions()...); err != nil {
-		fmt.Fprintf(stderr, "retryhost demo: %v\n", err)
-		return exitFail
-	}
-	return exitOK
-}
-
 // demo runs the README's main job end to end: real HTTP, the real OpenAI
 // adapter, the stream driver with a refusal transform and retry/switch
 // rules.
 //
-// opts configure the Wasm host (a compilation cache).
-func demo(ctx context.Context, out demoOutput, opts ...host.Option) error {
+// log receives the driver's events; opts configure the Wasm host (its
+// logger, a compilation cache).
+func demo(ctx context.Context, out demoOutput, log *slog.Logger, opts ...host.Option) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -110,6 +110,7 @@ func demo(ctx context.Context, out demoOutput, opts ...host.Option) error {
 	start := time.Now()
 	var mu sync.Mutex // the callbacks and the reader share out
 	r, err := driver.New(alpha, append(reportAttempts(&mu, out),
+		driver.WithLogger(log), driver.WithObserver(driver.SlogObserver(log)),
 		driver.WithModels(beta, gamma),
 		driver.WithRules(pol.rules...))...)
 	if err != nil {
@@ -207,17 +208,6 @@ func newDemoPolicy(ctx context.Context, beta, gamma driver.Model, opts ...host.O
 		},
 		close: func(ctx context.Context) { _ = rt.Close(ctx) },
 	}, nil
-}
-
-// demoHostOptions caches the plugins' compiled code in the user's cache
-// directory, so only the first demo pays for compiling them. Tests replace
-// it.
-var demoHostOptions = func() []host.Option {
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return nil
-	}
-	return []host.Option{host.WithCacheDir(filepath.Join(dir, "retryhost", "wazero"))}
 }
 
 // demoSummary is the demo's outcome.

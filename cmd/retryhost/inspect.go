@@ -9,8 +9,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/tetratelabs/wazero"
@@ -18,14 +20,43 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/plugins"
 )
 
 func init() {
-	register(command{
+	names := make([]string, 0, len(plugins.All()))
+	for _, p := range plugins.All() {
+		names = append(names, p.Name)
+	}
+	register(&command{
 		name:    "plugin",
-		usage:   "plugin inspect [--json] [--config STR] FILE.wasm | push FILE REF | pull REF",
-		summary: "describe a Wasm plugin and try loading it (exit 1 if this host rejects it); push it to or pull it from an OCI registry",
-		run:     runPlugin,
+		summary: "describe Wasm plugins",
+		subs: []*command{{
+			name:     "inspect",
+			args:     "FILE.wasm|BUILTIN",
+			argWords: names,
+			summary:  "describe a Wasm plugin and try loading it (exit 1 if this host rejects it)",
+			help: "Prints a plugin's ABI version, kinds, imports (WASI ones marked as the host's stubs), " +
+				"exports, memory and sha256, and whether this host accepts it: it really loads the module, " +
+				"so a rejection comes with the host's reason (forbidden-import, abi-version, no-kind, …).\n\n" +
+				"BUILTIN is a built-in plugin's name (" + strings.Join(names, ", ") + "), used when no " +
+				"file of that name exists; without --config it loads with the built-in's example config. " +
+				"A plugin whose init rejects an empty config is reported as needs-config.\n\n" +
+				"Exit 0 when accepted, 1 when rejected, 3 when the file cannot be read.",
+			setup: func(fs *flag.FlagSet) runFunc {
+				asJSON := fs.Bool("json", false, "print the report as JSON")
+				config := fs.String("config", "", "the config (`STR`) handed to the plugin's init while trying to load it")
+				return func(ctx context.Context, e *env, args []string) int {
+					cfg := (*string)(nil)
+					fs.Visit(func(f *flag.Flag) {
+						if f.Name == "config" {
+							cfg = config
+						}
+					})
+					return runInspect(ctx, e, args, *asJSON, cfg)
+				}
+			},
+		}, pushCommand(), pullCommand()},
 	})
 }
 
@@ -66,6 +97,10 @@ type report struct {
 	// host's full message, when not accepted.
 	Reason string `json:"reason,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// Config is the config the load used when it was not given: a
+	// built-in's example config (ExampleConfig true).
+	Config        string `json:"config,omitempty"`
+	ExampleConfig bool   `json:"example_config,omitempty"`
 }
 
 type function struct {
@@ -73,7 +108,25 @@ type function struct {
 	Name    string   `json:"name"`
 	Params  []string `json:"params"`
 	Results []string `json:"results"`
+	// WASI says what the host puts behind a WASI import: its stub
+	// ("stub: …") or "forbidden" (the load fails).
+	WASI string `json:"wasi,omitempty"`
 }
+
+// wasiStubs is what the host gives each WASI import it allows (abi/ABI.md
+// §4.5): stubs with nothing behind them. Any other WASI import fails the
+// load.
+var wasiStubs = map[string]string{
+	"args_get": "empty", "args_sizes_get": "empty", "environ_get": "empty", "environ_sizes_get": "empty",
+	"clock_res_get": "fake clock", "clock_time_get": "fake clock, +1 ms per read",
+	"fd_write": "stdout/stderr to the host's logger, capped; no files",
+	"fd_close": "no files", "fd_fdstat_get": "no files", "fd_fdstat_set_flags": "no files",
+	"fd_prestat_get": "no preopened directories", "fd_prestat_dir_name": "no preopened directories",
+	"poll_oneoff": "sleeps return at once", "proc_exit": "ends the instance",
+	"random_get": "deterministic, not random", "sched_yield": "no-op",
+}
+
+const wasiModule = "wasi_snapshot_preview1"
 
 func (f function) String() string {
 	s := f.Name
@@ -83,6 +136,9 @@ func (f function) String() string {
 	s += "(" + strings.Join(f.Params, ", ") + ")"
 	if len(f.Results) > 0 {
 		s += " " + strings.Join(f.Results, ", ")
+	}
+	if f.WASI != "" {
+		s += "  [" + f.WASI + "]"
 	}
 	return s
 }
@@ -115,54 +171,49 @@ func pagesSize(n uint32) string {
 	return fmt.Sprintf("%d KiB", b>>10)
 }
 
-func runPlugin(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		if run, ok := pluginRegistryCommands[args[0]]; ok { // push, pull: plugin_oci.go
-			return run(ctx, args[1:], stdout, stderr)
+// runInspect inspects one plugin; config is nil when --config was not given.
+func runInspect(ctx context.Context, e *env, args []string, asJSON bool, config *string) int {
+	if len(args) != 1 {
+		return e.usageError(commands["plugin"].subs[0], "want one FILE.wasm or built-in name")
+	}
+	file := args[0]
+	b, err := os.ReadFile(file)
+	var cfg []byte
+	if config != nil {
+		cfg = []byte(*config)
+	}
+	builtin := false
+	if errors.Is(err, fs.ErrNotExist) && !strings.ContainsAny(file, `/\`) {
+		if p, ok := plugins.Lookup(file); ok {
+			b, err, builtin = p.Wasm, nil, true
+			file += " (built-in)"
+			if config == nil {
+				cfg = []byte(p.ExampleConfig)
+			}
 		}
 	}
-	if len(args) == 0 || args[0] != "inspect" {
-		fmt.Fprintln(stderr, "usage: retryhost "+commands["plugin"].usage)
-		return exitUsage
-	}
-	fs := flag.NewFlagSet("plugin inspect", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print the report as JSON")
-	config := fs.String("config", "", "the config handed to the plugin's init while trying to load it")
-	// Flags may come before or after the file.
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitUsage
-	}
-	rest := fs.Args()
-	if len(rest) > 0 {
-		if err := fs.Parse(rest[1:]); err != nil {
-			return exitUsage
-		}
-		rest = append(rest[:1], fs.Args()...)
-	}
-	if len(rest) != 1 {
-		fmt.Fprintln(stderr, "usage: retryhost "+commands["plugin"].usage)
-		return exitUsage
-	}
-	b, err := os.ReadFile(rest[0])
 	if err != nil {
-		fmt.Fprintf(stderr, "retryhost: %v\n", err)
-		return exitFail
+		return e.errorf(exitInput, "%v", err)
 	}
-	r, err := inspect(ctx, rest[0], b, []byte(*config))
+	r, err := inspect(ctx, file, b, cfg, e.hostOptions(ctx)...)
 	if err != nil {
-		fmt.Fprintf(stderr, "retryhost: %v\n", err)
-		return exitFail
+		return e.errorf(exitFail, "%v", err)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
+	if builtin && config == nil {
+		r.Config = string(cfg)
+		r.ExampleConfig = true
+	}
+	if !r.Accepted && r.Reason == "config-rejected" && len(cfg) == 0 {
+		r.Reason = "needs-config"
+	}
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(r); err != nil {
-			fmt.Fprintf(stderr, "retryhost: %v\n", err)
-			return exitFail
+			return e.errorf(exitFail, "%v", err)
 		}
 	} else {
-		printReport(stdout, termFor(stdout), r)
+		printReport(e.stdout, termFor(e.stdout), r)
 	}
 	if !r.Accepted {
 		return exitFail
@@ -173,12 +224,14 @@ func runPlugin(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // inspect describes wasm from wazero's compiled module, then tries to load
 // it with a default host to say whether this host accepts it. The error is
 // for the machinery itself failing (not the module being rejected).
-func inspect(ctx context.Context, file string, wasm, config []byte) (*report, error) {
+//
+// opts configure the host (its logger, a compilation cache).
+func inspect(ctx context.Context, file string, wasm, config []byte, opts ...host.Option) (*report, error) {
 	sum := sha256.Sum256(wasm)
 	r := &report{File: file, Size: len(wasm), SHA256: hex.EncodeToString(sum[:]), ABI: "none",
 		Kinds: []string{}, Imports: []function{}, Exports: []function{}, Memories: []memory{}}
 
-	rt, err := host.New(ctx)
+	rt, err := host.New(ctx, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +272,14 @@ func inspect(ctx context.Context, file string, wasm, config []byte) (*report, er
 func describe(r *report, cm wazero.CompiledModule) {
 	for _, f := range cm.ImportedFunctions() {
 		mod, name, _ := f.Import()
-		r.Imports = append(r.Imports, function{Module: mod, Name: name, Params: types(f.ParamTypes()), Results: types(f.ResultTypes())})
+		fn := function{Module: mod, Name: name, Params: types(f.ParamTypes()), Results: types(f.ResultTypes())}
+		if mod == wasiModule {
+			fn.WASI = "forbidden"
+			if stub, ok := wasiStubs[name]; ok {
+				fn.WASI = "stub: " + stub
+			}
+		}
+		r.Imports = append(r.Imports, fn)
 		if v, ok := strings.CutPrefix(mod, "retryhost_"); ok && r.ABI == "none" {
 			r.ABI = v
 		}
@@ -311,6 +371,9 @@ func printReport(w io.Writer, t term, r *report) {
 		exps[i] = f.String()
 	}
 	list("exports", exps)
+	if r.ExampleConfig {
+		line("config", "none given; loaded with the built-in's example config: "+strconv.Quote(r.Config))
+	}
 	if r.Accepted {
 		line("accepted", t.paint(ansiGreen+ansiBold, "yes"))
 		switch r.FailPolicy {
@@ -324,6 +387,9 @@ func printReport(w io.Writer, t term, r *report) {
 	} else {
 		line("accepted", t.paint(ansiRed+ansiBold, "no")+" ("+r.Reason+")")
 		line("why", r.Error)
+		if r.Reason == "needs-config" {
+			line("hint", "its init rejects an empty config; pass one with --config")
+		}
 	}
 	io.WriteString(w, b.String())
 }

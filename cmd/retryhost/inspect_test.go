@@ -39,8 +39,8 @@ func TestPluginInspect_JudgesEveryHostFixture(t *testing.T) {
 		{file: "nokind.wasm", kinds: []string{}, abi: "v1", reason: "no-kind", why: "neither a condition nor a transform"},
 		{file: "initpanic.wasm", kinds: []string{"condition"}, abi: "v1", reason: "init", why: "unreachable"},
 		{file: "oob.wasm", kinds: []string{"condition"}, abi: "v1", reason: "no-buffer", why: "scratch buffer"},
-		{file: "rejectconfig.wasm", kinds: []string{"condition"}, abi: "v1", reason: "config-rejected", why: "bad config!!"},
-		{file: "condition.wasm", kinds: []string{"condition"}, abi: "v1", reason: "config-rejected", why: "fallback model"},
+		{file: "rejectconfig.wasm", kinds: []string{"condition"}, abi: "v1", reason: "needs-config", why: "bad config!!"},
+		{file: "condition.wasm", kinds: []string{"condition"}, abi: "v1", reason: "needs-config", why: "fallback model"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -98,9 +98,9 @@ func TestPluginInspect_BadInput(t *testing.T) {
 		code int
 		out  string // in stdout, or stderr when stdout is empty
 	}{
-		{"no subcommand", []string{"plugin"}, exitUsage, "usage: retryhost plugin inspect"},
+		{"no subcommand", []string{"plugin"}, exitUsage, "  inspect  describe a Wasm plugin"},
 		{"no file", []string{"plugin", "inspect"}, exitUsage, "usage: retryhost plugin inspect"},
-		{"missing file", []string{"plugin", "inspect", "/nonexistent.wasm"}, exitFail, "no such file"},
+		{"missing file", []string{"plugin", "inspect", "/nonexistent.wasm"}, exitInput, "no such file"},
 		{"not wasm", []string{"plugin", "inspect", notWasm}, exitFail, "accepted: no (invalid-module)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,10 +118,10 @@ func TestPluginInspect_BadInput(t *testing.T) {
 func TestDispatch_UsageListsCommandsSorted(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, exitUsage, dispatch(context.Background(), nil, &stdout, &stderr))
-	require.Contains(t, stderr.String(), "retryhost plugin inspect")
+	require.Contains(t, stderr.String(), "\n  plugin inspect  describe a Wasm plugin")
 	stdout.Reset()
 	require.Equal(t, exitOK, dispatch(context.Background(), []string{"help"}, &stdout, &stderr))
-	require.Contains(t, stdout.String(), "usage:\n")
+	require.Contains(t, stdout.String(), "commands:\n  completion ")
 	stderr.Reset()
 	require.Equal(t, exitUsage, dispatch(context.Background(), []string{"frobnicate"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), `unknown command "frobnicate"`)

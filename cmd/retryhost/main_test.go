@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
-
-	"github.com/retryhost/retryhost/host"
 )
 
 func TestMain(m *testing.M) {
@@ -17,7 +15,9 @@ func TestMain(m *testing.M) {
 	// plugins takes tens of seconds under the race detector, once. It also
 	// keeps the tests out of the user's cache directory.
 	dir := filepath.Join(os.TempDir(), "retryhost-wasmtest-"+runtime.Version())
-	demoHostOptions = func() []host.Option { return []host.Option{host.WithCacheDir(dir)} }
+	if err := os.Setenv(envCacheDir, dir); err != nil {
+		panic(err)
+	}
 	// The demo starts servers, streams and a Wasm host; nothing of them may
 	// outlive a run.
 	goleak.VerifyTestMain(m)

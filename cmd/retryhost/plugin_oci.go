@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 
@@ -13,13 +12,9 @@ import (
 	"github.com/retryhost/retryhost/oci"
 )
 
-// pluginRegistryCommands are the subcommands of "plugin" that talk to an
-// OCI registry, with the standard Docker credential file
-// ($DOCKER_CONFIG/config.json, else ~/.docker/config.json).
-var pluginRegistryCommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
-	"push": runPluginPush,
-	"pull": runPluginPull,
-}
+// The subcommands of "plugin" that talk to an OCI registry use the
+// standard Docker credential file ($DOCKER_CONFIG/config.json, else
+// ~/.docker/config.json).
 
 // registryFlags are the flags push and pull share.
 type registryFlags struct {
@@ -29,11 +24,13 @@ type registryFlags struct {
 
 func (r *registryFlags) declare(fs *flag.FlagSet) {
 	fs.BoolVar(&r.plainHTTP, "plain-http", false, "talk to the registry over plain HTTP (a registry on loopback)")
-	fs.StringVar(&r.cacheDir, "cache-dir", "", "the plugin cache (default: retryhost/oci in the user's cache directory)")
+	fs.StringVar(&r.cacheDir, "plugin-cache", "", "where pulled plugins are kept by digest (`DIR`; default: retryhost/oci in the user's cache directory)")
 }
 
-func (r *registryFlags) client(stderr io.Writer, extra ...oci.Option) (*oci.Client, error) {
-	opts := []oci.Option{oci.WithLogger(slog.New(slog.NewTextHandler(stderr, nil)))}
+func (r *registryFlags) client(e *env, extra ...oci.Option) (*oci.Client, error) {
+	// The one line a pull logs (a tag resolved to a digest) is what the
+	// operator asked for: shown whatever --log-level says.
+	opts := []oci.Option{oci.WithLogger(slog.New(slog.NewTextHandler(e.stderr, nil)))}
 	if r.plainHTTP {
 		opts = append(opts, oci.WithPlainHTTP())
 	}
@@ -43,99 +40,89 @@ func (r *registryFlags) client(stderr io.Writer, extra ...oci.Option) (*oci.Clie
 	return oci.New(append(opts, extra...)...)
 }
 
-// parseInterspersed parses flags before and after the positional
-// arguments and returns the positional ones.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var rest []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return rest, nil
-		}
-		rest = append(rest, args[0])
-		args = args[1:]
-	}
-}
-
-const (
-	pushUsage = "plugin push [--plain-http] [--cache-dir DIR] FILE.wasm REGISTRY/REPOSITORY:TAG"
-	pullUsage = "plugin pull [--allow-tag] [--plain-http] [--cache-dir DIR] [-o FILE] REGISTRY/REPOSITORY@sha256:DIGEST"
-)
-
-// runPluginPush uploads a module as a plugin artifact and prints the
+// pushCommand uploads a module as a plugin artifact and prints the
 // reference pinned by digest, ready for a policy file.
-func runPluginPush(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("plugin push", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var rf registryFlags
-	rf.declare(fs)
-	rest, err := parseInterspersed(fs, args)
-	if err != nil || len(rest) != 2 {
-		fmt.Fprintln(stderr, "usage: retryhost "+pushUsage)
-		return exitUsage
+func pushCommand() *command {
+	c := &command{
+		name:    "push",
+		args:    "FILE.wasm REGISTRY/REPOSITORY:TAG",
+		summary: "push a Wasm plugin to an OCI registry and print its reference pinned by digest",
+		help: "Uploads the module as a one-layer OCI artifact (media type " + oci.MediaType + ") with the " +
+			"credentials of the Docker credential file, and prints REGISTRY/REPOSITORY@sha256:DIGEST for a " +
+			"policy file's \"oci\" plugin source.\n\nExit 0 when pushed, 1 when the registry refused it, 3 when " +
+			"the file cannot be read.",
 	}
-	wasm, err := os.ReadFile(rest[0])
-	if err != nil {
-		fmt.Fprintf(stderr, "retryhost: %v\n", err)
-		return exitFail
-	}
-	c, err := rf.client(stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "retryhost: %v\n", err)
-		return exitFail
-	}
-	a, err := c.Push(ctx, rest[1], wasm)
-	if err != nil {
-		fmt.Fprintf(stderr, "retryhost: %v\n", err)
-		return exitFail
-	}
-	fmt.Fprintln(stdout, a.Ref)
-	return exitOK
-}
-
-// runPluginPull fetches a plugin into the cache (and to -o FILE) and
-// prints the reference pinned by digest.
-func runPluginPull(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("plugin pull", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var rf registryFlags
-	rf.declare(fs)
-	allowTag := fs.Bool("allow-tag", false, "accept a tag: resolve it once to a digest (logged) instead of refusing it")
-	out := fs.String("o", "", "also write the module to `FILE`")
-	rest, err := parseInterspersed(fs, args)
-	if err != nil || len(rest) != 1 {
-		fmt.Fprintln(stderr, "usage: retryhost "+pullUsage)
-		return exitUsage
-	}
-	var extra []oci.Option
-	if *allowTag {
-		extra = append(extra, oci.WithAllowTags())
-	}
-	c, err := rf.client(stderr, extra...)
-	if err != nil {
-		fmt.Fprintf(stderr, "retryhost: %v\n", err)
-		return exitFail
-	}
-	a, err := c.Pull(ctx, rest[0])
-	if errors.Is(err, oci.ErrTag) {
-		fmt.Fprintf(stderr, "retryhost: %v\n(pin the digest, or pass --allow-tag to resolve the tag once)\n", err)
-		return exitFail
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "retryhost: %v\n", err)
-		return exitFail
-	}
-	if *out != "" {
-		if err := os.WriteFile(*out, a.Wasm, 0o644); err != nil {
-			fmt.Fprintf(stderr, "retryhost: %v\n", err)
-			return exitFail
+	c.setup = func(fs *flag.FlagSet) runFunc {
+		var rf registryFlags
+		rf.declare(fs)
+		return func(ctx context.Context, e *env, args []string) int {
+			if len(args) != 2 {
+				return e.usageError(c, "want FILE.wasm and a reference")
+			}
+			wasm, err := os.ReadFile(args[0])
+			if err != nil {
+				return e.errorf(exitInput, "%v", err)
+			}
+			cl, err := rf.client(e)
+			if err != nil {
+				return e.errorf(exitFail, "%v", err)
+			}
+			a, err := cl.Push(ctx, args[1], wasm)
+			if err != nil {
+				return e.errorf(exitFail, "%v", err)
+			}
+			fmt.Fprintln(e.stdout, a.Ref)
+			return exitOK
 		}
 	}
-	fmt.Fprintln(stdout, a.Ref)
-	return exitOK
+	return c
+}
+
+// pullCommand fetches a plugin into the cache (and to -o FILE) and prints
+// the reference pinned by digest.
+func pullCommand() *command {
+	c := &command{
+		name:    "pull",
+		args:    "REGISTRY/REPOSITORY@sha256:DIGEST",
+		summary: "pull a Wasm plugin from an OCI registry, verify its digest and print its pinned reference",
+		help: "Fetches the plugin into the cache by digest (verified against the pin) and prints its " +
+			"reference pinned by digest. A tag without a digest is refused unless --allow-tag, which " +
+			"resolves it once and logs the digest.\n\nExit 0 when pulled, 1 when refused or not found.",
+	}
+	c.setup = func(fs *flag.FlagSet) runFunc {
+		var rf registryFlags
+		rf.declare(fs)
+		allowTag := fs.Bool("allow-tag", false, "accept a tag: resolve it once to a digest (logged) instead of refusing it")
+		out := fs.String("o", "", "also write the module to `FILE`")
+		return func(ctx context.Context, e *env, args []string) int {
+			if len(args) != 1 {
+				return e.usageError(c, "want one reference")
+			}
+			var extra []oci.Option
+			if *allowTag {
+				extra = append(extra, oci.WithAllowTags())
+			}
+			cl, err := rf.client(e, extra...)
+			if err != nil {
+				return e.errorf(exitFail, "%v", err)
+			}
+			a, err := cl.Pull(ctx, args[0])
+			if errors.Is(err, oci.ErrTag) {
+				return e.errorf(exitFail, "%v (pin the digest, or pass --allow-tag to resolve the tag once)", err)
+			}
+			if err != nil {
+				return e.errorf(exitFail, "%v", err)
+			}
+			if *out != "" {
+				if err := os.WriteFile(*out, a.Wasm, 0o644); err != nil {
+					return e.errorf(exitInput, "%v", err)
+				}
+			}
+			fmt.Fprintln(e.stdout, a.Ref)
+			return exitOK
+		}
+	}
+	return c
 }
 
 // policyOCI resolves a policy file's "oci" plugins with the default client:

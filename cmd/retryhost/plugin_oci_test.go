@@ -29,23 +29,23 @@ func TestPluginPushPull(t *testing.T) {
 		return code, stdout.String(), stderr.String()
 	}
 
-	code, out, errOut := run("plugin", "push", "--plain-http", "--cache-dir", t.TempDir(), file, addr+"/team/cond:v1")
+	code, out, errOut := run("plugin", "push", "--plain-http", "--plugin-cache", t.TempDir(), file, addr+"/team/cond:v1")
 	require.Equal(t, exitOK, code, errOut)
 	pinned := strings.TrimSpace(out)
 	require.Regexp(t, `^`+addr+`/team/cond@sha256:[0-9a-f]{64}$`, pinned)
 
 	dst := filepath.Join(t.TempDir(), "got.wasm")
-	code, out, errOut = run("plugin", "pull", pinned, "--plain-http", "--cache-dir", t.TempDir(), "-o", dst)
+	code, out, errOut = run("plugin", "pull", pinned, "--plain-http", "--plugin-cache", t.TempDir(), "-o", dst)
 	require.Equal(t, exitOK, code, errOut)
 	require.Equal(t, pinned, strings.TrimSpace(out), "pull prints the reference pinned by digest")
 	got, err := os.ReadFile(dst)
 	require.NoError(t, err)
 	require.Equal(t, wasm, got)
 
-	code, _, errOut = run("plugin", "pull", "--plain-http", "--cache-dir", t.TempDir(), addr+"/team/cond:v1")
+	code, _, errOut = run("plugin", "pull", "--plain-http", "--plugin-cache", t.TempDir(), addr+"/team/cond:v1")
 	require.Equal(t, exitFail, code)
 	require.Contains(t, errOut, "--allow-tag")
-	code, out, errOut = run("plugin", "pull", "--allow-tag", "--plain-http", "--cache-dir", t.TempDir(), addr+"/team/cond:v1")
+	code, out, errOut = run("plugin", "pull", "--allow-tag", "--plain-http", "--plugin-cache", t.TempDir(), addr+"/team/cond:v1")
 	require.Equal(t, exitOK, code, errOut)
 	require.Equal(t, pinned, strings.TrimSpace(out))
 	require.Contains(t, errOut, "tag resolved to digest")

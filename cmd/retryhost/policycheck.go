@@ -6,18 +6,29 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
+	"io/fs"
 
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 )
 
 func init() {
-	register(command{
+	register(&command{
 		name:    "policy",
-		usage:   "policy check [--json] FILE...",
-		summary: "check policy files without keys or network, for CI (exit 1 if one is invalid)",
-		run:     runPolicyCmd,
+		summary: "work with policy files",
+		subs: []*command{{
+			name:    "check",
+			args:    "FILE...",
+			summary: "check policy files without keys or network, for CI (exit 1 if one is invalid)",
+			help: "Validates each policy file (JSON or YAML) as policy.Validate does: everything but the " +
+				"providers. No API key is read, no connection is made; Wasm plugins are loaded and closed, " +
+				"the built-ins available by name. Prints FILE: ok or the mistake with its line and column.\n\n" +
+				"Exit 0 when every file is valid, 1 when one is not, 3 when one cannot be read.",
+			setup: func(fs *flag.FlagSet) runFunc {
+				asJSON := fs.Bool("json", false, "print the verdicts as JSON")
+				return func(ctx context.Context, e *env, args []string) int { return runPolicyCheck(ctx, e, args, *asJSON) }
+			},
+		}},
 	})
 }
 
@@ -36,59 +47,47 @@ type checkError struct {
 	Message string `json:"message"`
 }
 
-// runPolicyCmd checks every file as policy.ValidateFile does: everything but
-// the providers (no key read, no adapter built, no connection), the Wasm
+// runPolicyCheck checks every file as policy.ValidateFile does: everything
+// but the providers (no key read, no adapter built, no connection), the Wasm
 // plugins loaded with the built-ins available by name.
-func runPolicyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "check" {
-		fmt.Fprintln(stderr, "usage: retryhost "+commands["policy"].usage)
-		return exitUsage
-	}
-	fs := flag.NewFlagSet("policy check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print the verdicts as JSON")
-	var files []string
-	for rest := args[1:]; ; { // flags may come before or after the files
-		if err := fs.Parse(rest); err != nil {
-			return exitUsage
-		}
-		if rest = fs.Args(); len(rest) == 0 {
-			break
-		}
-		files, rest = append(files, rest[0]), rest[1:]
-	}
+func runPolicyCheck(ctx context.Context, e *env, files []string, asJSON bool) int {
 	if len(files) == 0 {
-		fmt.Fprintln(stderr, "usage: retryhost "+commands["policy"].usage)
-		return exitUsage
+		return e.usageError(commands["policy"].subs[0], "missing a FILE")
 	}
+	stdout := e.stdout
+	hostOpts := e.hostOptions(ctx)
 	code := exitOK
 	results := make([]checkResult, 0, len(files))
 	for _, f := range files {
 		r := checkResult{File: f, Valid: true}
-		if err := policy.ValidateFile(ctx, f, policy.Options{Builtin: plugins.Module, OCI: policyOCI(), HostOptions: demoHostOptions()}); err != nil {
-			r.Valid, code = false, exitFail
+		if err := policy.ValidateFile(ctx, f, policy.Options{Builtin: plugins.Module, OCI: policyOCI(), HostOptions: hostOpts, Logger: e.log}); err != nil {
+			r.Valid = false
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+				code = exitInput
+			} else if code == exitOK {
+				code = exitFail
+			}
 			r.Error = &checkError{Message: err.Error()}
 			var pe *policy.Error
 			if errors.As(err, &pe) {
 				r.Error = &checkError{Path: pe.Path, Line: pe.Line, Column: pe.Col, Message: pe.Msg}
 			}
-			if !*asJSON {
+			if !asJSON {
 				fmt.Fprintf(stdout, "%v\n", err)
 			}
-		} else if !*asJSON {
+		} else if !asJSON {
 			fmt.Fprintf(stdout, "%s: ok\n", f)
 		}
 		results = append(results, r)
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(struct {
 			Valid bool          `json:"valid"`
 			Files []checkResult `json:"files"`
 		}{code == exitOK, results}); err != nil {
-			fmt.Fprintf(stderr, "retryhost: %v\n", err)
-			return exitFail
+			return e.errorf(exitFail, "%v", err)
 		}
 	}
 	return code

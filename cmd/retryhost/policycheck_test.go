@@ -67,7 +67,7 @@ transforms:
 	require.NotContains(t, out+errOut, secret)
 
 	code, out, _ = run("policy", "check", filepath.Join(dir, "missing.yaml"))
-	require.Equal(t, exitFail, code)
+	require.Equal(t, exitInput, code)
 	require.Contains(t, out, "no such file")
 
 	code, _, errOut = run("policy", "check")

@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,11 +17,19 @@ import (
 )
 
 func init() {
-	register(command{
+	register(&command{
 		name:    "replay",
-		usage:   "replay [--json] FILE|DIR...",
+		args:    "FILE|DIR...",
 		summary: "run scenario files (scripted providers, a policy, the caller's actions) and check their outcomes",
-		run:     runReplay,
+		help: "Runs each scenario file (a directory: every *.json file under it, recursively, skipping " +
+			"hidden directories; the format is in testdata/scenarios/README.md), prints what happened, " +
+			"and shows a diff when an outcome differs from its expectation.\n\n" +
+			"Exit 0 when every scenario matched, 1 when one did not, 3 when one could not be read or " +
+			"parsed (or a directory holds no scenario).",
+		setup: func(fs *flag.FlagSet) runFunc {
+			asJSON := fs.Bool("json", false, "print the reports as one JSON array")
+			return func(ctx context.Context, e *env, args []string) int { return runReplay(ctx, e, args, *asJSON) }
+		},
 	})
 }
 
@@ -38,80 +46,81 @@ type replayReport struct {
 	Diff string `json:"diff,omitempty"`
 }
 
-// runReplay plays each scenario file and prints its actual outcome. Exit
-// codes: 0 when every scenario matched, 1 when one did not or could not run,
-// 2 for bad arguments.
-func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print the reports as one JSON array")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: retryhost replay [--json] FILE|DIR...\n\n"+
-			"Runs each scenario file (a directory: its *.json files; the format is in\n"+
-			"testdata/scenarios/README.md), prints what happened, and exits 1 with a\n"+
-			"diff when an outcome differs from its expectation.\n\n")
-		fs.PrintDefaults()
+// runReplay plays each scenario file and prints its actual outcome.
+func runReplay(ctx context.Context, e *env, args []string, asJSON bool) int {
+	if len(args) == 0 {
+		return e.usageError(commands["replay"], "missing a FILE or DIR")
 	}
 	var files []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return 2
+	for _, a := range args {
+		found, err := expandDir(a)
+		if err != nil {
+			return e.errorf(exitInput, "%v", err)
 		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, expandDir(fs.Arg(0))...)
-		rest = fs.Args()[1:]
+		files = append(files, found...)
 	}
-	if len(files) == 0 {
-		fs.Usage()
-		return 2
-	}
+	sopts := scenario.Options{Builtin: plugins.Module, Logger: e.log, HostOptions: e.hostOptions(ctx)}
 	reports := make([]replayReport, 0, len(files))
 	for _, f := range files {
-		reports = append(reports, replayOne(ctx, f))
+		reports = append(reports, replayOne(ctx, f, sopts))
 	}
-	failed := 0
+	code := exitOK
 	for _, r := range reports {
-		if !r.Pass {
-			failed++
+		switch {
+		case r.Error != "":
+			code = exitInput
+		case !r.Pass && code == exitOK:
+			code = exitFail
 		}
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(reports); err != nil {
-			fmt.Fprintf(stderr, "retryhost replay: %v\n", err)
-			return 1
+			return e.errorf(exitFail, "%v", err)
 		}
 	} else {
-		printReplay(stdout, reports, termFor(stdout).color)
+		printReplay(e.stdout, reports, termFor(e.stdout).color)
 	}
-	if failed > 0 {
-		return 1
+	if err := ctx.Err(); err != nil && code == exitOK {
+		code = exitFail
 	}
-	return 0
+	return code
 }
 
-// expandDir turns a directory into its *.json files, sorted; anything else
-// is kept as is (a missing file is reported when it is read).
-func expandDir(arg string) []string {
+// expandDir turns a directory into the *.json files under it, recursively
+// (hidden directories skipped), sorted; anything else is kept as is (a
+// missing file is reported when it is read). A directory with no scenario
+// is an error, not an empty success.
+func expandDir(arg string) ([]string, error) {
 	if fi, err := os.Stat(arg); err != nil || !fi.IsDir() {
-		return []string{arg}
+		return []string{arg}, nil
 	}
-	m, _ := filepath.Glob(filepath.Join(arg, "*.json"))
-	if len(m) == 0 {
-		return []string{arg} // reported as unreadable
+	var out []string
+	err := filepath.WalkDir(arg, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != arg && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(d.Name(), ".json") {
+			out = append(out, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return m
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no scenario (*.json) in it or under it", arg)
+	}
+	return out, nil // WalkDir visits in lexical order
 }
 
-func replayOne(ctx context.Context, file string) replayReport {
+func replayOne(ctx context.Context, file string, opts scenario.Options) replayReport {
 	rep := replayReport{File: file}
-	s, res, err := scenario.RunFile(ctx, file, scenario.Options{Builtin: plugins.Module})
+	s, res, err := scenario.RunFile(ctx, file, opts)
 	if err != nil {
 		rep.Error = err.Error()
 		return rep

@@ -18,14 +18,14 @@ const (
 
 func replay(args ...string) (code int, stdout, stderr string) {
 	var out, errb bytes.Buffer
-	code = runReplay(context.Background(), args, &out, &errb)
+	code = dispatch(context.Background(), append([]string{"replay"}, args...), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
 func TestReplayRegistered(t *testing.T) {
 	c, ok := commands["replay"]
 	require.True(t, ok)
-	require.Equal(t, "replay [--json] FILE|DIR...", c.usage)
+	require.Equal(t, "FILE|DIR...", c.args)
 }
 
 func TestReplayPlain(t *testing.T) {
@@ -57,7 +57,7 @@ func TestReplayPlain(t *testing.T) {
 				"        + \"second try\"\n" +
 				"1 scenario(s): 0 passed, 1 failed\n", ""},
 		{"one failure fails the run", []string{passing, failing}, 1, "2 scenario(s): 1 passed, 1 failed\n", ""},
-		{"missing file", []string{"nope.json"}, 1, "ERROR nope.json\n  open nope.json: no such file or directory\n1 scenario(s): 0 passed, 1 failed\n", ""},
+		{"missing file", []string{"nope.json"}, exitInput, "ERROR nope.json\n  open nope.json: no such file or directory\n1 scenario(s): 0 passed, 1 failed\n", ""},
 		{"no files", nil, 2, "", "usage: retryhost replay"},
 		{"unknown flag", []string{"--yaml", passing}, 2, "", "flag provided but not defined: -yaml"},
 	}
@@ -65,7 +65,7 @@ func TestReplayPlain(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out, errOut := replay(tt.args...)
 			require.Equal(t, tt.code, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
-			if tt.code == 2 {
+			if tt.code == exitUsage {
 				require.Contains(t, errOut, tt.inErr)
 				require.Empty(t, out)
 				return

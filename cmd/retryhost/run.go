@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -19,73 +18,83 @@ import (
 )
 
 func init() {
-	register(command{
+	register(&command{
 		name:    "run",
-		usage:   "run --policy FILE [--call] [--system TEXT] [--json] PROMPT…",
+		args:    "PROMPT...",
 		summary: "send one request under a policy file (real providers: keys from the environment); the answer on stdout, the attempts on stderr",
-		run:     runRun,
+		help: "Sends one request (streamed, or --call) under a policy file, with the built-in plugins " +
+			"available by name and API keys read from the environment variables the file names. The " +
+			"answer streams to stdout (so it pipes); each failed attempt, fail-over and the commit go to " +
+			"stderr.\n\n" +
+			"A PROMPT of - reads the prompt from stdin (at most 8 MiB; empty is an error).\n\n" +
+			"Exit 0 with an answer, 1 when the request failed after its attempts, 3 for a policy mistake " +
+			"or an unreadable input, 130/143 when SIGINT/SIGTERM stopped it (with a summary of the " +
+			"attempts so far).",
+		setup: func(fs *flag.FlagSet) runFunc {
+			o := &runOpts{}
+			fs.StringVar(&o.file, "policy", "", "the policy `FILE` (JSON; see policy/testdata/example.json); required")
+			fs.BoolVar(&o.call, "call", false, "a non-streaming call instead of a stream")
+			fs.StringVar(&o.system, "system", "", "a system prompt (`TEXT`)")
+			fs.BoolVar(&o.json, "json", false, "print one JSON event per line on stdout instead")
+			return o.run
+		},
 	})
 }
 
-// runStdin is where run reads a prompt of "-"; tests replace it.
-var runStdin io.Reader = os.Stdin
+type runOpts struct {
+	file, system string
+	call, json   bool
+}
 
-func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	file := fs.String("policy", "", "the policy file (JSON; see policy/testdata/example.json)")
-	call := fs.Bool("call", false, "a non-streaming call instead of a stream")
-	system := fs.String("system", "", "a system prompt")
-	asJSON := fs.Bool("json", false, "print one JSON event per line on stdout instead")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	prompt := strings.Join(fs.Args(), " ")
-	if *file == "" || prompt == "" {
-		fmt.Fprintln(stderr, "usage: retryhost "+commands["run"].usage)
-		fmt.Fprintln(stderr, "(a PROMPT of - reads it from stdin)")
-		return exitUsage
+func (o *runOpts) run(ctx context.Context, e *env, args []string) int {
+	prompt := strings.Join(args, " ")
+	switch {
+	case o.file == "":
+		return e.usageError(commands["run"], "missing --policy FILE")
+	case prompt == "":
+		return e.usageError(commands["run"], "missing the PROMPT (- reads it from stdin)")
 	}
 	if prompt == "-" {
-		b, err := io.ReadAll(runStdin)
+		p, err := readStdin(e.stdin)
 		if err != nil {
-			fmt.Fprintf(stderr, "retryhost run: reading the prompt: %v\n", err)
-			return exitFail
+			return e.errorf(exitInput, "the prompt on stdin: %v", err)
 		}
-		prompt = strings.TrimSpace(string(b))
+		prompt = p
 	}
 
-	var out runOutput = &runPlain{out: stdout, log: stderr}
-	if *asJSON {
-		out = &runJSON{enc: json.NewEncoder(stdout)}
+	t := &tally{}
+	var out runOutput = &runPlain{out: e.stdout, log: e.stderr, tally: t}
+	if o.json {
+		out = &runJSON{enc: json.NewEncoder(e.stdout), tally: t}
 	}
 	var mu sync.Mutex // the callbacks run on the driver's goroutines
-	pol, err := policy.Load(ctx, *file, policy.Options{
-		Builtin:       plugins.Module,
-		OCI:           policyOCI(),
-		RunnerOptions: reportAttempts(&mu, out),
+	pol, err := policy.Load(ctx, o.file, policy.Options{
+		Builtin: plugins.Module,
+		OCI:     policyOCI(),
+		Logger:  e.log,
+		RunnerOptions: append(reportAttempts(&mu, out),
+			driver.WithObserver(t), driver.WithObserver(driver.SlogObserver(e.log))),
 		StreamOptions: []driver.StreamOption{driver.WithOnCommit(func(_ context.Context, c driver.CommitInfo) {
 			mu.Lock()
 			defer mu.Unlock()
 			out.committed(c.Model.Key(), c.Number, c.Elapsed)
 		})},
-		HostOptions: demoHostOptions(),
+		HostOptions: e.hostOptions(ctx),
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "retryhost run: %v\n", err)
 		if ctx.Err() != nil { // interrupted while loading (plugin loads honour ctx)
-			return exitFail
+			return e.errorf(exitFail, "%v", context.Cause(ctx))
 		}
-		return exitUsage
+		return e.errorf(exitInput, "%v", err)
 	}
 	defer func() { _ = pol.Close(context.Background()) }()
 
-	req := &driver.Request{System: *system, Messages: []driver.Message{
+	req := &driver.Request{System: o.system, Messages: []driver.Message{
 		{Role: driver.RoleUser, Content: []driver.Content{{Text: prompt}}},
 	}}
 	start := time.Now()
 	var sum runSummary
-	if *call {
+	if o.call {
 		sum, err = runCall(ctx, pol, req)
 		if err == nil {
 			mu.Lock()
@@ -101,14 +110,69 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	sum.elapsed = time.Since(start)
 	if err != nil {
-		out.fail(err)
+		if cause := context.Cause(ctx); ctx.Err() != nil && cause != nil {
+			err = cause // "interrupted by SIGTERM" rather than "context canceled"
+		}
+		out.fail(err, sum.elapsed)
 		return exitFail
 	}
-	sum.elapsed = time.Since(start)
 	out.done(sum)
 	return exitOK
 }
+
+// readStdin reads a prompt from r: at most maxStdin bytes, not empty.
+func readStdin(r io.Reader) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxStdin+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxStdin {
+		return "", fmt.Errorf("more than the %d MiB limit", maxStdin>>20)
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", errors.New("empty")
+	}
+	return s, nil
+}
+
+// tally counts a run's attempts as the driver starts and ends them, for
+// the summary of a run that fails or is interrupted (the attempt in flight
+// included). It is a driver.Observer.
+type tally struct {
+	mu                 sync.Mutex
+	nAttempts, nFailed int
+	lastModel          string
+}
+
+func (t *tally) counts() (attempts, failed int, last string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.nAttempts, t.nFailed, t.lastModel
+}
+
+func (t *tally) RequestStart(ctx context.Context, _ driver.RequestEvent) context.Context { return ctx }
+
+func (t *tally) AttemptStart(ctx context.Context, e driver.AttemptEvent) context.Context {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.nAttempts++
+	t.lastModel = e.Model.Key()
+	return ctx
+}
+
+func (t *tally) AttemptEnd(_ context.Context, e driver.AttemptEndEvent) {
+	if e.Outcome == driver.AttemptFailed || e.Outcome == driver.AttemptRejected {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.nFailed++
+	}
+}
+
+func (t *tally) Commit(context.Context, driver.CommitEvent)         {}
+func (t *tally) RequestEnd(context.Context, driver.RequestEndEvent) {}
 
 type runSummary struct {
 	text, finish string
@@ -166,13 +230,14 @@ type runOutput interface {
 	committed(model string, number int, elapsed time.Duration)
 	delta(s string)
 	done(s runSummary)
-	fail(err error)
+	fail(err error, elapsed time.Duration)
 }
 
 // runPlain writes the answer to out (so it pipes) and everything else to log.
 type runPlain struct {
 	out, log io.Writer
 	wrote    bool
+	*tally
 }
 
 func (o *runPlain) failed(a *driver.Attempt) {
@@ -199,15 +264,23 @@ func (o *runPlain) done(s runSummary) {
 	fmt.Fprintf(o.log, "done: finish %s, %v\n", s.finish, s.elapsed.Round(time.Millisecond))
 }
 
-func (o *runPlain) fail(err error) {
+func (o *runPlain) fail(err error, elapsed time.Duration) {
 	if o.wrote {
 		fmt.Fprintln(o.out)
 	}
 	fmt.Fprintf(o.log, "retryhost run: %v\n", err)
+	n, failed, last := o.counts()
+	if last != "" {
+		last = ", the last on " + last
+	}
+	fmt.Fprintf(o.log, "stopped after %d attempt(s) (%d failed%s), %v\n", n, failed, last, elapsed.Round(time.Millisecond))
 }
 
 // runJSON writes one event per line, the demo's events.
-type runJSON struct{ enc *json.Encoder }
+type runJSON struct {
+	enc *json.Encoder
+	*tally
+}
 
 func (o *runJSON) failed(a *driver.Attempt) {
 	_ = o.enc.Encode(jsonEvent{Event: "attempt", Number: a.Number, Model: a.Model, Outcome: a.Class.String(),
@@ -228,6 +301,8 @@ func (o *runJSON) done(s runSummary) {
 	_ = o.enc.Encode(jsonEvent{Event: "done", Model: s.model, Finish: s.finish, DurationMS: ms(s.elapsed)})
 }
 
-func (o *runJSON) fail(err error) {
-	_ = o.enc.Encode(jsonEvent{Event: "error", Why: err.Error()})
+func (o *runJSON) fail(err error, elapsed time.Duration) {
+	n, failed, last := o.counts()
+	_ = o.enc.Encode(jsonEvent{Event: "error", Why: err.Error(), Model: last, Attempts: n, Failed: failed,
+		DurationMS: ms(elapsed)})
 }

@@ -109,8 +109,8 @@ func TestRun_BadInput(t *testing.T) {
 	}{
 		{"no policy", []string{"run", "hello"}, exitUsage, "usage: retryhost run"},
 		{"no prompt", []string{"run", "--policy", bad}, exitUsage, "usage: retryhost run"},
-		{"a missing file", []string{"run", "--policy", filepath.Join(dir, "nope.json"), "hi"}, exitUsage, "no such file"},
-		{"a mistake names its place", []string{"run", "--policy", bad, "hi"}, exitUsage, `line 1:39: models[0].provider: unknown provider "openia"`},
+		{"a missing file", []string{"run", "--policy", filepath.Join(dir, "nope.json"), "hi"}, exitInput, "no such file"},
+		{"a mistake names its place", []string{"run", "--policy", bad, "hi"}, exitInput, `line 1:39: models[0].provider: unknown provider "openia"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -22,12 +22,34 @@ import (
 )
 
 func init() {
-	register(command{
+	register(&command{
 		name:    "serve",
-		usage:   "serve [--policy FILE] [--addr HOST:PORT] [--api-keys-file FILE] [--drain D]",
 		summary: "an OpenAI-compatible fail-over gateway over a policy (none: a demo over 3 loopback providers)",
-		run:     runServe,
+		help: "Serves an OpenAI-compatible chat completions endpoint whose routes are the policy's models, " +
+			"with the policy's retry and fail-over (see the README's \"Run it as a gateway\"). Without " +
+			"--policy it serves a demo policy over three loopback providers.\n\n" +
+			"SIGTERM or SIGINT drains in-flight requests (--drain) and exits 0; SIGHUP reloads the policy. " +
+			"Logs are JSON at info level unless --log-format or --log-level say otherwise.",
+		setup: func(fs *flag.FlagSet) runFunc {
+			o := &serveOpts{}
+			fs.StringVar(&o.file, "policy", "", "the policy `FILE` (JSON); none: the built-in demo policy over loopback providers")
+			fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on (`HOST:PORT`)")
+			fs.StringVar(&o.keysFile, "api-keys-file", "", "a `FILE` of client API keys, one per line (# comments); RETRYHOST_API_KEYS adds comma-separated keys")
+			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
+			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
+			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
+			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file changes (SIGHUP reloads it too)")
+			return o.run
+		},
 	})
+}
+
+type serveOpts struct {
+	file, addr, keysFile string
+	drain                time.Duration
+	maxConc              int
+	maxBody              int64
+	watch                bool
 }
 
 // serveLimits are the HTTP server's own limits (the gateway's are its options).
@@ -38,50 +60,47 @@ const (
 	serveWatchInterval     = time.Second
 )
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	file := fs.String("policy", "", "the policy file (JSON); none: the built-in demo policy over loopback providers")
-	addr := fs.String("addr", "127.0.0.1:8080", "the address to listen on")
-	keysFile := fs.String("api-keys-file", "", "a file of client API keys, one per line (# comments); RETRYHOST_API_KEYS adds comma-separated keys")
-	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
-	maxConc := fs.Int("max-concurrent", 1024, "chat requests served at once; more get 429")
-	maxBody := fs.Int64("max-body", 8<<20, "the largest request body, in bytes")
-	watch := fs.Bool("watch", true, "reload the policy when its file changes (SIGHUP reloads it too)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
+	if len(args) != 0 {
+		return e.usageError(commands["serve"], "unexpected argument %q", args[0])
 	}
-	if fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: retryhost "+commands["serve"].usage)
-		return exitUsage
+	stderr := e.stderr
+	// A gateway logs JSON at info unless the global flags say otherwise.
+	if !e.g.levelSet {
+		e.g.level = slog.LevelInfo
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	keys, err := apiKeys(*keysFile, os.Getenv("RETRYHOST_API_KEYS"))
+	if !e.g.formatSet {
+		e.g.json = true
+	}
+	logger := e.g.logger(stderr)
+	e.log = logger
+	keys, err := apiKeys(o.keysFile, os.Getenv("RETRYHOST_API_KEYS"))
 	if err != nil {
-		fmt.Fprintf(stderr, "retryhost serve: %v\n", err)
-		return exitUsage
+		return e.errorf(exitInput, "%v", err)
 	}
-	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(*maxConc), gateway.WithMaxBodyBytes(*maxBody)}
+	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody)}
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))
 	}
-	popts := policy.Options{Builtin: plugins.Module, OCI: policyOCI(), HostOptions: demoHostOptions(), Logger: logger}
+	popts := policy.Options{Builtin: plugins.Module, OCI: policyOCI(), HostOptions: e.hostOptions(ctx), Logger: logger}
 	var src gateway.Source
-	if *file == "" {
+	if o.file == "" {
 		urls, stop := startDemoProviders()
 		defer stop()
 		popts.Getenv = func(string) string { return "demo-needs-no-key" }
 		src = gateway.Bytes("demo-policy.json", []byte(demoServePolicy(urls)), popts)
 	} else {
-		src = gateway.File(*file, popts)
+		src = gateway.File(o.file, popts)
 	}
 	gw, err := gateway.New(ctx, src, opts...)
 	if err != nil {
-		fmt.Fprintf(stderr, "retryhost serve: %v\n", err)
-		return exitUsage
+		if ctx.Err() != nil {
+			return e.errorf(exitFail, "%v", context.Cause(ctx))
+		}
+		return e.errorf(exitInput, "%v", err)
 	}
 	defer func() { _ = gw.Close(context.Background()) }()
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "retryhost serve: %v\n", err)
 		return exitFail
@@ -90,7 +109,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		IdleTimeout: serveIdleTimeout, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(stderr, "retryhost serve: listening on %s\n", base)
-	if *file == "" {
+	if o.file == "" {
 		fmt.Fprintf(stderr, "retryhost serve: no --policy, serving the demo policy: routes alpha (refuses in text), beta (rate-limited), gamma (answers); try\n"+
 			"  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\": \"alpha\", \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"%s\"}]}'\n", base, demoQuestion)
 	}
@@ -101,10 +120,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	var changed <-chan struct{}
-	if *file != "" && *watch {
+	if o.file != "" && o.watch {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
-		changed = watchFile(wctx, *file, serveWatchInterval)
+		changed = watchFile(wctx, o.file, serveWatchInterval)
 	}
 	reload := func(why string) {
 		if err := gw.Reload(ctx); err == nil {
@@ -128,18 +147,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		break
 	}
-	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", *drain)
+	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", o.drain)
 	// Stop accepting and close idle connections, while the gateway lets
 	// in-flight requests finish until the drain deadline and then ends
 	// them with the in-band error.
-	sctx, cancel := context.WithTimeout(context.Background(), *drain+5*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), o.drain+5*time.Second)
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(sctx) }()
-	dctx, dcancel := context.WithTimeout(context.Background(), *drain)
+	dctx, dcancel := context.WithTimeout(context.Background(), o.drain)
 	defer dcancel()
 	if err := gw.Shutdown(dctx); err != nil {
-		logger.Warn("drain deadline passed; in-flight requests were ended", slog.Duration("drain", *drain))
+		logger.Warn("drain deadline passed; in-flight requests were ended", slog.Duration("drain", o.drain))
 	}
 	if err := <-shut; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		_ = srv.Close()

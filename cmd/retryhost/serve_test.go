@@ -171,14 +171,14 @@ func TestServe_APIKeysAndReload(t *testing.T) {
 
 func TestServe_BadInput(t *testing.T) {
 	var stderr bytes.Buffer
-	require.Equal(t, exitUsage, dispatch(context.Background(), []string{"serve", "--policy", "/nonexistent.json"}, io.Discard, &stderr))
+	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--policy", "/nonexistent.json"}, io.Discard, &stderr))
 	require.Contains(t, stderr.String(), "nonexistent")
 	stderr.Reset()
 	require.Equal(t, exitUsage, dispatch(context.Background(), []string{"serve", "extra"}, io.Discard, &stderr))
 	stderr.Reset()
 	empty := filepath.Join(t.TempDir(), "keys")
 	require.NoError(t, os.WriteFile(empty, []byte("# none\n"), 0o600))
-	require.Equal(t, exitUsage, dispatch(context.Background(), []string{"serve", "--api-keys-file", empty}, io.Discard, &stderr))
+	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--api-keys-file", empty}, io.Discard, &stderr))
 	require.Contains(t, stderr.String(), "no API key")
 }
 

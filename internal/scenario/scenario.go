@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -210,6 +211,12 @@ type Options struct {
 	Dir string
 	// Builtin returns a built-in plugin's bytes by name.
 	Builtin func(name string) ([]byte, bool)
+	// Logger receives the driver's and the host's logs (the plugins' log
+	// lines among them). Default: discard.
+	Logger *slog.Logger
+	// HostOptions are appended to the Wasm runtime's options (a
+	// compilation cache).
+	HostOptions []host.Option
 }
 
 // Result is a scenario's actual outcome.
@@ -281,7 +288,7 @@ func (s *Scenario) Run(ctx context.Context, doc *strict.Doc, opts Options) (*Res
 	}
 	build := policyhook.Build.(func(context.Context, *strict.Doc, *policy.File, string, policy.Options) (*policy.Policy, error))
 	pol, err := build(ctx, doc, &s.Policy, "policy", policy.Options{
-		Dir: opts.Dir, Models: bound, Builtin: opts.Builtin,
+		Dir: opts.Dir, Models: bound, Builtin: opts.Builtin, Logger: opts.Logger, HostOptions: opts.HostOptions,
 		Getenv:        func(string) string { return "" },
 		RunnerOptions: []driver.Option{driver.WithOnSuccess(done), driver.WithOnFailure(done)},
 		StreamOptions: []driver.StreamOption{driver.WithOnCommit(func(_ context.Context, c driver.CommitInfo) {

@@ -2,12 +2,14 @@ package anthropic
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,8 +47,21 @@ type config struct {
 	maxRetries  int
 	maxTokens   int
 	rawChunks   bool
+	sdkTraces   bool
 	sdkOpts     []option.RequestOption
 }
+
+// WithSDKTracing lets anthropic-sdk-go emit its own OpenTelemetry spans:
+// one client span per API call, through the global TracerProvider (or
+// the one given with option.WithTracerProvider in [WithRequestOptions]),
+// with trace-context headers on the requests. Default: off. retryhost's
+// provider/otel already records each attempt as a client span with the
+// GenAI attributes, so the SDK's span would duplicate it, and with
+// ANTHROPIC_OPEN_TELEMETRY_TRACES_CONTENT_MODE=content in the environment
+// the SDK's span carries the prompt and the output, which retryhost
+// promises never to record. Turn it on only for the SDK's own view of a
+// call, knowing that the environment decides what it records.
+func WithSDKTracing() Option { return func(c *config) { c.sdkTraces = true } }
 
 // WithAPIKey sets the API key. Default: the SDK's, the ANTHROPIC_API_KEY
 // environment variable.
@@ -124,6 +139,8 @@ type Model struct {
 	maxTokens int64
 	raw       bool
 	client    ant.Client
+	host      string // the server it calls, for telemetry
+	port      int
 }
 
 // New returns the model id (such as "claude-sonnet-4-5"), configured by
@@ -156,6 +173,9 @@ func New(id string, opts ...Option) (*Model, error) {
 		return nil, fmt.Errorf("anthropic: default max tokens %d must be positive", c.maxTokens)
 	}
 	sdk := []option.RequestOption{option.WithMaxRetries(c.maxRetries)}
+	if !c.sdkTraces {
+		sdk = append(sdk, option.WithoutOpenTelemetry()) // see WithSDKTracing
+	}
 	if c.baseURL != "" {
 		if err := adapter.CheckBaseURL("anthropic", c.baseURL); err != nil {
 			return nil, err
@@ -182,8 +202,16 @@ func New(id string, opts ...Option) (*Model, error) {
 		params = append(params, option.WithJSONSet(p.name, p.value))
 	}
 	sdk = append(sdk, c.sdkOpts...)
-	return &Model{id: id, provider: c.provider, key: key, params2: params, maxTokens: int64(c.maxTokens), raw: c.rawChunks, client: ant.NewClient(sdk...)}, nil
+	base := cmp.Or(c.baseURL, os.Getenv("ANTHROPIC_BASE_URL"), "https://api.anthropic.com") // as the SDK resolves it
+	host, port := adapter.ServerAddress(base)
+	return &Model{id: id, provider: c.provider, key: key, params2: params, maxTokens: int64(c.maxTokens), raw: c.rawChunks,
+		client: ant.NewClient(sdk...), host: host, port: port}, nil
 }
+
+// ServerAddress returns the host and port of the server the model calls
+// (its base URL's), which provider/otel records as server.address and
+// server.port.
+func (m *Model) ServerAddress() (host string, port int) { return m.host, m.port }
 
 // Key returns the model's key: WithKey's, else "<provider>/<model id>",
 // such as "anthropic/claude-sonnet-4-5".

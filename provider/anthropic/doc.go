@@ -94,4 +94,10 @@
 // and in Response.Warnings. Request.ProviderOptions["anthropic"], a
 // map[string]any, is merged into the request body as is (for example
 // {"thinking": {"type": "enabled", "budget_tokens": 1024}}).
+//
+// # Stability
+//
+// Stable: the exported API follows semantic versioning. Until v1.0.0 a
+// breaking change happens only in a minor release and is listed in
+// CHANGELOG.md; see the README's stability table.
 package anthropic

@@ -140,4 +140,10 @@
 // (max_tokens with WithLegacyMaxTokens). Request.ProviderOptions[provider],
 // a map[string]any, is merged into the request body as is (for example
 // {"reasoning_effort": "low"}).
+//
+// # Stability
+//
+// Stable: the exported API follows semantic versioning. Until v1.0.0 a
+// breaking change happens only in a minor release and is listed in
+// CHANGELOG.md; see the README's stability table.
 package openai

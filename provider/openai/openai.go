@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -153,6 +155,8 @@ type Model struct {
 	responses bool // WithResponsesAPI
 	raw       bool
 	client    oai.Client
+	host      string // the server it calls, for telemetry
+	port      int
 }
 
 // New returns the chat model id (such as "gpt-4o-mini"), configured by opts.
@@ -232,6 +236,11 @@ func New(id string, opts ...Option) (*Model, error) {
 		}
 		key = c.key
 	}
+	base := cmp.Or(c.baseURL, os.Getenv("OPENAI_BASE_URL"), "https://api.openai.com/v1") // as the SDK resolves it
+	if c.azure != nil {
+		base = c.azure.endpoint
+	}
+	host, port := adapter.ServerAddress(base)
 	return &Model{
 		id:        id,
 		provider:  c.provider,
@@ -242,12 +251,19 @@ func New(id string, opts ...Option) (*Model, error) {
 		responses: c.responsesAPI,
 		raw:       c.rawChunks,
 		client:    oai.NewClient(sdk...),
+		host:      host,
+		port:      port,
 	}, nil
 }
 
 // Key returns the model's key: WithKey's, else "<provider>/<model id>",
 // such as "openai/gpt-4o-mini".
 func (m *Model) Key() string { return m.key }
+
+// ServerAddress returns the host and port of the server the model calls
+// (its base URL's), which provider/otel records as server.address and
+// server.port.
+func (m *Model) ServerAddress() (host string, port int) { return m.host, m.port }
 
 // Provider returns the provider's name ("openai", WithProvider's, "azure"
 // with WithAzure): the Request.ProviderOptions entry the model reads, and

@@ -45,5 +45,5 @@ func Example() {
 	// Output:
 	// chat gpt-4o            attempt=1 outcome=error class=overloaded
 	// chat claude-sonnet-4   attempt=2 outcome=success class=
-	// chat gpt-4o            attempt= outcome=success class=
+	// retryhost generate     attempt= outcome=success class=
 }

@@ -3,13 +3,26 @@
 //
 // A [Telemetry] is a [driver.Observer] (install it with driver.WithObserver)
 // and a [host.Observer] (install it with host.WithObserver). Each request
-// gets a span, and each attempt a child span, carrying the GenAI semantic
-// convention attributes (gen_ai.operation.name, gen_ai.provider.name,
-// gen_ai.request.model, gen_ai.response.finish_reasons,
-// gen_ai.usage.input_tokens / output_tokens) and retryhost's own under the
-// "retryhost." prefix. The attempt span is the parent of the provider's
-// HTTP spans when the provider client is instrumented, because the model is
-// called with a context derived from it.
+// gets an internal span named "retryhost <op>" ("retryhost stream",
+// "retryhost generate", "retryhost do"), and each attempt a child client
+// span named as the GenAI semantic conventions name an inference span,
+// "chat <model id>". Both carry the conventions' attributes
+// (gen_ai.operation.name, gen_ai.provider.name, gen_ai.request.model,
+// gen_ai.response.model, gen_ai.response.finish_reasons,
+// gen_ai.usage.input_tokens / output_tokens, server.address / server.port
+// for a model that says which server it calls) and retryhost's own under
+// the "retryhost." prefix. The request span starts with the first model's
+// attributes and ends with those of the model that answered (or was tried
+// last); retryhost.request.first_model keeps the first. The attempt span
+// is the parent of the provider's HTTP spans when the provider client is
+// instrumented, because the model is called with a context derived from
+// it.
+//
+// A model says which server it calls by implementing
+//
+//	ServerAddress() (host string, port int)
+//
+// as the adapters in provider/openai and provider/anthropic do.
 //
 // No prompt or output text is ever recorded, nor error messages (which may
 // quote either): failures are described by their class, status code and
@@ -23,8 +36,16 @@
 //	retryhost.commits           counter    commits by retryhost.model
 //	retryhost.commit.latency    histogram  seconds from the committed attempt's start to commit, by retryhost.model
 //	gen_ai.client.operation.duration  histogram  seconds per request, by gen_ai.* and error.type
+//	gen_ai.client.token.usage         histogram  tokens per attempt that reported usage, by gen_ai.token.type (input, output), gen_ai.*, server.*
 //	retryhost.plugin.calls      counter    plugin calls by retryhost.plugin, retryhost.plugin.op
 //	retryhost.plugin.failures   counter    failed plugin calls by retryhost.plugin, retryhost.plugin.op, retryhost.plugin.failure
+//
+// # Stability
+//
+// Experimental: the OpenTelemetry GenAI semantic conventions are still in
+// development, and the span names, attributes and metrics here follow them
+// as they change (each change is listed in CHANGELOG.md). The Telemetry
+// type and its options are not expected to change.
 package otel
 
 import (
@@ -51,6 +72,10 @@ const (
 	AttrProvider      = attribute.Key("gen_ai.provider.name")
 	AttrSystem        = attribute.Key("gen_ai.system") // the older name of gen_ai.provider.name, recorded too
 	AttrRequestModel  = attribute.Key("gen_ai.request.model")
+	AttrResponseModel = attribute.Key("gen_ai.response.model")
+	AttrTokenType     = attribute.Key("gen_ai.token.type") // input, output
+	AttrServerAddress = attribute.Key("server.address")
+	AttrServerPort    = attribute.Key("server.port")
 	AttrFinishReasons = attribute.Key("gen_ai.response.finish_reasons")
 	AttrInputTokens   = attribute.Key("gen_ai.usage.input_tokens")
 	AttrOutputTokens  = attribute.Key("gen_ai.usage.output_tokens")
@@ -58,6 +83,7 @@ const (
 
 	AttrOp             = attribute.Key("retryhost.op") // do, generate, stream
 	AttrModel          = attribute.Key("retryhost.model")
+	AttrFirstModel     = attribute.Key("retryhost.request.first_model") // the request span's first model key
 	AttrAttempt        = attribute.Key("retryhost.attempt.number")
 	AttrAttemptOutcome = attribute.Key("retryhost.attempt.outcome") // success, error, rejected, truncated
 	AttrFailOver       = attribute.Key("retryhost.attempt.failover")
@@ -98,6 +124,7 @@ type Telemetry struct {
 	requests, attempts, failovers, commits metric.Int64Counter
 	pluginCalls, pluginFailures            metric.Int64Counter
 	commitLatency, opDuration              metric.Float64Histogram
+	tokenUsage                             metric.Int64Histogram
 }
 
 var (
@@ -139,7 +166,12 @@ func New(opts ...Option) (*Telemetry, error) {
 		metric.WithDescription("Time from the committed attempt's start to commit."))
 	errs = append(errs, err)
 	t.opDuration, err = m.Float64Histogram("gen_ai.client.operation.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of a GenAI request, retries and fail-overs included."))
+		metric.WithDescription("Duration of a GenAI request, retries and fail-overs included."),
+		metric.WithExplicitBucketBoundaries(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92))
+	errs = append(errs, err)
+	t.tokenUsage, err = m.Int64Histogram("gen_ai.client.token.usage", metric.WithUnit("{token}"),
+		metric.WithDescription("Tokens used per attempt, by input and output."),
+		metric.WithExplicitBucketBoundaries(1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -169,10 +201,37 @@ func modelAttrs(m driver.Model) []attribute.KeyValue {
 	}
 }
 
-func spanName(m driver.Model) string {
+// serverAddresser is a model that says which server it calls.
+type serverAddresser interface {
+	ServerAddress() (host string, port int)
+}
+
+// serverAttrs are server.address and server.port, when m says them.
+func serverAttrs(m driver.Model) []attribute.KeyValue {
+	sa, ok := m.(serverAddresser)
+	if !ok {
+		return nil
+	}
+	host, port := sa.ServerAddress()
+	if host == "" {
+		return nil
+	}
+	attrs := []attribute.KeyValue{AttrServerAddress.String(host)}
+	if port > 0 {
+		attrs = append(attrs, AttrServerPort.Int(port))
+	}
+	return attrs
+}
+
+// attemptSpanName is the GenAI conventions' name of an inference span.
+func attemptSpanName(m driver.Model) string {
 	_, _, model := split(m)
 	return "chat " + model
 }
+
+// requestSpanName names the span around a request's attempts: one name
+// per operation, so that it never reads as one more attempt.
+func requestSpanName(op string) string { return "retryhost " + op }
 
 // requestState rides in the request's context so that RequestEnd can
 // report the operation's duration with its start attributes.
@@ -185,8 +244,9 @@ type requestState struct {
 
 // RequestStart starts the request's span.
 func (t *Telemetry) RequestStart(ctx context.Context, e driver.RequestEvent) context.Context {
-	attrs := append(modelAttrs(e.Model), AttrOp.String(e.Op))
-	ctx, _ = t.tracer.Start(ctx, spanName(e.Model), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	key, _, _ := split(e.Model)
+	attrs := append(modelAttrs(e.Model), AttrOp.String(e.Op), AttrFirstModel.String(key))
+	ctx, _ = t.tracer.Start(ctx, requestSpanName(e.Op), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	return context.WithValue(ctx, requestKey{}, &requestState{op: e.Op, model: e.Model})
 }
 
@@ -194,7 +254,8 @@ func (t *Telemetry) RequestStart(ctx context.Context, e driver.RequestEvent) con
 func (t *Telemetry) AttemptStart(ctx context.Context, e driver.AttemptEvent) context.Context {
 	attrs := append(modelAttrs(e.Model),
 		AttrAttempt.Int(e.Number), AttrFailOver.Bool(e.FailOver), AttrDelayBefore.Float64(e.Delay.Seconds()))
-	ctx, _ = t.tracer.Start(ctx, spanName(e.Model), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	attrs = append(attrs, serverAttrs(e.Model)...)
+	ctx, _ = t.tracer.Start(ctx, attemptSpanName(e.Model), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	if e.FailOver {
 		key, _, _ := split(e.Model)
 		t.failovers.Add(ctx, 1, metric.WithAttributes(AttrModel.String(key)))
@@ -217,6 +278,9 @@ func (t *Telemetry) AttemptEnd(ctx context.Context, e driver.AttemptEndEvent) {
 		attrs = append(attrs, AttrStatus.Int(e.Status))
 	}
 	attrs = append(attrs, finishAttrs(e.Finish, e.Usage)...)
+	if e.ResponseModel != "" {
+		attrs = append(attrs, AttrResponseModel.String(e.ResponseModel))
+	}
 	if e.Next != nil {
 		next, _, _ := split(e.Next)
 		attrs = append(attrs, AttrNextModel.String(next), AttrRetryDelay.Float64(e.Delay.Seconds()))
@@ -232,6 +296,25 @@ func (t *Telemetry) AttemptEnd(ctx context.Context, e driver.AttemptEndEvent) {
 		mattrs = append(mattrs, AttrErrorType.String(e.Class.String()))
 	}
 	t.attempts.Add(ctx, 1, metric.WithAttributes(mattrs...))
+	t.recordTokens(ctx, e)
+}
+
+// recordTokens records an attempt's token usage, input and output, with
+// the conventions' attributes: every attempt that reported usage, failed
+// ones too (their tokens were spent).
+func (t *Telemetry) recordTokens(ctx context.Context, e driver.AttemptEndEvent) {
+	if e.Usage.InputTokens == 0 && e.Usage.OutputTokens == 0 {
+		return
+	}
+	_, provider, model := split(e.Model)
+	attrs := []attribute.KeyValue{AttrOperation.String("chat"), AttrProvider.String(provider), AttrRequestModel.String(model)}
+	if e.ResponseModel != "" {
+		attrs = append(attrs, AttrResponseModel.String(e.ResponseModel))
+	}
+	attrs = append(attrs, serverAttrs(e.Model)...)
+	n := len(attrs)
+	t.tokenUsage.Record(ctx, e.Usage.InputTokens, metric.WithAttributes(append(attrs[:n:n], AttrTokenType.String("input"))...))
+	t.tokenUsage.Record(ctx, e.Usage.OutputTokens, metric.WithAttributes(append(attrs[:n:n], AttrTokenType.String("output"))...))
 }
 
 // finishAttrs records a finish reason and usage, when the model reported them.
@@ -271,10 +354,14 @@ func (t *Telemetry) Commit(ctx context.Context, e driver.CommitEvent) {
 // RequestEnd ends the request's span.
 func (t *Telemetry) RequestEnd(ctx context.Context, e driver.RequestEndEvent) {
 	span := trace.SpanFromContext(ctx)
-	key, _, _ := split(e.Model)
-	attrs := append([]attribute.KeyValue{
-		AttrModel.String(key), AttrAttempts.Int(e.Attempts), AttrFailOvers.Int(e.FailOvers),
-	}, finishAttrs(e.Finish, e.Usage)...)
+	// The model that answered (or was tried last) replaces the first
+	// model's gen_ai.* attributes: the span describes the request's outcome.
+	attrs := append(modelAttrs(e.Model), AttrAttempts.Int(e.Attempts), AttrFailOvers.Int(e.FailOvers))
+	attrs = append(attrs, finishAttrs(e.Finish, e.Usage)...)
+	attrs = append(attrs, serverAttrs(e.Model)...)
+	if e.ResponseModel != "" {
+		attrs = append(attrs, AttrResponseModel.String(e.ResponseModel))
+	}
 	outcome := "success"
 	var class string
 	if e.Err != nil {
@@ -295,6 +382,9 @@ func (t *Telemetry) RequestEnd(ctx context.Context, e driver.RequestEndEvent) {
 	}
 	if class != "" {
 		dattrs = append(dattrs, AttrErrorType.String(class))
+	}
+	if e.ResponseModel != "" {
+		dattrs = append(dattrs, AttrResponseModel.String(e.ResponseModel))
 	}
 	t.opDuration.Record(ctx, e.Elapsed.Seconds(), metric.WithAttributes(dattrs...))
 }

@@ -77,6 +77,11 @@ func (r *rig) metrics(t *testing.T) map[string]float64 {
 				for _, p := range d.DataPoints {
 					out[label(m.Name, p.Attributes)+".count"] += float64(p.Count)
 				}
+			case metricdata.Histogram[int64]:
+				for _, p := range d.DataPoints {
+					out[label(m.Name, p.Attributes)+".count"] += float64(p.Count)
+					out[label(m.Name, p.Attributes)+".sum"] += float64(p.Sum)
+				}
 			}
 		}
 	}
@@ -97,9 +102,16 @@ type textModel struct {
 	err    error
 	text   string
 	finish *abi.Finish
+	// respModel is the model id its answers report (ResponseMeta.ModelID).
+	respModel string
+	// host and port are the server it says it calls.
+	host string
+	port int
 }
 
 func (m *textModel) Key() string { return m.key }
+
+func (m *textModel) ServerAddress() (string, int) { return m.host, m.port }
 
 func (m *textModel) Generate(ctx context.Context, req *driver.Request) (*driver.Response, error) {
 	if m.err != nil {
@@ -108,6 +120,7 @@ func (m *textModel) Generate(ctx context.Context, req *driver.Request) (*driver.
 	return &driver.Response{
 		Content: []driver.Part{{Kind: abi.KindTextDelta, Delta: m.text}},
 		Finish:  m.finish.Reason, Usage: m.finish.Usage,
+		Meta: abi.ResponseMeta{ModelID: m.respModel},
 	}, nil
 }
 
@@ -116,7 +129,8 @@ func (m *textModel) Stream(ctx context.Context, req *driver.Request) (driver.Str
 		return nil, m.err
 	}
 	return &sliceStream{parts: []driver.Part{
-		{Kind: abi.KindStreamStart}, {Kind: abi.KindTextStart, ID: "t"},
+		{Kind: abi.KindStreamStart}, {Kind: abi.KindResponseMeta, Meta: &abi.ResponseMeta{ModelID: m.respModel}},
+		{Kind: abi.KindTextStart, ID: "t"},
 		{Kind: abi.KindTextDelta, ID: "t", Delta: m.text}, {Kind: abi.KindTextEnd, ID: "t"},
 		{Kind: abi.KindFinish, Finish: m.finish},
 	}}, nil
@@ -148,8 +162,9 @@ func TestTelemetry_failOverSpanTree(t *testing.T) {
 	for _, op := range []string{driver.OpGenerate, driver.OpStream} {
 		t.Run(op, func(t *testing.T) {
 			rg := newRig(t)
-			first := &textModel{key: "openai/gpt-4o", err: overloaded()}
-			second := &textModel{key: "anthropic/claude-sonnet-4", text: secretOutput,
+			first := &textModel{key: "openai/gpt-4o", err: overloaded(), host: "api.openai.com", port: 443}
+			second := &textModel{key: "anthropic/claude-sonnet-4", text: secretOutput, respModel: "claude-sonnet-4-20250514",
+				host: "gateway.internal", port: 8443,
 				finish: &abi.Finish{Reason: abi.FinishReason{Unified: abi.ReasonStop, Raw: "end_turn"}, Usage: abi.Usage{InputTokens: 12, OutputTokens: 3}}}
 			r, err := driver.New(first, driver.WithObserver(rg.tel), driver.WithRules(driver.Fallback(second)))
 			require.NoError(t, err)
@@ -185,14 +200,21 @@ func TestTelemetry_failOverSpanTree(t *testing.T) {
 				require.Equal(t, req0.SpanContext.TraceID(), a.SpanContext.TraceID())
 				require.Equal(t, trace.SpanKindClient, a.SpanKind)
 			}
-			require.Equal(t, "chat gpt-4o", req0.Name)
+			// The request span never reads as one more attempt.
+			require.Equal(t, "retryhost "+op, req0.Name)
+			require.Equal(t, trace.SpanKindInternal, req0.SpanKind)
 			require.Equal(t, "chat gpt-4o", a1.Name)
 			require.Equal(t, "chat claude-sonnet-4", a2.Name)
 
+			// The request span describes the model that answered.
 			ra := attrs(req0)
 			require.Equal(t, "chat", ra["gen_ai.operation.name"])
-			require.Equal(t, "openai", ra["gen_ai.provider.name"])
-			require.Equal(t, "gpt-4o", ra["gen_ai.request.model"])
+			require.Equal(t, "anthropic", ra["gen_ai.provider.name"])
+			require.Equal(t, "claude-sonnet-4", ra["gen_ai.request.model"])
+			require.Equal(t, "claude-sonnet-4-20250514", ra["gen_ai.response.model"])
+			require.Equal(t, "gateway.internal", ra["server.address"])
+			require.Equal(t, "8443", ra["server.port"])
+			require.Equal(t, "openai/gpt-4o", ra["retryhost.request.first_model"])
 			require.Equal(t, op, ra["retryhost.op"])
 			require.Equal(t, "anthropic/claude-sonnet-4", ra["retryhost.model"], "the request's answering model")
 			require.Equal(t, "2", ra["retryhost.attempts"])
@@ -210,6 +232,9 @@ func TestTelemetry_failOverSpanTree(t *testing.T) {
 			require.Equal(t, "overloaded", f["retryhost.error.class"])
 			require.Equal(t, "503", f["retryhost.http.status"])
 			require.Equal(t, "anthropic/claude-sonnet-4", f["retryhost.retry.next_model"])
+			require.Equal(t, "api.openai.com", f["server.address"])
+			require.Equal(t, "443", f["server.port"])
+			require.NotContains(t, f, "gen_ai.response.model", "a failed attempt has no answering model")
 			require.Equal(t, "0", f["retryhost.retry.delay"])
 			require.Equal(t, codes.Error, a1.Status.Code)
 
@@ -221,6 +246,9 @@ func TestTelemetry_failOverSpanTree(t *testing.T) {
 			require.Equal(t, "success", s["retryhost.attempt.outcome"])
 			require.Contains(t, s, "retryhost.commit.latency")
 			require.Equal(t, `["end_turn"]`, s["gen_ai.response.finish_reasons"])
+			require.Equal(t, "claude-sonnet-4-20250514", s["gen_ai.response.model"])
+			require.Equal(t, "gateway.internal", s["server.address"])
+			require.Equal(t, "8443", s["server.port"])
 			require.Len(t, a2.Events, 1)
 			require.Equal(t, "retryhost.commit", a2.Events[0].Name)
 
@@ -231,7 +259,13 @@ func TestTelemetry_failOverSpanTree(t *testing.T) {
 			require.Equal(t, 1.0, m["retryhost.failovers{retryhost.model=anthropic/claude-sonnet-4}"])
 			require.Equal(t, 1.0, m["retryhost.commits{retryhost.model=anthropic/claude-sonnet-4}"])
 			require.Equal(t, 1.0, m["retryhost.commit.latency{retryhost.model=anthropic/claude-sonnet-4}.count"])
-			require.Equal(t, 1.0, m["gen_ai.client.operation.duration{gen_ai.operation.name=chat,gen_ai.provider.name=openai,gen_ai.request.model=gpt-4o,retryhost.op="+op+"}.count"])
+			require.Equal(t, 1.0, m["gen_ai.client.operation.duration{gen_ai.operation.name=chat,gen_ai.provider.name=openai,gen_ai.request.model=gpt-4o,"+
+				"gen_ai.response.model=claude-sonnet-4-20250514,retryhost.op="+op+"}.count"])
+			tokens := "gen_ai.client.token.usage{gen_ai.operation.name=chat,gen_ai.provider.name=anthropic,gen_ai.request.model=claude-sonnet-4," +
+				"gen_ai.response.model=claude-sonnet-4-20250514,gen_ai.token.type=%s,server.address=gateway.internal,server.port=8443}"
+			require.Equal(t, 1.0, m[fmt.Sprintf(tokens, "input")+".count"])
+			require.Equal(t, 12.0, m[fmt.Sprintf(tokens, "input")+".sum"])
+			require.Equal(t, 3.0, m[fmt.Sprintf(tokens, "output")+".sum"])
 
 			requireNoContent(t, spans, m)
 		})

@@ -3,6 +3,7 @@ package adapter
 import (
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -46,4 +47,24 @@ func CheckParam(provider, name string) error {
 		return fmt.Errorf("%s: request parameter %q is not a top-level field name (letters, digits, '_', '-')", provider, name)
 	}
 	return nil
+}
+
+// ServerAddress returns the host and port a base URL points at (the port
+// from the scheme when the URL has none), for telemetry's server.address
+// and server.port; "", 0 for a URL it cannot read.
+func ServerAddress(base string) (host string, port int) {
+	u, err := url.Parse(base)
+	if err != nil || u.Hostname() == "" {
+		return "", 0
+	}
+	if p, err := strconv.Atoi(u.Port()); err == nil {
+		return u.Hostname(), p
+	}
+	switch u.Scheme {
+	case "https":
+		return u.Hostname(), 443
+	case "http":
+		return u.Hostname(), 80
+	}
+	return u.Hostname(), 0
 }
