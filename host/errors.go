@@ -164,13 +164,19 @@ type PluginError struct {
 }
 
 func (e *PluginError) Error() string {
-	if errors.Is(e.Err, e.Kind) {
-		return fmt.Sprintf("host: plugin %q: %s: %v", e.Plugin, e.Op, e.Err)
+	var cause string
+	switch {
+	case errors.Is(e.Err, e.Kind):
+		cause = e.Err.Error()
+	case e.Err == nil:
+		cause = fmt.Sprint(e.Kind)
+	default:
+		cause = fmt.Sprintf("%v: %v", e.Kind, e.Err)
 	}
-	if e.Err == nil {
-		return fmt.Sprintf("host: plugin %q: %s: %v", e.Plugin, e.Op, e.Kind)
-	}
-	return fmt.Sprintf("host: plugin %q: %s: %v: %v", e.Plugin, e.Op, e.Kind, e.Err)
+	// The kinds are sentinels that say "host: " themselves (a trap may
+	// carry two: ErrTrap, ErrStackOverflow); the message says it once.
+	cause = strings.ReplaceAll(strings.TrimPrefix(cause, "host: "), ": host: ", ": ")
+	return fmt.Sprintf("host: plugin %q: %s: %s", e.Plugin, e.Op, cause)
 }
 
 // Is reports whether target is e's Kind.

@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -222,6 +224,8 @@ func TestHostile_Recursion(t *testing.T) {
 			var pe *PluginError
 			require.ErrorAs(t, err, &pe)
 			require.Equal(t, ErrTrap, pe.Kind)
+			require.Equal(t, 1, strings.Count(err.Error(), "host:"), "one host: prefix: %s", err)
+			require.Contains(t, err.Error(), "plugin trapped: plugin call stack overflowed")
 		}
 	})
 }
@@ -243,4 +247,45 @@ func TestHostile_TableGrowthStopsAtTheDeclaredMaximum(t *testing.T) {
 		_, err = rt.Load(context.Background(), "tablegrow", fixture(t, "tablegrow"))
 		require.True(t, errors.Is(err, ErrLimit))
 	})
+}
+
+// TestRegistry_WatchSurvivesLoadBombs: a start loop and a 200,000-export
+// module dropped into a watched directory are refused at once, and the
+// watcher goes on picking up the other plugins (it used to wedge for ever
+// on the start loop, in trusted mode too).
+func TestRegistry_WatchSurvivesLoadBombs(t *testing.T) {
+	for _, trusted := range []bool{false, true} {
+		var opts []Option
+		if trusted {
+			opts = append(opts, WithTrusted())
+		}
+		ctx := context.Background()
+		var logs logBuffer
+		rt := newRuntime(t, append(opts, WithLogger(logs.logger()))...)
+		reg := NewRegistry(rt)
+		dir := t.TempDir()
+		write := func(name string, b []byte) {
+			t.Helper()
+			tmp := filepath.Join(dir, name+".tmp")
+			require.NoError(t, os.WriteFile(tmp, b, 0o644))
+			require.NoError(t, os.Rename(tmp, filepath.Join(dir, name)))
+		}
+		write("xf.wasm", fixture(t, "upper"))
+		require.NoError(t, reg.Scan(ctx, dir))
+		xf, ok := reg.Get("xf")
+		require.True(t, ok)
+
+		wctx, cancel := context.WithCancel(ctx)
+		watchErr := make(chan error, 1)
+		go func() { watchErr <- reg.Watch(wctx, dir, time.Millisecond) }()
+		write("a-start.wasm", fixture(t, "startloop"))
+		write("b-exports.wasm", wasmgen.Exports(200_000))
+		write("xf.wasm", fixture(t, "refusal"))
+		waitFor(t, func() bool { return xf.Version() == sha(fixture(t, "refusal")) }, "the watcher to swap xf past the bombs")
+		cancel()
+		require.ErrorIs(t, <-watchErr, context.Canceled)
+		require.Contains(t, logs.String(), "start section")
+		require.Contains(t, logs.String(), "Exports")
+		require.NoError(t, reg.Close(ctx))
+	}
 }
