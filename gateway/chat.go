@@ -269,7 +269,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			break
 		}
 		if err != nil {
-			l.outcome = g.endErr(ctx, err)
+			l.outcome, l.errClass = g.endErr(ctx, err), classify(err).class
 			buf = appendErrorEvent(buf, err, ctx)
 			send()
 			return

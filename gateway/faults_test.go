@@ -111,6 +111,7 @@ func TestFailureAfterCommitIsInBand(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(ev[len(ev)-1]), &last), body)
 			require.Equal(t, c.code, last.Error.Code, body)
 			require.Contains(t, ev[0], `"content":"Par"`)
+			require.Contains(t, r.logs.String(), `"outcome":"truncated"`)
 			r.healthy()
 		})
 	}

@@ -237,6 +237,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g.stopCtx, g.stop = context.WithCancelCause(context.Background())
 	gen, err := g.load(ctx)
 	if err != nil {
+		g.stop(err)
 		g.closeClient()
 		return nil, err
 	}

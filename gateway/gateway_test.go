@@ -309,9 +309,9 @@ func TestBodyReadTimeout(t *testing.T) {
 // Completions: a Responses API model under the same name must not get a
 // Chat Completions body's fields.
 func TestForwardingSkipsResponsesAPIProviders(t *testing.T) {
-	resp, err := openai.New("r", openai.WithResponsesAPI(), openai.WithAPIKey("k"), openai.WithBaseURL("http://127.0.0.1:1/v1"))
+	resp, err := openai.New("r", openai.WithKey("resp"), openai.WithResponsesAPI(), openai.WithAPIKey("k"), openai.WithBaseURL("http://127.0.0.1:1/v1"))
 	require.NoError(t, err)
-	vllm, err := openai.New("v", openai.WithProvider("vllm"), openai.WithAPIKey("k"), openai.WithBaseURL("http://127.0.0.1:1/v1"))
+	vllm, err := openai.New("v", openai.WithKey("vllm"), openai.WithProvider("vllm"), openai.WithAPIKey("k"), openai.WithBaseURL("http://127.0.0.1:1/v1"))
 	require.NoError(t, err)
 	pol := `{"models": [
 		{"name": "chat", "provider": "openai", "model": "c", "base_url": "http://127.0.0.1:1/v1", "api_key_env": "K"},
@@ -322,4 +322,24 @@ func TestForwardingSkipsResponsesAPIProviders(t *testing.T) {
 	require.NoError(t, err)
 	defer gw.Close(context.Background())
 	require.Equal(t, []string{"vllm"}, gw.cur.Load().providers)
+}
+
+// Every configuration mistake is an error from New: a bad policy (with its
+// position), a bad option, an empty Source.
+func TestNewErrors(t *testing.T) {
+	getenv := policy.Options{Getenv: func(string) string { return "k" }}
+	_, err := New(context.Background(), Bytes("bad.json", []byte(`{"models": [{"name": "a", "provider": "nope"}]}`), getenv))
+	require.ErrorContains(t, err, "bad.json")
+	require.ErrorContains(t, err, "provider")
+	_, err = New(context.Background(), Source{})
+	require.Error(t, err)
+	good := Bytes("ok.json", []byte(`{"models": [{"name": "a", "provider": "openai", "model": "m", "base_url": "http://127.0.0.1:1/v1", "api_key_env": "K"}]}`), getenv)
+	for _, o := range []Option{WithMaxConcurrent(0), WithMaxBodyBytes(-1), WithAPIKeys(""), WithUpstreamConns(0),
+		WithUpstreamHeaderTimeout(0), WithWriteTimeout(-time.Second), WithReadTimeout(0), WithLogger(nil), nil} {
+		_, err = New(context.Background(), good, o)
+		require.Error(t, err)
+	}
+	gw, err := New(context.Background(), good)
+	require.NoError(t, err)
+	require.NoError(t, gw.Close(context.Background()))
 }
