@@ -140,7 +140,7 @@ func (q *request) call() *Call {
 // a *DeadlineError as the cause. Without either it returns ctx itself.
 func (q *request) attemptContext(ctx context.Context, st *step) (context.Context, context.CancelFunc) {
 	q.cur = *st
-	if len(q.records) > 0 {
+	if len(q.records) > 0 || st.number > 1 { // a hedge starts with no record yet
 		q.attemptAt = q.r.cfg.now()
 	}
 	q.depStart()

@@ -20,6 +20,8 @@ type streamConfig struct {
 	gap          time.Duration
 	onCommit     func(context.Context, CommitInfo)
 	clock        clock
+	hedgeAfter   time.Duration // WithHedge; 0: off
+	hedgeMax     int
 }
 
 // WithTransforms sets the transform chain every attempt's parts run
@@ -208,6 +210,9 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 	}
 	q := &request{op: opStream} // lives as long as the stream: its outcome fires at the end
 	st := q.start(ctx, m.r)
+	if m.cfg.hedgeMax > 0 && !q.disabled {
+		return m.streamHedged(ctx, q, st, req)
+	}
 	for {
 		actx, cancel := q.attemptContext(ctx, &st)
 		c := q.call()
