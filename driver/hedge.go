@@ -173,7 +173,7 @@ func (m *RetryableModel) streamHedged(ctx context.Context, q *request, st step, 
 				continue
 			}
 			err := q.attemptErr(r.f.actx, r.res.err)
-			r.f.cancel()
+			r.f.end()
 			next, ok, stop, hard := h.fail(err)
 			switch {
 			case ok && len(h.running) == 0 && len(h.pending) == 0:
@@ -242,6 +242,12 @@ func (h *hedger) load(f *flight) {
 	if q.obs != nil {
 		q.obs.aoctx, q.obs.aopen = f.aoctx, f.aopen
 	}
+}
+
+// end releases f's contexts: the hedge's and the attempt's.
+func (f *flight) end() {
+	f.stop(errAttemptOver)
+	f.cancel()
 }
 
 func (h *hedger) remove(f *flight) {
@@ -388,7 +394,7 @@ func (h *hedger) committed(r flightResult) (s Stream, err error, again bool) {
 	h.stopAll(ErrHedgeLost)
 	res := r.res
 	if !res.empty {
-		return h.m.commit(ctx, q, res, r.f.cancel), nil, false
+		return h.m.commit(ctx, q, res, r.f.end), nil, false
 	}
 	var fin Finish
 	if res.finish != nil {
@@ -396,10 +402,10 @@ func (h *hedger) committed(r flightResult) (s Stream, err error, again bool) {
 	}
 	next, retry, final := q.judge(ctx, fin.Reason, fin.Usage)
 	if final == nil && !retry {
-		return h.m.commit(ctx, q, res, r.f.cancel), nil, false
+		return h.m.commit(ctx, q, res, r.f.end), nil, false
 	}
 	_ = res.stream.Close() // rejected: discarded unseen
-	r.f.cancel()
+	r.f.end()
 	if final != nil {
 		return nil, final, false
 	}
@@ -442,7 +448,7 @@ func (h *hedger) stopAll(cause error) {
 			if r.res.stream != nil {
 				_ = r.res.stream.Close()
 			}
-			r.f.cancel()
+			r.f.end()
 		}
 	}()
 }
