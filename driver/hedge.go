@@ -230,7 +230,8 @@ func (h *hedger) launch(st step) {
 		q.obs.aopen = false
 	}
 	h.running = append(h.running, f)
-	go func() { h.results <- flightResult{f, runAttempt(hctx, sp)} }()
+	results := h.results // stopAll gives later flights a fresh channel
+	go func() { results <- flightResult{f, runAttempt(hctx, sp)} }()
 	h.armTimer()
 }
 
@@ -442,6 +443,7 @@ func (h *hedger) stopAll(cause error) {
 		}
 	}
 	results := h.results
+	h.results = make(chan flightResult) // the loop may go on (an empty answer rejected)
 	go func() {
 		for range fs {
 			r := <-results

@@ -23,6 +23,7 @@ type hedgeModel struct {
 	delay  func(n int) time.Duration
 	gate   chan struct{}
 	fail   func(n int) error
+	empty  abi.Reason // when set, the stream ends without content on this finish
 	opens  atomic.Int32
 	closes atomic.Int32
 }
@@ -73,6 +74,10 @@ func (s *hedgeStream) Recv() (Part, error) {
 			if err := s.m.fail(s.n); err != nil {
 				return Part{}, err
 			}
+		}
+		if s.m.empty != abi.ReasonUnknown {
+			s.i = 3
+			return Part{Kind: abi.KindFinish, Finish: &abi.Finish{Reason: abi.FinishReason{Unified: s.m.empty}}}, nil
 		}
 		return Part{Kind: abi.KindTextDelta, ID: "t", Delta: s.m.key}, nil
 	case 2:
@@ -286,4 +291,71 @@ func TestHedge_GroupNextDeployment(t *testing.T) {
 	require.EqualValues(t, 1, b.opens.Load(), "west tried once")
 	require.Contains(t, []string{"east", "west"}, got)
 	require.Eventually(t, func() bool { return a.closes.Load()+b.closes.Load() == 2 }, 5*time.Second, time.Millisecond)
+}
+
+// The first attempt fails while the hedge runs: the rules' choice for that
+// failure starts beside the hedge, and the faster one answers.
+func TestHedge_FailureChoiceRunsBesideHedge(t *testing.T) {
+	a := &hedgeModel{key: "a", delay: stallFor(10 * time.Millisecond), fail: func(int) error { return errHedgeFake }}
+	b := &hedgeModel{key: "b", gate: make(chan struct{})}
+	c := &hedgeModel{key: "c", delay: stallFor(time.Millisecond)}
+	var o hedgeOutcomes
+	r, err := New(a, append(o.opts(), WithRules(Timeout().Switch(b), OnErrorIs(errHedgeFake).Switch(c)))...)
+	require.NoError(t, err)
+	m, err := NewRetryableModel(r, WithHedge(time.Millisecond, 1))
+	require.NoError(t, err)
+	s, err := m.Stream(context.Background(), &Request{})
+	require.NoError(t, err)
+	require.Equal(t, "c", text(t, s))
+	require.EqualValues(t, 1, b.opens.Load())
+	require.Eventually(t, func() bool { return b.closes.Load() == 1 }, 5*time.Second, time.Millisecond, "the hedge lost and was closed")
+	require.EqualValues(t, 1, o.ok.Load())
+	require.EqualValues(t, 0, o.failed.Load())
+	require.EqualValues(t, 1, o.errs.Load())
+}
+
+// The hedge commits an empty answer the rules reject: the first attempt is
+// cancelled, and the attempt the rules chose answers.
+func TestHedge_EmptyAnswerRejected(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		a := &hedgeModel{key: "a", gate: make(chan struct{})}
+		b := &hedgeModel{key: "b", delay: stallFor(time.Millisecond), empty: abi.ReasonContentFilter}
+		c := &hedgeModel{key: "c", delay: stallFor(time.Millisecond)}
+		var o hedgeOutcomes
+		r, err := New(a, append(o.opts(), WithRules(Timeout().Switch(b), OnFinish(abi.ReasonContentFilter).Switch(c)))...)
+		require.NoError(t, err)
+		m, err := NewRetryableModel(r, WithHedge(time.Millisecond, 1))
+		require.NoError(t, err)
+		s, err := m.Stream(context.Background(), &Request{})
+		require.NoError(t, err)
+		require.Equal(t, "c", text(t, s))
+		require.Eventually(t, func() bool { return a.closes.Load() == 1 }, 5*time.Second, time.Millisecond)
+		require.EqualValues(t, 1, o.ok.Load())
+		require.EqualValues(t, 0, o.failed.Load())
+	}
+}
+
+// spanObserver counts attempt spans opened and closed.
+type spanObserver struct {
+	nopObserver
+	starts, ends atomic.Int32
+}
+
+func (o *spanObserver) AttemptStart(ctx context.Context, _ AttemptEvent) context.Context {
+	o.starts.Add(1)
+	return ctx
+}
+func (o *spanObserver) AttemptEnd(context.Context, AttemptEndEvent) { o.ends.Add(1) }
+
+// Every attempt span an observer sees is ended, the loser's too.
+func TestHedge_ObserverSpansBalanced(t *testing.T) {
+	a := &hedgeModel{key: "a", delay: stallFor(50 * time.Millisecond)}
+	b := &hedgeModel{key: "b", delay: stallFor(time.Millisecond)}
+	var obs spanObserver
+	m := hedgedModel(t, a, b, []Option{WithObserver(&obs)})
+	s, err := m.Stream(context.Background(), &Request{})
+	require.NoError(t, err)
+	require.Equal(t, "b", text(t, s))
+	require.EqualValues(t, 2, obs.starts.Load())
+	require.EqualValues(t, 2, obs.ends.Load())
 }
