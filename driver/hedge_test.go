@@ -24,6 +24,7 @@ type hedgeModel struct {
 	gate   chan struct{}
 	fail   func(n int) error
 	empty  abi.Reason // when set, the stream ends without content on this finish
+	onOpen func()     // runs at each open
 	opens  atomic.Int32
 	closes atomic.Int32
 }
@@ -36,6 +37,9 @@ func (m *hedgeModel) Generate(context.Context, *Request) (*Response, error) {
 
 func (m *hedgeModel) Stream(ctx context.Context, _ *Request) (Stream, error) {
 	n := int(m.opens.Add(1)) - 1
+	if m.onOpen != nil {
+		m.onOpen()
+	}
 	return &hedgeStream{m: m, ctx: ctx, n: n, closed: make(chan struct{})}, nil
 }
 
@@ -195,10 +199,11 @@ func TestHedge_CallerCancels(t *testing.T) {
 // The hedge fails (no rule matches its error) while the first attempt
 // goes on and answers.
 func TestHedge_HedgeFailsFirstSucceeds(t *testing.T) {
-	a := &hedgeModel{key: "a", delay: stallFor(30 * time.Millisecond)}
+	gate, open := closer()
+	a := &hedgeModel{key: "a", gate: gate}
 	b := &hedgeModel{key: "b", fail: func(int) error { return errHedgeFake }, delay: stallFor(0)}
 	var o hedgeOutcomes
-	m := hedgedModel(t, a, b, o.opts())
+	m := hedgedModel(t, a, b, append(o.opts(), WithOnError(func(context.Context, *Attempt) { o.errs.Add(1); open() })))
 	s, err := m.Stream(context.Background(), &Request{})
 	require.NoError(t, err)
 	require.Equal(t, "a", text(t, s))
@@ -210,11 +215,14 @@ func TestHedge_HedgeFailsFirstSucceeds(t *testing.T) {
 
 // The first attempt fails while the hedge runs; the hedge answers.
 func TestHedge_FirstFailsHedgeSucceeds(t *testing.T) {
-	a := &hedgeModel{key: "a", delay: stallFor(10 * time.Millisecond), fail: func(int) error { return errHedgeFake }}
-	b := &hedgeModel{key: "b", delay: stallFor(40 * time.Millisecond)}
+	gateA, openA := closer()
+	gateB, openB := closer()
+	a := &hedgeModel{key: "a", gate: gateA, fail: func(int) error { return errHedgeFake }}
+	b := &hedgeModel{key: "b", gate: gateB, onOpen: openA}
 	var o hedgeOutcomes
 	var won Model
-	m := hedgedModel(t, a, b, append(o.opts(), WithOnSuccess(func(_ context.Context, oc Outcome) { o.ok.Add(1); won = oc.Model })))
+	m := hedgedModel(t, a, b, append(o.opts(), WithOnSuccess(func(_ context.Context, oc Outcome) { o.ok.Add(1); won = oc.Model }),
+		WithOnError(func(context.Context, *Attempt) { o.errs.Add(1); openB() })))
 	s, err := m.Stream(context.Background(), &Request{})
 	require.NoError(t, err)
 	require.Equal(t, "b", text(t, s))
@@ -227,8 +235,9 @@ func TestHedge_FirstFailsHedgeSucceeds(t *testing.T) {
 // Every attempt fails: one OnFailure, with both attempts on the record.
 func TestHedge_BothFail(t *testing.T) {
 	fail := func(int) error { return errHedgeFake }
-	a := &hedgeModel{key: "a", delay: stallFor(10 * time.Millisecond), fail: fail}
-	b := &hedgeModel{key: "b", delay: stallFor(20 * time.Millisecond), fail: fail}
+	gate, open := closer()
+	a := &hedgeModel{key: "a", gate: gate, fail: fail}
+	b := &hedgeModel{key: "b", delay: stallFor(0), onOpen: open, fail: fail}
 	var o hedgeOutcomes
 	m := hedgedModel(t, a, b, o.opts())
 	_, err := m.Stream(context.Background(), &Request{})
@@ -241,8 +250,12 @@ func TestHedge_BothFail(t *testing.T) {
 
 func TestHedge_BudgetStopsHedges(t *testing.T) {
 	for _, spent := range []bool{false, true} {
-		a := &hedgeModel{key: "a", delay: stallFor(30 * time.Millisecond)}
-		b := &hedgeModel{key: "b", gate: make(chan struct{})}
+		gate, open := closer()
+		a := &hedgeModel{key: "a", gate: gate, delay: stallFor(30 * time.Millisecond)}
+		if !spent {
+			a.delay = nil
+		}
+		b := &hedgeModel{key: "b", gate: make(chan struct{}), onOpen: open}
 		var o hedgeOutcomes
 		m := hedgedModel(t, a, b, append(o.opts(), WithRetryBudget(RetryBudget{})))
 		lb := m.r.budget.(*localBudget)
@@ -277,8 +290,15 @@ func TestHedge_CountsAgainstMaxAttempts(t *testing.T) {
 
 // In a group, the hedge runs on the next deployment not yet tried.
 func TestHedge_GroupNextDeployment(t *testing.T) {
-	a := &hedgeModel{key: "east", delay: stallFor(time.Second)}
-	b := &hedgeModel{key: "west", delay: stallFor(5 * time.Millisecond)}
+	gate, open := closer()
+	var opened atomic.Int32
+	both := func() {
+		if opened.Add(1) == 2 {
+			open()
+		}
+	}
+	a := &hedgeModel{key: "east", gate: gate, onOpen: both}
+	b := &hedgeModel{key: "west", gate: gate, onOpen: both}
 	g := Group("gpt", WeightedRandom, a, b).WithSeed(1)
 	r, err := New(g, WithRules(Timeout().Retry()))
 	require.NoError(t, err)
@@ -296,8 +316,9 @@ func TestHedge_GroupNextDeployment(t *testing.T) {
 // The first attempt fails while the hedge runs: the rules' choice for that
 // failure starts beside the hedge, and the faster one answers.
 func TestHedge_FailureChoiceRunsBesideHedge(t *testing.T) {
-	a := &hedgeModel{key: "a", delay: stallFor(10 * time.Millisecond), fail: func(int) error { return errHedgeFake }}
-	b := &hedgeModel{key: "b", gate: make(chan struct{})}
+	gate, open := closer()
+	a := &hedgeModel{key: "a", gate: gate, fail: func(int) error { return errHedgeFake }}
+	b := &hedgeModel{key: "b", gate: make(chan struct{}), onOpen: open}
 	c := &hedgeModel{key: "c", delay: stallFor(time.Millisecond)}
 	var o hedgeOutcomes
 	r, err := New(a, append(o.opts(), WithRules(Timeout().Switch(b), OnErrorIs(errHedgeFake).Switch(c)))...)
@@ -349,7 +370,7 @@ func (o *spanObserver) AttemptEnd(context.Context, AttemptEndEvent) { o.ends.Add
 
 // Every attempt span an observer sees is ended, the loser's too.
 func TestHedge_ObserverSpansBalanced(t *testing.T) {
-	a := &hedgeModel{key: "a", delay: stallFor(50 * time.Millisecond)}
+	a := &hedgeModel{key: "a", gate: make(chan struct{})}
 	b := &hedgeModel{key: "b", delay: stallFor(time.Millisecond)}
 	var obs spanObserver
 	m := hedgedModel(t, a, b, []Option{WithObserver(&obs)})
@@ -358,4 +379,11 @@ func TestHedge_ObserverSpansBalanced(t *testing.T) {
 	require.Equal(t, "b", text(t, s))
 	require.EqualValues(t, 2, obs.starts.Load())
 	require.EqualValues(t, 2, obs.ends.Load())
+}
+
+// closer returns a gate and a func that closes it (once).
+func closer() (chan struct{}, func()) {
+	g := make(chan struct{})
+	var once sync.Once
+	return g, func() { once.Do(func() { close(g) }) }
 }
