@@ -169,20 +169,11 @@ func (c *checker) module() error {
 		return c.r.fail("not a WebAssembly 1.0 binary")
 	}
 	for c.r.more() {
-		id, err := c.r.byte()
+		id, payload, err := c.r.section()
 		if err != nil {
 			return err
 		}
-		size, err := c.r.u32()
-		if err != nil {
-			return err
-		}
-		start := c.r.off
-		payload, err := c.r.bytes(uint64(size))
-		if err != nil {
-			return err
-		}
-		s := &checker{r: reader{b: payload, base: start}, lim: c.lim, info: c.info, tables: c.tables}
+		s := &checker{r: payload, lim: c.lim, info: c.info, tables: c.tables}
 		if err := s.section(id); err != nil {
 			return err
 		}
@@ -355,20 +346,11 @@ func (c *checker) custom() error {
 		return err
 	}
 	for c.r.more() {
-		id, err := c.r.byte()
+		id, payload, err := c.r.section()
 		if err != nil {
 			return err
 		}
-		size, err := c.r.u32()
-		if err != nil {
-			return err
-		}
-		start := c.r.off
-		payload, err := c.r.bytes(uint64(size))
-		if err != nil {
-			return err
-		}
-		if err := c.nameSubsection(id, reader{b: payload, base: c.r.base + start}); err != nil {
+		if err := c.nameSubsection(id, payload); err != nil {
 			return err
 		}
 	}
@@ -520,12 +502,11 @@ func (c *checker) code() error {
 		if err := c.over("BodyBytes", uint64(size), c.lim.BodyBytes); err != nil {
 			return err
 		}
-		start := c.r.off
-		body, err := c.r.bytes(uint64(size))
+		body, err := c.r.sub(size)
 		if err != nil {
 			return err
 		}
-		b := checker{r: reader{b: body, base: c.r.base + start}, lim: c.lim, tables: c.tables, where: c.where, whereIdx: c.whereIdx}
+		b := checker{r: body, lim: c.lim, tables: c.tables, where: c.where, whereIdx: c.whereIdx}
 		if err := b.body(); err != nil {
 			return err
 		}
