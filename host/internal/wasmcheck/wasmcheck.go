@@ -157,6 +157,22 @@ func (c *checker) over(limit string, got, max uint64) error {
 	return e
 }
 
+// tally adds n to a running total and checks it against its limit.
+func (c *checker) tally(limit string, total *uint64, n, max uint64) error {
+	*total += n
+	return c.over(limit, *total, max)
+}
+
+// vector reads a vector's length (each element at least size bytes) and
+// tallies it.
+func (c *checker) vector(size int, limit string, total *uint64, max uint64) (uint32, error) {
+	n, err := c.r.count(size)
+	if err != nil {
+		return 0, err
+	}
+	return n, c.tally(limit, total, uint64(n), max)
+}
+
 func (c *checker) module() error {
 	if err := c.over("ModuleBytes", uint64(len(c.r.b)), c.lim.ModuleBytes); err != nil {
 		return err
@@ -189,12 +205,8 @@ func (c *checker) section(id byte) error {
 	case secImport:
 		return c.imports()
 	case secFunction:
-		n, err := c.r.count(1)
-		if err != nil {
-			return err
-		}
-		c.info.Functions += uint64(n)
-		return c.over("Functions", c.info.Functions, c.lim.Functions)
+		_, err := c.vector(1, "Functions", &c.info.Functions, c.lim.Functions)
+		return err
 	case secTable:
 		n, err := c.r.count(3)
 		if err != nil {
@@ -213,12 +225,8 @@ func (c *checker) section(id byte) error {
 		}
 		return nil
 	case secExport:
-		n, err := c.r.count(3)
-		if err != nil {
-			return err
-		}
-		c.info.Exports += uint64(n)
-		return c.over("Exports", c.info.Exports, c.lim.Exports)
+		_, err := c.vector(3, "Exports", &c.info.Exports, c.lim.Exports)
+		return err
 	case secStart:
 		return ErrStartSection
 	case secCode:
@@ -226,12 +234,8 @@ func (c *checker) section(id byte) error {
 	case secData:
 		return c.data()
 	case secGlobal:
-		n, err := c.r.count(4)
-		if err != nil {
-			return err
-		}
-		c.info.Globals += uint64(n)
-		return c.over("Globals", c.info.Globals, c.lim.Globals)
+		_, err := c.vector(4, "Globals", &c.info.Globals, c.lim.Globals)
+		return err
 	case secMemory, secTagSection:
 		// Only the length matters: wazero allocates by it.
 		_, err := c.r.count(2)
@@ -249,12 +253,8 @@ func (c *checker) section(id byte) error {
 // types walks the type section: only function types (no GC rec groups)
 // and the lengths of their parameter and result vectors.
 func (c *checker) types() error {
-	n, err := c.r.count(3)
+	n, err := c.vector(3, "Types", &c.info.Types, c.lim.Types)
 	if err != nil {
-		return err
-	}
-	c.info.Types += uint64(n)
-	if err := c.over("Types", c.info.Types, c.lim.Types); err != nil {
 		return err
 	}
 	for range n {
@@ -281,12 +281,8 @@ func (c *checker) types() error {
 // elements walks the element segments: their mode, table, offset and the
 // lengths of their vectors.
 func (c *checker) elements() error {
-	n, err := c.r.count(2)
+	n, err := c.vector(2, "Elements", &c.info.Elements, c.lim.Elements)
 	if err != nil {
-		return err
-	}
-	c.info.Elements += uint64(n)
-	if err := c.over("Elements", c.info.Elements, c.lim.Elements); err != nil {
 		return err
 	}
 	for range n {
@@ -316,8 +312,7 @@ func (c *checker) elements() error {
 		if err != nil {
 			return err
 		}
-		c.info.Elements += uint64(l)
-		if err := c.over("Elements", c.info.Elements, c.lim.Elements); err != nil {
+		if err := c.tally("Elements", &c.info.Elements, uint64(l), c.lim.Elements); err != nil {
 			return err
 		}
 		for range l {
@@ -358,12 +353,8 @@ func (c *checker) custom() error {
 }
 
 func (c *checker) imports() error {
-	n, err := c.r.count(4)
+	n, err := c.vector(4, "Imports", &c.info.Imports, c.lim.Imports)
 	if err != nil {
-		return err
-	}
-	c.info.Imports += uint64(n)
-	if err := c.over("Imports", c.info.Imports, c.lim.Imports); err != nil {
 		return err
 	}
 	for range n {
@@ -385,8 +376,7 @@ func (c *checker) imports() error {
 			if _, err := c.r.u32(); err != nil {
 				return err
 			}
-			c.info.Functions++
-			if err := c.over("Functions", c.info.Functions, c.lim.Functions); err != nil {
+			if err := c.tally("Functions", &c.info.Functions, 1, c.lim.Functions); err != nil {
 				return err
 			}
 		case 1: // table: reftype, limits
@@ -407,8 +397,7 @@ func (c *checker) imports() error {
 			if _, err := c.r.bytes(2); err != nil {
 				return err
 			}
-			c.info.Globals++
-			if err := c.over("Globals", c.info.Globals, c.lim.Globals); err != nil {
+			if err := c.tally("Globals", &c.info.Globals, 1, c.lim.Globals); err != nil {
 				return err
 			}
 		default:
@@ -512,8 +501,7 @@ func (c *checker) code() error {
 		}
 		c.info.MaxNesting = max(c.info.MaxNesting, b.info.MaxNesting)
 		c.info.MaxLocals = max(c.info.MaxLocals, b.info.MaxLocals)
-		c.info.AllLocals += b.info.MaxLocals
-		if err := c.over("AllLocals", c.info.AllLocals, c.lim.AllLocals); err != nil {
+		if err := c.tally("AllLocals", &c.info.AllLocals, b.info.MaxLocals, c.lim.AllLocals); err != nil {
 			return err
 		}
 	}
@@ -555,12 +543,8 @@ func (c *checker) body() error {
 // data walks the data section: every segment's mode, offset expression
 // and bytes.
 func (c *checker) data() error {
-	n, err := c.r.count(2)
+	n, err := c.vector(2, "DataSegments", &c.info.DataSegments, c.lim.DataSegments)
 	if err != nil {
-		return err
-	}
-	c.info.DataSegments += uint64(n)
-	if err := c.over("DataSegments", c.info.DataSegments, c.lim.DataSegments); err != nil {
 		return err
 	}
 	for range n {
@@ -589,8 +573,7 @@ func (c *checker) data() error {
 		if _, err := c.r.bytes(uint64(l)); err != nil {
 			return err
 		}
-		c.info.DataBytes += uint64(l)
-		if err := c.over("DataBytes", c.info.DataBytes, c.lim.DataBytes); err != nil {
+		if err := c.tally("DataBytes", &c.info.DataBytes, uint64(l), c.lim.DataBytes); err != nil {
 			return err
 		}
 	}
@@ -603,8 +586,7 @@ func (c *checker) data() error {
 // bytes is the stricter bound.
 func (c *checker) nameSubsection(id byte, s reader) error {
 	entries := func(n uint32) error {
-		c.info.Names += uint64(n)
-		return c.over("Names", c.info.Names, c.lim.Names)
+		return c.tally("Names", &c.info.Names, uint64(n), c.lim.Names)
 	}
 	name := func() error {
 		l, err := s.count(1)
