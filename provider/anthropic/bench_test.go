@@ -1,7 +1,6 @@
 package anthropic_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,20 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/provider/anthropic"
+	"github.com/retryhost/retryhost/provider/internal/wiretest"
 )
-
-// memTransport answers every request with the same in-memory SSE body, so
-// the benchmark measures decoding and mapping, not sockets.
-type memTransport struct{ body []byte }
-
-func (m memTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		_, _ = io.Copy(io.Discard, r.Body)
-		_ = r.Body.Close()
-	}
-	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
-		Body: io.NopCloser(bytes.NewReader(m.body)), ContentLength: -1, Request: r}, nil
-}
 
 // sseBody is an n-delta answer in Messages stream events.
 func sseBody(n int) []byte {
@@ -50,7 +37,7 @@ func sseBody(n int) []byte {
 // (decode plus mapping to parts).
 func BenchmarkStream1000(b *testing.B) {
 	const n = 1000
-	hc := &http.Client{Transport: memTransport{body: sseBody(n)}}
+	hc := &http.Client{Transport: wiretest.MemTransport{Body: sseBody(n)}}
 	ctx := context.Background()
 
 	b.Run("sdk", func(b *testing.B) {

@@ -1,7 +1,6 @@
 package openai_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,21 +14,9 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/require"
 
+	"github.com/retryhost/retryhost/provider/internal/wiretest"
 	"github.com/retryhost/retryhost/provider/openai"
 )
-
-// memTransport answers every request with the same in-memory SSE body, so
-// the benchmark measures decoding and mapping, not sockets.
-type memTransport struct{ body []byte }
-
-func (m memTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		_, _ = io.Copy(io.Discard, r.Body)
-		_ = r.Body.Close()
-	}
-	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
-		Body: io.NopCloser(bytes.NewReader(m.body)), ContentLength: -1, Request: r}, nil
-}
 
 // sseBody is a 1,000-delta answer in chat.completion.chunk events.
 func sseBody(n int) []byte {
@@ -49,7 +36,7 @@ func sseBody(n int) []byte {
 // (decode plus mapping to parts).
 func BenchmarkStream1000(b *testing.B) {
 	const n = 1000
-	hc := &http.Client{Transport: memTransport{body: sseBody(n)}}
+	hc := &http.Client{Transport: wiretest.MemTransport{Body: sseBody(n)}}
 	ctx := context.Background()
 
 	b.Run("sdk", func(b *testing.B) {
@@ -112,7 +99,7 @@ func responsesBody(n int) []byte {
 // API.
 func BenchmarkResponsesStream1000(b *testing.B) {
 	const n = 1000
-	hc := &http.Client{Transport: memTransport{body: responsesBody(n)}}
+	hc := &http.Client{Transport: wiretest.MemTransport{Body: responsesBody(n)}}
 	ctx := context.Background()
 	b.Run("sdk", func(b *testing.B) {
 		client := oai.NewClient(option.WithBaseURL("http://mem/v1"), option.WithAPIKey("k"), option.WithHTTPClient(hc), option.WithMaxRetries(0))
