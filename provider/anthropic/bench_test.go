@@ -2,9 +2,7 @@ package anthropic_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -66,17 +64,9 @@ func BenchmarkStream1000(b *testing.B) {
 		for b.Loop() {
 			st, err := m.Stream(ctx, req)
 			require.NoError(b, err)
-			parts := 0
-			for {
-				_, err := st.Recv()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				require.NoError(b, err)
-				parts++
-			}
+			parts, err := wiretest.Count(st)
+			require.NoError(b, err)
 			require.Equal(b, n+5, parts) // stream-start, metadata, text-start, n deltas, text-end, finish
-			_ = st.Close()
 		}
 	})
 }
