@@ -115,3 +115,13 @@ func (r *reader) count(size int) (uint32, error) {
 	}
 	return n, nil
 }
+
+// byteVec reads a vector of bytes (a name, or a type's value types): its
+// length, checked like any vector's, then the bytes (a view).
+func (r *reader) byteVec() ([]byte, error) {
+	n, err := r.count(1)
+	if err != nil {
+		return nil, err
+	}
+	return r.bytes(uint64(n))
+}

@@ -266,11 +266,7 @@ func (c *checker) types() error {
 			return c.r.fail(fmt.Sprintf("type form %#x", form))
 		}
 		for range 2 { // parameters, results
-			l, err := c.r.count(1)
-			if err != nil {
-				return err
-			}
-			if _, err := c.r.bytes(uint64(l)); err != nil {
+			if _, err := c.r.byteVec(); err != nil {
 				return err
 			}
 		}
@@ -332,11 +328,7 @@ func (c *checker) elements() error {
 // custom walks a custom section; of those wazero decodes, only "name"
 // declares vector lengths (function and local names).
 func (c *checker) custom() error {
-	l, err := c.r.count(1)
-	if err != nil {
-		return err
-	}
-	name, err := c.r.bytes(uint64(l))
+	name, err := c.r.byteVec()
 	if err != nil || string(name) != "name" {
 		return err
 	}
@@ -589,10 +581,7 @@ func (c *checker) nameSubsection(id byte, s reader) error {
 		return c.tally("Names", &c.info.Names, uint64(n), c.lim.Names)
 	}
 	name := func() error {
-		l, err := s.count(1)
-		if err == nil {
-			_, err = s.bytes(uint64(l))
-		}
+		_, err := s.byteVec()
 		return err
 	}
 	switch id {
