@@ -90,16 +90,30 @@ func (c *coolers) cooling(key string, now time.Time) bool {
 	return s != nil && now.Before(s.until)
 }
 
+// coolingModel reports whether m cools down at now: a group when every
+// deployment of it does. The caller holds mu.
+func (c *coolers) coolingModel(m Model, now time.Time) bool {
+	if g, ok := m.(*DeploymentGroup); ok {
+		for _, d := range g.deps {
+			if !c.cooling(d.Key(), now) {
+				return false
+			}
+		}
+		return true
+	}
+	return c.cooling(m.Key(), now)
+}
+
 // coolStart returns the model a request that would start on m starts on.
 func (r *Runner) coolStart(m Model, now time.Time) Model {
 	c := r.cool
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.cooling(m.Key(), now) {
+	if !c.coolingModel(m, now) {
 		return m
 	}
 	for _, o := range c.order {
-		if !c.cooling(o.Key(), now) {
+		if !c.coolingModel(o, now) {
 			return o
 		}
 	}
@@ -111,7 +125,7 @@ func (r *Runner) coolSkip(m Model, now time.Time) bool {
 	c := r.cool
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.cooling(m.Key(), now)
+	return c.coolingModel(m, now)
 }
 
 // coolFailed counts a failed attempt a against its model.

@@ -51,7 +51,10 @@ import (
 
 // step is what one attempt runs with.
 type step struct {
-	model     Model
+	model     Model // what the attempt runs on: a model, or a group's deployment
+	target    Model // the model or group a rule (or the start) chose; nil: model
+	group     *DeploymentGroup
+	idx       int           // the deployment's index in group
 	number    int           // 1-based
 	timeout   time.Duration // the attempt's own deadline; 0: none
 	delay     time.Duration // the wait before it (advance observes it)
@@ -82,6 +85,11 @@ type request struct {
 	accepted   error        // the ConditionErr of an accepted result, for its success record
 	callv      *Call        // reused between attempts; separate so q itself can stay on the stack
 
+	inBudget  bool // counted as a request in flight by the retry budget
+	retrySlot bool // holds a retry-in-flight slot of the retry budget
+	busy      bool // the current attempt counts as in flight on its group's deployment
+	fed       bool // the current attempt's latency was fed to its group
+
 	op  opCode    // which API runs the request; set before start
 	obs *observed // telemetry state (observer.go); nil without an Observer
 }
@@ -106,7 +114,11 @@ func (q *request) start(ctx context.Context, r *Runner) step {
 	if r.cfg.budget > 0 {
 		q.budgetAt = q.begun.Add(r.cfg.budget)
 	}
-	q.cur = step{model: q.startModel, number: 1, timeout: r.cfg.attemptTimeout}
+	if r.budget != nil {
+		q.budgetBegin()
+	}
+	q.cur = step{number: 1, timeout: r.cfg.attemptTimeout}
+	q.aim(&q.cur, q.startModel, false)
 	q.attemptAt = q.begun // the first attempt starts now: one clock read fewer
 	if o := r.cfg.observer; o != nil {
 		q.observeStart(ctx, o)
@@ -131,6 +143,7 @@ func (q *request) attemptContext(ctx context.Context, st *step) (context.Context
 	if len(q.records) > 0 {
 		q.attemptAt = q.r.cfg.now()
 	}
+	q.depStart()
 	if q.obs != nil {
 		ctx = q.observeAttempt()
 	}
@@ -191,11 +204,13 @@ func (q *request) record(err error, finish FinishReason, usage Usage) {
 		Finish: finish, Usage: usage, Earlier: earlier,
 	}
 	classify(err, q.a, now, q.r.cfg.retryAfterCap)
+	q.depDone(err == nil, err != nil && healthFailure.Matches(q.a))
 	q.records = append(q.records, AttemptRecord{
 		Number: q.cur.number, Model: q.cur.model, Err: err, Finish: finish,
 		Class: q.a.Class, Status: q.a.Status, Duration: q.a.Duration, Overrides: q.cur.overrides,
 	})
-	q.count(q.a.Model).attempts++
+	q.count(q.cur.logical().Key()).attempts++
+	q.budgetRelease() // the attempt is over; the next must take a slot again
 }
 
 // fail judges a failed attempt: it fires OnError, then asks the rules. It
@@ -206,6 +221,7 @@ func (q *request) fail(ctx context.Context, err error) (step, error) {
 			q.record(err, FinishReason{}, Usage{})
 			q.observeFinal(err)
 		}
+		q.depDone(false, false)
 		return step{}, err
 	}
 	q.record(err, FinishReason{}, Usage{})
@@ -221,6 +237,15 @@ func (q *request) fail(ctx context.Context, err error) (step, error) {
 	var de *DeadlineError
 	if errors.As(err, &de) && !de.Recoverable() {
 		return step{}, q.final(ctx, de)
+	}
+	if next, ok := q.failOverInGroup(); ok {
+		if !q.budgetTake() {
+			return step{}, q.final(ctx, ErrBudgetExhausted)
+		}
+		if q.obs != nil {
+			q.observeEnd(AttemptFailed, err, &next)
+		}
+		return next, nil
 	}
 	next, ok, stop := q.choose(ctx)
 	if !ok {
@@ -249,15 +274,16 @@ func (q *request) judge(ctx context.Context, finish FinishReason, usage Usage) (
 		return next, true, nil
 	}
 	var ue *UnknownModelError
-	if stop != nil && !errors.As(stop, &ue) {
+	if stop != nil && !errors.As(stop, &ue) && stop != ErrBudgetExhausted {
 		return step{}, false, q.final(ctx, stop)
 	}
 	// Accepted (a condition that named an unknown model does not turn a
 	// good answer into a failure; it was logged and stays on the record of
-	// the successful attempt): the result attempt is the successful one.
+	// the successful attempt; nor does a spent retry budget): the result
+	// attempt is the successful one.
 	q.accepted = q.records[len(q.records)-1].ConditionErr
 	q.records = q.records[:len(q.records)-1]
-	q.count(q.a.Model).attempts--
+	q.count(q.cur.logical().Key()).attempts--
 	return step{}, false, nil
 }
 
@@ -308,7 +334,7 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 		case abi.ActionGiveUp:
 			return step{}, false, ErrGaveUp
 		case abi.ActionRetry:
-			target = q.cur.model
+			target = q.cur.logical()
 			if maxAttempts <= 0 {
 				maxAttempts = 2
 			}
@@ -332,7 +358,8 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 		if len(q.records) >= r.cfg.maxAttempts {
 			return step{}, false, ErrMaxAttempts
 		}
-		next = step{model: target, number: len(q.records) + 1, timeout: r.cfg.attemptTimeout}
+		next = step{number: len(q.records) + 1, timeout: r.cfg.attemptTimeout}
+		q.aim(&next, target, false)
 		if d.Timeout > 0 {
 			next.timeout = d.Timeout
 		}
@@ -348,6 +375,9 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 		if dl, ok := ctx.Deadline(); ok && next.delay > 0 && time.Until(dl) <= next.delay {
 			return step{}, false, fmt.Errorf("retryhost: a backoff of %v would outlive the caller's deadline: %w",
 				next.delay, context.DeadlineExceeded)
+		}
+		if !q.budgetTake() {
+			return step{}, false, ErrBudgetExhausted
 		}
 		return next, true, nil
 	}
@@ -456,6 +486,8 @@ func (q *request) advance(ctx context.Context, next *step) error {
 
 // succeed ends the request with the current attempt's success.
 func (q *request) succeed(ctx context.Context) {
+	q.budgetEnd()
+	q.depDone(true, false)
 	if q.obs != nil {
 		q.observeSuccess()
 	}
@@ -465,13 +497,13 @@ func (q *request) succeed(ctx context.Context) {
 	if q.r.cool != nil {
 		q.r.coolSucceeded(q.cur.model)
 	}
-	switched, f := !sameModel(q.cur.model, q.startModel), q.r.cfg.onSuccess
+	switched, f := !sameModel(q.cur.logical(), q.startModel), q.r.cfg.onSuccess
 	if !switched && f == nil {
 		return // the common case reads no clock
 	}
 	now := q.r.cfg.now()
 	if switched && !q.named {
-		q.r.stickySet(q.cur.model, now)
+		q.r.stickySet(q.cur.logical(), now)
 	}
 	if f != nil {
 		q.records = append(q.records, AttemptRecord{
@@ -485,6 +517,7 @@ func (q *request) succeed(ctx context.Context) {
 // final ends the request with a failure: the raw error of a lone attempt
 // when nothing else explains the stop, else a *RetryError. It fires OnFailure.
 func (q *request) final(ctx context.Context, cause error) error {
+	q.budgetEnd()
 	var err error
 	if last := q.records[len(q.records)-1].Err; len(q.records) == 1 && last != nil &&
 		(cause == nil || errors.Is(last, cause)) {

@@ -49,7 +49,7 @@ const (
 // RequestEvent starts a request.
 type RequestEvent struct {
 	Op    string // OpDo, OpGenerate or OpStream
-	Model Model  // the model the first attempt runs on (sticky fallback applied)
+	Model Model  // the model the first attempt runs on (sticky fallback applied; a group's deployment)
 	// Disabled reports a request run with retrying off (see WithDisabled):
 	// one attempt, no rules.
 	Disabled bool
@@ -237,7 +237,7 @@ type observed struct {
 // observeStart sets q.obs up and fires RequestStart.
 func (q *request) observeStart(ctx context.Context, o Observer) {
 	q.obs = &observed{o: o}
-	q.obs.octx = o.RequestStart(ctx, RequestEvent{Op: opNames[q.op], Model: q.startModel, Disabled: q.disabled})
+	q.obs.octx = o.RequestStart(ctx, RequestEvent{Op: opNames[q.op], Model: q.cur.model, Disabled: q.disabled})
 }
 
 // observeAttempt fires AttemptStart for q.cur and returns the context the

@@ -165,6 +165,7 @@ type config struct {
 	logger         *slog.Logger
 	observer       Observer
 	cooldown       *Cooldown
+	retryBudget    *RetryBudget
 	now            func() time.Time
 	sleep          func(context.Context, time.Duration) error
 }

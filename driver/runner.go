@@ -23,7 +23,8 @@ const defaultMaxAttempts = 10
 // A Runner is safe for concurrent use by multiple goroutines. Each request
 // keeps its own state (current model, attempt counts); the only state
 // requests share is the sticky fallback, read when a request starts, and
-// the models' cooldowns (WithCooldown).
+// the models' cooldowns (WithCooldown) and the retry budget's counters
+// (WithRetryBudget).
 type Runner struct {
 	cfg    config
 	base   Model
@@ -38,7 +39,8 @@ type Runner struct {
 	randMu sync.Mutex
 	rand   *rand.Rand // nil unless Backoff.Seed is set
 
-	cool *coolers // nil unless WithCooldown
+	cool   *coolers    // nil unless WithCooldown
+	budget budgetState // nil unless WithRetryBudget
 }
 
 // New builds a Runner whose requests start on base.
@@ -113,6 +115,9 @@ func New(base Model, opts ...Option) (*Runner, error) {
 				rule.match.name, rule.targetKey)
 		}
 	}
+	if r.cfg.retryBudget != nil {
+		r.budget = new(localBudget)
+	}
 	if r.cfg.cooldown != nil {
 		r.cool = &coolers{states: map[string]*coolState{}}
 		seen := map[string]bool{}
@@ -136,6 +141,16 @@ func New(base Model, opts ...Option) (*Runner, error) {
 }
 
 func (r *Runner) addModel(m Model) error {
+	if g, ok := m.(*DeploymentGroup); ok {
+		if g.err != nil {
+			return g.err
+		}
+		for _, d := range g.deps {
+			if err := r.addModel(d); err != nil {
+				return err
+			}
+		}
+	}
 	k := m.Key()
 	if k == "" {
 		return fmt.Errorf("retryhost: model %T has an empty key", m)
@@ -209,6 +224,7 @@ func Do[R any](ctx context.Context, r *Runner, fn func(ctx context.Context, c *C
 	}
 	var q request
 	st := q.start(ctx, r)
+	defer q.release() // also when fn panics: a request must not stay counted
 	for {
 		actx, cancel := q.attemptContext(ctx, &st)
 		res, err := fn(actx, q.call())
@@ -252,6 +268,7 @@ func (r *Runner) generate(ctx context.Context, req *Request,
 	}
 	q := request{op: opGenerate}
 	st := q.start(ctx, r)
+	defer q.release() // also when a model panics
 	for {
 		actx, cancel := q.attemptContext(ctx, &st)
 		c := q.call()

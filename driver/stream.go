@@ -252,6 +252,7 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 // commit hands the committed attempt to the caller and wires the request's
 // outcome to the stream's end.
 func (m *RetryableModel) commit(ctx context.Context, q *request, res attemptResult, cancel context.CancelFunc) Stream {
+	q.depFed() // a group's latency is the time to first content
 	if q.obs != nil {
 		if res.finish != nil {
 			q.observeResult(res.finish.Reason, res.finish.Usage)

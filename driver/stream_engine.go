@@ -8,6 +8,8 @@ import "context"
 // already got from Recv. It is the one method the stream driver adds to the
 // call engine's per-request state.
 func (q *request) failCommitted(ctx context.Context, err error) {
+	q.budgetEnd()
+	q.depDone(false, false)
 	if q.disabled {
 		if q.obs != nil {
 			q.record(err, FinishReason{}, Usage{})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -52,6 +53,14 @@ func (b *builder) build(ctx context.Context, f *File) error {
 			return err
 		}
 	}
+	groups := make([]driver.Model, 0, len(f.Groups))
+	for i := range f.Groups {
+		g, err := b.group(i, &f.Groups[i])
+		if err != nil {
+			return err
+		}
+		groups = append(groups, g)
+	}
 	b.sb = &f.Sandbox
 	var ropts []driver.Option
 	for i := range f.Rules {
@@ -73,7 +82,13 @@ func (b *builder) build(ctx context.Context, f *File) error {
 	for _, m := range f.Models {
 		models = append(models, b.p.Models[m.Name])
 	}
-	ropts = append(ropts, driver.WithModels(models[1:]...), driver.WithLogger(b.opts.Logger))
+	start := models[0]
+	if f.Start != "" {
+		if start = b.p.Models[f.Start]; start == nil {
+			return b.errf("start", "unknown model or group %q", f.Start)
+		}
+	}
+	ropts = append(ropts, driver.WithModels(models...), driver.WithModels(groups...), driver.WithLogger(b.opts.Logger))
 
 	dl := f.Deadlines
 	for _, l := range [...]struct {
@@ -142,6 +157,22 @@ func (b *builder) build(ctx context.Context, f *File) error {
 		}
 		ropts = append(ropts, driver.WithCooldown(c))
 	}
+	if rb := f.RetryBudget; rb != nil {
+		bud := driver.RetryBudget{Percent: driver.DefaultBudgetPercent, MinRetries: driver.DefaultBudgetMinRetries}
+		if rb.Percent != nil {
+			if *rb.Percent < 1 || *rb.Percent > 100 {
+				return b.errf("retry_budget.percent", "must be 1-100, got %d", *rb.Percent)
+			}
+			bud.Percent = *rb.Percent
+		}
+		if rb.MinRetries != nil {
+			if *rb.MinRetries < 1 {
+				return b.errf("retry_budget.min_retries", "must be at least 1 (a lone request could never retry), got %d", *rb.MinRetries)
+			}
+			bud.MinRetries = *rb.MinRetries
+		}
+		ropts = append(ropts, driver.WithRetryBudget(bud))
+	}
 	switch f.Commit {
 	case "", "output":
 	case "legacy":
@@ -155,7 +186,7 @@ func (b *builder) build(ctx context.Context, f *File) error {
 	if _, err := b.memory(); err != nil {
 		return err
 	}
-	r, err := driver.New(models[0], append(ropts, b.opts.RunnerOptions...)...)
+	r, err := driver.New(start, append(ropts, b.opts.RunnerOptions...)...)
 	if err != nil {
 		return b.errf("", "%v", err)
 	}
@@ -165,6 +196,68 @@ func (b *builder) build(ctx context.Context, f *File) error {
 	}
 	b.p.Runner, b.p.Model = r, m
 	return nil
+}
+
+func (b *builder) group(i int, gs *GroupSpec) (driver.Model, error) {
+	at := fmt.Sprintf("groups[%d]", i)
+	switch {
+	case gs.Name == "":
+		return nil, b.errf(at+".name", "required: the group's key, which rules and requests refer to")
+	case !namePattern.MatchString(gs.Name):
+		return nil, b.errf(at+".name", "%q is not a valid name (letters, digits, '.', '_', '-')", gs.Name)
+	case b.p.Models[gs.Name] != nil:
+		return nil, b.errf(at+".name", "%q is already the name of a model or group: names are keys, so they must be unique", gs.Name)
+	}
+	strategy := driver.WeightedRandom
+	if gs.Strategy != "" {
+		s, err := driver.ParseStrategy(gs.Strategy)
+		if err != nil {
+			return nil, b.errf(at+".strategy", "unknown strategy %q (want weighted, least-in-flight or latency)", gs.Strategy)
+		}
+		strategy = s
+	}
+	if len(gs.Models) == 0 {
+		return nil, b.errf(at+".models", "at least one model is required")
+	}
+	if len(gs.Models) > driver.MaxGroupSize {
+		return nil, b.errf(at+".models", "%d models (at most %d)", len(gs.Models), driver.MaxGroupSize)
+	}
+	deps := make([]driver.Model, len(gs.Models))
+	seen := map[string]bool{}
+	for j, name := range gs.Models {
+		mat := fmt.Sprintf("%s.models[%d]", at, j)
+		if seen[name] {
+			return nil, b.errf(mat, "%q is listed twice", name)
+		}
+		seen[name] = true
+		if _, ok := b.index[name]; !ok {
+			if b.p.Models[name] != nil {
+				return nil, b.errf(mat, "%q is a group: a group's members are models", name)
+			}
+			return nil, b.errf(mat, "unknown model %q (declare it under models)", name)
+		}
+		deps[j] = b.p.Models[name]
+	}
+	g := driver.Group(gs.Name, strategy, deps...)
+	if gs.Weights != nil {
+		if strategy != driver.WeightedRandom {
+			return nil, b.errf(at+".weights", "only for the weighted strategy (this group's is %s)", strategy)
+		}
+		if len(gs.Weights) != len(gs.Models) {
+			return nil, b.errf(at+".weights", "%d weights for %d models: give one per model, in order", len(gs.Weights), len(gs.Models))
+		}
+		for j, w := range gs.Weights {
+			if w < 1 || w > math.MaxInt32 {
+				return nil, b.errf(fmt.Sprintf("%s.weights[%d]", at, j), "must be a positive integer, got %d", w)
+			}
+		}
+		g = g.WithWeights(gs.Weights...)
+	}
+	if err := g.Err(); err != nil {
+		return nil, b.errf(at, "%v", err)
+	}
+	b.p.Models[gs.Name] = g
+	return g, nil
 }
 
 func (b *builder) path(p string) string {

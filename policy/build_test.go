@@ -82,6 +82,23 @@ func TestParseErrors(t *testing.T) {
 		{"zero max attempts", `{` + models + `, "max_attempts": 0}`, "max_attempts: must be at least 1, got 0"},
 		{"bad sticky", `{` + models + `, "sticky": "forever"}`, `sticky: unknown sticky policy "forever"`},
 		{"bad commit", `{` + models + `, "commit": "eager"}`, `commit: unknown commit rule "eager"`},
+		{"group without name", `{` + models + `, "groups": [{"models": ["a"]}]}`, "groups[0].name: required"},
+		{"group name taken", `{` + models + `, "groups": [{"name": "a", "models": ["b"]}]}`, `groups[0].name: "a" is already the name of a model or group`},
+		{"group bad strategy", `{` + models + `, "groups": [{"name": "g", "strategy": "fastest", "models": ["a"]}]}`, `groups[0].strategy: unknown strategy "fastest"`},
+		{"group no models", `{` + models + `, "groups": [{"name": "g", "models": []}]}`, "groups[0].models: at least one model is required"},
+		{"group unknown model", `{` + models + `, "groups": [{"name": "g", "models": ["a", "c"]}]}`, `groups[0].models[1]: unknown model "c"`},
+		{"group model twice", `{` + models + `, "groups": [{"name": "g", "models": ["a", "a"]}]}`, `groups[0].models[1]: "a" is listed twice`},
+		{"group of a group", `{` + models + `, "groups": [{"name": "g", "models": ["a"]}, {"name": "h", "models": ["g"]}]}`, `groups[1].models[0]: "g" is a group`},
+		{"group weights count", `{` + models + `, "groups": [{"name": "g", "models": ["a", "b"], "weights": [1]}]}`, "groups[0].weights: 1 weights for 2 models"},
+		{"group weight zero", `{` + models + `, "groups": [{"name": "g", "models": ["a", "b"], "weights": [1, 0]}]}`, "groups[0].weights[1]: must be a positive integer, got 0"},
+		{"group weights not weighted", `{` + models + `, "groups": [{"name": "g", "strategy": "latency", "models": ["a", "b"], "weights": [1, 2]}]}`, "groups[0].weights: only for the weighted strategy"},
+		{"group unknown field", `{` + models + `, "groups": [{"name": "g", "models": ["a"], "order": "shuffle"}]}`, "groups[0].order: unknown field"},
+		{"unknown start", `{` + models + `, "start": "c"}`, `start: unknown model or group "c"`},
+		{"budget percent 0", `{` + models + `, "retry_budget": {"percent": 0}}`, "retry_budget.percent: must be 1-100, got 0"},
+		{"budget percent 150", `{` + models + `, "retry_budget": {"percent": 150}}`, "retry_budget.percent: must be 1-100, got 150"},
+		{"budget min 0", `{` + models + `, "retry_budget": {"min_retries": 0}}`, "retry_budget.min_retries: must be at least 1"},
+		{"budget unknown field", `{` + models + `, "retry_budget": {"ratio": 0.2}}`, "retry_budget.ratio: unknown field"},
+		{"budget percent as text", `{` + models + `, "retry_budget": {"percent": "20%"}}`, "retry_budget.percent"},
 		{"cooldown without failures", `{` + models + `, "cooldown": {"for": "30s"}}`, "cooldown.failures: must be at least 1, got 0"},
 		{"cooldown without for", `{` + models + `, "cooldown": {"failures": 3}}`, "cooldown.for: a positive duration is required"},
 		{"cooldown bad when", `{` + models + `, "cooldown": {"failures": 3, "for": "1m", "when": {"class": ["slow"]}}}`, `cooldown.when.class[0]: unknown error class "slow"`},
@@ -220,4 +237,70 @@ func TestCooldownFromTheFile(t *testing.T) {
 	call(503) // counted: a cools down
 	call(0)
 	require.Equal(t, []string{"a", "b", "a", "b", "b"}, tried)
+}
+
+// TestRetryBudgetFromTheFile: the file's retry budget reaches the Runner:
+// with min_retries 1 and a low percent, while one request's retry is in
+// flight another's is refused with ErrBudgetExhausted.
+func TestRetryBudgetFromTheFile(t *testing.T) {
+	ctx := context.Background()
+	p, err := policy.Parse(ctx, []byte(`{`+models+`,
+	  "rules": [{"when": {"status": [503]}, "action": "retry"}],
+	  "retry_budget": {"percent": 10, "min_retries": 1}}`), bound())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	inRetry, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := driver.Do(ctx, p.Runner, func(_ context.Context, c *driver.Call) (string, error) {
+			if c.Number == 1 {
+				return "", &driver.ProviderError{Status: 503, Message: "x"}
+			}
+			close(inRetry)
+			<-release
+			return "ok", nil
+		})
+		done <- err
+	}()
+	<-inRetry
+	attempts := 0
+	_, err = driver.Do(ctx, p.Runner, func(_ context.Context, c *driver.Call) (string, error) {
+		attempts++
+		return "", &driver.ProviderError{Status: 503, Message: "x"}
+	})
+	require.ErrorIs(t, err, driver.ErrBudgetExhausted)
+	require.Equal(t, 1, attempts)
+	close(release)
+	require.NoError(t, <-done)
+}
+
+// TestGroupsFromTheFile: a file's group is a start and a rule target: the
+// request starts on the group (start), fails over inside it on a 503, and
+// the rule then switches to the other group.
+func TestGroupsFromTheFile(t *testing.T) {
+	ctx := context.Background()
+	opts := bound()
+	opts.Models["c"] = fakeModel{"s/c"}
+	p, err := policy.Parse(ctx, []byte(`{"models": [{"name": "a", "provider": "scripted"}, {"name": "b", "provider": "scripted"},
+	    {"name": "c", "provider": "scripted"}],
+	  "groups": [{"name": "gpt-4o", "strategy": "weighted", "models": ["a", "b"], "weights": [3, 1]},
+	             {"name": "backup", "strategy": "latency", "models": ["c"]}],
+	  "start": "gpt-4o",
+	  "rules": [{"when": {"status": [503]}, "action": "switch", "model": "backup"}]}`), opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	require.Equal(t, "gpt-4o", p.Runner.Base().Key())
+	require.Equal(t, "gpt-4o", p.Models["gpt-4o"].Key())
+	var tried []string
+	_, err = driver.Do(ctx, p.Runner, func(_ context.Context, c *driver.Call) (string, error) {
+		tried = append(tried, c.Model.Key())
+		if c.Model.Key() != "c" {
+			return "", &driver.ProviderError{Status: 503, Message: "x"}
+		}
+		return "ok", nil
+	})
+	require.NoError(t, err)
+	require.Len(t, tried, 3)
+	require.ElementsMatch(t, []string{"a", "b"}, tried[:2], "inside the group first")
+	require.Equal(t, "c", tried[2], "then the rule's group")
 }

@@ -146,7 +146,7 @@ type Options struct {
 type Policy struct {
 	Runner *driver.Runner
 	Model  *driver.RetryableModel
-	// Models are the file's models by name (which is their key).
+	// Models are the file's models and groups by name (which is their key).
 	Models map[string]driver.Model
 	// Runtime hosts the policy's Wasm plugins; nil when there are none.
 	Runtime *host.Runtime

@@ -29,7 +29,10 @@ func TestExampleLoads(t *testing.T) {
 			require.NoError(t, err)
 			defer func() { require.NoError(t, p.Close(ctx)) }()
 			require.Equal(t, "fast", p.Runner.Base().Key())
-			require.Len(t, p.Models, 4)
+			require.Len(t, p.Models, 5, "4 models and the group smart")
+			g, ok := p.Models["smart"].(*driver.DeploymentGroup)
+			require.True(t, ok)
+			require.Len(t, g.Deployments(), 2)
 			for name, want := range map[string][2]string{"fast": {"openai", "gpt-4o-mini"}, "strong": {"anthropic", "claude-sonnet-4-5"},
 				"strong-azure": {"azure", "gpt-4o"}, "local": {"vllm", "llama3"}} {
 				require.Equal(t, name, p.Models[name].Key())

@@ -13,6 +13,13 @@ type File struct {
 	Models []ModelSpec `json:"models"`
 	// Rules are asked in order after each failed attempt.
 	Rules []RuleSpec `json:"rules"`
+	// Groups name several models (deployments of one logical model) under
+	// one name, balanced by a strategy; rules and requests may target a
+	// group's name as they target a model's.
+	Groups []GroupSpec `json:"groups"`
+	// Start is the model or group every request starts on (unless a
+	// sticky fallback says otherwise). Default: the first model.
+	Start string `json:"start"`
 	// Transforms run, in order, on every part before the commit gate.
 	Transforms []TransformSpec `json:"transforms"`
 	Deadlines  Deadlines       `json:"deadlines"`
@@ -27,7 +34,10 @@ type File struct {
 	Commit string `json:"commit"`
 	// Cooldown takes a model that keeps failing out of rotation (absent: off).
 	Cooldown *CooldownSpec `json:"cooldown"`
-	Sandbox  SandboxSpec   `json:"sandbox"`
+	// RetryBudget bounds the retries in flight to a share of the requests
+	// in flight (absent: off; {} is 20 % with a minimum of 3).
+	RetryBudget *RetryBudgetSpec `json:"retry_budget"`
+	Sandbox     SandboxSpec      `json:"sandbox"`
 }
 
 // ModelSpec declares one model, or one deployment of a model: two entries
@@ -72,6 +82,24 @@ type ModelSpec struct {
 	// max_tokens (anthropic), top_p, reasoning_effort, a server's
 	// extension. Any JSON value.
 	Params map[string]any `json:"params"`
+}
+
+// GroupSpec is driver.Group: a deployment group. An attempt on the group
+// runs on one of its models chosen by the strategy, skipping models that
+// cool down; a health failure fails over to another model of the group
+// before the rules are asked.
+type GroupSpec struct {
+	// Name is the group's key, required, unique among models and groups.
+	Name string `json:"name"`
+	// Strategy is "weighted" (default: weighted random), "least-in-flight"
+	// or "latency" (EWMA of time to first content, with exploration).
+	Strategy string `json:"strategy"`
+	// Models are the names of the group's deployments, declared under
+	// models: at least one, each once.
+	Models []string `json:"models"`
+	// Weights, for the weighted strategy only, one positive integer per
+	// model in order. Default: all 1.
+	Weights []int `json:"weights"`
 }
 
 // RuleSpec is one retry rule: a native match (when) or a Wasm condition
@@ -140,6 +168,14 @@ type CooldownSpec struct {
 	Failures int        `json:"failures"`
 	For      *Duration  `json:"for"`
 	When     *MatchSpec `json:"when"`
+}
+
+// RetryBudgetSpec is driver.RetryBudget: at most Percent per cent of the
+// requests in flight may be retries in flight (1-100, default 20), and
+// never fewer than MinRetries (at least 1, default 3).
+type RetryBudgetSpec struct {
+	Percent    *int `json:"percent"`
+	MinRetries *int `json:"min_retries"`
 }
 
 // Deadlines are the driver's deadlines; absent means none.
