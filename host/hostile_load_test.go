@@ -95,16 +95,10 @@ func TestHostile_LoadTimeIsolatedFromNeighbours(t *testing.T) {
 		}
 		opts = append(opts, WithCallTimeout(30*time.Second), WithInitTimeout(time.Second))
 
-		base := newRuntime(t, opts...)
-		good, err := base.Load(ctx, "upper", fixture(t, "upper"))
-		require.NoError(t, err)
-		want := runGood(t, good, 100)
-		for i, w := range want {
-			require.NotContains(t, w, "FAILED", "baseline stream %d", i)
-		}
+		want := baseline(ctx, t, opts...)
 
 		rt := newRuntime(t, opts...)
-		good, err = rt.Load(ctx, "upper", fixture(t, "upper"))
+		good, err := rt.Load(ctx, "upper", fixture(t, "upper"))
 		require.NoError(t, err)
 		recurse, err := rt.Load(ctx, "recurse", fixture(t, "recurse"), WithInstances(1),
 			WithPolicy(abi.TransformPolicy{Fail: abi.FailOpen}))

@@ -13,6 +13,21 @@ import (
 	"github.com/retryhost/retryhost/abi"
 )
 
+// baseline runs 100 streams through "upper" on a runtime of its own and
+// checks that none failed: what the same streams must give beside hostile
+// neighbours.
+func baseline(ctx context.Context, t *testing.T, opts ...Option) []string {
+	t.Helper()
+	base := newRuntime(t, opts...)
+	good, err := base.Load(ctx, "upper", fixture(t, "upper"))
+	require.NoError(t, err)
+	want := runGood(t, good, 100)
+	for i, w := range want {
+		require.NotContains(t, w, "FAILED", "baseline stream %d", i)
+	}
+	return want
+}
+
 // runGood drives n concurrent streams through tr and returns each one's output.
 func runGood(t *testing.T, tr abi.Transformer, n int) []string {
 	t.Helper()
@@ -53,16 +68,10 @@ func TestHostile_IsolatedFromOtherPlugins(t *testing.T) {
 		opts = append(opts, WithCallTimeout(time.Second), WithMemoryLimit(4<<20), WithLogger(logs.logger()))
 		ctx := context.Background()
 
-		base := newRuntime(t, opts...)
-		good, err := base.Load(ctx, "upper", fixture(t, "upper"))
-		require.NoError(t, err)
-		want := runGood(t, good, 100)
-		for i, w := range want {
-			require.NotContains(t, w, "FAILED", "baseline stream %d", i)
-		}
+		want := baseline(ctx, t, opts...)
 
 		rt := newRuntime(t, opts...)
-		good, err = rt.Load(ctx, "upper", fixture(t, "upper"))
+		good, err := rt.Load(ctx, "upper", fixture(t, "upper"))
 		require.NoError(t, err)
 		plugins := make([]*Plugin, len(hostile))
 		for i, h := range hostile {

@@ -3,8 +3,6 @@ package host
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -264,12 +262,7 @@ func TestRegistry_WatchSurvivesLoadBombs(t *testing.T) {
 		rt := newRuntime(t, append(opts, WithLogger(logs.logger()))...)
 		reg := NewRegistry(rt)
 		dir := t.TempDir()
-		write := func(name string, b []byte) {
-			t.Helper()
-			tmp := filepath.Join(dir, name+".tmp")
-			require.NoError(t, os.WriteFile(tmp, b, 0o644))
-			require.NoError(t, os.Rename(tmp, filepath.Join(dir, name)))
-		}
+		write := func(name string, b []byte) { t.Helper(); writeAtomic(t, dir, name, b) }
 		write("xf.wasm", fixture(t, "upper"))
 		require.NoError(t, reg.Scan(ctx, dir))
 		xf, ok := reg.Get("xf")

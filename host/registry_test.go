@@ -127,6 +127,15 @@ func TestRegistry_StreamFinishesOnItsVersion(t *testing.T) {
 	st.Close()
 }
 
+// writeAtomic puts b in dir/name the way a deployer should, by a rename,
+// so that a watcher never reads it half-written.
+func writeAtomic(t *testing.T, dir, name string, b []byte) {
+	t.Helper()
+	tmp := filepath.Join(dir, name+".tmp")
+	require.NoError(t, os.WriteFile(tmp, b, 0o644))
+	require.NoError(t, os.Rename(tmp, filepath.Join(dir, name)))
+}
+
 func TestRegistry_ScanAndWatch(t *testing.T) {
 	ctx := context.Background()
 	var logs logBuffer
@@ -134,12 +143,7 @@ func TestRegistry_ScanAndWatch(t *testing.T) {
 	reg := NewRegistry(rt)
 	defer func() { require.NoError(t, reg.Close(ctx)) }()
 	dir := t.TempDir()
-	write := func(name string, b []byte) {
-		t.Helper()
-		tmp := filepath.Join(dir, name+".tmp")
-		require.NoError(t, os.WriteFile(tmp, b, 0o644))
-		require.NoError(t, os.Rename(tmp, filepath.Join(dir, name)))
-	}
+	write := func(name string, b []byte) { t.Helper(); writeAtomic(t, dir, name, b) }
 	write("cond.wasm", fixture(t, "condition"))
 	write("cond.config", []byte("anthropic/claude"))
 	write("xf.wasm", fixture(t, "upper"))

@@ -167,3 +167,28 @@ func TestPluginInspect_LoadTimeBombs(t *testing.T) {
 		})
 	}
 }
+
+// TestPluginInspect_EveryHostileFixture: inspect gives a verdict on every
+// committed hostile fixture, the run-time ones included (a loop, a trap, a
+// REPLACE bomb … load fine and misbehave only when called), and a rejection
+// always names its reason.
+func TestPluginInspect_EveryHostileFixture(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "host", "testdata", "*.wasm"))
+	require.NoError(t, err)
+	require.Greater(t, len(files), 30)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := dispatch(context.Background(), []string{"plugin", "inspect", "--json", "--log-level", "off", f}, &stdout, &stderr)
+			var r report
+			require.NoError(t, json.Unmarshal(stdout.Bytes(), &r), "stdout %q stderr %q", stdout.String(), stderr.String())
+			if r.Accepted {
+				require.Equal(t, exitOK, code)
+				return
+			}
+			require.Equal(t, exitFail, code, stderr.String())
+			require.NotEmpty(t, r.Reason, "a rejection names its reason: %+v", r)
+			require.NotEmpty(t, r.Error)
+		})
+	}
+}

@@ -42,6 +42,22 @@ func drain(s driver.Stream) ([]abi.Part, error) {
 	}
 }
 
+// throughPlugin streams m's parts through p by way of a retryable model and
+// returns what the caller got and how the stream ended (an error opening
+// it included).
+func throughPlugin(ctx context.Context, t *testing.T, m *streamer, p driver.Transformer) ([]abi.Part, error) {
+	t.Helper()
+	r, err := driver.New(m)
+	require.NoError(t, err)
+	rm, err := driver.NewRetryableModel(r, driver.WithTransforms(p))
+	require.NoError(t, err)
+	s, err := rm.Stream(ctx, &driver.Request{})
+	if err != nil {
+		return nil, err
+	}
+	return drain(s)
+}
+
 // TestFailClosedPluginFailureKeepsItsKind (issue 12 item 5): under
 // fail-closed, the error the driver returns for a plugin's timeout or trap
 // still says which: errors.Is with the host's sentinel and errors.As to
@@ -62,14 +78,7 @@ func TestFailClosedPluginFailureKeepsItsKind(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = p.Close(ctx) })
 			m := &streamer{key: "p/a", parts: plugintest.TextStream("hello there", 4)}
-			r, err := driver.New(m)
-			require.NoError(t, err)
-			rm, err := driver.NewRetryableModel(r, driver.WithTransforms(p))
-			require.NoError(t, err)
-			s, err := rm.Stream(ctx, &driver.Request{})
-			if err == nil {
-				_, err = drain(s)
-			}
+			_, err = throughPlugin(ctx, t, m, p)
 			require.Error(t, err)
 			require.ErrorIs(t, err, tc.kind)
 			var pe *host.PluginError
@@ -101,15 +110,7 @@ func TestRandomVerdicts_ExactlyOnePreamble(t *testing.T) {
 		t.Cleanup(func() { _ = p.Close(ctx) })
 		for i := range 75 {
 			m := &streamer{key: "p/a", parts: plugintest.TextStream("a random answer", 3)}
-			r, err := driver.New(m)
-			require.NoError(t, err)
-			rm, err := driver.NewRetryableModel(r, driver.WithTransforms(p))
-			require.NoError(t, err)
-			s, err := rm.Stream(ctx, &driver.Request{})
-			var out []abi.Part
-			if err == nil {
-				out, err = drain(s)
-			}
+			out, err := throughPlugin(ctx, t, m, p)
 			starts := 0
 			for _, part := range out {
 				if part.Kind == abi.KindStreamStart {
@@ -192,15 +193,7 @@ func TestHoldCapsClampedThroughTheDriver(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = p.Close(ctx) })
 		m := &streamer{key: "p/a", parts: plugintest.TextStream(string(text), 2)} // 1000 deltas
-		r, err := driver.New(m)
-		require.NoError(t, err)
-		rm, err := driver.NewRetryableModel(r, driver.WithTransforms(p))
-		require.NoError(t, err)
-		s, err := rm.Stream(ctx, &driver.Request{})
-		var out []abi.Part
-		if err == nil {
-			out, err = drain(s)
-		}
+		out, err := throughPlugin(ctx, t, m, p)
 		if closed {
 			var hc *abi.HoldCapError
 			require.ErrorAs(t, err, &hc)

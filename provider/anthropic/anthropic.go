@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -305,11 +304,11 @@ func openError(ctx context.Context, err error, raw *http.Response) error {
 	}
 	var api *ant.Error
 	if errors.As(err, &api) && api.Response != nil {
-		body := readBody(api.Response)
+		body := adapter.ReadBody(api.Response)
 		return adapter.HTTPError(provider, api.StatusCode, api.Response.Header, body, string(api.Type()), "", api.Message, err)
 	}
 	if raw != nil && raw.StatusCode >= 400 {
-		body := readBody(raw)
+		body := adapter.ReadBody(raw)
 		return adapter.HTTPError(provider, raw.StatusCode, raw.Header, body, "", "", strings.TrimSpace(string(body)), err)
 	}
 	return adapter.TransportError(ctx, provider, false, err)
@@ -328,16 +327,6 @@ func streamError(err error) error {
 		return adapter.EventError(provider, string(api.Type()), "", msg, raw, err)
 	}
 	return err
-}
-
-func readBody(r *http.Response) []byte {
-	if r.Body == nil {
-		return nil
-	}
-	b, _ := io.ReadAll(io.LimitReader(r.Body, adapter.MaxBody))
-	_ = r.Body.Close()
-	r.Body = io.NopCloser(bytes.NewReader(b))
-	return b
 }
 
 // params translates a driver request.

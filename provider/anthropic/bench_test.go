@@ -1,11 +1,8 @@
 package anthropic_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,20 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/provider/anthropic"
+	"github.com/retryhost/retryhost/provider/internal/wiretest"
 )
-
-// memTransport answers every request with the same in-memory SSE body, so
-// the benchmark measures decoding and mapping, not sockets.
-type memTransport struct{ body []byte }
-
-func (m memTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		_, _ = io.Copy(io.Discard, r.Body)
-		_ = r.Body.Close()
-	}
-	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
-		Body: io.NopCloser(bytes.NewReader(m.body)), ContentLength: -1, Request: r}, nil
-}
 
 // sseBody is an n-delta answer in Messages stream events.
 func sseBody(n int) []byte {
@@ -50,7 +35,7 @@ func sseBody(n int) []byte {
 // (decode plus mapping to parts).
 func BenchmarkStream1000(b *testing.B) {
 	const n = 1000
-	hc := &http.Client{Transport: memTransport{body: sseBody(n)}}
+	hc := &http.Client{Transport: wiretest.MemTransport{Body: sseBody(n)}}
 	ctx := context.Background()
 
 	b.Run("sdk", func(b *testing.B) {
@@ -79,17 +64,9 @@ func BenchmarkStream1000(b *testing.B) {
 		for b.Loop() {
 			st, err := m.Stream(ctx, req)
 			require.NoError(b, err)
-			parts := 0
-			for {
-				_, err := st.Recv()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				require.NoError(b, err)
-				parts++
-			}
+			parts, err := wiretest.Count(st)
+			require.NoError(b, err)
 			require.Equal(b, n+5, parts) // stream-start, metadata, text-start, n deltas, text-end, finish
-			_ = st.Close()
 		}
 	})
 }

@@ -18,18 +18,9 @@ import (
 // block open and no tool call without its start. Seeds: every wire
 // transcript.
 func FuzzStream(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "wire", "anthropic", "*.json"))
-	for _, p := range files {
-		tr, err := wiretest.Load(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		if len(tr.Events) > 0 {
-			f.Add([]byte(wiretest.SSE(tr)))
-		}
-	}
+	wiretest.SeedSSE(f, filepath.Join("..", "..", "testdata", "wire", "anthropic"))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		hc := &http.Client{Transport: memTransport{body: body}}
+		hc := &http.Client{Transport: wiretest.MemTransport{Body: body}}
 		m, err := anthropic.New("m", anthropic.WithBaseURL("http://mem"), anthropic.WithAPIKey("k"), anthropic.WithHTTPClient(hc))
 		if err != nil {
 			t.Fatal(err)

@@ -79,6 +79,17 @@ func openaiText(t *testing.T, tr *wiretest.Transcript) string {
 	return b.String()
 }
 
+// streamText streams req through rm and reads the answer to its end,
+// requiring both to succeed.
+func streamText(t *testing.T, rm *driver.RetryableModel, req *driver.Request) (text string, starts int) {
+	t.Helper()
+	s, err := rm.Stream(t.Context(), req)
+	require.NoError(t, err)
+	text, starts, err = read(t, s)
+	require.NoError(t, err)
+	return text, starts
+}
+
 // read drains s and returns its text, how many stream-start parts it
 // carried, and the terminal error (nil for io.EOF).
 func read(t *testing.T, s driver.Stream) (text string, starts int, err error) {
@@ -167,10 +178,7 @@ func TestRefusalInTextFailsOver(t *testing.T) {
 			rm := retryable(t, openaiModel(t, first.URL, first.Client()), anthropicModel(t, second),
 				[]driver.Option{driver.WithObserver(rec)}, driver.WithTransforms(d.make(t)))
 
-			s, err := rm.Stream(t.Context(), request())
-			require.NoError(t, err)
-			text, starts, err := read(t, s)
-			require.NoError(t, err)
+			text, starts := streamText(t, rm, request())
 			require.Equal(t, anthropicAnswer, text, "the second answer, once, with nothing of the refusal")
 			require.Equal(t, 1, starts, "one stream start: the answering model's")
 
@@ -221,10 +229,7 @@ func TestStallBeforeFirstByteFailsOver(t *testing.T) {
 	rm := retryable(t, openaiModel(t, first.URL, first.Client()), anthropicModel(t, second),
 		[]driver.Option{driver.WithObserver(rec)}, driver.WithFirstContentTimeout(100*time.Millisecond))
 
-	s, err := rm.Stream(t.Context(), request())
-	require.NoError(t, err)
-	text, _, err := read(t, s)
-	require.NoError(t, err)
+	text, _ := streamText(t, rm, request())
 	require.Equal(t, anthropicAnswer, text)
 
 	ends := rec.get()
@@ -299,10 +304,7 @@ func TestRateLimitRetriedAfterRetryAfter(t *testing.T) {
 	require.NoError(t, err)
 	rm, err := driver.NewRetryableModel(r)
 	require.NoError(t, err)
-	s, err := rm.Stream(t.Context(), request())
-	require.NoError(t, err)
-	text, _, err := read(t, s)
-	require.NoError(t, err)
+	text, _ := streamText(t, rm, request())
 	require.Equal(t, openaiText(t, answer), text)
 
 	ends := rec.get()

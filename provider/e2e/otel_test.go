@@ -36,10 +36,7 @@ func TestOtelFailOverSpanTree(t *testing.T) {
 	const prompt = "PROMPT-e2e-3f9a"
 	req := request()
 	req.Messages[0].Content[0].Text = prompt
-	s, err := rm.Stream(t.Context(), req)
-	require.NoError(t, err)
-	text, _, err := read(t, s)
-	require.NoError(t, err)
+	text, _ := streamText(t, rm, req)
 	require.Equal(t, anthropicAnswer, text)
 
 	spans := exp.GetSpans()
@@ -128,10 +125,7 @@ func TestOtelAnthropicSDKSpansOffByDefault(t *testing.T) {
 		require.NoError(t, err)
 		req := request()
 		req.Messages[0].Content[0].Text = prompt
-		s, err := rm.Stream(t.Context(), req)
-		require.NoError(t, err)
-		text, _, err := read(t, s)
-		require.NoError(t, err)
+		text, _ := streamText(t, rm, req)
 		require.Equal(t, anthropicAnswer, text)
 		return exp.GetSpans()
 	}

@@ -1,11 +1,8 @@
 package openai_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,21 +12,9 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/require"
 
+	"github.com/retryhost/retryhost/provider/internal/wiretest"
 	"github.com/retryhost/retryhost/provider/openai"
 )
-
-// memTransport answers every request with the same in-memory SSE body, so
-// the benchmark measures decoding and mapping, not sockets.
-type memTransport struct{ body []byte }
-
-func (m memTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		_, _ = io.Copy(io.Discard, r.Body)
-		_ = r.Body.Close()
-	}
-	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
-		Body: io.NopCloser(bytes.NewReader(m.body)), ContentLength: -1, Request: r}, nil
-}
 
 // sseBody is a 1,000-delta answer in chat.completion.chunk events.
 func sseBody(n int) []byte {
@@ -49,7 +34,7 @@ func sseBody(n int) []byte {
 // (decode plus mapping to parts).
 func BenchmarkStream1000(b *testing.B) {
 	const n = 1000
-	hc := &http.Client{Transport: memTransport{body: sseBody(n)}}
+	hc := &http.Client{Transport: wiretest.MemTransport{Body: sseBody(n)}}
 	ctx := context.Background()
 
 	b.Run("sdk", func(b *testing.B) {
@@ -78,17 +63,9 @@ func BenchmarkStream1000(b *testing.B) {
 		for b.Loop() {
 			st, err := m.Stream(ctx, req)
 			require.NoError(b, err)
-			parts := 0
-			for {
-				_, err := st.Recv()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				require.NoError(b, err)
-				parts++
-			}
+			parts, err := wiretest.Count(st)
+			require.NoError(b, err)
 			require.Equal(b, n+5, parts) // stream-start, metadata, text-start, n deltas, text-end, finish
-			_ = st.Close()
 		}
 	})
 }
@@ -112,7 +89,7 @@ func responsesBody(n int) []byte {
 // API.
 func BenchmarkResponsesStream1000(b *testing.B) {
 	const n = 1000
-	hc := &http.Client{Transport: memTransport{body: responsesBody(n)}}
+	hc := &http.Client{Transport: wiretest.MemTransport{Body: responsesBody(n)}}
 	ctx := context.Background()
 	b.Run("sdk", func(b *testing.B) {
 		client := oai.NewClient(option.WithBaseURL("http://mem/v1"), option.WithAPIKey("k"), option.WithHTTPClient(hc), option.WithMaxRetries(0))
@@ -139,17 +116,9 @@ func BenchmarkResponsesStream1000(b *testing.B) {
 		for b.Loop() {
 			st, err := m.Stream(ctx, req)
 			require.NoError(b, err)
-			parts := 0
-			for {
-				_, err := st.Recv()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				require.NoError(b, err)
-				parts++
-			}
+			parts, err := wiretest.Count(st)
+			require.NoError(b, err)
 			require.Equal(b, n+5, parts) // stream-start, metadata, text-start, n deltas, text-end, finish
-			_ = st.Close()
 		}
 	})
 }

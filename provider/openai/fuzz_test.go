@@ -17,18 +17,9 @@ import (
 // finish last, or an error), never panics, and a clean end leaves no block
 // open and no tool call without its start. Seeds: every wire transcript.
 func FuzzStreams(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "wire", "openai", "*.json"))
-	for _, p := range files {
-		tr, err := wiretest.Load(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		if len(tr.Events) > 0 {
-			f.Add([]byte(wiretest.SSE(tr)))
-		}
-	}
+	wiretest.SeedSSE(f, filepath.Join("..", "..", "testdata", "wire", "openai"))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		hc := &http.Client{Transport: memTransport{body: body}}
+		hc := &http.Client{Transport: wiretest.MemTransport{Body: body}}
 		for _, api := range []openai.Option{openai.WithRawChunks(), openai.WithResponsesAPI()} {
 			m, err := openai.New("m", openai.WithBaseURL("http://mem/v1"), openai.WithAPIKey("k"), openai.WithHTTPClient(hc), api)
 			if err != nil {

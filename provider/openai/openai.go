@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -364,28 +363,16 @@ func (m *Model) openError(ctx context.Context, err error, raw *http.Response) er
 	}
 	var api *oai.Error
 	if errors.As(err, &api) && api.Response != nil {
-		body := readBody(api.Response)
+		body := adapter.ReadBody(api.Response)
 		return adapter.HTTPError(m.provider, api.StatusCode, api.Response.Header, body, api.Type, api.Code, api.Message, err)
 	}
 	if raw != nil && raw.StatusCode >= 400 {
 		// An error body the SDK could not parse (a proxy's HTML page, a
 		// compatible server's own JSON shape): keep the status and body.
-		body := readBody(raw)
+		body := adapter.ReadBody(raw)
 		return adapter.HTTPError(m.provider, raw.StatusCode, raw.Header, body, "", "", strings.TrimSpace(string(body)), err)
 	}
 	return adapter.TransportError(ctx, m.provider, false, err)
-}
-
-// readBody reads (up to adapter.MaxBody of) a response body the SDK
-// buffered, and puts it back for whoever dumps the response later.
-func readBody(r *http.Response) []byte {
-	if r.Body == nil {
-		return nil
-	}
-	b, _ := io.ReadAll(io.LimitReader(r.Body, adapter.MaxBody))
-	_ = r.Body.Close()
-	r.Body = io.NopCloser(bytes.NewReader(b))
-	return b
 }
 
 const (

@@ -38,6 +38,32 @@ func (r *reader) bytes(n uint64) ([]byte, error) {
 	return s, nil
 }
 
+// sub returns a reader over the next size bytes, which keeps their
+// offsets in the module for error positions.
+func (r *reader) sub(size uint32) (reader, error) {
+	start := r.off
+	b, err := r.bytes(uint64(size))
+	if err != nil {
+		return reader{}, err
+	}
+	return reader{b: b, base: r.base + start}, nil
+}
+
+// section reads a section's (or a name subsection's) id and size and
+// returns a reader over its payload.
+func (r *reader) section() (byte, reader, error) {
+	id, err := r.byte()
+	if err != nil {
+		return 0, reader{}, err
+	}
+	size, err := r.u32()
+	if err != nil {
+		return 0, reader{}, err
+	}
+	payload, err := r.sub(size)
+	return id, payload, err
+}
+
 // u32 reads an unsigned LEB128 of at most 5 bytes.
 func (r *reader) u32() (uint32, error) {
 	var v uint64
@@ -88,4 +114,14 @@ func (r *reader) count(size int) (uint32, error) {
 		return 0, r.short(fmt.Sprintf("vector of %d declared, %d bytes left", n, len(r.b)-r.off))
 	}
 	return n, nil
+}
+
+// byteVec reads a vector of bytes (a name, or a type's value types): its
+// length, checked like any vector's, then the bytes (a view).
+func (r *reader) byteVec() ([]byte, error) {
+	n, err := r.count(1)
+	if err != nil {
+		return nil, err
+	}
+	return r.bytes(uint64(n))
 }

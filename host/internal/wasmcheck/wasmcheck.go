@@ -157,6 +157,22 @@ func (c *checker) over(limit string, got, max uint64) error {
 	return e
 }
 
+// tally adds n to a running total and checks it against its limit.
+func (c *checker) tally(limit string, total *uint64, n, max uint64) error {
+	*total += n
+	return c.over(limit, *total, max)
+}
+
+// vector reads a vector's length (each element at least size bytes) and
+// tallies it.
+func (c *checker) vector(size int, limit string, total *uint64, max uint64) (uint32, error) {
+	n, err := c.r.count(size)
+	if err != nil {
+		return 0, err
+	}
+	return n, c.tally(limit, total, uint64(n), max)
+}
+
 func (c *checker) module() error {
 	if err := c.over("ModuleBytes", uint64(len(c.r.b)), c.lim.ModuleBytes); err != nil {
 		return err
@@ -169,20 +185,11 @@ func (c *checker) module() error {
 		return c.r.fail("not a WebAssembly 1.0 binary")
 	}
 	for c.r.more() {
-		id, err := c.r.byte()
+		id, payload, err := c.r.section()
 		if err != nil {
 			return err
 		}
-		size, err := c.r.u32()
-		if err != nil {
-			return err
-		}
-		start := c.r.off
-		payload, err := c.r.bytes(uint64(size))
-		if err != nil {
-			return err
-		}
-		s := &checker{r: reader{b: payload, base: start}, lim: c.lim, info: c.info, tables: c.tables}
+		s := &checker{r: payload, lim: c.lim, info: c.info, tables: c.tables}
 		if err := s.section(id); err != nil {
 			return err
 		}
@@ -198,12 +205,8 @@ func (c *checker) section(id byte) error {
 	case secImport:
 		return c.imports()
 	case secFunction:
-		n, err := c.r.count(1)
-		if err != nil {
-			return err
-		}
-		c.info.Functions += uint64(n)
-		return c.over("Functions", c.info.Functions, c.lim.Functions)
+		_, err := c.vector(1, "Functions", &c.info.Functions, c.lim.Functions)
+		return err
 	case secTable:
 		n, err := c.r.count(3)
 		if err != nil {
@@ -222,12 +225,8 @@ func (c *checker) section(id byte) error {
 		}
 		return nil
 	case secExport:
-		n, err := c.r.count(3)
-		if err != nil {
-			return err
-		}
-		c.info.Exports += uint64(n)
-		return c.over("Exports", c.info.Exports, c.lim.Exports)
+		_, err := c.vector(3, "Exports", &c.info.Exports, c.lim.Exports)
+		return err
 	case secStart:
 		return ErrStartSection
 	case secCode:
@@ -235,12 +234,8 @@ func (c *checker) section(id byte) error {
 	case secData:
 		return c.data()
 	case secGlobal:
-		n, err := c.r.count(4)
-		if err != nil {
-			return err
-		}
-		c.info.Globals += uint64(n)
-		return c.over("Globals", c.info.Globals, c.lim.Globals)
+		_, err := c.vector(4, "Globals", &c.info.Globals, c.lim.Globals)
+		return err
 	case secMemory, secTagSection:
 		// Only the length matters: wazero allocates by it.
 		_, err := c.r.count(2)
@@ -258,12 +253,8 @@ func (c *checker) section(id byte) error {
 // types walks the type section: only function types (no GC rec groups)
 // and the lengths of their parameter and result vectors.
 func (c *checker) types() error {
-	n, err := c.r.count(3)
+	n, err := c.vector(3, "Types", &c.info.Types, c.lim.Types)
 	if err != nil {
-		return err
-	}
-	c.info.Types += uint64(n)
-	if err := c.over("Types", c.info.Types, c.lim.Types); err != nil {
 		return err
 	}
 	for range n {
@@ -275,11 +266,7 @@ func (c *checker) types() error {
 			return c.r.fail(fmt.Sprintf("type form %#x", form))
 		}
 		for range 2 { // parameters, results
-			l, err := c.r.count(1)
-			if err != nil {
-				return err
-			}
-			if _, err := c.r.bytes(uint64(l)); err != nil {
+			if _, err := c.r.byteVec(); err != nil {
 				return err
 			}
 		}
@@ -290,12 +277,8 @@ func (c *checker) types() error {
 // elements walks the element segments: their mode, table, offset and the
 // lengths of their vectors.
 func (c *checker) elements() error {
-	n, err := c.r.count(2)
+	n, err := c.vector(2, "Elements", &c.info.Elements, c.lim.Elements)
 	if err != nil {
-		return err
-	}
-	c.info.Elements += uint64(n)
-	if err := c.over("Elements", c.info.Elements, c.lim.Elements); err != nil {
 		return err
 	}
 	for range n {
@@ -325,8 +308,7 @@ func (c *checker) elements() error {
 		if err != nil {
 			return err
 		}
-		c.info.Elements += uint64(l)
-		if err := c.over("Elements", c.info.Elements, c.lim.Elements); err != nil {
+		if err := c.tally("Elements", &c.info.Elements, uint64(l), c.lim.Elements); err != nil {
 			return err
 		}
 		for range l {
@@ -346,29 +328,16 @@ func (c *checker) elements() error {
 // custom walks a custom section; of those wazero decodes, only "name"
 // declares vector lengths (function and local names).
 func (c *checker) custom() error {
-	l, err := c.r.count(1)
-	if err != nil {
-		return err
-	}
-	name, err := c.r.bytes(uint64(l))
+	name, err := c.r.byteVec()
 	if err != nil || string(name) != "name" {
 		return err
 	}
 	for c.r.more() {
-		id, err := c.r.byte()
+		id, payload, err := c.r.section()
 		if err != nil {
 			return err
 		}
-		size, err := c.r.u32()
-		if err != nil {
-			return err
-		}
-		start := c.r.off
-		payload, err := c.r.bytes(uint64(size))
-		if err != nil {
-			return err
-		}
-		if err := c.nameSubsection(id, reader{b: payload, base: c.r.base + start}); err != nil {
+		if err := c.nameSubsection(id, payload); err != nil {
 			return err
 		}
 	}
@@ -376,12 +345,8 @@ func (c *checker) custom() error {
 }
 
 func (c *checker) imports() error {
-	n, err := c.r.count(4)
+	n, err := c.vector(4, "Imports", &c.info.Imports, c.lim.Imports)
 	if err != nil {
-		return err
-	}
-	c.info.Imports += uint64(n)
-	if err := c.over("Imports", c.info.Imports, c.lim.Imports); err != nil {
 		return err
 	}
 	for range n {
@@ -403,8 +368,7 @@ func (c *checker) imports() error {
 			if _, err := c.r.u32(); err != nil {
 				return err
 			}
-			c.info.Functions++
-			if err := c.over("Functions", c.info.Functions, c.lim.Functions); err != nil {
+			if err := c.tally("Functions", &c.info.Functions, 1, c.lim.Functions); err != nil {
 				return err
 			}
 		case 1: // table: reftype, limits
@@ -425,8 +389,7 @@ func (c *checker) imports() error {
 			if _, err := c.r.bytes(2); err != nil {
 				return err
 			}
-			c.info.Globals++
-			if err := c.over("Globals", c.info.Globals, c.lim.Globals); err != nil {
+			if err := c.tally("Globals", &c.info.Globals, 1, c.lim.Globals); err != nil {
 				return err
 			}
 		default:
@@ -520,19 +483,17 @@ func (c *checker) code() error {
 		if err := c.over("BodyBytes", uint64(size), c.lim.BodyBytes); err != nil {
 			return err
 		}
-		start := c.r.off
-		body, err := c.r.bytes(uint64(size))
+		body, err := c.r.sub(size)
 		if err != nil {
 			return err
 		}
-		b := checker{r: reader{b: body, base: c.r.base + start}, lim: c.lim, tables: c.tables, where: c.where, whereIdx: c.whereIdx}
+		b := checker{r: body, lim: c.lim, tables: c.tables, where: c.where, whereIdx: c.whereIdx}
 		if err := b.body(); err != nil {
 			return err
 		}
 		c.info.MaxNesting = max(c.info.MaxNesting, b.info.MaxNesting)
 		c.info.MaxLocals = max(c.info.MaxLocals, b.info.MaxLocals)
-		c.info.AllLocals += b.info.MaxLocals
-		if err := c.over("AllLocals", c.info.AllLocals, c.lim.AllLocals); err != nil {
+		if err := c.tally("AllLocals", &c.info.AllLocals, b.info.MaxLocals, c.lim.AllLocals); err != nil {
 			return err
 		}
 	}
@@ -574,12 +535,8 @@ func (c *checker) body() error {
 // data walks the data section: every segment's mode, offset expression
 // and bytes.
 func (c *checker) data() error {
-	n, err := c.r.count(2)
+	n, err := c.vector(2, "DataSegments", &c.info.DataSegments, c.lim.DataSegments)
 	if err != nil {
-		return err
-	}
-	c.info.DataSegments += uint64(n)
-	if err := c.over("DataSegments", c.info.DataSegments, c.lim.DataSegments); err != nil {
 		return err
 	}
 	for range n {
@@ -608,8 +565,7 @@ func (c *checker) data() error {
 		if _, err := c.r.bytes(uint64(l)); err != nil {
 			return err
 		}
-		c.info.DataBytes += uint64(l)
-		if err := c.over("DataBytes", c.info.DataBytes, c.lim.DataBytes); err != nil {
+		if err := c.tally("DataBytes", &c.info.DataBytes, uint64(l), c.lim.DataBytes); err != nil {
 			return err
 		}
 	}
@@ -622,14 +578,10 @@ func (c *checker) data() error {
 // bytes is the stricter bound.
 func (c *checker) nameSubsection(id byte, s reader) error {
 	entries := func(n uint32) error {
-		c.info.Names += uint64(n)
-		return c.over("Names", c.info.Names, c.lim.Names)
+		return c.tally("Names", &c.info.Names, uint64(n), c.lim.Names)
 	}
 	name := func() error {
-		l, err := s.count(1)
-		if err == nil {
-			_, err = s.bytes(uint64(l))
-		}
+		_, err := s.byteVec()
 		return err
 	}
 	switch id {

@@ -4,6 +4,7 @@
 package adapter
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,18 @@ import (
 
 // MaxBody caps the response body kept in a ProviderError.
 const MaxBody = 64 << 10
+
+// ReadBody reads (up to MaxBody of) a response body the SDK buffered, and
+// puts it back for whoever dumps the response later.
+func ReadBody(r *http.Response) []byte {
+	if r.Body == nil {
+		return nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(r.Body, MaxBody))
+	_ = r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return b
+}
 
 // HTTPError builds the error of a failed HTTP response. typ and code are the
 // provider's error type and code ("rate_limit_error", "context_length_exceeded"),

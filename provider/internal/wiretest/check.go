@@ -29,6 +29,24 @@ func Collect(s driver.Stream, max int) ([]abi.Part, error) {
 	return parts, fmt.Errorf("wiretest: more than %d parts", max)
 }
 
+// Count reads s until it ends, keeping no part, and returns how many it
+// read and the final error (nil for io.EOF); a benchmark measures the
+// stream, not the collecting. It closes s.
+func Count(s driver.Stream) (int, error) {
+	defer s.Close()
+	n := 0
+	for {
+		_, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+}
+
 // Kinds summarises the part kinds, collapsing runs: "text-delta*9".
 func Kinds(parts []abi.Part) string {
 	var out []string
