@@ -8,10 +8,11 @@ package driver
 // attemptAt, deadline, retrySlot, busy, fed, the observer's attempt
 // context) are saved in a flight while its attempt runs and loaded back
 // when its result is handled.
+// RetryableModel.Generate uses the same loop: an attempt is a whole call,
+// and the first complete response (through the transform chain) wins.
 //
-// TODO(hedging): non-streaming calls (Generate, Do: first complete response
-// wins) are not hedged yet; the same flight bookkeeping applies, with the
-// response instead of the committed stream as the result.
+// TODO(hedging): Runner.Do and Runner.Generate (no RetryableModel) are not
+// hedged; a policy-file key for WithHedge is not there yet.
 
 import (
 	"context"
@@ -55,10 +56,15 @@ var ErrHedgeLost = errors.New("retryhost: hedged attempt lost to a faster one")
 // cancellation and the total deadline stop every attempt. Exactly one
 // outcome callback fires per request, as without hedging.
 //
+// [RetryableModel.Generate] is hedged the same way, on the first complete
+// response: when a call has not answered after `after`, the next candidate
+// is called in parallel, the first response (through the transform chain)
+// wins and the other calls' contexts are cancelled with [ErrHedgeLost].
+//
 // after must be positive and max at least 1. Default: off (max 0): a hedge
-// doubles a slow request's upstream cost, which only the user can weigh
-// (RATIONALE.md, "Why is hedging off by default?"). Non-streaming calls are
-// not hedged.
+// adds upstream requests, which only the user can weigh (RATIONALE.md,
+// "Why does a hedge start what a first-content timeout would, and why is it
+// off by default?").
 func WithHedge(after time.Duration, max int) StreamOption {
 	return func(c *streamConfig) error {
 		if after <= 0 {
@@ -88,8 +94,9 @@ type flight struct {
 }
 
 type flightResult struct {
-	f   *flight
-	res attemptResult
+	f    *flight
+	res  attemptResult
+	resp *Response // a call's answer (res.err nil)
 }
 
 // pendingStep is an attempt the rules chose after a failure while another
@@ -106,6 +113,8 @@ type hedger struct {
 	ctx     context.Context
 	req     *Request
 	results chan flightResult
+	call    bool // Generate: attempts are calls, the first complete response wins
+	check   func(ctx context.Context, c *Call, resp *Response) (*Response, error)
 	running []*flight
 	pending []pendingStep
 	hedges  int
@@ -118,13 +127,38 @@ type hedger struct {
 // streamHedged is Stream's loop with hedging on (see WithHedge).
 func (m *RetryableModel) streamHedged(ctx context.Context, q *request, st step, req *Request) (Stream, error) {
 	h := &hedger{m: m, q: q, ctx: ctx, req: req, results: make(chan flightResult), fire: make(chan uint64, 4)}
+	s, _, err := h.run(st)
+	return s, err
+}
+
+// generateHedged is Generate's loop with hedging on: the first complete
+// response (through check, the transform chain) wins.
+func (m *RetryableModel) generateHedged(ctx context.Context, req *Request,
+	check func(ctx context.Context, c *Call, resp *Response) (*Response, error)) (*Response, error) {
+	if req == nil {
+		return nil, errors.New("retryhost: Generate needs a request")
+	}
+	if d := m.r.cfg.disabled; d != nil && d() {
+		return m.r.generate(ctx, req, check) // not hedged: as without WithHedge
+	}
+	q := &request{op: opGenerate}
+	st := q.start(ctx, m.r)
+	h := &hedger{m: m, q: q, ctx: ctx, req: req, check: check, call: true,
+		results: make(chan flightResult), fire: make(chan uint64, 4)}
+	_, resp, err := h.run(st)
+	return resp, err
+}
+
+// run runs the request from st until an answer or its final error.
+func (h *hedger) run(st step) (Stream, *Response, error) {
+	q, ctx := h.q, h.ctx
 	defer h.stopTimer()
 	h.launch(st)
 	var lastStop error
 	for {
 		if len(h.running) == 0 {
 			if len(h.pending) == 0 {
-				return nil, q.final(ctx, lastStop)
+				return nil, nil, q.final(ctx, lastStop)
 			}
 			// Nothing runs: wait for the next chosen attempt as the
 			// sequential loop does (on the caller's ctx, with OnRetry).
@@ -134,7 +168,7 @@ func (m *RetryableModel) streamHedged(ctx context.Context, q *request, st step, 
 			q.retrySlot = p.slot
 			if final := q.advance(ctx, &p.st); final != nil {
 				h.dropPending()
-				return nil, final
+				return nil, nil, final
 			}
 			h.launch(p.st)
 			continue
@@ -159,16 +193,16 @@ func (m *RetryableModel) streamHedged(ctx context.Context, q *request, st step, 
 			p.st.delay = 0
 			if final := q.advance(ctx, &p.st); final != nil {
 				h.stopAll(causeOf(ctx))
-				return nil, final
+				return nil, nil, final
 			}
 			h.launch(p.st)
 		default:
 			h.remove(r.f)
 			h.load(r.f)
 			if r.res.err == nil {
-				s, err, again := h.committed(r)
+				s, resp, err, again := h.committed(r)
 				if !again {
-					return s, err
+					return s, resp, err
 				}
 				continue
 			}
@@ -178,7 +212,7 @@ func (m *RetryableModel) streamHedged(ctx context.Context, q *request, st step, 
 			switch {
 			case ok && len(h.running) == 0 && len(h.pending) == 0:
 				if final := q.advance(ctx, &next); final != nil {
-					return nil, final
+					return nil, nil, final
 				}
 				h.launch(next)
 			case ok:
@@ -187,7 +221,7 @@ func (m *RetryableModel) streamHedged(ctx context.Context, q *request, st step, 
 				slices.SortStableFunc(h.pending, func(a, b pendingStep) int { return a.due.Compare(b.due) })
 			case hard:
 				h.stopAll(stop)
-				return nil, q.final(ctx, stop)
+				return nil, nil, q.final(ctx, stop)
 			default:
 				lastStop = stop
 			}
@@ -231,8 +265,39 @@ func (h *hedger) launch(st step) {
 	}
 	h.running = append(h.running, f)
 	results := h.results // stopAll gives later flights a fresh channel
-	go func() { results <- flightResult{f, runAttempt(hctx, sp)} }()
+	if h.call {
+		cc, creq := *c, c.Request(h.req)
+		go func() {
+			resp, err := h.runCall(hctx, &cc, creq)
+			results <- flightResult{f: f, res: attemptResult{err: err}, resp: resp}
+		}()
+	} else {
+		go func() { results <- flightResult{f: f, res: runAttempt(hctx, sp)} }()
+	}
 	h.armTimer()
+}
+
+// runCall runs one attempt of a call on its own goroutine: a panic of the
+// model or the check is the attempt's error, since no caller could catch it.
+func (h *hedger) runCall(ctx context.Context, c *Call, req *Request) (resp *Response, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			resp, err = nil, fmt.Errorf("retryhost: model %s panicked: %v", c.Model.Key(), p)
+		}
+	}()
+	resp, err = c.Model.Generate(ctx, req)
+	if err == nil && resp == nil {
+		err = fmt.Errorf("retryhost: %s returned neither a response nor an error", c.Model.Key())
+	}
+	if err == nil && h.check != nil {
+		if resp, err = h.check(ctx, c, resp); err == nil && resp == nil {
+			err = fmt.Errorf("retryhost: the response check of %s returned nothing", c.Model.Key())
+		}
+	}
+	if err != nil {
+		resp = nil
+	}
+	return resp, err
 }
 
 // load makes f the request's current attempt.
@@ -390,12 +455,32 @@ func (h *hedger) fail(err error) (next step, ok bool, stop error, hard bool) {
 // cancelled at once, and the stream goes to the caller as without
 // hedging. again reports an empty answer the rules rejected: the loop
 // goes on with the attempt they chose.
-func (h *hedger) committed(r flightResult) (s Stream, err error, again bool) {
+func (h *hedger) committed(r flightResult) (s Stream, resp *Response, err error, again bool) {
 	q, ctx := h.q, h.ctx
 	h.stopAll(ErrHedgeLost)
 	res := r.res
+	if resp = r.resp; resp != nil {
+		r.f.end()
+		if q.obs != nil {
+			q.observeResult(resp.Finish, resp.Usage)
+			q.obs.respModel = resp.Meta.ModelID
+		}
+		next, retry, final := q.judge(ctx, resp.Finish, resp.Usage)
+		if final != nil {
+			return nil, nil, final, false
+		}
+		if !retry {
+			q.succeed(ctx)
+			return nil, resp, nil, false
+		}
+		if final = q.advance(ctx, &next); final != nil {
+			return nil, nil, final, false
+		}
+		h.launch(next)
+		return nil, nil, nil, true
+	}
 	if !res.empty {
-		return h.m.commit(ctx, q, res, r.f.end), nil, false
+		return h.m.commit(ctx, q, res, r.f.end), nil, nil, false
 	}
 	var fin Finish
 	if res.finish != nil {
@@ -403,18 +488,18 @@ func (h *hedger) committed(r flightResult) (s Stream, err error, again bool) {
 	}
 	next, retry, final := q.judge(ctx, fin.Reason, fin.Usage)
 	if final == nil && !retry {
-		return h.m.commit(ctx, q, res, r.f.end), nil, false
+		return h.m.commit(ctx, q, res, r.f.end), nil, nil, false
 	}
 	_ = res.stream.Close() // rejected: discarded unseen
 	r.f.end()
 	if final != nil {
-		return nil, final, false
+		return nil, nil, final, false
 	}
 	if final = q.advance(ctx, &next); final != nil {
-		return nil, final, false
+		return nil, nil, final, false
 	}
 	h.launch(next)
-	return nil, nil, true
+	return nil, nil, nil, true
 }
 
 // stopAll cancels every running attempt with cause and drops the pending

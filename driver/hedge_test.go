@@ -31,8 +31,33 @@ type hedgeModel struct {
 
 func (m *hedgeModel) Key() string { return m.key }
 
-func (m *hedgeModel) Generate(context.Context, *Request) (*Response, error) {
-	return nil, errors.New("not used")
+// Generate waits as a stream's first content does, then answers whole;
+// an abandoned call (its ctx done) counts as closed.
+func (m *hedgeModel) Generate(ctx context.Context, _ *Request) (*Response, error) {
+	n := int(m.opens.Add(1)) - 1
+	if m.onOpen != nil {
+		m.onOpen()
+	}
+	var wait <-chan time.Time
+	if m.delay != nil {
+		t := time.NewTimer(m.delay(n))
+		defer t.Stop()
+		wait = t.C
+	}
+	select {
+	case <-wait:
+	case <-m.gate:
+	case <-ctx.Done():
+		m.closes.Add(1)
+		return nil, ctx.Err()
+	}
+	if m.fail != nil {
+		if err := m.fail(n); err != nil {
+			return nil, err
+		}
+	}
+	return &Response{Content: []Part{{Kind: abi.KindTextDelta, ID: "t", Delta: m.key}},
+		Finish: FinishReason{Unified: abi.ReasonStop}}, nil
 }
 
 func (m *hedgeModel) Stream(ctx context.Context, _ *Request) (Stream, error) {
@@ -386,4 +411,58 @@ func closer() (chan struct{}, func()) {
 	g := make(chan struct{})
 	var once sync.Once
 	return g, func() { once.Do(func() { close(g) }) }
+}
+
+func TestHedge_GenerateFirstResponseWins(t *testing.T) {
+	a := &hedgeModel{key: "a", gate: make(chan struct{})}
+	b := &hedgeModel{key: "b", delay: stallFor(time.Millisecond)}
+	var o hedgeOutcomes
+	m := hedgedModel(t, a, b, o.opts())
+	resp, err := m.Generate(context.Background(), &Request{})
+	require.NoError(t, err)
+	require.Equal(t, "b", resp.Content[0].Delta)
+	require.Eventually(t, func() bool { return a.closes.Load() == 1 }, 5*time.Second, time.Millisecond, "the loser's call is cancelled")
+	require.EqualValues(t, 1, o.ok.Load())
+	require.EqualValues(t, 0, o.failed.Load())
+	require.EqualValues(t, 0, o.errs.Load())
+}
+
+func TestHedge_GenerateFirstFailsHedgeSucceeds(t *testing.T) {
+	gateA, openA := closer()
+	gateB, openB := closer()
+	a := &hedgeModel{key: "a", gate: gateA, fail: func(int) error { return errHedgeFake }}
+	b := &hedgeModel{key: "b", gate: gateB, onOpen: openA}
+	var o hedgeOutcomes
+	m := hedgedModel(t, a, b, append(o.opts(), WithOnError(func(context.Context, *Attempt) { o.errs.Add(1); openB() })))
+	resp, err := m.Generate(context.Background(), &Request{})
+	require.NoError(t, err)
+	require.Equal(t, "b", resp.Content[0].Delta)
+	require.EqualValues(t, 1, o.ok.Load())
+	require.EqualValues(t, 1, o.errs.Load())
+	require.EqualValues(t, 0, o.failed.Load())
+}
+
+func TestHedge_GenerateCallerCancels(t *testing.T) {
+	a := &hedgeModel{key: "a", gate: make(chan struct{})}
+	b := &hedgeModel{key: "b", gate: make(chan struct{})}
+	var o hedgeOutcomes
+	m := hedgedModel(t, a, b, o.opts())
+	ctx, cancel := context.WithCancel(context.Background())
+	b.onOpen = cancel
+	_, err := m.Generate(ctx, &Request{})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Eventually(t, func() bool { return a.closes.Load()+b.closes.Load() == 2 }, 5*time.Second, time.Millisecond)
+	require.EqualValues(t, 1, o.failed.Load())
+	require.EqualValues(t, 0, o.ok.Load())
+	goleak.VerifyNone(t)
+}
+
+// A model that panics in a hedged call fails that attempt; it does not
+// take the process down.
+func TestHedge_GeneratePanicIsAnError(t *testing.T) {
+	a := &hedgeModel{key: "a", delay: stallFor(0), fail: func(int) error { panic("boom") }}
+	b := &hedgeModel{key: "b", gate: make(chan struct{})}
+	m := hedgedModel(t, a, b, []Option{WithMaxAttempts(1)}) // the panic ends the request
+	_, err := m.Generate(context.Background(), &Request{})
+	require.ErrorContains(t, err, "panicked")
 }

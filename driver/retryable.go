@@ -20,8 +20,16 @@ import (
 // block starts and ends, or finish parts, which a Response keeps apart.
 // Each response is also judged by the rules as a result attempt, so a rule
 // such as OnFinish(abi.ReasonContentFilter).Switch(other) turns a filtered
-// answer into an attempt on another model.
+// answer into an attempt on another model. With [WithHedge], a call that
+// has not answered in time is hedged: the first complete response wins.
 func (m *RetryableModel) Generate(ctx context.Context, req *Request) (*Response, error) {
+	if m.cfg.hedgeMax > 0 {
+		var check func(context.Context, *Call, *Response) (*Response, error)
+		if len(m.cfg.transformers) > 0 {
+			check = m.transformResponse
+		}
+		return m.generateHedged(ctx, req, check)
+	}
 	if len(m.cfg.transformers) == 0 {
 		return m.r.Generate(ctx, req)
 	}
