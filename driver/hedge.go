@@ -12,7 +12,7 @@ package driver
 // and the first complete response (through the transform chain) wins.
 //
 // TODO(hedging): Runner.Do and Runner.Generate (no RetryableModel) are not
-// hedged; a policy-file key for WithHedge is not there yet.
+// hedged (policy files take "hedge" for the RetryableModel).
 
 import (
 	"context"

@@ -110,6 +110,21 @@ func (b *builder) build(ctx context.Context, f *File) error {
 	ropts = append(ropts, driver.WithAttemptTimeout(dur(dl.Attempt)), driver.WithBudget(dur(dl.Budget)))
 	sopts = append(sopts, driver.WithFirstContentTimeout(dur(dl.FirstContent)), driver.WithGapTimeout(dur(dl.Gap)))
 
+	if h := f.Hedge; h != nil {
+		max := 1
+		switch {
+		case h.After == nil:
+			return b.errf("hedge.after", "required: how long an attempt may go without first content before a hedge starts")
+		case *h.After <= 0:
+			return b.errf("hedge.after", "must be a positive duration")
+		case h.Max != nil && *h.Max < 1:
+			return b.errf("hedge.max", "must be at least 1 (omit hedge to turn it off), got %d", *h.Max)
+		case h.Max != nil:
+			max = *h.Max
+		}
+		sopts = append(sopts, driver.WithHedge(dur(h.After), max))
+	}
+
 	bo := driver.Backoff{Delay: dur(f.Backoff.Delay), Factor: f.Backoff.Factor, MaxDelay: dur(f.Backoff.MaxDelay), Seed: f.Backoff.Seed}
 	if bo.Factor != 0 && bo.Factor < 1 {
 		return b.errf("backoff.factor", "factor %v is below 1", bo.Factor)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -303,4 +304,44 @@ func TestGroupsFromTheFile(t *testing.T) {
 	require.Len(t, tried, 3)
 	require.ElementsMatch(t, []string{"a", "b"}, tried[:2], "inside the group first")
 	require.Equal(t, "c", tried[2], "then the rule's group")
+}
+
+// slowModel answers Generate only when its context ends.
+type slowModel struct{ key string }
+
+func (m slowModel) Key() string { return m.key }
+func (m slowModel) Generate(ctx context.Context, _ *driver.Request) (*driver.Response, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (m slowModel) Stream(context.Context, *driver.Request) (driver.Stream, error) { return nil, nil }
+
+// TestHedgeFromTheFile: "hedge" starts the fail-over target beside a
+// silent attempt, so the request is answered while the first still hangs
+// (without it, this request would wait for the caller's deadline); its
+// mistakes are errors at their place.
+func TestHedgeFromTheFile(t *testing.T) {
+	ctx := context.Background()
+	opts := bound()
+	opts.Models["a"] = slowModel{"s/a"}
+	p, err := policy.Parse(ctx, []byte(`{`+models+`,
+	  "rules": [{"when": {"any": true}, "action": "switch", "model": "b"}],
+	  "hedge": {"after": "20ms"}}`), opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = p.Model.Generate(cctx, &driver.Request{Messages: []driver.Message{driver.UserText("hi")}})
+	require.NoError(t, err)
+	require.NoError(t, cctx.Err(), "answered by the hedge, not at the caller's deadline")
+
+	for _, tc := range []struct{ hedge, want string }{
+		{`{}`, "hedge.after: required"},
+		{`{"after": "0s"}`, "hedge.after: must be a positive duration"},
+		{`{"after": "1s", "max": 0}`, "hedge.max: must be at least 1"},
+		{`{"after": "1s", "maximum": 2}`, "hedge.maximum: unknown field"},
+	} {
+		_, err := policy.Parse(ctx, []byte(`{`+models+`, "hedge": `+tc.hedge+`}`), bound())
+		require.ErrorContains(t, err, tc.want, tc.hedge)
+	}
 }

@@ -37,7 +37,18 @@ type File struct {
 	// RetryBudget bounds the retries in flight to a share of the requests
 	// in flight (absent: off; {} is 20 % with a minimum of 3).
 	RetryBudget *RetryBudgetSpec `json:"retry_budget"`
-	Sandbox     SandboxSpec      `json:"sandbox"`
+	// Hedge starts the next candidate beside an attempt that has no first
+	// content after a while; the first to commit wins (absent: off).
+	Hedge   *HedgeSpec  `json:"hedge"`
+	Sandbox SandboxSpec `json:"sandbox"`
+}
+
+// HedgeSpec is driver.WithHedge: After (required, positive) into an
+// attempt without first content, start what a first-content timeout would
+// start, beside it; at most Max hedges per request (default 1).
+type HedgeSpec struct {
+	After *Duration `json:"after"`
+	Max   *int      `json:"max"`
 }
 
 // ModelSpec declares one model, or one deployment of a model: two entries
