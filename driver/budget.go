@@ -79,6 +79,15 @@ func WithRetryBudget(b RetryBudget) Option {
 // shares cooldowns; localBudget is the in-process one. Every method must
 // be safe for concurrent use and must not block for long: it runs on the
 // request's path.
+//
+// TODO(fleet, issue 15): the exported state interface is not built yet.
+// Next: one small interface in driver for what replicas share (a model's
+// cooldown and probe, a Retry-After per model or key, sticky fallbacks per
+// sticky key, these counters, a group's latency statistics), in-process by
+// default; package state/redis on go-redis v9 (at most one round trip per
+// request, TTLs not timestamps, local fallback when Redis is slow or down);
+// "state": {"redis": …} in policy files; .ci/run installs redis-server; the
+// fleet test runs three `retryhost serve` replicas on one Redis.
 type budgetState interface {
 	// requestStarted and requestEnded bracket a request in flight.
 	requestStarted()
