@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/retryhost/retryhost/abi"
@@ -119,14 +120,21 @@ type hedger struct {
 	pending []pendingStep
 	hedges  int
 
-	gen  uint64      // the hedge timer's generation: a stale fire is ignored
-	fire chan uint64 // the hedge timer's wake-ups
-	t    stopper
+	// The hedge timer: gen is the current arm's generation (the loop's
+	// alone); fired is the highest generation whose timer has fired, kept
+	// by an atomic maximum so a stale fire (a timer stopped just as it
+	// fired) can neither pass for the current one nor hide it; fire wakes
+	// the loop, coalescing wake-ups, so no fire is ever dropped.
+	gen   uint64
+	took  uint64 // the generation whose fire the loop has acted on
+	fired atomic.Uint64
+	fire  chan struct{}
+	t     stopper
 }
 
 // streamHedged is Stream's loop with hedging on (see WithHedge).
 func (m *RetryableModel) streamHedged(ctx context.Context, q *request, st step, req *Request) (Stream, error) {
-	h := &hedger{m: m, q: q, ctx: ctx, req: req, results: make(chan flightResult), fire: make(chan uint64, 4)}
+	h := &hedger{m: m, q: q, ctx: ctx, req: req, results: make(chan flightResult), fire: make(chan struct{}, 1)}
 	s, _, err := h.run(st)
 	return s, err
 }
@@ -144,7 +152,7 @@ func (m *RetryableModel) generateHedged(ctx context.Context, req *Request,
 	q := &request{op: opGenerate}
 	st := q.start(ctx, m.r)
 	h := &hedger{m: m, q: q, ctx: ctx, req: req, check: check, call: true,
-		results: make(chan flightResult), fire: make(chan uint64, 4)}
+		results: make(chan flightResult), fire: make(chan struct{}, 1)}
 	_, resp, err := h.run(st)
 	return resp, err
 }
@@ -233,8 +241,9 @@ func (h *hedger) run(st step) (Stream, *Response, error) {
 func (h *hedger) wait(due <-chan time.Time) (r flightResult, fired, ok bool) {
 	for {
 		select {
-		case g := <-h.fire:
-			if g == h.gen {
+		case <-h.fire:
+			if h.fired.Load() >= h.gen && h.took < h.gen { // once per arm
+				h.took = h.gen
 				return r, true, true
 			}
 		case <-due:
@@ -328,11 +337,17 @@ func (h *hedger) armTimer() {
 	}
 	h.stopTimer()
 	h.gen++
-	g, fire := h.gen, h.fire
+	g := h.gen
 	h.t = h.m.cfg.clock.AfterFunc(h.m.cfg.hedgeAfter, func() {
+		for {
+			f := h.fired.Load()
+			if f >= g || h.fired.CompareAndSwap(f, g) {
+				break
+			}
+		}
 		select {
-		case fire <- g:
-		default: // a stale wake-up is in the buffer already; this one is stale too or due again at the next arm
+		case h.fire <- struct{}{}:
+		default: // a wake-up is pending already; the loop reads fired then
 		}
 	})
 }

@@ -466,3 +466,36 @@ func TestHedge_GeneratePanicIsAnError(t *testing.T) {
 	_, err := m.Generate(context.Background(), &Request{})
 	require.ErrorContains(t, err, "panicked")
 }
+
+// The hedge timer's wake-ups: fires the loop has not read yet, stale ones
+// included (a timer stopped just as it fired), never hide the current
+// arm's fire, and one fire is acted on once. Before, wake-ups carried
+// their generation through a 4-slot buffer and a fifth was dropped.
+func TestHedger_staleFiresNeverHideTheCurrentOne(t *testing.T) {
+	clk := newManualClock()
+	h := &hedger{m: &RetryableModel{cfg: streamConfig{clock: clk, hedgeAfter: time.Second, hedgeMax: 100}},
+		fire: make(chan struct{}, 1)}
+	for range 6 { // each arm fires, unread, then the next arm replaces it
+		h.armTimer()
+		clk.Advance(time.Second)
+	}
+	bounded := func() <-chan time.Time { return time.After(300 * time.Millisecond) }
+	_, fired, ok := h.wait(bounded())
+	require.True(t, fired && ok, "the current arm's fire is seen")
+	_, fired, ok = h.wait(bounded())
+	require.False(t, fired, "and acted on once")
+	require.False(t, ok, "the wait ends at its due time instead")
+
+	// A timer stopped just as it fires (its callback runs on Stop) belongs
+	// to the arm being replaced: it never passes for the new one.
+	late := lateStopClock{newManualClock()}
+	h = &hedger{m: &RetryableModel{cfg: streamConfig{clock: late, hedgeAfter: time.Second, hedgeMax: 100}},
+		fire: make(chan struct{}, 1)}
+	h.armTimer()
+	h.armTimer() // stops the first, which fires as it stops
+	_, fired, _ = h.wait(bounded())
+	require.False(t, fired, "a stale fire is ignored")
+	late.Advance(time.Second)
+	_, fired, _ = h.wait(bounded())
+	require.True(t, fired, "the new arm's own fire is seen")
+}
