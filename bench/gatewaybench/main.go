@@ -38,7 +38,7 @@ import (
 
 var (
 	chunks   = flag.Int("chunks", 20, "content chunks per streamed answer")
-	pace     = flag.Duration("pace", time.Millisecond, "the upstream's pause before each streamed chunk")
+	pace     = flag.Duration("pace", time.Millisecond, "the upstream's pause before each streamed chunk (a non-streamed answer waits chunks×pace)")
 	rate     = flag.Int("rate", 200, "open-loop requests per second for the latency phase")
 	openDur  = flag.Duration("open", 3*time.Second, "length of the open-loop (latency) phase per target and mode")
 	conc     = flag.Int("conc", 32, "concurrent clients for the closed-loop (throughput) phase")
@@ -80,6 +80,9 @@ func upstreamHandler(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !req.Stream {
+		// A model takes as long to write a whole answer as to stream it (and
+		// a gateway may ask the upstream for a stream either way).
+		time.Sleep(time.Duration(*chunks) * *pace)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":"chatcmpl-b","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`,
 			expected(), *chunks, *chunks+5)
