@@ -80,9 +80,12 @@ func upstreamHandler(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !req.Stream {
-		// A model takes as long to write a whole answer as to stream it (and
-		// a gateway may ask the upstream for a stream either way).
-		time.Sleep(time.Duration(*chunks) * *pace)
+		// A model takes as long to write a whole answer as to stream it, and
+		// a gateway may ask the upstream for a stream either way: the same
+		// sleeps as a stream, so timer jitter under load is the same too.
+		for i := 0; i < *chunks; i++ {
+			time.Sleep(*pace)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":"chatcmpl-b","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`,
 			expected(), *chunks, *chunks+5)
