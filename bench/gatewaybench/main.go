@@ -46,6 +46,7 @@ var (
 	targets  = flag.String("targets", "direct,revproxy,retryhost,portkey", "targets to run, comma-separated")
 	rhBin    = flag.String("retryhost", "", "path of a built retryhost binary (empty: skip that row)")
 	pkDir    = flag.String("portkey-dir", "", "folder with node_modules/@portkey-ai/gateway (empty: skip that row)")
+	held     = flag.Int("held-streams", 0, "after the phases, hold this many streams open at once and report the proxy's RSS (0: skip)")
 	workDir  = flag.String("workdir", "", "folder for the policy file and the children's logs (default: a temp folder)")
 
 	proxyServe = flag.String("serve-revproxy", "", "internal: serve a bare reverse proxy to this upstream URL and print the address")
@@ -72,11 +73,20 @@ func upstreamHandler(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not found", http.StatusNotFound)
 		return
 	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	var req struct {
 		Stream bool `json:"stream"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+	if err := json.Unmarshal(b, &req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if req.Stream && bytes.Contains(b, []byte(holdPrompt)) {
+		hold(w, r)
 		return
 	}
 	if !req.Stream {
@@ -101,6 +111,122 @@ func upstreamHandler(w http.ResponseWriter, r *http.Request) {
 	}
 	fmt.Fprint(w, "data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
 	fl.Flush()
+}
+
+const holdPrompt = "hold this stream open"
+
+// release ends the held streams; a new one is made per hold phase.
+var (
+	releaseMu sync.Mutex
+	release   = make(chan struct{})
+)
+
+// hold sends one content chunk, waits for release (or the client to leave),
+// then ends the stream properly.
+func hold(w http.ResponseWriter, r *http.Request) {
+	releaseMu.Lock()
+	rel := release
+	releaseMu.Unlock()
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	fmt.Fprint(w, "data: {\"id\":\"chatcmpl-h\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"held \"},\"finish_reason\":null}]}\n\n")
+	fl.Flush()
+	select {
+	case <-rel:
+	case <-r.Context().Done():
+		return
+	}
+	fmt.Fprint(w, "data: {\"id\":\"chatcmpl-h\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	fl.Flush()
+}
+
+// holdStreams opens n streams at once through t, waits (at most 60 s) until
+// each has its first content, reads the proxy's RSS, then releases them all
+// and counts those that ended intact.
+func holdStreams(ctx context.Context, t *target, n int) (opened, intact int, rss0, rss1 int64) {
+	releaseMu.Lock()
+	release = make(chan struct{})
+	rel := release
+	releaseMu.Unlock()
+	rss0 = procRSS(t.pid)
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	var open, ok atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":%q,"stream":true,"messages":[{"role":"user","content":%q}]}`, t.model, holdPrompt)
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, strings.NewReader(body))
+			if err != nil {
+				return
+			}
+			for k, v := range t.headers {
+				req.Header[k] = v
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := holdClient.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			first, done, got := false, false, ""
+			for sc.Scan() {
+				line := sc.Bytes()
+				if !bytes.HasPrefix(line, []byte("data:")) {
+					continue
+				}
+				data := bytes.TrimSpace(line[5:])
+				if bytes.Equal(data, []byte("[DONE]")) {
+					done = true
+					continue
+				}
+				if c, _ := content(data); c != "" {
+					if !first {
+						first = true
+						open.Add(1)
+					}
+					got += c
+				}
+			}
+			if resp.StatusCode == http.StatusOK && done && got == "held " {
+				ok.Add(1)
+			}
+		}()
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for open.Load() < int64(n) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // let the proxy settle
+	rss1 = procRSS(t.pid)
+	opened = int(open.Load())
+	close(rel)
+	wg.Wait()
+	return opened, int(ok.Load()), rss0, rss1
+}
+
+// holdClient has no overall timeout (the streams are held on purpose) and no idle pool.
+var holdClient = &http.Client{Transport: &http.Transport{DisableCompression: true, DisableKeepAlives: true}}
+
+// procRSS is a process's resident set in bytes (Linux /proc; 0 elsewhere).
+func procRSS(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 func expected() string {
@@ -508,6 +634,9 @@ func run(ctx context.Context) error {
 	type row struct {
 		t    *target
 		s, n stats // streaming, non-streaming
+
+		opened, heldOK int
+		rss0, rss1     int64
 	}
 	var rows []row
 	for _, name := range strings.Split(*targets, ",") {
@@ -531,6 +660,10 @@ func run(ctx context.Context) error {
 		openLoop(ctx, t, false, &rw.n)
 		closedLoop(ctx, t, true, &rw.s)
 		closedLoop(ctx, t, false, &rw.n)
+		client.CloseIdleConnections()
+		if *held > 0 && t.pid != 0 {
+			rw.opened, rw.heldOK, rw.rss0, rw.rss1 = holdStreams(ctx, t, *held)
+		}
 		t.stop()
 		client.CloseIdleConnections()
 		rows = append(rows, rw)
@@ -577,6 +710,22 @@ func run(ctx context.Context) error {
 				ms(pct(s.fb, .5)), ms(pct(s.fb, .99)), added(pct(s.fb, .5), bfb, .5), added(pct(s.fb, .99), bfb, .99),
 				ms(pct(s.fc, .5)), ms(pct(s.fc, .99)), added(pct(s.fc, .5), bfc, .5), added(pct(s.fc, .99), bfc, .99),
 				s.rps, cpu, s.intact, s.n, s.closedOK, s.closedN)
+		}
+		fmt.Println()
+	}
+	if *held > 0 {
+		fmt.Printf("%d streams held open at once (proxy RSS; per stream = (RSS held - RSS before) / opened)\n", *held)
+		fmt.Println("| target | opened | RSS before | RSS held | per stream | intact after release |")
+		fmt.Println("|---|---|---|---|---|---|")
+		for _, r := range rows {
+			if r.t.pid == 0 {
+				continue
+			}
+			per := "-"
+			if r.opened > 0 {
+				per = fmt.Sprintf("%.1f KiB", float64(r.rss1-r.rss0)/1024/float64(r.opened))
+			}
+			fmt.Printf("| %s | %d | %.0f MiB | %.0f MiB | %s | %d/%d |\n", r.t.name, r.opened, float64(r.rss0)/(1<<20), float64(r.rss1)/(1<<20), per, r.heldOK, *held)
 		}
 		fmt.Println()
 	}
