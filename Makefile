@@ -4,7 +4,7 @@ WAT := $(wildcard host/testdata/*.wat testdata/abi/*.wat)
 
 .PHONY: help
 help: ## list targets
-	@grep -E '^[a-z.]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "%-12s %s\n",$$1,$$2}'
+	@grep -E '^[a-z.-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "%-14s %s\n",$$1,$$2}'
 
 .PHONY: wasm
 wasm: ## rebuild every committed .wasm built from WAT (needs wabt's wat2wasm)
@@ -17,3 +17,7 @@ test: ## tests with the race detector
 .PHONY: bench
 bench: ## host benchmarks, side by side with the native baseline
 	$(GO) test -run '^$$' -bench . -benchmem ./host/
+
+.PHONY: bench-gateway
+bench-gateway: ## gateway benchmark: direct, bare reverse proxy, retryhost serve, Portkey (loopback; ARGS='-pace 0 -held-streams 2000')
+	bench/gateway.sh $(ARGS)

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Gateway benchmark (issue 14, "The bar"): one loopback upstream driven four
+# ways — direct, a bare httputil.ReverseProxy, `retryhost serve`, and Portkey's
+# open-source gateway (@portkey-ai/gateway 1.15.2 with @hono/node-server pinned
+# to 1.14.1; the row is skipped when npm is absent). Loopback only; every phase
+# is bounded in time and the children are stopped at the end.
+#
+#   bench/gateway.sh [gatewaybench flags…]     e.g. -open 5s -closed 5s -rate 500 -conc 64
+#
+# PORTKEY_DIR reuses an install (a folder with node_modules/@portkey-ai/gateway).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=$(mktemp -d "${TMPDIR:-/tmp}/gatewaybench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+go build -o "$work/retryhost" ./cmd/retryhost
+go build -o "$work/gatewaybench" ./bench/gatewaybench
+
+pk=${PORTKEY_DIR:-}
+if [[ -z $pk ]] && command -v npm >/dev/null 2>&1; then
+	pk=$work/portkey
+	mkdir -p "$pk"
+	# The pin (and the override, which reaches the gateway's own copy): with
+	# @hono/node-server >= 1.14.2 every streamed request through it fails with
+	# a 500 (TypeError: immutable).
+	cat >"$pk/package.json" <<'JSON'
+{
+  "name": "gatewaybench-portkey",
+  "private": true,
+  "dependencies": { "@portkey-ai/gateway": "1.15.2", "@hono/node-server": "1.14.1" },
+  "overrides": { "@hono/node-server": "1.14.1" }
+}
+JSON
+	if ! (cd "$pk" && npm install --no-audit --no-fund --loglevel=error >"$work/npm.log" 2>&1); then
+		echo "npm install failed (see below); the portkey row is skipped" >&2
+		tail -5 "$work/npm.log" >&2
+		pk=
+	fi
+elif [[ -z $pk ]]; then
+	echo "npm not found: the portkey row is skipped" >&2
+fi
+
+mkdir -p "$work/run"
+echo "load before: $(cat /proc/loadavg 2>/dev/null || uptime)"
+"$work/gatewaybench" -retryhost "$work/retryhost" -portkey-dir "$pk" -workdir "$work/run" "$@"
+echo "load after: $(cat /proc/loadavg 2>/dev/null || uptime)"

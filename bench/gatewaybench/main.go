@@ -1,0 +1,738 @@
+// Command gatewaybench drives one loopback, OpenAI-compatible upstream four
+// ways — direct, through a bare httputil.ReverseProxy, through `retryhost
+// serve` and through Portkey's open-source gateway — and prints, for streamed
+// and non-streamed requests, the latency each hop adds (first byte and first
+// content, p50/p99, open loop at a fixed rate), closed-loop requests/s at a
+// fixed concurrency, the proxy process's CPU per request and how many answers
+// arrived intact. Everything is loopback, bounded in count and time, and the
+// child processes are stopped before it exits.
+//
+// Usage: see bench/gateway.sh, which builds retryhost and installs Portkey.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+var (
+	chunks   = flag.Int("chunks", 20, "content chunks per streamed answer")
+	pace     = flag.Duration("pace", time.Millisecond, "the upstream's pause before each streamed chunk (a non-streamed answer waits chunks×pace)")
+	rate     = flag.Int("rate", 200, "open-loop requests per second for the latency phase")
+	openDur  = flag.Duration("open", 3*time.Second, "length of the open-loop (latency) phase per target and mode")
+	conc     = flag.Int("conc", 32, "concurrent clients for the closed-loop (throughput) phase")
+	closeDur = flag.Duration("closed", 3*time.Second, "length of the closed-loop phase per target and mode")
+	targets  = flag.String("targets", "direct,revproxy,retryhost,portkey", "targets to run, comma-separated")
+	rhBin    = flag.String("retryhost", "", "path of a built retryhost binary (empty: skip that row)")
+	pkDir    = flag.String("portkey-dir", "", "folder with node_modules/@portkey-ai/gateway (empty: skip that row)")
+	held     = flag.Int("held-streams", 0, "after the phases, hold this many streams open at once and report the proxy's RSS (0: skip)")
+	workDir  = flag.String("workdir", "", "folder for the policy file and the children's logs (default: a temp folder)")
+
+	proxyServe = flag.String("serve-revproxy", "", "internal: serve a bare reverse proxy to this upstream URL and print the address")
+)
+
+func main() {
+	flag.Parse()
+	if *proxyServe != "" {
+		serveRevProxy(*proxyServe)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "gatewaybench:", err)
+		os.Exit(1)
+	}
+}
+
+// ---- the upstream ----
+
+func upstreamHandler(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+		http.Error(w, "not found", http.StatusNotFound)
+		return
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req struct {
+		Stream bool `json:"stream"`
+	}
+	if err := json.Unmarshal(b, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if req.Stream && bytes.Contains(b, []byte(holdPrompt)) {
+		hold(w, r)
+		return
+	}
+	if !req.Stream {
+		// A model takes as long to write a whole answer as to stream it, and
+		// a gateway may ask the upstream for a stream either way: the same
+		// sleeps as a stream, so timer jitter under load is the same too.
+		for i := 0; i < *chunks; i++ {
+			time.Sleep(*pace)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"chatcmpl-b","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`,
+			expected(), *chunks, *chunks+5)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	fl := w.(http.Flusher)
+	for i := 0; i < *chunks; i++ {
+		time.Sleep(*pace)
+		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d \"},\"finish_reason\":null}]}\n\n", i)
+		fl.Flush()
+	}
+	fmt.Fprint(w, "data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	fl.Flush()
+}
+
+const holdPrompt = "hold this stream open"
+
+// release ends the held streams; a new one is made per hold phase.
+var (
+	releaseMu sync.Mutex
+	release   = make(chan struct{})
+)
+
+// hold sends one content chunk, waits for release (or the client to leave),
+// then ends the stream properly.
+func hold(w http.ResponseWriter, r *http.Request) {
+	releaseMu.Lock()
+	rel := release
+	releaseMu.Unlock()
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	fmt.Fprint(w, "data: {\"id\":\"chatcmpl-h\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"held \"},\"finish_reason\":null}]}\n\n")
+	fl.Flush()
+	select {
+	case <-rel:
+	case <-r.Context().Done():
+		return
+	}
+	fmt.Fprint(w, "data: {\"id\":\"chatcmpl-h\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	fl.Flush()
+}
+
+// holdStreams opens n streams at once through t, waits (at most 60 s) until
+// each has its first content, reads the proxy's RSS, then releases them all
+// and counts those that ended intact.
+func holdStreams(ctx context.Context, t *target, n int) (opened, intact int, rss0, rss1 int64) {
+	releaseMu.Lock()
+	release = make(chan struct{})
+	rel := release
+	releaseMu.Unlock()
+	rss0 = procRSS(t.pid)
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	var open, ok atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":%q,"stream":true,"messages":[{"role":"user","content":%q}]}`, t.model, holdPrompt)
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, strings.NewReader(body))
+			if err != nil {
+				return
+			}
+			for k, v := range t.headers {
+				req.Header[k] = v
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := holdClient.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			first, done, got := false, false, ""
+			for sc.Scan() {
+				line := sc.Bytes()
+				if !bytes.HasPrefix(line, []byte("data:")) {
+					continue
+				}
+				data := bytes.TrimSpace(line[5:])
+				if bytes.Equal(data, []byte("[DONE]")) {
+					done = true
+					continue
+				}
+				if c, _ := content(data); c != "" {
+					if !first {
+						first = true
+						open.Add(1)
+					}
+					got += c
+				}
+			}
+			if resp.StatusCode == http.StatusOK && done && got == "held " {
+				ok.Add(1)
+			}
+		}()
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for open.Load() < int64(n) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // let the proxy settle
+	rss1 = procRSS(t.pid)
+	opened = int(open.Load())
+	close(rel)
+	wg.Wait()
+	return opened, int(ok.Load()), rss0, rss1
+}
+
+// holdClient has no overall timeout (the streams are held on purpose) and no idle pool.
+var holdClient = &http.Client{Transport: &http.Transport{DisableCompression: true, DisableKeepAlives: true}}
+
+// procRSS is a process's resident set in bytes (Linux /proc; 0 elsewhere).
+func procRSS(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func expected() string {
+	var b strings.Builder
+	for i := 0; i < *chunks; i++ {
+		fmt.Fprintf(&b, "t%d ", i)
+	}
+	return b.String()
+}
+
+// ---- the bare reverse proxy (its own process, so its RSS and CPU are its own) ----
+
+func serveRevProxy(upstream string) {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fmt.Println(ln.Addr().String())
+	go func() { // the parent closes our stdin when it is done
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}()
+	_ = http.Serve(ln, rp)
+}
+
+// ---- targets ----
+
+type target struct {
+	name    string
+	url     string // chat completions URL
+	model   string
+	headers http.Header
+	pid     int    // the proxy process (0: none)
+	note    string // printed beside the row
+	stop    func()
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func waitUp(ctx context.Context, addr string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s not listening after 30s", addr)
+}
+
+func stopProc(cmd *exec.Cmd, done <-chan struct{}) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+func startChild(cmd *exec.Cmd) (<-chan struct{}, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	return done, nil
+}
+
+func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error) {
+	switch name {
+	case "direct":
+		return &target{name: name, url: upstream + "/v1/chat/completions", model: "m", stop: func() {}}, nil
+	case "revproxy":
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(self, "-serve-revproxy", upstream)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stderr = os.Stderr
+		done, err := startChild(cmd)
+		if err != nil {
+			return nil, err
+		}
+		addr, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil {
+			stopProc(cmd, done)
+			return nil, fmt.Errorf("revproxy: %w", err)
+		}
+		return &target{name: name, url: "http://" + strings.TrimSpace(addr) + "/v1/chat/completions", model: "m", pid: cmd.Process.Pid,
+			stop: func() { stdin.Close(); stopProc(cmd, done) }}, nil
+	case "retryhost":
+		if *rhBin == "" {
+			return nil, errSkip("no -retryhost binary")
+		}
+		pol := fmt.Sprintf(`{"models": [{"name": "bench", "provider": "openai", "model": "m", "base_url": %q, "api_key_env": "BENCH_UPSTREAM_KEY"}]}`, upstream+"/v1")
+		pf := filepath.Join(dir, "bench-policy.json")
+		if err := os.WriteFile(pf, []byte(pol), 0o644); err != nil {
+			return nil, err
+		}
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		logf, err := os.Create(filepath.Join(dir, "retryhost.log"))
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(*rhBin, "serve", "--policy", pf, "--addr", addr, "--watch=false", "--max-concurrent", "4096")
+		cmd.Env = append(os.Environ(), "BENCH_UPSTREAM_KEY=k", "RETRYHOST_API_KEYS=")
+		cmd.Stdout, cmd.Stderr = logf, logf
+		done, err := startChild(cmd)
+		if err != nil {
+			return nil, err
+		}
+		if err := waitUp(ctx, addr); err != nil {
+			stopProc(cmd, done)
+			return nil, fmt.Errorf("retryhost: %w (see %s)", err, logf.Name())
+		}
+		return &target{name: name, url: "http://" + addr + "/v1/chat/completions", model: "bench", pid: cmd.Process.Pid,
+			note: "access log (JSON, one line per request) on, to a file",
+			stop: func() { stopProc(cmd, done); logf.Close() }}, nil
+	case "portkey":
+		if *pkDir == "" {
+			return nil, errSkip("no -portkey-dir (npm absent?)")
+		}
+		script := filepath.Join(*pkDir, "node_modules/@portkey-ai/gateway/build/start-server.js")
+		if _, err := os.Stat(script); err != nil {
+			return nil, errSkip(err.Error())
+		}
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		logf, err := os.Create(filepath.Join(dir, "portkey.log"))
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command("node", script, "--port="+port, "--headless")
+		cmd.Dir = *pkDir
+		cmd.Stdout, cmd.Stderr = logf, logf
+		done, err := startChild(cmd)
+		if err != nil {
+			return nil, err
+		}
+		if err := waitUp(ctx, addr); err != nil {
+			stopProc(cmd, done)
+			return nil, fmt.Errorf("portkey: %w (see %s)", err, logf.Name())
+		}
+		h := http.Header{}
+		h.Set("x-portkey-provider", "openai")
+		h.Set("x-portkey-custom-host", upstream+"/v1")
+		h.Set("Authorization", "Bearer k")
+		return &target{name: name, url: "http://" + addr + "/v1/chat/completions", model: "m", headers: h, pid: cmd.Process.Pid,
+			note: "its source waits 25 ms before forwarding a stream's first chunk",
+			stop: func() { stopProc(cmd, done); logf.Close() }}, nil
+	}
+	return nil, fmt.Errorf("unknown target %q", name)
+}
+
+type errSkip string
+
+func (e errSkip) Error() string { return string(e) }
+
+// ---- one request ----
+
+type result struct {
+	ok           bool // 200 and the whole answer, once, in order, with its end marker
+	firstByte    time.Duration
+	firstContent time.Duration
+}
+
+var client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+	MaxIdleConnsPerHost: 4096, MaxIdleConns: 4096, DisableCompression: true, IdleConnTimeout: 30 * time.Second}}
+
+func do(ctx context.Context, t *target, stream bool) result {
+	body := fmt.Sprintf(`{"model":%q,"stream":%t,"messages":[{"role":"user","content":"hello"}]}`, t.model, stream)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, strings.NewReader(body))
+	if err != nil {
+		return result{}
+	}
+	for k, v := range t.headers {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	var r result
+	start := time.Now()
+	var fb time.Time
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotFirstResponseByte: func() { fb = time.Now() }}))
+	resp, err := client.Do(req)
+	if err != nil {
+		return r
+	}
+	defer resp.Body.Close()
+	r.firstByte = fb.Sub(start)
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return r
+	}
+	want := expected()
+	if !stream {
+		b, err := io.ReadAll(resp.Body)
+		r.firstContent = time.Since(start)
+		if err != nil {
+			return r
+		}
+		var out struct {
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+			} `json:"choices"`
+		}
+		r.ok = json.Unmarshal(b, &out) == nil && len(out.Choices) == 1 && out.Choices[0].Message.Content == want
+		return r
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var got strings.Builder
+	done := false
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.HasPrefix(line, []byte("data:")) {
+			continue
+		}
+		data := bytes.TrimSpace(line[5:])
+		if bytes.Equal(data, []byte("[DONE]")) {
+			done = true
+			continue
+		}
+		if c, ok := content(data); ok && c != "" {
+			if got.Len() == 0 {
+				r.firstContent = time.Since(start)
+			}
+			got.WriteString(c)
+		}
+	}
+	r.ok = sc.Err() == nil && done && got.String() == want
+	return r
+}
+
+// content pulls delta.content out of a chunk without a full JSON decode (the
+// load generator shares the cores with the proxies); contents here carry no escapes.
+func content(data []byte) (string, bool) {
+	i := bytes.Index(data, []byte(`"content":"`))
+	if i < 0 {
+		return "", false
+	}
+	rest := data[i+len(`"content":"`):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return "", false
+	}
+	return string(rest[:j]), true
+}
+
+// ---- phases ----
+
+type stats struct {
+	n, intact int
+	fb, fc    []time.Duration
+	rps       float64
+	cpuPerReq time.Duration // proxy process CPU per closed-loop request
+	closedN   int
+	closedOK  int
+}
+
+func openLoop(ctx context.Context, t *target, stream bool, st *stats) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	interval := time.Second / time.Duration(*rate)
+	total := int(*openDur / interval)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for i := 0; i < total && ctx.Err() == nil; i++ {
+		<-tick.C
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := do(ctx, t, stream)
+			mu.Lock()
+			defer mu.Unlock()
+			st.n++
+			if r.ok {
+				st.intact++
+				st.fb = append(st.fb, r.firstByte)
+				st.fc = append(st.fc, r.firstContent)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func closedLoop(ctx context.Context, t *target, stream bool, st *stats) {
+	var n, ok atomic.Int64
+	cpu0 := procCPU(t.pid)
+	start := time.Now()
+	end := start.Add(*closeDur)
+	var wg sync.WaitGroup
+	for w := 0; w < *conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) && ctx.Err() == nil {
+				r := do(ctx, t, stream)
+				n.Add(1)
+				if r.ok {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	st.closedN, st.closedOK = int(n.Load()), int(ok.Load())
+	st.rps = float64(ok.Load()) / el.Seconds()
+	if t.pid != 0 && n.Load() > 0 {
+		st.cpuPerReq = (procCPU(t.pid) - cpu0) / time.Duration(n.Load())
+	}
+}
+
+// procCPU is the user+system CPU time of a process (Linux /proc; 0 elsewhere).
+func procCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	k, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+k) * (time.Second / 100) // USER_HZ is 100 on Linux
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(p * float64(len(s)-1))
+	return s[i]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+func run(ctx context.Context) error {
+	dir := *workDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "gatewaybench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	up := &http.Server{Handler: http.HandlerFunc(upstreamHandler)}
+	go func() { _ = up.Serve(ln) }()
+	defer up.Close()
+	upstream := "http://" + ln.Addr().String()
+
+	fmt.Printf("upstream: %d chunks, %v before each; open loop %d req/s for %v; closed loop %d concurrent for %v\n\n",
+		*chunks, *pace, *rate, *openDur, *conc, *closeDur)
+	type row struct {
+		t    *target
+		s, n stats // streaming, non-streaming
+
+		opened, heldOK int
+		rss0, rss1     int64
+	}
+	var rows []row
+	for _, name := range strings.Split(*targets, ",") {
+		name = strings.TrimSpace(name)
+		t, err := makeTarget(ctx, name, upstream, dir)
+		var skip errSkip
+		if errors.As(err, &skip) {
+			fmt.Printf("skipping %s: %s\n", name, skip)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "running %s…\n", name)
+		var rw row
+		rw.t = t
+		for i := 0; i < 20; i++ { // warm up connections and the proxy
+			do(ctx, t, i%2 == 0)
+		}
+		openLoop(ctx, t, true, &rw.s)
+		openLoop(ctx, t, false, &rw.n)
+		closedLoop(ctx, t, true, &rw.s)
+		closedLoop(ctx, t, false, &rw.n)
+		client.CloseIdleConnections()
+		if *held > 0 && t.pid != 0 {
+			rw.opened, rw.heldOK, rw.rss0, rw.rss1 = holdStreams(ctx, t, *held)
+		}
+		t.stop()
+		client.CloseIdleConnections()
+		rows = append(rows, rw)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	var base *row
+	for i := range rows {
+		if rows[i].t.name == "direct" {
+			base = &rows[i]
+		}
+	}
+	added := func(v time.Duration, b []time.Duration, p float64) string {
+		if base == nil {
+			return "-"
+		}
+		return ms(v - pct(b, p))
+	}
+	for _, mode := range []string{"streaming", "non-streaming"} {
+		fmt.Printf("%s (latency: open loop; \"+\" = added over direct, ms)\n", mode)
+		fmt.Printf("| target | first byte p50 / p99 | +p50 / +p99 | first content p50 / p99 | +p50 / +p99 | req/s @%d | CPU/req (proxy) | intact (open, closed) |\n", *conc)
+		fmt.Println("|---|---|---|---|---|---|---|---|")
+		for _, r := range rows {
+			s, b := &r.s, (*stats)(nil)
+			if mode == "non-streaming" {
+				s = &r.n
+			}
+			if base != nil {
+				b = &base.s
+				if mode == "non-streaming" {
+					b = &base.n
+				}
+			}
+			var bfb, bfc []time.Duration
+			if b != nil {
+				bfb, bfc = b.fb, b.fc
+			}
+			cpu := "-"
+			if r.t.pid != 0 {
+				cpu = fmt.Sprintf("%.0f µs", float64(s.cpuPerReq)/float64(time.Microsecond))
+			}
+			fmt.Printf("| %s | %s / %s | %s / %s | %s / %s | %s / %s | %.0f | %s | %d/%d, %d/%d |\n", r.t.name,
+				ms(pct(s.fb, .5)), ms(pct(s.fb, .99)), added(pct(s.fb, .5), bfb, .5), added(pct(s.fb, .99), bfb, .99),
+				ms(pct(s.fc, .5)), ms(pct(s.fc, .99)), added(pct(s.fc, .5), bfc, .5), added(pct(s.fc, .99), bfc, .99),
+				s.rps, cpu, s.intact, s.n, s.closedOK, s.closedN)
+		}
+		fmt.Println()
+	}
+	if *held > 0 {
+		fmt.Printf("%d streams held open at once (proxy RSS; per stream = (RSS held - RSS before) / opened)\n", *held)
+		fmt.Println("| target | opened | RSS before | RSS held | per stream | intact after release |")
+		fmt.Println("|---|---|---|---|---|---|")
+		for _, r := range rows {
+			if r.t.pid == 0 {
+				continue
+			}
+			per := "-"
+			if r.opened > 0 {
+				per = fmt.Sprintf("%.1f KiB", float64(r.rss1-r.rss0)/1024/float64(r.opened))
+			}
+			fmt.Printf("| %s | %d | %.0f MiB | %.0f MiB | %s | %d/%d |\n", r.t.name, r.opened, float64(r.rss0)/(1<<20), float64(r.rss1)/(1<<20), per, r.heldOK, *held)
+		}
+		fmt.Println()
+	}
+	for _, r := range rows {
+		if r.t.note != "" {
+			fmt.Printf("%s: %s\n", r.t.name, r.t.note)
+		}
+	}
+	return nil
+}
