@@ -125,7 +125,8 @@ func WithLegacyMaxTokens() Option { return func(c *config) { c.legacyMaxTokens =
 // "response.failed" and "response.incomplete" events. Seed and stop
 // sequences do not exist there and come back as warnings;
 // WithLegacyMaxTokens does not apply (MaxOutputTokens is sent as
-// max_output_tokens). With WithRawChunks the raw parts hold
+// max_output_tokens), nor does WithAzure (on Azure, point WithBaseURL at
+// {endpoint}/openai/v1/). With WithRawChunks the raw parts hold
 // responses.ResponseStreamEventUnion. Default: Chat Completions.
 func WithResponsesAPI() Option { return func(c *config) { c.responsesAPI = true } }
 
@@ -188,6 +189,10 @@ func New(id string, opts ...Option) (*Model, error) {
 		sdk = append(sdk, option.WithBaseURL(c.baseURL))
 	}
 	if az := c.azure; az != nil {
+		if c.responsesAPI {
+			// Azure serves the Responses API outside the deployments path.
+			return nil, errors.New("openai: WithAzure is for Chat Completions; for the Responses API on Azure use WithBaseURL(endpoint + \"/openai/v1/\") with the deployment as the model id")
+		}
 		if c.baseURL != "" {
 			return nil, errors.New("openai: WithAzure and WithBaseURL both set the endpoint")
 		}

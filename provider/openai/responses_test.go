@@ -337,3 +337,11 @@ func TestResponsesStreamHeader(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "req_5b3f0c9e2a7d41e8", h.Header().Get("x-request-id"))
 }
+
+// WithAzure's deployments path has no Responses API: the combination is
+// refused at construction, naming the way that works.
+func TestResponsesWithAzureRejected(t *testing.T) {
+	_, err := openai.New("gpt-4.1", openai.WithResponsesAPI(), openai.WithAPIKey("k"),
+		openai.WithAzure("https://example.openai.azure.com", "dep", "2025-03-01-preview"))
+	require.ErrorContains(t, err, "/openai/v1/")
+}
