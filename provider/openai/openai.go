@@ -154,6 +154,7 @@ type Model struct {
 	legacy    bool
 	responses bool // WithResponsesAPI
 	raw       bool
+	sdkChunks bool // decode every chunk with the SDK (tests compare both paths)
 	client    oai.Client
 	host      string // the server it calls, for telemetry
 	port      int
@@ -354,6 +355,12 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		return nil, m.openError(ctx, err, raw)
 	}
 	src := &source{provider: m.provider, st: st, tools: map[int64]*toolCall{}, raw: m.raw}
+	if !m.raw && !m.sdkChunks && raw != nil && raw.Body != nil {
+		// The SDK built and sent the request and holds the body (its
+		// Close closes it); the events are read here, leanly, and only
+		// the chunks the lean decoder declines go through the SDK's.
+		src.ev = &events{body: raw.Body}
+	}
 	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart})
 	if raw != nil {
 		s.SetHeader(raw.Header)
