@@ -150,6 +150,11 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	defer stopAfter()
 	st := &reqState{}
 	ctx = context.WithValue(ctx, stateKey{}, st)
+	var hook *flushHook
+	if cr.stream && g.client != nil {
+		hook = &flushHook{}
+		ctx = context.WithValue(ctx, flushKey{}, hook)
+	}
 
 	// Before commit: nothing is written. Each link of the chain is a whole
 	// policy request starting on that route.
@@ -178,7 +183,10 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Request-Id", l.id)
 	enc := &chunkEncoder{id: l.id, model: l.model, created: time.Now().Unix()}
 	if cr.stream {
-		g.relay(ctx, w, l, s, enc, cr.includeUsage)
+		if hook != nil && (hook.bodies.Load() == 0 || !gen.hooked[st.committed]) {
+			hook = nil // the committed model may wait elsewhere than in a hooked body
+		}
+		g.relay(ctx, w, l, s, enc, cr.includeUsage, hook)
 	} else {
 		g.collect(ctx, w, l, s, enc)
 	}
@@ -236,10 +244,13 @@ func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, l *accessLog,
 	_, _ = w.Write(e.body)
 }
 
-// relay streams a committed answer as server-sent events, one flush per
-// event. A failure after commit ends it with an in-band error event and no
-// [DONE].
-func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc *chunkEncoder, includeUsage bool) {
+// relay streams a committed answer as server-sent events. Events are
+// written and flushed as soon as the next part would have to wait for the
+// upstream (see flushHook), so parts that arrived together share one write
+// and none is held back; without the hook (a model the gateway's client
+// does not serve), every event is flushed on its own. A failure after
+// commit ends the stream with an in-band error event and no [DONE].
+func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc *chunkEncoder, includeUsage bool, hook *flushHook) {
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -249,22 +260,34 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 	g.metrics.streams.Inc()
 	defer g.metrics.streams.Dec()
 	var (
-		buf   []byte
-		usage *abi.Usage
+		buf    []byte
+		usage  *abi.Usage
+		broken bool // a write or flush failed: the client is gone
 	)
-	send := func() bool {
-		if len(buf) == 0 {
-			return true
+	send := func() {
+		if len(buf) == 0 || broken {
+			return
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.writeTimeout))
 		if _, err := w.Write(buf); err != nil {
-			return false
+			broken = true
+			return
 		}
 		buf = buf[:0]
-		return rc.Flush() == nil
+		broken = rc.Flush() != nil
 	}
 	for {
+		if hook != nil && len(buf) > 0 {
+			hook.arm(send)
+		}
 		p, err := s.Recv()
+		if hook != nil {
+			hook.disarm()
+		}
+		if broken {
+			l.outcome = "client_closed"
+			return
+		}
 		if err == io.EOF {
 			break
 		}
@@ -281,9 +304,8 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
 		}
 		buf = enc.appendPart(buf, &p)
-		if !send() {
-			l.outcome = "client_closed"
-			return
+		if hook == nil {
+			send()
 		}
 	}
 	if includeUsage {
@@ -294,7 +316,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		buf = enc.appendUsage(buf, &u)
 	}
 	buf = append(buf, "data: [DONE]\n\n"...)
-	if !send() {
+	if send(); broken {
 		l.outcome = "client_closed"
 		return
 	}

@@ -346,6 +346,9 @@ type generation struct {
 	// providers are the ProviderOptions names of the policy's
 	// OpenAI-compatible models: forwarded fields go there.
 	providers []string
+	// hooked are the models the file built over the gateway's own upstream
+	// client, whose streams wait only in bodies that run a flushHook.
+	hooked map[driver.Model]bool
 
 	refs   atomic.Int64
 	closed sync.Once
@@ -368,7 +371,7 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	if err != nil {
 		return nil, err
 	}
-	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}}
+	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}, hooked: map[driver.Model]bool{}}
 	// A provider name whose models all speak Chat Completions gets the
 	// forwarded fields; one shared with a Responses API model does not
 	// (ProviderOptions are keyed by provider name, not by model).
@@ -376,6 +379,9 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	for name, m := range p.Models {
 		gen.routes[name] = &route{name: name, model: m}
 		gen.byKey[m] = name
+		if bound := g.src.opts.Models[name]; bound == nil && g.client != nil {
+			gen.hooked[m] = true
+		}
 		gen.names = append(gen.names, name)
 		inner := m
 		for {

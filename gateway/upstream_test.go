@@ -32,6 +32,7 @@ type act struct {
 	noFinish   bool            // after the chunks, end cleanly but without finish or [DONE]
 	finish     string          // default "stop"
 	eol        string          // line endings: default LF; "\r" or "\r\n"
+	batch      bool            // write the whole stream at once (one flush at the end)
 }
 
 // hit is one request the upstream received.
@@ -155,7 +156,9 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		if _, err := io.WriteString(w, s); err != nil {
 			return false
 		}
-		fl.Flush()
+		if !a.batch {
+			fl.Flush()
+		}
 		return true
 	}
 	if a.preamble && !send(chunk(`{"role":"assistant","content":""}`, "")) {
