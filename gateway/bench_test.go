@@ -12,14 +12,21 @@ import (
 	"github.com/retryhost/retryhost/policy"
 )
 
-var benchChunks = 100
-
 // BenchmarkStream measures one streamed answer of 100 content chunks from a
 // loopback upstream, read by a plain HTTP client: direct from the upstream,
 // and through the gateway (parse, policy request, commit gate, relay).
 // go test ./gateway -run '^$' -bench Stream -benchmem
-func BenchmarkStream(b *testing.B) {
-	chunks := make([]string, benchChunks)
+func BenchmarkStream(b *testing.B) { benchStream(b, 100, true) }
+
+// BenchmarkRequest is the per-request cost: a one-chunk answer, streamed
+// and not (the gateway always asks the upstream for a stream).
+func BenchmarkRequest(b *testing.B) {
+	b.Run("stream", func(b *testing.B) { benchStream(b, 1, true) })
+	b.Run("json", func(b *testing.B) { benchStream(b, 1, false) })
+}
+
+func benchStream(b *testing.B, n int, stream bool) {
+	chunks := make([]string, n)
 	for i := range chunks {
 		chunks[i] = "word "
 	}
@@ -33,6 +40,9 @@ func BenchmarkStream(b *testing.B) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer hc.CloseIdleConnections()
 	body := streamBody("primary")
+	if !stream {
+		body = `{"model":"primary","messages":[{"role":"user","content":"hi"}]}`
+	}
 	run := func(b *testing.B, url string) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
@@ -49,6 +59,8 @@ func BenchmarkStream(b *testing.B) {
 			}
 		})
 	}
-	b.Run("direct", func(b *testing.B) { run(b, up.url()+"/chat/completions") })
+	if stream { // the test upstream answers only with streams
+		b.Run("direct", func(b *testing.B) { run(b, up.url()+"/chat/completions") })
+	}
 	b.Run("gateway", func(b *testing.B) { run(b, srv.URL+"/v1/chat/completions") })
 }
