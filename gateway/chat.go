@@ -116,7 +116,8 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	cr, err := parseChat(body, gen.providers)
+	var cr *chatRequest
+	offStack(func() { cr, err = parseChat(body, gen.providers) })
 	if err != nil {
 		l.status, l.outcome = http.StatusBadRequest, "client_error"
 		var re *requestError
@@ -162,14 +163,16 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		s     driver.Stream
 		prior int // the attempts of the chain's failed links
 	)
-	for i, rt := range chain {
-		l.fallbacks = i
-		s, err = gen.pol.Model.Stream(driver.StartOn(ctx, rt.model), &cr.req)
-		if err == nil || ctx.Err() != nil || !chainOn(err) {
-			break
+	offStack(func() {
+		for i, rt := range chain {
+			l.fallbacks = i
+			s, err = gen.pol.Model.Stream(driver.StartOn(ctx, rt.model), &cr.req)
+			if err == nil || ctx.Err() != nil || !chainOn(err) {
+				break
+			}
+			prior += attempts(err)
 		}
-		prior += attempts(err)
-	}
+	})
 	if err != nil {
 		l.attempts = prior + attempts(err)
 		g.fail(ctx, w, l, err)
@@ -189,6 +192,35 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		g.relay(ctx, w, l, s, enc, cr.includeUsage, hook)
 	} else {
 		g.collect(ctx, w, l, s, enc)
+	}
+}
+
+// offStack runs fn on a goroutine of its own and waits for it (a panic in
+// fn is raised again here). Parsing a request and opening its policy
+// request up to the commit is deep work (JSON decoding, the SDK's request
+// encoding) that would grow the handler's stack, and a stream then held
+// open for minutes would keep that stack: thousands of open streams would
+// each carry tens of KiB for nothing. The worker's stack goes back to the
+// runtime when it ends.
+func offStack(fn func()) {
+	var (
+		p        any
+		panicked = true
+		done     = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		defer func() {
+			if panicked {
+				p = recover()
+			}
+		}()
+		fn()
+		panicked = false
+	}()
+	<-done
+	if panicked {
+		panic(p)
 	}
 }
 

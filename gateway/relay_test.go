@@ -111,3 +111,13 @@ func TestStreamPartNeverHeldForTheNext(t *testing.T) {
 		t.Fatal("the last content part was held back until more came")
 	}
 }
+
+// offStack runs its work to the end and raises its panic on the caller's
+// goroutine (where net/http recovers a handler's panic), never on a
+// goroutine of its own, which would end the process.
+func TestOffStack(t *testing.T) {
+	ran := false
+	offStack(func() { ran = true })
+	require.True(t, ran)
+	require.PanicsWithValue(t, "boom", func() { offStack(func() { panic("boom") }) })
+}

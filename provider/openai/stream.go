@@ -48,7 +48,10 @@ type toolCall struct {
 func (s *source) Close() error { return s.st.Close() }
 
 func (s *source) Next(q []abi.Part) ([]abi.Part, error) {
-	for len(q) == 0 && s.ev != nil {
+	if s.ev == nil {
+		return s.nextSDK(q)
+	}
+	for len(q) == 0 {
 		more, err := s.ev.next(&s.cur)
 		if err != nil {
 			return q, streamError(s.provider, err)
@@ -60,6 +63,15 @@ func (s *source) Next(q []abi.Part) ([]abi.Part, error) {
 			return q, err
 		}
 	}
+	return q, nil
+}
+
+// nextSDK is Next over the SDK's stream (WithRawChunks). Not inlined: the
+// SDK's chunk is large, and a held stream's goroutine should not carry its
+// frame while it waits on the network.
+//
+//go:noinline
+func (s *source) nextSDK(q []abi.Part) ([]abi.Part, error) {
 	for len(q) == 0 {
 		if !s.st.Next() {
 			if err := s.st.Err(); err != nil {
@@ -264,20 +276,27 @@ func (e *events) next(c *chunk) (bool, error) {
 		if !strings.HasPrefix(typ, "thread.") && decodeChunk(e.data, c) {
 			return true, nil
 		}
-		// The SDK's own rules for this event: its "error" member, its
-		// synthesised thread.* data, its lenient decoding.
-		st := ssestream.NewStream[oai.ChatCompletionChunk](&oneEvent{ev: ssestream.Event{Type: typ, Data: e.data}}, nil)
-		if st.Next() {
-			sc := st.Current()
-			c.fromSDK(&sc)
-			return true, nil
-		}
-		e.err = st.Err()
-		if e.err == nil {
-			e.err = io.ErrUnexpectedEOF // not reached: one event, not [DONE]
-		}
-		return false, e.err
+		return e.sdk(typ, c)
 	}
+}
+
+// sdk decodes the current event by the SDK's own rules: its "error"
+// member, its synthesised thread.* data, its lenient decoding. Not
+// inlined, to keep the SDK's large chunk off the waiting frames.
+//
+//go:noinline
+func (e *events) sdk(typ string, c *chunk) (bool, error) {
+	st := ssestream.NewStream[oai.ChatCompletionChunk](&oneEvent{ev: ssestream.Event{Type: typ, Data: e.data}}, nil)
+	if st.Next() {
+		sc := st.Current()
+		c.fromSDK(&sc)
+		return true, nil
+	}
+	e.err = st.Err()
+	if e.err == nil {
+		e.err = io.ErrUnexpectedEOF // not reached: one event, not [DONE]
+	}
+	return false, e.err
 }
 
 // event reads lines up to the blank line that ends an event with data,
