@@ -399,10 +399,21 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 	if req == nil {
 		return p, nil, errors.New("openai: nil request")
 	}
-	if req.System != "" {
+	opts, fields, err := m.passThrough(req)
+	if err != nil {
+		return p, nil, err
+	}
+	// A ProviderOptions entry's messages or tools replace the request's in
+	// the body (a gateway forwards a client's own): not built for nothing.
+	_, rawMessages := fields["messages"]
+	_, rawTools := fields["tools"]
+	if req.System != "" && !rawMessages {
 		p.Messages = append(p.Messages, oai.SystemMessage(req.System))
 	}
 	for i := range req.Messages {
+		if rawMessages {
+			break
+		}
 		msgs, err := messages(&req.Messages[i])
 		if err != nil {
 			return p, nil, fmt.Errorf("openai: message %d: %w", i, err)
@@ -410,6 +421,9 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 		p.Messages = append(p.Messages, msgs...)
 	}
 	for _, t := range req.Tools {
+		if rawTools {
+			break
+		}
 		def := oai.FunctionDefinitionParam{Name: t.Name}
 		if t.Description != "" {
 			def.Description = param.NewOpt(t.Description)
@@ -441,10 +455,6 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 	}
 	if len(req.StopSequences) > 0 {
 		p.Stop.OfStringArray = req.StopSequences
-	}
-	opts, fields, err := m.passThrough(req)
-	if err != nil {
-		return p, nil, err
 	}
 	if _, ok := fields["max_tokens"]; (ok || m.paramSet["max_tokens"]) && !m.legacy {
 		// The caller's own max_tokens replaces MaxOutputTokens: never both.
