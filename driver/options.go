@@ -166,6 +166,8 @@ type config struct {
 	observer       Observer
 	cooldown       *Cooldown
 	retryBudget    *RetryBudget
+	state          State
+	stateKey       string
 	now            func() time.Time
 	sleep          func(context.Context, time.Duration) error
 }
