@@ -16,7 +16,20 @@ import (
 // the rules move it on; with it, once a model has failed Failures times in
 // a row, requests start on the next model and rules do not send attempts
 // to it until For has passed. Then one attempt probes it: a success puts
-// it back in rotation, a failure cools it down again.
+// it back in rotation, a failure cools it down again. Exactly one request
+// takes the probe, among all the Runners that share the [State]
+// ([WithState]); the others keep treating the model as cooling down until
+// the probe's outcome, or until the probe's lease (the attempt timeout,
+// else For) runs out, so that a prober that crashed or whose caller gave
+// up does not keep the model out for ever.
+//
+// A failure with a Retry-After (a 429 or 503 that says when to come back)
+// cools the model down at once, whatever Failures says, for the
+// Retry-After (capped by WithRetryAfterCap), or lengthens a shorter
+// cooldown: the server has said the model is unavailable until then, for
+// every request that shares the State. When the model declares a
+// rate-limit scope ([RateLimitScoper]: the account and API key its limits
+// are counted on) every model of that scope is kept out until then too.
 //
 // While a model cools down:
 //   - a request that would start on it (the base model, or a sticky
@@ -29,15 +42,20 @@ import (
 //     model's attempts were exhausted, and the next rule decides. A
 //     Runner with a single model therefore fails fast while it cools down.
 //
-// A Cooldown is a plain value; the Runner keeps its own copy and the
-// state, safe for concurrent requests.
+// A request reads the cooldowns once, when it starts (the one call to the
+// State), and keeps that view, updated by its own failures, for its
+// lifetime: a cooldown that another request starts meanwhile applies to
+// the requests that start after it.
+//
+// A Cooldown is a plain value; the Runner keeps its own copy, and the
+// state in its State, safe for concurrent requests.
 type Cooldown struct {
 	// Failures is how many consecutive counted failures on a model (in any
 	// of the Runner's requests) start its cooldown. Required, at least 1.
 	Failures int
-	// For is how long a cooldown lasts. Required, positive. A failure that
-	// starts a cooldown with a longer Retry-After (capped by
-	// WithRetryAfterCap) cools the model down for that long instead.
+	// For is how long a cooldown lasts. Required, positive. A failure
+	// with a longer Retry-After (capped by WithRetryAfterCap) cools the
+	// model down for that long instead.
 	For time.Duration
 	// When says which failures count. The zero Match means the failures
 	// that speak of the model's health: timeouts of the attempt's own
@@ -47,8 +65,10 @@ type Cooldown struct {
 	// model is down, and do not count by default.
 	When Match
 	// OnChange, when set, is told when a model starts a cooldown (until
-	// is its end) and when a probe's success ends one (until is zero). It
-	// runs on the goroutine of the request that caused the change and
+	// is its end) or a Retry-After lengthens one, and when a success ends
+	// one (until is zero). It runs on the goroutine of the request that
+	// caused the change, in the process of that request (a Runner sharing
+	// the State with other processes is not told of their changes), and
 	// must not block.
 	OnChange func(model string, until time.Time)
 }
