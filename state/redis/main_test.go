@@ -4,8 +4,14 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
 // TestMain fails the package's tests if any goroutine is left behind (a
-// client not closed, a connection pool's reaper).
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// client not closed, a connection pool's reaper). The outage tests' dial
+// failures are the State's to report, not go-redis's.
+func TestMain(m *testing.M) {
+	redisstate.QuietClientLogs()
+	goleak.VerifyTestMain(m)
+}

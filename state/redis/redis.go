@@ -533,3 +533,15 @@ func flag(b bool) string {
 	}
 	return "0"
 }
+
+// QuietClientLogs stops go-redis's own process-wide logger, which prints a
+// line to stderr for every failed dial: during an outage, one per
+// RetryInterval per State, where the State logs the outage once through
+// Options.Logger. It affects every go-redis client in the process, so only
+// a program whose go-redis clients are its States should call it (retryhost
+// serve does).
+func QuietClientLogs() { goredis.SetLogger(quiet{}) }
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
