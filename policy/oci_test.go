@@ -2,6 +2,8 @@ package policy_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"log"
 	"log/slog"
@@ -121,4 +123,27 @@ func TestOCIFollowTag(t *testing.T) {
 	moved, err = still.Moved(ctx)
 	require.NoError(t, err)
 	require.Nil(t, moved)
+}
+
+// lyingSource reports one module's sha256 and returns another module.
+type lyingSource struct{ sum, wasm []byte }
+
+func (l lyingSource) Fetch(context.Context, string) (string, []byte, error) {
+	return string(l.sum), l.wasm, nil
+}
+
+// TestOCIPluginIsVerifiedLikeAFile: the module an "oci" source returns is
+// loaded pinned to the sha256 the source reported (host.WithSHA256), so a
+// source whose bytes do not match its sum is refused as a file would be.
+func TestOCIPluginIsVerifiedLikeAFile(t *testing.T) {
+	upper, err := os.ReadFile("../host/testdata/upper.wasm")
+	require.NoError(t, err)
+	refusal, err := os.ReadFile("../host/testdata/refusal.wasm")
+	require.NoError(t, err)
+	sum := sha256.Sum256(upper)
+	opts := bound()
+	opts.OCI = func(string) host.Source { return lyingSource{sum: []byte(hex.EncodeToString(sum[:])), wasm: refusal} }
+	_, err = policy.Parse(context.Background(), []byte(`{`+models+`, "transforms": [{"plugin": {"oci": "r.example/team/upper@sha256:`+
+		hex.EncodeToString(sum[:])+`"}}]}`), opts)
+	require.ErrorContains(t, err, "transforms[0].plugin: host: load plugin \"upper\": sha256 does not match the pin")
 }
