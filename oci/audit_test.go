@@ -278,3 +278,76 @@ func TestHelperPull(t *testing.T) {
 	require.Equal(t, a.SHA256, digest.FromBytes(a.Wasm).Encoded())
 	fmt.Println("pulled sha256:" + a.SHA256)
 }
+
+// module is a made-up module of n bytes (a push checks the magic only).
+func module(n int, fill byte) []byte {
+	b := bytes.Repeat([]byte{fill}, n)
+	copy(b, "\x00asm\x01\x00\x00\x00")
+	return b
+}
+
+// TestCacheIsBounded: the cache keeps to Limits.CacheBytes by removing the
+// least recently used entries after a write; a hit counts as a use; a
+// removed entry is pulled again (so it needs the registry), a kept one
+// serves with the registry down; old temporary files are removed.
+func TestCacheIsBounded(t *testing.T) {
+	ctx := context.Background()
+	addr, srv := startRegistry(t, nil)
+	pusher, _ := newClient(t)
+	mods := map[string][]byte{"a": module(1000, 'a'), "b": module(2000, 'b'), "c": module(1500, 'c')}
+	pushed := map[string]Artifact{}
+	manifest := map[string]int64{}
+	for _, n := range []string{"a", "b", "c"} {
+		a, err := pusher.Push(ctx, addr+"/team/"+n+":v1", mods[n])
+		require.NoError(t, err)
+		pushed[n] = a
+		fi, err := os.Stat(filepath.Join(pusher.cfg.cacheDir, "sha256", strings.TrimPrefix(a.Digest, "sha256:")))
+		require.NoError(t, err)
+		manifest[n] = fi.Size()
+	}
+	limit := int64(1000+2000) + manifest["a"] + manifest["b"] + 64 // a and b fit, not a third module
+	c, _ := newClient(t, WithLimits(Limits{CacheBytes: limit}))
+	dir := filepath.Join(c.cfg.cacheDir, "sha256")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	stale, fresh := filepath.Join(dir, ".tmp-stale"), filepath.Join(dir, ".tmp-live")
+	require.NoError(t, os.WriteFile(stale, []byte("x"), 0o644))
+	require.NoError(t, os.WriteFile(fresh, []byte("x"), 0o644))
+	old := time.Now().Add(-2 * tmpMaxAge)
+	require.NoError(t, os.Chtimes(stale, old, old))
+
+	pull := func(n string) error {
+		got, err := c.Pull(ctx, pushed[n].Ref)
+		if err == nil {
+			require.Equal(t, mods[n], got.Wasm)
+		}
+		return err
+	}
+	require.NoError(t, pull("a"))
+	require.NoError(t, pull("b"))
+	require.NoError(t, pull("a")) // a hit: a is now more recently used than b
+	require.NoError(t, pull("c"))
+
+	var names []string
+	var total int64
+	des, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, de := range des {
+		names = append(names, de.Name())
+		if fi, err := de.Info(); err == nil && !strings.HasPrefix(de.Name(), ".tmp-") {
+			total += fi.Size()
+		}
+	}
+	entries := func(ns ...string) []string {
+		var out []string
+		for _, n := range ns {
+			out = append(out, pushed[n].SHA256, strings.TrimPrefix(pushed[n].Digest, "sha256:"))
+		}
+		return append(out, ".tmp-live")
+	}
+	require.ElementsMatch(t, entries("a", "c"), names, "b, the least recently used, went; the stale temporary file too")
+	require.LessOrEqual(t, total, limit)
+
+	srv.Close()
+	require.NoError(t, pull("a"), "a kept entry serves with the registry down")
+	require.Error(t, pull("b"), "a removed entry needs the registry")
+}
