@@ -120,7 +120,9 @@ type Options struct {
 	// the Source method of an *oci.Client (package
 	// github.com/retryhost/retryhost/oci), which pulls, verifies and caches
 	// it. Nil: "oci" plugins are refused (this package links no registry
-	// client).
+	// client). A tag reaches it only from a plugin with "follow_tag" (the
+	// policy refuses other tags itself), and the client must allow tags
+	// (oci.WithAllowTags) for it to load.
 	OCI func(ref string) host.Source
 	// Getenv reads API keys. Default os.Getenv.
 	Getenv func(string) string
