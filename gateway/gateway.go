@@ -50,6 +50,21 @@ func Bytes(name string, data []byte, opts policy.Options) Source {
 	}}
 }
 
+// defaultBackoff is the backoff of a policy that gives no backoff.delay
+// (policy.Options.DefaultBackoff; RATIONALE.md, "Why does the gateway
+// default to a backoff and a cooldown?"): 1 s, doubling, up to 8 s, with
+// equal jitter. Each wait is at least half its nominal value, so a model
+// retried without Retry-After sees at most 2 attempts in any 1.5 s and 4 in
+// any 3 s; full jitter could draw two near-zero waits in a row.
+var defaultBackoff = driver.Backoff{Delay: time.Second, Factor: 2, MaxDelay: 8 * time.Second, Jitter: driver.JitterEqual}
+
+// defaultCooldown is the cooldown of a policy with no "cooldown" and a
+// rule that switches models (policy.Options.DefaultCooldown): 5
+// consecutive timeouts, rate limits, overloads, 5xx or network errors on a
+// model take it out of rotation for 10 s (or its longer Retry-After),
+// then one request probes it.
+var defaultCooldown = driver.Cooldown{Failures: 5, For: 10 * time.Second}
+
 // Option configures a Gateway.
 type Option func(*config) error
 
@@ -363,6 +378,12 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	o.RunnerOptions = append(slices.Clip(o.RunnerOptions), driver.WithObserver(observer{g.metrics}))
 	if o.HTTPClient == nil {
 		o.HTTPClient = g.client
+	}
+	if o.DefaultBackoff == nil {
+		o.DefaultBackoff = &defaultBackoff
+	}
+	if o.DefaultCooldown == nil {
+		o.DefaultCooldown = &defaultCooldown
 	}
 	p, err := g.src.load(ctx, o)
 	if err != nil {
