@@ -3,12 +3,16 @@ package gateway
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"testing"
 	"time"
 
 	oai "github.com/openai/openai-go/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/policy"
 )
 
 // A policy whose rules retry any error still never resends a 400 to the
@@ -103,4 +107,26 @@ func gaps(hits []hit) []time.Duration {
 		out = append(out, hits[i].at.Sub(hits[i-1].at).Round(time.Millisecond))
 	}
 	return out
+}
+
+// WithMetrics serves the caller's collectors on /metrics beside the
+// gateway's own; one that clashes with them fails New.
+func TestWithMetrics(t *testing.T) {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "caller_things_total", Help: "Things."})
+	c.Add(3)
+	r := newRig(t, `"rules": []`, WithMetrics(c))
+	resp, err := r.hc.Get(r.srv.URL + "/metrics")
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(b), "\ncaller_things_total 3\n")
+	require.Contains(t, string(b), "retryhost_gateway_inflight_requests")
+
+	clash := prometheus.NewGauge(prometheus.GaugeOpts{Name: "retryhost_gateway_inflight_requests", Help: "x"})
+	_, err = New(context.Background(), Bytes("p.json", []byte(`{"models": [{"name": "m", "provider": "openai", "model": "x", "base_url": "http://127.0.0.1:1/v1", "api_key_env": "K"}]}`),
+		policy.Options{Getenv: func(string) string { return "k" }}), WithMetrics(clash))
+	require.ErrorContains(t, err, "WithMetrics")
+	_, err = New(context.Background(), Bytes("p.json", nil, policy.Options{}), WithMetrics(nil))
+	require.ErrorContains(t, err, "nil")
 }

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/policy"
 	"github.com/retryhost/retryhost/provider/openai"
@@ -79,6 +81,7 @@ type config struct {
 	logger          *slog.Logger
 	retryAfterBusy  time.Duration
 	httpClientGiven bool
+	collectors      []prometheus.Collector
 }
 
 // WithAPIKeys makes every endpoint but /healthz and /readyz require one of
@@ -188,6 +191,24 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithMetrics registers more Prometheus collectors in the gateway's own
+// registry, served on /metrics beside its series: for example the calls
+// into the policy's Wasm plugins, counted by a host.Observer the caller
+// installs through policy.Options.HostOptions (as retryhost serve does;
+// the gateway does not see the Wasm host). A collector that clashes with
+// another is an error from New. Default: none.
+func WithMetrics(cs ...prometheus.Collector) Option {
+	return func(c *config) error {
+		for i, x := range cs {
+			if x == nil {
+				return fmt.Errorf("gateway: metrics collector %d is nil", i)
+			}
+		}
+		c.collectors = append(c.collectors, cs...)
+		return nil
+	}
+}
+
 // Gateway is the OpenAI-compatible fail-over gateway, an http.Handler. Build
 // it with [New]; Close it to release its policy. It is safe for concurrent
 // use.
@@ -233,6 +254,11 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	}
 	if g.cfg.logger == nil {
 		g.cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	for _, c := range g.cfg.collectors {
+		if err := g.metrics.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("gateway: WithMetrics: %w", err)
+		}
 	}
 	if src.opts.HTTPClient == nil {
 		g.client = &http.Client{Transport: &http.Transport{
