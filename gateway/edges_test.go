@@ -130,3 +130,115 @@ func TestWithMetrics(t *testing.T) {
 	_, err = New(context.Background(), Bytes("p.json", nil, policy.Options{}), WithMetrics(nil))
 	require.ErrorContains(t, err, "nil")
 }
+
+// The response fields the driver does not model reach an openai-go client
+// from an OpenAI-compatible upstream, streaming and not: system_fingerprint
+// and service_tier on every chunk, and each content delta's logprobs (the
+// request's logprobs field is forwarded; the answer carries them back).
+func TestUpstreamFieldsReachTheClient(t *testing.T) {
+	r := newRig(t, `"rules": []`)
+	p := params("primary")
+	p.Logprobs = oai.Bool(true)
+
+	r.up["primary"].play(act{preamble: true, chunks: []string{"Par", "is"}, logprobs: true, tier: "priority"})
+	s := r.client.Chat.Completions.NewStreaming(context.Background(), p)
+	var tokens, text []string
+	chunks := 0
+	for s.Next() {
+		c := s.Current()
+		chunks++
+		require.Equal(t, "fp_primary", c.SystemFingerprint, "every chunk")
+		require.EqualValues(t, "priority", c.ServiceTier, "every chunk")
+		for _, ch := range c.Choices {
+			if ch.Delta.Content != "" {
+				text = append(text, ch.Delta.Content)
+				require.True(t, ch.JSON.Logprobs.Valid(), "a content delta without its logprobs: %s", c.RawJSON())
+			}
+			for _, lp := range ch.Logprobs.Content {
+				tokens = append(tokens, lp.Token)
+			}
+		}
+	}
+	require.NoError(t, s.Err())
+	require.NoError(t, s.Close())
+	require.Equal(t, []string{"Par", "is"}, text)
+	require.Equal(t, []string{"Par", "is"}, tokens)
+	require.Greater(t, chunks, 2)
+	require.JSONEq(t, `true`, string(r.up["primary"].requests()[0].body["logprobs"]), "forwarded")
+
+	r.up["primary"].play(act{chunks: []string{"Par", "is"}, logprobs: true, tier: "priority"})
+	cc, err := r.client.Chat.Completions.New(context.Background(), p)
+	require.NoError(t, err)
+	require.Equal(t, "fp_primary", cc.SystemFingerprint)
+	require.EqualValues(t, "priority", cc.ServiceTier)
+	require.Equal(t, "Paris", cc.Choices[0].Message.Content)
+	tokens = nil
+	for _, lp := range cc.Choices[0].Logprobs.Content {
+		tokens = append(tokens, lp.Token)
+	}
+	require.Equal(t, []string{"Par", "is"}, tokens)
+	require.InDelta(t, -0.2, cc.Choices[0].Logprobs.Content[1].Logprob, 1e-9)
+
+	// Without logprobs asked for, the answer has none (null), as upstream.
+	r.up["primary"].play(act{chunks: []string{"ok"}})
+	cc, err = r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.False(t, cc.Choices[0].JSON.Logprobs.Valid())
+	require.Equal(t, "fp_primary", cc.SystemFingerprint)
+	r.healthy()
+}
+
+// A transform that rewrites the text makes the upstream's logprobs wrong:
+// they are dropped (null), streaming and not; the response-level fields
+// stay.
+func TestLogprobsDroppedWhenATransformRewrites(t *testing.T) {
+	r := newRig(t, `"rules": [], "transforms": [{"plugin": {"path": "../host/testdata/upper.wasm"}}]`)
+	p := params("primary")
+	p.Logprobs = oai.Bool(true)
+	r.up["primary"].play(act{chunks: []string{"Par", "is"}, logprobs: true})
+	s := r.client.Chat.Completions.NewStreaming(context.Background(), p)
+	var text string
+	for s.Next() {
+		c := s.Current()
+		require.Equal(t, "fp_primary", c.SystemFingerprint)
+		for _, ch := range c.Choices {
+			text += ch.Delta.Content
+			require.False(t, ch.JSON.Logprobs.Valid(), "logprobs of text the transform rewrote: %s", c.RawJSON())
+		}
+	}
+	require.NoError(t, s.Err())
+	require.NoError(t, s.Close())
+	require.Equal(t, "PARIS", text)
+
+	r.up["primary"].play(act{chunks: []string{"Par", "is"}, logprobs: true})
+	cc, err := r.client.Chat.Completions.New(context.Background(), p)
+	require.NoError(t, err)
+	require.Equal(t, "PARIS", cc.Choices[0].Message.Content)
+	require.False(t, cc.Choices[0].JSON.Logprobs.Valid())
+	require.Equal(t, "fp_primary", cc.SystemFingerprint)
+}
+
+// A refusal declared after content (too late to fail over) reaches the
+// client as a refusal, not as content.
+func TestLateRefusalIsARefusal(t *testing.T) {
+	r := newRig(t, `"rules": []`)
+	r.up["primary"].play(act{chunks: []string{"Par"}, refusal: "I can't continue."})
+	s := r.client.Chat.Completions.NewStreaming(context.Background(), params("primary"))
+	var text, refusal string
+	for s.Next() {
+		for _, ch := range s.Current().Choices {
+			text += ch.Delta.Content
+			refusal += ch.Delta.Refusal
+		}
+	}
+	require.NoError(t, s.Err())
+	require.NoError(t, s.Close())
+	require.Equal(t, "Par", text)
+	require.Equal(t, "I can't continue.", refusal)
+
+	r.up["primary"].play(act{chunks: []string{"Par"}, refusal: "I can't continue."})
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "Par", cc.Choices[0].Message.Content)
+	require.Equal(t, "I can't continue.", cc.Choices[0].Message.Refusal)
+}

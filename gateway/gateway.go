@@ -405,6 +405,7 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	if o.HTTPClient == nil {
 		o.HTTPClient = g.client
 	}
+	o.RawChunks = true // logprobs, system_fingerprint, service_tier (rawfields.go)
 	if o.DefaultBackoff == nil {
 		o.DefaultBackoff = &defaultBackoff
 	}

@@ -436,7 +436,7 @@ func (b *builder) model(i int, m *ModelSpec) error {
 	model, err := factory(providers.Spec{
 		Key: m.Name, Provider: m.Provider, Model: m.Model, BaseURL: baseURL, APIKey: key,
 		Headers: m.Headers, Params: m.Params, Deployment: m.Deployment, APIVersion: m.APIVersion,
-		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient,
+		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient, RawChunks: b.opts.RawChunks,
 	})
 	if err != nil {
 		return b.errf(at, "%v", err)

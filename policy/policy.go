@@ -134,6 +134,12 @@ type Options struct {
 	// produces (callbacks, for instance).
 	RunnerOptions []driver.Option
 	StreamOptions []driver.StreamOption
+	// RawChunks makes the file's OpenAI-compatible models stream every
+	// chunk their SDK decodes as a KindRaw part too
+	// (openai.WithRawChunks), for the fields the driver does not model:
+	// the gateway takes logprobs, system_fingerprint and service_tier
+	// from them. Default false.
+	RawChunks bool
 	// DefaultBackoff, when set, applies to a file that gives no
 	// backoff.delay: every retry (a retry rule without its own delay, a
 	// plugin's retry decision without one) waits its Delay, and the
