@@ -33,12 +33,15 @@ type act struct {
 	finish     string          // default "stop"
 	eol        string          // line endings: default LF; "\r" or "\r\n"
 	batch      bool            // write the whole stream at once (one flush at the end)
+	logprobs   bool            // each content chunk carries logprobs for its text (one token)
+	tier       string          // service_tier in every chunk
 }
 
 // hit is one request the upstream received.
 type hit struct {
-	at   time.Time
-	body map[string]json.RawMessage
+	at     time.Time
+	body   map[string]json.RawMessage
+	header http.Header
 }
 
 // upstream is a loopback OpenAI-compatible server that plays a script:
@@ -85,7 +88,7 @@ func (u *upstream) next(r *http.Request) act {
 	_ = json.Unmarshal(b, &body)
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.hits = append(u.hits, hit{at: time.Now(), body: body})
+	u.hits = append(u.hits, hit{at: time.Now(), body: body, header: r.Header.Clone()})
 	a := act{chunks: []string{"ok"}}
 	if len(u.script) > 0 {
 		a = u.script[0]
@@ -141,14 +144,19 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl := w.(http.Flusher)
 	id := "chatcmpl-" + u.name
-	chunk := func(delta, finish string) string {
+	chunkLP := func(delta, finish, logprobs string) string {
 		f := "null"
 		if finish != "" {
 			f = `"` + finish + `"`
 		}
-		return fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1764374400,"model":%q,"system_fingerprint":"fp_%s","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]}`+"\n\n",
-			id, "up-"+u.name, u.name, delta, f)
+		tier := ""
+		if a.tier != "" {
+			tier = `"service_tier":"` + a.tier + `",`
+		}
+		return fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1764374400,"model":%q,%s"system_fingerprint":"fp_%s","choices":[{"index":0,"delta":%s,"logprobs":%s,"finish_reason":%s}]}`+"\n\n",
+			id, "up-"+u.name, tier, u.name, delta, logprobs, f)
 	}
+	chunk := func(delta, finish string) string { return chunkLP(delta, finish, "null") }
 	send := func(s string) bool {
 		if a.eol != "" {
 			s = strings.ReplaceAll(s, "\n", a.eol)
@@ -177,7 +185,11 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		text, _ := json.Marshal(c)
-		if !send(chunk(`{"content":`+string(text)+`}`, "")) {
+		lp := "null"
+		if a.logprobs {
+			lp = fmt.Sprintf(`{"content":[{"token":%s,"logprob":-0.%d,"bytes":null,"top_logprobs":[]}],"refusal":null}`, text, i+1)
+		}
+		if !send(chunkLP(`{"content":`+string(text)+`}`, "", lp)) {
 			return
 		}
 	}
