@@ -116,9 +116,16 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
+	// SIGTERM and SIGINT are caught until the drain starts: then a second
+	// one ends the process at once, as for every command (see runMain).
+	// SIGHUP stays caught, so that a reload asked for during the drain does
+	// not kill it.
+	stops := make(chan os.Signal, 1)
+	signal.Notify(stops, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(stops)
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
 	var changed <-chan struct{}
 	if o.file != "" && o.watch {
 		wctx, stopWatch := context.WithCancel(ctx)
@@ -138,15 +145,15 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		case <-changed:
 			reload("file changed")
 			continue
-		case s := <-sigs:
-			if s == syscall.SIGHUP {
-				reload("SIGHUP")
-				continue
-			}
+		case <-hups:
+			reload("SIGHUP")
+			continue
+		case <-stops:
 		case <-ctx.Done():
 		}
 		break
 	}
+	signal.Stop(stops)
 	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", o.drain)
 	// Stop accepting and close idle connections, while the gateway lets
 	// in-flight requests finish until the drain deadline and then ends
