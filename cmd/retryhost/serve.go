@@ -38,6 +38,7 @@ func init() {
 			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
+			fs.IntVar(&o.upstreamConns, "upstream-conns", 256, "connections to each upstream host, idle and active; more requests wait for one")
 			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file changes (SIGHUP reloads it too)")
 			return o.run
 		},
@@ -48,6 +49,7 @@ type serveOpts struct {
 	file, addr, keysFile string
 	drain                time.Duration
 	maxConc              int
+	upstreamConns        int
 	maxBody              int64
 	watch                bool
 }
@@ -78,7 +80,8 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return e.errorf(exitInput, "%v", err)
 	}
-	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody)}
+	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody),
+		gateway.WithUpstreamConns(o.upstreamConns)}
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -90,8 +91,11 @@ func startServeBinary(t *testing.T, args ...string) *servedBinary {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin, err := buildOnce()
-	require.NoError(t, err)
+	// A binary of its own per test (the build cache makes the later ones a
+	// link): buildOnce's is removed by the test that uses it.
+	bin := filepath.Join(t.TempDir(), "retryhost")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
 	b := &servedBinary{t: t, stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	b.cmd = exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
 	b.cmd.Env = append(os.Environ(), "UPSTREAM_KEY=sk-upstream")
@@ -319,4 +323,40 @@ func TestServeBinary_ReloadKeepsInFlightOnTheirVersion(t *testing.T) {
 			require.Equal(t, exitOK, b.waitExit(), b.stderr.String())
 		})
 	}
+}
+
+// --upstream-conns caps the connections to an upstream host: with 1, a
+// second stream waits for the first one's connection.
+func TestServe_UpstreamConnsFlag(t *testing.T) {
+	up := newHeldUpstream(t)
+	pol := filepath.Join(t.TempDir(), "policy.json")
+	writeHeldPolicy(t, pol, up.srv.URL, "m")
+	t.Setenv("UPSTREAM_KEY", "sk-upstream")
+	base, _, stop := startServe(t, "--policy", pol, "--upstream-conns", "1")
+	c := oai.NewClient(option.WithBaseURL(base+"/v1"), option.WithAPIKey("k"), option.WithMaxRetries(0))
+	first, _ := openStream(t, c, "m")
+	<-up.started
+	second := make(chan string, 1)
+	go func() {
+		st, _ := openStream(t, c, "m")
+		text, _, err := st.rest()
+		if err != nil {
+			text = err.Error()
+		}
+		second <- text
+	}()
+	select {
+	case <-up.started:
+		t.Fatal("a second upstream connection was opened past --upstream-conns 1")
+	case <-time.After(200 * time.Millisecond):
+	}
+	up.free()
+	text, _, err := first.rest()
+	require.NoError(t, err)
+	require.Equal(t, "first second", text)
+	require.Equal(t, "first second", <-second)
+	require.Equal(t, exitOK, stop())
+	var stderr bytes.Buffer
+	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--upstream-conns", "0"}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "upstream connections must be positive")
 }
