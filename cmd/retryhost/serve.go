@@ -12,11 +12,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/retryhost/retryhost/gateway"
+	"github.com/retryhost/retryhost/internal/strict"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 )
@@ -39,7 +42,7 @@ func init() {
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
 			fs.IntVar(&o.upstreamConns, "upstream-conns", 256, "connections to each upstream host, idle and active; more requests wait for one")
-			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file changes (SIGHUP reloads it too)")
+			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file, or a plugin file it names by path, changes (SIGHUP reloads it too)")
 			return o.run
 		},
 	})
@@ -133,7 +136,7 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if o.file != "" && o.watch {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
-		changed = watchFile(wctx, o.file, serveWatchInterval)
+		changed = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval)
 	}
 	reload := func(why string) {
 		if err := gw.Reload(ctx); err == nil {
@@ -209,18 +212,24 @@ func apiKeys(file, list string) ([]string, error) {
 	return keys, nil
 }
 
-// watchFile reports, at most once per interval, that the file at path
-// changed (its size or modification time; a replaced file counts).
-func watchFile(ctx context.Context, path string, interval time.Duration) <-chan struct{} {
+// watchFiles reports, at most once per interval, that one of the files
+// files() names changed (its size or modification time; a replaced file
+// counts). It asks files() again at every tick, so a plugin the policy
+// starts to use is watched from then on.
+func watchFiles(ctx context.Context, files func() []string, interval time.Duration) <-chan struct{} {
 	ch := make(chan struct{}, 1)
-	stamp := func() string {
-		fi, err := os.Stat(path)
-		if err != nil {
-			return "missing"
+	stamp := func() (string, bool) {
+		var b strings.Builder
+		for _, f := range files() {
+			fi, err := os.Stat(f)
+			if err != nil {
+				return "", false // missing, as while an editor replaces it
+			}
+			fmt.Fprintf(&b, "%s %d %d\n", f, fi.Size(), fi.ModTime().UnixNano())
 		}
-		return fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+		return b.String(), true
 	}
-	last := stamp()
+	last, _ := stamp()
 	go func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
@@ -230,7 +239,7 @@ func watchFile(ctx context.Context, path string, interval time.Duration) <-chan 
 				return
 			case <-t.C:
 			}
-			if s := stamp(); s != last && s != "missing" {
+			if s, ok := stamp(); ok && s != last {
 				last = s
 				select {
 				case ch <- struct{}{}:
@@ -240,6 +249,49 @@ func watchFile(ctx context.Context, path string, interval time.Duration) <-chan 
 		}
 	}()
 	return ch
+}
+
+// policyFiles returns the policy file and the plugin files it names by
+// path (relative ones against its directory, as policy.Load resolves
+// them): a change to any of them reloads the policy. A file that does not
+// decode is watched alone (the reload will report it).
+func policyFiles(file string) []string {
+	files := []string{file}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return files
+	}
+	var f policy.File
+	switch strings.ToLower(filepath.Ext(file)) {
+	case ".yaml", ".yml":
+		_, err = strict.DecodeYAML(data, &f)
+	default:
+		if _, err = strict.Decode(data, &f); err != nil {
+			_, err = strict.DecodeYAML(data, &f)
+		}
+	}
+	if err != nil {
+		return files
+	}
+	add := func(ps *policy.PluginSpec) {
+		if ps == nil || ps.Path == "" {
+			return
+		}
+		p := ps.Path
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(filepath.Dir(file), p)
+		}
+		if !slices.Contains(files, p) {
+			files = append(files, p)
+		}
+	}
+	for i := range f.Rules {
+		add(f.Rules[i].Plugin)
+	}
+	for i := range f.Transforms {
+		add(f.Transforms[i].Plugin)
+	}
+	return files
 }
 
 // startDemoProviders starts the demo's three loopback providers and

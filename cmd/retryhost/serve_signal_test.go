@@ -360,3 +360,59 @@ func TestServe_UpstreamConnsFlag(t *testing.T) {
 	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--upstream-conns", "0"}, io.Discard, &stderr))
 	require.Contains(t, stderr.String(), "upstream connections must be positive")
 }
+
+// A change to a plugin file the policy names by path reloads the policy,
+// as a change to the policy file does: a broken plugin is rejected (the
+// old policy stays), a good one is taken.
+func TestServe_ReloadsWhenAPluginFileChanges(t *testing.T) {
+	up := newHeldUpstream(t)
+	up.free()
+	dir := t.TempDir()
+	wasm, err := os.ReadFile("../../plugins/c/refusal.wasm")
+	require.NoError(t, err)
+	plugin := filepath.Join(dir, "plugins", "refusal.wasm")
+	require.NoError(t, os.MkdirAll(filepath.Dir(plugin), 0o755))
+	writeAtomically(t, plugin, string(wasm))
+	pol := filepath.Join(dir, "policy.json")
+	writeAtomically(t, pol, fmt.Sprintf(`{"models": [{"name": "m", "provider": "openai", "model": "m", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}],
+		// a relative path: against the policy file's directory
+		"transforms": [{"plugin": {"path": "plugins/refusal.wasm"}}]}`, up.srv.URL+"/v1"))
+	t.Setenv("UPSTREAM_KEY", "sk-upstream")
+	base, stderr, stop := startServe(t, "--policy", pol)
+	metrics := func() string {
+		resp, err := http.Get(base + "/metrics")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	require.Contains(t, metrics(), "retryhost_gateway_reloads_total 0\n")
+
+	writeAtomically(t, plugin, "not wasm")
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "policy reload rejected") },
+		10*time.Second, 20*time.Millisecond, "a broken plugin file was not noticed: %s", stderr)
+	require.Contains(t, metrics(), "retryhost_gateway_reload_failures_total 1\n")
+	resp, body := post(t, base+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the old policy stays: %s", body)
+
+	writeAtomically(t, plugin, string(wasm))
+	require.Eventually(t, func() bool { return strings.Contains(metrics(), "retryhost_gateway_reloads_total 1\n") },
+		10*time.Second, 20*time.Millisecond, "a good plugin file was not taken: %s", stderr)
+	require.Equal(t, exitOK, stop())
+}
+
+func TestPolicyFiles(t *testing.T) {
+	dir := t.TempDir()
+	js := filepath.Join(dir, "p.json")
+	writeAtomically(t, js, `{"models": [{"name": "m", "provider": "openai", "model": "m"}],
+		"rules": [{"plugin": {"path": "a.wasm"}}, {"plugin": {"builtin": "refusal"}}, {"plugin": {"path": "/abs/b.wasm"}}],
+		"transforms": [{"plugin": {"path": "a.wasm"}}, {"refusal": {}}]}`)
+	require.Equal(t, []string{js, filepath.Join(dir, "a.wasm"), "/abs/b.wasm"}, policyFiles(js))
+	yml := filepath.Join(dir, "p.yaml")
+	writeAtomically(t, yml, "models:\n  - {name: m, provider: openai, model: m}\ntransforms:\n  - plugin: {path: sub/c.wasm}\n")
+	require.Equal(t, []string{yml, filepath.Join(dir, "sub", "c.wasm")}, policyFiles(yml))
+	bad := filepath.Join(dir, "bad.json")
+	writeAtomically(t, bad, `{"models": [`)
+	require.Equal(t, []string{bad}, policyFiles(bad))
+	require.Equal(t, []string{filepath.Join(dir, "missing.json")}, policyFiles(filepath.Join(dir, "missing.json")))
+}
