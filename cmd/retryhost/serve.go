@@ -19,9 +19,11 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/gateway"
+	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/strict"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
+	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
 func init() {
@@ -43,6 +45,8 @@ func init() {
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
 			fs.IntVar(&o.upstreamConns, "upstream-conns", 256, "connections to each upstream host, idle and active; more requests wait for one")
 			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file, or a plugin file it names by path, changes (SIGHUP reloads it too)")
+			fs.DurationVar(&o.pluginPoll, "plugin-poll", 30*time.Second, "how often to ask the registry for a new version of an \"oci\" plugin that follows a tag (\"follow_tag\"); a new one reloads the policy")
+			o.registry.declarePolicy(fs)
 			return o.run
 		},
 	})
@@ -55,6 +59,8 @@ type serveOpts struct {
 	upstreamConns        int
 	maxBody              int64
 	watch                bool
+	pluginPoll           time.Duration
+	registry             registryFlags
 }
 
 // serveLimits are the HTTP server's own limits (the gateway's are its options).
@@ -79,16 +85,22 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	}
 	logger := e.g.logger(stderr)
 	e.log = logger
+	// The shared state logs a Redis outage once (as JSON, with the rest);
+	// go-redis would print every failed dial to stderr.
+	redisstate.QuietClientLogs()
 	keys, err := apiKeys(o.keysFile, os.Getenv("RETRYHOST_API_KEYS"))
 	if err != nil {
 		return e.errorf(exitInput, "%v", err)
 	}
 	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody),
-		gateway.WithUpstreamConns(o.upstreamConns)}
+		gateway.WithUpstreamConns(o.upstreamConns), gateway.WithPluginPoll(o.pluginPoll)}
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))
 	}
-	popts := policy.Options{Builtin: plugins.Module, OCI: policyOCI(), HostOptions: e.hostOptions(ctx), Logger: logger}
+	pm := newPluginMetrics()
+	opts = append(opts, gateway.WithMetrics(pm.collectors()...))
+	popts := policy.Options{Builtin: plugins.Module, OCI: o.registry.policyOCI(e), Logger: logger,
+		HostOptions: append(e.hostOptions(ctx), host.WithObserver(pm))}
 	var src gateway.Source
 	if o.file == "" {
 		urls, stop := startDemoProviders()
