@@ -141,9 +141,9 @@ type Options struct {
 	// produces (callbacks, for instance).
 	RunnerOptions []driver.Option
 	StreamOptions []driver.StreamOption
-	// RawChunks makes the file's OpenAI-compatible models stream every
-	// chunk their SDK decodes as a KindRaw part too
-	// (openai.WithRawChunks), for the fields the driver does not model:
+	// RawChunks makes the file's OpenAI-compatible models stream, for
+	// every chunk, a KindRaw part holding an openai.ChunkFields
+	// (openai.WithChunkFields), for the fields the driver does not model:
 	// the gateway takes logprobs, system_fingerprint and service_tier
 	// from them. It is ignored in a file with transforms, which would see
 	// the raw parts (a refusal detector stops reading a stream at the

@@ -27,9 +27,9 @@ type Spec struct {
 	Responses bool
 	// HTTPClient is the client to use; nil: the SDK's own.
 	HTTPClient *http.Client
-	// RawChunks makes streams emit each chunk the SDK decodes as a
-	// KindRaw part too (openai.WithRawChunks; the OpenAI-compatible
-	// providers only).
+	// RawChunks makes streams emit, for each chunk, a KindRaw part with
+	// the fields the adapter does not map (openai.WithChunkFields; the
+	// OpenAI-compatible providers only).
 	RawChunks bool
 }
 

@@ -18,9 +18,11 @@ import (
 type chunk struct {
 	id, model string
 	created   int64
-	hasUsage  bool // the SDK's c.JSON.Usage.Valid()
-	usage     abi.Usage
-	choices   []choice // the choices with index 0, in order (n > 1 is not modelled)
+	// system_fingerprint and service_tier (WithChunkFields).
+	fingerprint, tier string
+	hasUsage          bool // the SDK's c.JSON.Usage.Valid()
+	usage             abi.Usage
+	choices           []choice // the choices with index 0, in order (n > 1 is not modelled)
 
 	lastID, lastModel string // the previous chunk's, reused when they repeat
 }
@@ -28,6 +30,9 @@ type chunk struct {
 type choice struct {
 	content, refusal, reasoning, finish string
 	tools                               []toolDelta
+	// Its logprobs object and that object's content and refusal arrays,
+	// as raw JSON; "" when absent or null (WithChunkFields).
+	lp, lpContent, lpRefusal string
 }
 
 type toolDelta struct {
@@ -53,6 +58,7 @@ func cmpOr(a, b string) string {
 func (c *chunk) fromSDK(sc *oai.ChatCompletionChunk) {
 	c.reset()
 	c.id, c.model, c.created = sc.ID, sc.Model, sc.Created
+	c.fingerprint, c.tier = sc.SystemFingerprint, string(sc.ServiceTier)
 	if sc.JSON.Usage.Valid() {
 		c.hasUsage, c.usage = true, usage(&sc.Usage)
 	}
@@ -63,6 +69,15 @@ func (c *chunk) fromSDK(sc *oai.ChatCompletionChunk) {
 		}
 		d := &ch.Delta
 		o := choice{content: d.Content, refusal: d.Refusal, reasoning: reasoningText(d.JSON.ExtraFields), finish: ch.FinishReason}
+		if ch.JSON.Logprobs.Valid() {
+			o.lp = ch.JSON.Logprobs.Raw()
+			if lp := &ch.Logprobs; lp.JSON.Content.Valid() {
+				o.lpContent = lp.JSON.Content.Raw()
+			}
+			if lp := &ch.Logprobs; lp.JSON.Refusal.Valid() {
+				o.lpRefusal = lp.JSON.Refusal.Raw()
+			}
+		}
 		for j := range d.ToolCalls {
 			tc := &d.ToolCalls[j]
 			o.tools = append(o.tools, toolDelta{index: tc.Index, id: tc.ID, name: tc.Function.Name, args: tc.Function.Arguments})
@@ -410,6 +425,21 @@ func (d *lean) strReuse(v *string, prev string) bool {
 	return d.str(v)
 }
 
+// rawArray reads an array (or null, as "") and returns its text as it
+// came; anything else is left to the SDK.
+func (d *lean) rawArray(depth int, v *string) bool {
+	*v = ""
+	if d.null() {
+		return true
+	}
+	s := d.i
+	if !d.array(depth, func(d *lean, depth int) bool { return d.skip(depth) }) {
+		return false
+	}
+	*v = string(d.b[s:d.i])
+	return true
+}
+
 // extraStr reads a field the SDK keeps raw in ExtraFields and the adapter
 // decodes with encoding/json into a string (reasoningText): "" for
 // anything but a string.
@@ -495,6 +525,10 @@ func (c *chunk) top(d *lean, key []byte, depth int) bool {
 		return d.strReuse(&c.model, c.lastModel)
 	case "created":
 		return d.int(&c.created)
+	case "system_fingerprint":
+		return d.str(&c.fingerprint)
+	case "service_tier":
+		return d.str(&c.tier)
 	case "usage":
 		if d.null() {
 			c.hasUsage, c.usage = false, abi.Usage{}
@@ -564,6 +598,23 @@ func (c *chunk) choice(d *lean, depth int) bool {
 			return d.int(&index)
 		case "finish_reason":
 			return d.str(&o.finish)
+		case "logprobs":
+			o.lp, o.lpContent, o.lpRefusal = "", "", ""
+			if d.null() {
+				return true
+			}
+			s := d.i
+			ok := d.object(depth, func(d *lean, key []byte, depth int) bool {
+				switch string(key) {
+				case "content":
+					return d.rawArray(depth, &o.lpContent)
+				case "refusal":
+					return d.rawArray(depth, &o.lpRefusal)
+				}
+				return d.skip(depth)
+			})
+			o.lp = string(d.b[s:d.i])
+			return ok
 		case "delta":
 			o.content, o.refusal, o.tools, reasoningC, reasoning = "", "", o.tools[:0], "", ""
 			if d.null() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	oai "github.com/openai/openai-go/v3"
@@ -38,6 +39,11 @@ var chunkSeeds = []string{
 	`{"choices":[{"index":-0,"delta":{"content":"neg zero"}}],"created":-12}`,
 	`{"choices":[{"index":0,"delta":{"content":"x"}}],"created":12345678901234567890}`,
 	`[1,2]`,
+	`{"id":"c","system_fingerprint":"fp_1","service_tier":"default","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":{"content":[{"token":"Hi","logprob":-0.1,"bytes":[72,105],"top_logprobs":[]}],"refusal":null},"finish_reason":null}]}`,
+	`{"choices":[{"index":0,"delta":{"refusal":"no"},"logprobs":{"content":null,"refusal":[ {"token":"no","logprob":-1e-3} ]}}]}`,
+	`{"choices":[{"index":0,"delta":{},"logprobs":{}}],"service_tier":null,"system_fingerprint":null}`,
+	`{"choices":[{"index":0,"logprobs":5}]}`,
+	`{"choices":[{"index":0,"logprobs":{"content":{"a":1}}}]}`,
 	`{"choices":[{"index":0,"delta":{"content":"trailing"}}]} x`,
 }
 
@@ -100,7 +106,8 @@ func TestChunkDecodersAgreeOnSeeds(t *testing.T) {
 
 // FuzzStreamDecoders feeds an SSE body to two models, one decoding every
 // chunk with the SDK and one with the lean decoder (and the SDK for what
-// it declines), and requires the same parts and the same error.
+// it declines), and requires the same parts (ChunkFields included) and
+// the same error.
 func FuzzStreamDecoders(f *testing.F) {
 	wiretest.SeedSSE(f, filepath.Join("..", "..", "testdata", "wire", "openai"))
 	for _, s := range chunkSeeds {
@@ -118,7 +125,7 @@ func FuzzStreamDecoders(f *testing.F) {
 
 func streamParts(t *testing.T, body []byte, sdk bool) ([]string, error) {
 	hc := &http.Client{Transport: wiretest.MemTransport{Body: body}}
-	m, err := New("m", WithBaseURL("http://mem/v1"), WithAPIKey("k"), WithHTTPClient(hc))
+	m, err := New("m", WithBaseURL("http://mem/v1"), WithAPIKey("k"), WithHTTPClient(hc), WithChunkFields())
 	require.NoError(t, err)
 	m.sdkChunks = sdk
 	st, err := m.Stream(context.Background(), &driver.Request{})
@@ -151,5 +158,25 @@ func describe(p *abi.Part) string {
 	if p.Finish != nil {
 		s += fmt.Sprintf(" finish=%+v", *p.Finish)
 	}
+	if f, ok := p.Raw.(ChunkFields); ok {
+		s += fmt.Sprintf(" fields=%+v", f)
+	}
 	return s
+}
+
+// WithChunkFields hands the fields the adapter does not map, as they came,
+// before the parts of their chunk.
+func TestChunkFields(t *testing.T) {
+	body := "data: {\"id\":\"c\",\"model\":\"m\",\"system_fingerprint\":\"fp_1\",\"service_tier\":\"default\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"logprobs\":{\"content\":[{\"token\":\"Hi\",\"logprob\":-0.5}],\"refusal\":null},\"finish_reason\":null}]}\n\n" +
+		"data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
+	parts, err := streamParts(t, []byte(body), false)
+	require.NoError(t, err)
+	require.Contains(t, parts[1], `fields={SystemFingerprint:fp_1 ServiceTier:default Content:Hi Refusal: Logprobs:{"content":[{"token":"Hi","logprob":-0.5}],"refusal":null} LogprobsContent:[{"token":"Hi","logprob":-0.5}] LogprobsRefusal:}`)
+	n := 0
+	for _, p := range parts {
+		if strings.Contains(p, "fields=") {
+			n++
+		}
+	}
+	require.Equal(t, 2, n, "one per chunk: %q", parts)
 }

@@ -20,6 +20,7 @@ type source struct {
 	provider string
 	st       *ssestream.Stream[oai.ChatCompletionChunk]
 	raw      bool // emit each chunk as a KindRaw part too (WithRawChunks)
+	fields   bool // emit each chunk's ChunkFields as a KindRaw part (WithChunkFields)
 	// ev reads the events itself (nil with WithRawChunks, which needs the
 	// SDK's chunk type): lean-decoded, the SDK's decoding for the rest.
 	ev  *events
@@ -105,6 +106,23 @@ func (s *source) end(q []abi.Part) ([]abi.Part, error) {
 }
 
 func (s *source) chunk(q []abi.Part, c *chunk) ([]abi.Part, error) {
+	if s.fields {
+		f := ChunkFields{SystemFingerprint: c.fingerprint, ServiceTier: c.tier}
+		for i := range c.choices { // a later choice 0 (never sent) overrides what it has
+			ch := &c.choices[i]
+			f.Content, f.Refusal = ch.content, ch.refusal
+			if ch.lp != "" {
+				f.Logprobs = ch.lp
+				if ch.lpContent != "" {
+					f.LogprobsContent = ch.lpContent
+				}
+				if ch.lpRefusal != "" {
+					f.LogprobsRefusal = ch.lpRefusal
+				}
+			}
+		}
+		q = append(q, abi.Part{Kind: abi.KindRaw, Raw: f})
+	}
 	if !s.metaSent && (c.id != "" || c.model != "") {
 		s.metaSent = true
 		q = append(q, abi.Part{Kind: abi.KindResponseMeta, ID: c.id,
