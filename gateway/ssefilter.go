@@ -44,8 +44,8 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // eventBufSize is the filter's read buffer per upstream stream; a longer
 // line is gathered past it (up to maxEventBytes), so it only needs to
-// hold the common event.
-const eventBufSize = 4 << 10
+// hold the common event (a held stream keeps it while it is open).
+const eventBufSize = 2 << 10
 
 func newBufReader(r io.Reader) *bufio.Reader {
 	return bufio.NewReaderSize(&lfReader{r: r}, eventBufSize)

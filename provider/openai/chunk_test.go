@@ -113,6 +113,7 @@ func FuzzStreamDecoders(f *testing.F) {
 	for _, s := range chunkSeeds {
 		f.Add([]byte("data: " + s + "\n\ndata: [DONE]\n\n"))
 	}
+	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("long ", 2000) + "\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"))
 	f.Add([]byte("event: thread.x\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t\"},\"finish_reason\":\"stop\"}]}\n\n" +
 		"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\ndata: {\"x\":1}\n\n: comment\n\ndata:[DONE]\n\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -269,8 +269,12 @@ type events struct {
 	err  error
 }
 
-// maxEventLine is the SDK decoder's line limit (bufio.MaxScanTokenSize<<9).
-const maxEventLine = bufio.MaxScanTokenSize << 9
+// maxEventLine is the SDK decoder's line limit (bufio.MaxScanTokenSize<<9);
+// eventLineStart is the line buffer a stream starts with.
+const (
+	maxEventLine   = bufio.MaxScanTokenSize << 9
+	eventLineStart = 1 << 10
+)
 
 // next decodes the next chunk into c: false at the end of the stream
 // ("[DONE]" or the body's end), or the error that ended it.
@@ -322,8 +326,11 @@ func (e *events) sdk(typ string, c *chunk) (bool, error) {
 // event without its blank line is dropped there, as the SDK drops it).
 func (e *events) event() (typ string, ok bool) {
 	if e.scn == nil {
+		// A chunk's line is a few hundred bytes: start small (the scanner
+		// doubles its buffer for a longer line), since a held stream keeps
+		// its buffer for as long as it is open.
 		e.scn = bufio.NewScanner(e.body)
-		e.scn.Buffer(nil, maxEventLine)
+		e.scn.Buffer(make([]byte, eventLineStart), maxEventLine)
 	}
 	e.data = e.data[:0]
 	for e.scn.Scan() {
