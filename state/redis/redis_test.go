@@ -356,3 +356,32 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestMemoryPerModel bounds what a model costs in Redis at its worst,
+// with the default prefix and a 32-byte model key: three keys, either
+// cooling (c, h, f) or half-open with its probe lease (h, f, p). The
+// README's limits table quotes it.
+func TestMemoryPerModel(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv, redisstate.Options{})
+	c := client(t, srv)
+	model := strings.Repeat("m", 32)
+	usage := func() int64 {
+		keys, err := c.Keys(ctx, "retryhost:*").Result()
+		require.NoError(t, err)
+		require.Len(t, keys, 3)
+		var total int64
+		for _, k := range keys {
+			n, err := c.MemoryUsage(ctx, k).Result()
+			require.NoError(t, err)
+			total += n
+		}
+		return total
+	}
+	s.Failed(ctx, driver.Failure{Model: model, Failures: 1, For: 50 * time.Millisecond})
+	cooling := usage()
+	require.Eventually(t, func() bool { return s.TakeProbe(ctx, model, time.Minute) }, 5*time.Second, 5*time.Millisecond)
+	probing := usage()
+	t.Logf("a model's keys take %d bytes cooling, %d half-open with a probe (32-byte key, default prefix)", cooling, probing)
+	require.LessOrEqual(t, max(cooling, probing), int64(300))
+}
