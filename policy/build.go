@@ -719,6 +719,9 @@ func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.
 	if n := btoi(ps.Path != "") + btoi(ps.Builtin != "") + btoi(ps.OCI != ""); n != 1 {
 		return nil, b.errf(at, "give exactly one of path, builtin or oci")
 	}
+	if ps.FollowTag && ps.OCI == "" {
+		return nil, b.errf(at+".follow_tag", "follow_tag applies to an oci reference only")
+	}
 	var lo []host.LoadOption
 	if ps.SHA256 != "" {
 		if len(ps.SHA256) != 64 || strings.Trim(strings.ToLower(ps.SHA256), "0123456789abcdef") != "" {
@@ -751,12 +754,9 @@ func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.
 			return nil, b.errf(at+".builtin", "unknown built-in plugin %q", ps.Builtin)
 		}
 	} else if ps.OCI != "" {
-		if b.opts.OCI == nil {
-			return nil, b.errf(at+".oci", "an oci plugin needs Options.OCI (package oci)")
-		}
-		sum, mod, err := b.opts.OCI(ps.OCI).Fetch(ctx, "")
+		sum, mod, err := b.ociModule(ctx, at, ps)
 		if err != nil {
-			return nil, b.errf(at+".oci", "%v", err)
+			return nil, err
 		}
 		if ps.SHA256 != "" && !strings.EqualFold(ps.SHA256, sum) {
 			return nil, b.errf(at+".sha256", "the module behind %s has sha256 %s", ps.OCI, sum)
@@ -963,4 +963,34 @@ func (b *builder) state(ss *StateSpec) (driver.Option, error) {
 	b.p.closers = append(b.p.closers, st.Close)
 	b.p.stats = st.Stats
 	return st.Option, nil
+}
+
+// ociModule fetches the module behind an "oci" plugin. A reference is
+// fetched once per load, so two plugins naming the same tag get the same
+// module even if the tag moves during the load. A tag needs follow_tag,
+// and is then recorded for Policy.Moved.
+func (b *builder) ociModule(ctx context.Context, at string, ps *PluginSpec) (string, []byte, error) {
+	tag := !strings.Contains(ps.OCI, "@")
+	switch {
+	case tag && !ps.FollowTag:
+		return "", nil, b.errf(at+".oci", "%s names a tag, not a digest: pin it (…@sha256:…), or set \"follow_tag\": true to follow the tag", ps.OCI)
+	case !tag && ps.FollowTag:
+		return "", nil, b.errf(at+".follow_tag", "%s is pinned by digest, which never moves: follow_tag needs a tag", ps.OCI)
+	case tag && ps.SHA256 != "":
+		return "", nil, b.errf(at+".sha256", "a followed tag's module changes: pin a digest (…@sha256:…) instead of sha256")
+	case b.opts.OCI == nil:
+		return "", nil, b.errf(at+".oci", "an oci plugin needs Options.OCI (package oci)")
+	}
+	for _, f := range b.p.fetched {
+		if f.ref == ps.OCI {
+			return f.sum, f.wasm, nil
+		}
+	}
+	src := b.opts.OCI(ps.OCI)
+	sum, wasm, err := src.Fetch(ctx, "")
+	if err != nil {
+		return "", nil, b.errf(at+".oci", "%v", err)
+	}
+	b.p.fetched = append(b.p.fetched, fetched{ref: ps.OCI, src: src, sum: sum, wasm: wasm, tag: tag})
+	return sum, wasm, nil
 }
