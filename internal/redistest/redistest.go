@@ -12,8 +12,8 @@ package redistest
 import (
 	"bufio"
 	"bytes"
-	"io"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
