@@ -162,9 +162,8 @@ func TestFleet(t *testing.T) {
 		t.Skip("builds the binary and runs three replicas and a redis-server")
 	}
 	srv := redistest.Start(t)
-	bin := filepath.Join(t.TempDir(), "retryhost")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin, err := buildOnce()
+	require.NoError(t, err)
 
 	up := &fleetUpstream{hits: map[string]int{}}
 	prov := httptest.NewServer(up)
