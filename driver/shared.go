@@ -53,6 +53,7 @@ func (r *Runner) setupState() {
 	if r.state == nil {
 		r.state = newLocalState(r.cfg.now)
 	}
+	_, r.local = r.state.(*localState)
 	r.stateKey = r.cfg.stateKey
 	if r.stateKey == "" {
 		r.stateKey = r.derivedStateKey()

@@ -228,7 +228,8 @@ type localState struct {
 	scopes map[string]time.Time // a scope's block ends then
 	sticky map[string]*localSticky
 
-	budgets sync.Map // key → *keyBudget
+	budgets    sync.Map // key → *keyBudget
+	lastBudget atomic.Pointer[budgetEntry]
 }
 
 type localModel struct {
@@ -269,24 +270,36 @@ func (l *localState) Begin(_ context.Context, b BeginRequest) Snapshot {
 	if len(b.Models) == 0 && len(b.Scopes) == 0 && !b.Sticky {
 		return s
 	}
-	now := l.now()
+	var now time.Time // read only when an entry needs it: the clean case reads no clock
+	clock := func() time.Time {
+		if now.IsZero() {
+			now = l.now()
+		}
+		return now
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(b.Models) > 0 {
-		s.Models = make([]ModelState, len(b.Models))
+	if len(l.models) > 0 {
 		for i, k := range b.Models {
-			s.Models[i] = l.models[k].state(now)
+			if m := l.models[k]; m != nil {
+				if s.Models == nil {
+					s.Models = make([]ModelState, len(b.Models)) // clean models answer nil
+				}
+				s.Models[i] = m.state(clock())
+			}
 		}
 	}
-	if len(b.Scopes) > 0 {
-		s.Scopes = make([]time.Duration, len(b.Scopes))
+	if len(l.scopes) > 0 {
 		for i, k := range b.Scopes {
 			if end, ok := l.scopes[k]; ok {
-				if now.Before(end) {
-					s.Scopes[i] = end.Sub(now)
-				} else {
+				if !clock().Before(end) {
 					delete(l.scopes, k)
+					continue
 				}
+				if s.Scopes == nil {
+					s.Scopes = make([]time.Duration, len(b.Scopes))
+				}
+				s.Scopes[i] = end.Sub(clock())
 			}
 		}
 	}
@@ -296,7 +309,7 @@ func (l *localState) Begin(_ context.Context, b BeginRequest) Snapshot {
 			case e.requests > 0:
 				e.requests--
 				s.Sticky = e.model
-			case now.Before(e.until):
+			case clock().Before(e.until):
 				s.Sticky = e.model
 			default:
 				delete(l.sticky, b.Key)
@@ -306,12 +319,24 @@ func (l *localState) Begin(_ context.Context, b BeginRequest) Snapshot {
 	return s
 }
 
+// budget returns key's counters; the last key used is one atomic load away
+// (a Runner's default State has one key).
 func (l *localState) budget(key string) *keyBudget {
-	if b, ok := l.budgets.Load(key); ok {
-		return b.(*keyBudget)
+	if e := l.lastBudget.Load(); e != nil && e.key == key {
+		return e.b
 	}
-	b, _ := l.budgets.LoadOrStore(key, new(keyBudget))
-	return b.(*keyBudget)
+	v, ok := l.budgets.Load(key)
+	if !ok {
+		v, _ = l.budgets.LoadOrStore(key, new(keyBudget))
+	}
+	b := v.(*keyBudget)
+	l.lastBudget.Store(&budgetEntry{key: key, b: b})
+	return b
+}
+
+type budgetEntry struct {
+	key string
+	b   *keyBudget
 }
 
 func (l *localState) End(_ context.Context, key string) { l.budget(key).requests.Add(-1) }
