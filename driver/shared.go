@@ -152,6 +152,9 @@ func (q *request) begin(ctx context.Context) {
 		Sticky: r.cfg.sticky.kind != stickyNone && !q.named,
 		Budget: r.cfg.retryBudget != nil,
 	}
+	if !b.Sticky && !b.Budget && b.Models == nil {
+		return // only a sticky policy, and the caller named the start model
+	}
 	snap := r.state.Begin(ctx, b)
 	q.inBudget = b.Budget
 	if snap.Sticky != "" && b.Sticky {

@@ -268,6 +268,13 @@ func TestState_SuccessOnACleanModelCallsNothing(t *testing.T) {
 	require.Equal(t, map[string]int{"Begin": 2, "End": 2, "Succeeded": 1}, s.counts(),
 		"a success on a model whose snapshot showed a failure resets it")
 
+	s.reset()
+	r = mustNew(t, base, WithState(s), WithRules(Fallback(fb)), WithSticky(StickyRequests(1)))
+	fn, _ := script(status(503))
+	_, err := Do(StartOn(context.Background(), base), r, fn)
+	require.NoError(t, err)
+	require.Empty(t, s.counts(), "a request that names its start model has no sticky fallback to read or set")
+
 	plain := &countingState{localState: newLocalState(time.Now)}
 	r = mustNew(t, base, WithState(plain), WithRules(Fallback(fb)))
 	require.Equal(t, []string{"test/base", "test/fb"}, run(t, r, base))
