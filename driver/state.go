@@ -112,8 +112,9 @@ type State interface {
 	SetSticky(ctx context.Context, key, model string, requests int, period time.Duration)
 }
 
-// BeginRequest is what [State.Begin] is asked. The Runner reuses its
-// slices for every request: an implementation must not modify or keep them.
+// BeginRequest is what [State.Begin] is asked. It is a plain value; the
+// Runner reuses its slices for every request and from many goroutines: an
+// implementation must not modify or keep them.
 type BeginRequest struct {
 	// Key is the Runner's state key ([WithStateKey]): the sticky fallback
 	// and the budget's counters live under it.
@@ -132,7 +133,9 @@ type BeginRequest struct {
 }
 
 // Snapshot is what [State.Begin] answers: the state as the request starts.
-// A request keeps it (and what its own calls return) for its lifetime.
+// A request keeps it (and what its own calls return) for its lifetime. It
+// is a plain value that the request owns: an implementation must not keep
+// its slices.
 type Snapshot struct {
 	// Models are the states of BeginRequest.Models, in the same order
 	// (nil or short: the missing ones are clean and in rotation).
@@ -145,7 +148,7 @@ type Snapshot struct {
 }
 
 // ModelState is one model's shared cooldown state. The zero value is a
-// clean model in rotation.
+// clean model in rotation. It is a plain value.
 type ModelState struct {
 	// Failures is how many counted failures in a row the model has had.
 	Failures int
@@ -159,7 +162,8 @@ type ModelState struct {
 	Probing bool
 }
 
-// Failure is a counted failure reported to [State.Failed].
+// Failure is a counted failure reported to [State.Failed]. It is a plain
+// value.
 //
 // The rules an implementation keeps, on its own clock:
 //   - the model's failure count grows by one; when it reaches Failures
@@ -197,7 +201,9 @@ type Failure struct {
 // model): a failure with a Retry-After on one model of a scope then keeps
 // every model of that scope out of rotation for that long, in every
 // Runner that shares the [State]. The provider adapters derive it from
-// the base URL and a hash of the API key, never the key itself.
+// the base URL, a hash of the API key (never the key itself) and the model
+// id. Implementations must be safe for concurrent use, and the scope must
+// not change.
 type RateLimitScoper interface {
 	// RateLimitScope names the scope; "" for none.
 	RateLimitScope() string

@@ -375,6 +375,38 @@ func TestState_GroupDeploymentProbe(t *testing.T) {
 	require.Greater(t, east.calls.Load(), int64(5), "back in rotation")
 }
 
+// TestState_GroupStartsOnItsProbe: a group whose only deployment is
+// half-open is skipped for the fallback while another request probes it,
+// and is started on (on that deployment) by the request that takes the
+// probe.
+func TestState_GroupStartsOnItsProbe(t *testing.T) {
+	clk := newClock()
+	east := &fakeDeployment{key: "east", clock: clk}
+	east.down.Store(true)
+	g := Group("gpt-4o", WeightedRandom, east)
+	s := newLocalState(clk.now)
+	r := mustNew(t, g, clk.option(), WithState(s), WithRules(Fallback(fb)),
+		WithCooldown(Cooldown{Failures: 1, For: time.Hour}))
+	start := func() string {
+		t.Helper()
+		fn, log := script()
+		_, err := Do(context.Background(), r, fn)
+		require.NoError(t, err)
+		return (*log)[0].Model
+	}
+	fn, log := script(status(503))
+	_, err := Do(context.Background(), r, fn)
+	require.NoError(t, err)
+	require.Equal(t, []string{"east", "test/fb"}, models(*log))
+	require.Equal(t, "test/fb", start(), "cooling down")
+	clk.advance(time.Hour)
+	require.True(t, s.TakeProbe(context.Background(), "east", time.Minute))
+	require.Equal(t, "test/fb", start(), "probed by another")
+	clk.advance(time.Minute)
+	require.Equal(t, "east", start(), "the lease expired: this request probes it")
+	require.Equal(t, "east", start(), "and its success put it back")
+}
+
 // TestState_ProbeFailureCoolsAgainForAll: the probe's failure on one
 // Runner cools the model again for every Runner sharing the State.
 func TestState_ProbeFailureCoolsAgainForAll(t *testing.T) {
