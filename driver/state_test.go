@@ -268,6 +268,13 @@ func TestState_SuccessOnACleanModelCallsNothing(t *testing.T) {
 	require.Equal(t, map[string]int{"Begin": 2, "End": 2, "Succeeded": 1}, s.counts(),
 		"a success on a model whose snapshot showed a failure resets it")
 
+	s.reset()
+	r = mustNew(t, base, WithState(s), WithRules(Fallback(fb)), WithSticky(StickyRequests(1)))
+	fn, _ := script(status(503))
+	_, err := Do(StartOn(context.Background(), base), r, fn)
+	require.NoError(t, err)
+	require.Empty(t, s.counts(), "a request that names its start model has no sticky fallback to read or set")
+
 	plain := &countingState{localState: newLocalState(time.Now)}
 	r = mustNew(t, base, WithState(plain), WithRules(Fallback(fb)))
 	require.Equal(t, []string{"test/base", "test/fb"}, run(t, r, base))
@@ -366,6 +373,38 @@ func TestState_GroupDeploymentProbe(t *testing.T) {
 		gen()
 	}
 	require.Greater(t, east.calls.Load(), int64(5), "back in rotation")
+}
+
+// TestState_GroupStartsOnItsProbe: a group whose only deployment is
+// half-open is skipped for the fallback while another request probes it,
+// and is started on (on that deployment) by the request that takes the
+// probe.
+func TestState_GroupStartsOnItsProbe(t *testing.T) {
+	clk := newClock()
+	east := &fakeDeployment{key: "east", clock: clk}
+	east.down.Store(true)
+	g := Group("gpt-4o", WeightedRandom, east)
+	s := newLocalState(clk.now)
+	r := mustNew(t, g, clk.option(), WithState(s), WithRules(Fallback(fb)),
+		WithCooldown(Cooldown{Failures: 1, For: time.Hour}))
+	start := func() string {
+		t.Helper()
+		fn, log := script()
+		_, err := Do(context.Background(), r, fn)
+		require.NoError(t, err)
+		return (*log)[0].Model
+	}
+	fn, log := script(status(503))
+	_, err := Do(context.Background(), r, fn)
+	require.NoError(t, err)
+	require.Equal(t, []string{"east", "test/fb"}, models(*log))
+	require.Equal(t, "test/fb", start(), "cooling down")
+	clk.advance(time.Hour)
+	require.True(t, s.TakeProbe(context.Background(), "east", time.Minute))
+	require.Equal(t, "test/fb", start(), "probed by another")
+	clk.advance(time.Minute)
+	require.Equal(t, "east", start(), "the lease expired: this request probes it")
+	require.Equal(t, "east", start(), "and its success put it back")
 }
 
 // TestState_ProbeFailureCoolsAgainForAll: the probe's failure on one
