@@ -385,3 +385,23 @@ func TestMemoryPerModel(t *testing.T) {
 	t.Logf("a model's keys take %d bytes cooling, %d half-open with a probe (32-byte key, default prefix)", cooling, probing)
 	require.LessOrEqual(t, max(cooling, probing), int64(300))
 }
+
+// TestOpenBeforeRedis: a replica that starts while Redis is down starts on
+// its local copy (logged once) and shares its state once Redis is up.
+func TestOpenBeforeRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	var logs syncBuffer
+	s := open(t, srv, redisstate.Options{RetryInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.Equal(t, redisstate.Stats{Errors: 1, Outages: 1, Down: true}, s.Stats())
+	_, cooled := s.Failed(ctx, failure("a", time.Minute))
+	require.True(t, cooled, "the local copy answers")
+	srv.Restart()
+	other := open(t, srv, redisstate.Options{})
+	other.Failed(ctx, failure("b", time.Minute))
+	require.Eventually(t, func() bool {
+		return s.Begin(ctx, driver.BeginRequest{Models: []string{"b"}}).Models[0].Cooling > 0
+	}, 10*time.Second, 10*time.Millisecond, "shared once Redis is up")
+	require.False(t, s.Stats().Down)
+	require.Equal(t, 1, strings.Count(logs.String(), "shared state unreachable"), logs.String())
+}
