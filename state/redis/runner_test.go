@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/driver"
@@ -167,4 +168,33 @@ func TestOutageUnderLoad(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, []string{"b"}, seen)
+}
+
+// TestOneRoundTripPerRequest: a successful request through a Runner with
+// a cooldown, a sticky policy and a retry budget costs Redis one command.
+func TestOneRoundTripPerRequest(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), DisableIdentity: true})
+	defer c.Close()
+	n := &counter{}
+	c.AddHook(n)
+	st, err := redisstate.New(c, redisstate.Options{OpTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	r, err := driver.New(instant("a"), driver.WithModels(instant("b")),
+		driver.WithRules(driver.OnStatus(429).Switch(instant("b"))),
+		driver.WithCooldown(driver.Cooldown{Failures: 3, For: time.Minute}),
+		driver.WithSticky(driver.StickyFor(time.Minute)),
+		driver.WithRetryBudget(driver.RetryBudget{}),
+		driver.WithState(st))
+	require.NoError(t, err)
+	ok := func(ctx context.Context, c *driver.Call) (string, error) { return c.Model.Key(), nil }
+	_, err = driver.Do(ctx, r, ok) // loads the script
+	require.NoError(t, err)
+	n.n.Store(0)
+	for range 10 {
+		got, err := driver.Do(ctx, r, ok)
+		require.NoError(t, err)
+		require.Equal(t, "a", got)
+	}
+	require.EqualValues(t, 10, n.n.Load())
 }
