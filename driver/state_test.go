@@ -56,14 +56,23 @@ func TestState_OneProbeAfterACooldown(t *testing.T) {
 			require.NoError(t, err)
 		})
 	}
+	finished := make(chan struct{})
+	releaser := make(chan struct{})
 	go func() {
-		<-probing
+		defer close(releaser)
+		select {
+		case <-probing:
+		case <-finished: // no probe at all: nothing to release
+			return
+		}
 		for onFb.Load() < 49 && onBase.Load() == 1 {
 			time.Sleep(time.Millisecond)
 		}
 		close(release)
 	}()
 	wg.Wait()
+	close(finished)
+	<-releaser
 	require.Equal(t, int32(1), onBase.Load(), "exactly one request probes the model")
 	require.Equal(t, int32(49), onFb.Load(), "the others start on the fallback while it is probed")
 
@@ -237,13 +246,24 @@ func TestState_SlowStateHonoursTheRequestCtx(t *testing.T) {
 	r := mustNew(t, base, WithState(s), WithRules(Fallback(fb)), WithRetryBudget(RetryBudget{}),
 		WithCooldown(Cooldown{Failures: 1, For: time.Minute}))
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	canceller := make(chan struct{})
 	go func() {
+		defer close(canceller)
 		for s.calls.Load() == 0 {
-			time.Sleep(time.Millisecond)
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
 		}
 		cancel()
 	}()
 	_, err := Do(ctx, r, func(ctx context.Context, _ *Call) (string, error) { return "", ctx.Err() })
+	close(done)
+	<-canceller
+	require.Equal(t, int32(1), s.calls.Load(), "Begin was called, and blocked until the cancellation")
 	require.ErrorIs(t, err, context.Canceled)
 	require.True(t, s.endLive.Load(), "End gets a ctx the cancellation does not reach")
 	require.Zero(t, s.budget(r.StateKey()).requests.Load())
