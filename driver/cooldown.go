@@ -27,7 +27,10 @@ import (
 // cools the model down at once, whatever Failures says, for the
 // Retry-After (capped by WithRetryAfterCap), or lengthens a shorter
 // cooldown: the server has said the model is unavailable until then, for
-// every request that shares the State. When the model declares a
+// every request that shares the State. The request that got it may still
+// retry the model after waiting it (a rule that honours Retry-After, such
+// as OnStatus(429).Retry()), unless a longer cooldown (For) keeps the
+// model out past then. When the model declares a
 // rate-limit scope ([RateLimitScoper]: the account and API key its limits
 // are counted on) every model of that scope is kept out until then too.
 //
@@ -238,6 +241,29 @@ func (q *request) modelUsable(m Model, now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// invited reports whether the attempt d chooses on target is the one a
+// Retry-After asked for: d waits the failed attempt's Retry-After, on the
+// model that sent it, and the model's cooldown (and its scope's block)
+// ends by then. The cooldown that Retry-After started does not stop that
+// attempt: the server said when to come back, and the request waits it.
+func (q *request) invited(d *abi.Decision, target Model, now time.Time) bool {
+	a := q.a
+	if !d.UseRetryAfter || a.RetryAfter <= 0 || target.Key() != a.Model {
+		return false
+	}
+	i, ok := q.r.stateIdx[a.Model]
+	if !ok {
+		return false
+	}
+	at := now.Add(a.RetryAfter)
+	if q.scopeUntil != nil {
+		if s := q.r.scopeOf[i]; s >= 0 && q.scopeUntil[s].After(at) {
+			return false
+		}
+	}
+	return q.view == nil || !q.view[i].until.After(at)
 }
 
 // coolStart returns the model a request that would start on m starts on:

@@ -350,8 +350,10 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 		if kc.attempts >= maxAttempts {
 			continue // exhausted: fall through to the next rule
 		}
-		if q.cooled && !q.modelUsable(target, r.cfg.now()) {
-			continue // cooling down: as if exhausted
+		if q.cooled {
+			if now := r.cfg.now(); !q.invited(&d, target, now) && !q.modelUsable(target, now) {
+				continue // cooling down: as if exhausted
+			}
 		}
 		if len(q.records) >= r.cfg.maxAttempts {
 			return step{}, false, ErrMaxAttempts

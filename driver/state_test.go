@@ -460,3 +460,47 @@ func run503(t *testing.T, r *Runner, failOn ...Model) []string {
 	}
 	return got
 }
+
+// TestState_RetryAfterInvitesTheRetryThatWaitsIt: the request that got a
+// 429 with a Retry-After still retries the model after waiting it (the
+// server said when to come back), while the requests that start during
+// the wait, on any Runner sharing the State, avoid the model; a cooldown
+// longer than the Retry-After (Failures reached, For longer) still stops
+// the retry.
+func TestState_RetryAfterInvitesTheRetryThatWaitsIt(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failures int
+		want     []string
+	}{
+		{"the Retry-After's own cooldown", 3, []string{"test/base", "test/base"}},
+		{"a longer cooldown", 1, []string{"test/base", "test/fb"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			s := newLocalState(clk.now)
+			opts := func(sleep func(context.Context, time.Duration) error) []Option {
+				return []Option{withClock(clk.now, sleep), WithState(s),
+					WithRules(OnStatus(429).Retry(), Fallback(fb)),
+					WithCooldown(Cooldown{Failures: tc.failures, For: time.Minute})}
+			}
+			b := mustNew(t, base, opts(clk.sleep)...)
+			var during []string
+			a := mustNew(t, base, opts(func(_ context.Context, d time.Duration) error {
+				fn, log := script()
+				_, err := Do(context.Background(), b, fn)
+				require.NoError(t, err)
+				during = models(*log)
+				clk.advance(d)
+				return nil
+			})...)
+			fn, log := script(statusRetryAfter(429, "Retry-After", "1"))
+			_, err := Do(context.Background(), a, fn)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, models(*log))
+			if tc.want[1] == "test/base" {
+				require.Equal(t, []string{"test/fb"}, during, "a request that starts during the wait avoids the model")
+			}
+		})
+	}
+}

@@ -43,6 +43,7 @@ func init() {
 			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file changes (SIGHUP reloads it too)")
 			fs.DurationVar(&o.pluginPoll, "plugin-poll", 30*time.Second, "how often to ask the registry for a new version of an \"oci\" plugin that follows a tag (\"follow_tag\"); a new one reloads the policy")
 			o.registry.declarePolicy(fs)
+			fs.BoolVar(&o.printDemo, "print-demo-policy", false, "print the demo policy (a starting point for your own) and exit")
 			return o.run
 		},
 	})
@@ -53,7 +54,7 @@ type serveOpts struct {
 	drain                time.Duration
 	maxConc              int
 	maxBody              int64
-	watch                bool
+	watch, printDemo     bool
 	pluginPoll           time.Duration
 	registry             registryFlags
 }
@@ -69,6 +70,15 @@ const (
 func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if len(args) != 0 {
 		return e.usageError(commands["serve"], "unexpected argument %q", args[0])
+	}
+	if o.printDemo {
+		_, err := fmt.Fprintf(e.stdout, "// The policy retryhost serve runs without --policy. Its base_url values are the demo's\n"+
+			"// in-process loopback providers (random ports at run time): point them at yours.\n%s\n",
+			demoServePolicy(map[string]string{"alpha": "http://127.0.0.1:9001/v1", "beta": "http://127.0.0.1:9002/v1", "gamma": "http://127.0.0.1:9003/v1"}))
+		if err != nil {
+			return exitFail
+		}
+		return exitOK
 	}
 	stderr := e.stderr
 	// A gateway logs JSON at info unless the global flags say otherwise.

@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/plugins"
+	"github.com/retryhost/retryhost/policy"
 )
 
 type lockedBuffer struct {
@@ -254,4 +257,16 @@ func TestServe_PluginMetrics(t *testing.T) {
 	require.Equal(t, 1.0, value(`retryhost_gateway_plugin_breaker_open{plugin="trap.wasm"}`))
 	require.Contains(t, metrics, "retryhost_gateway_requests_total", "beside the gateway's own series")
 	require.Equal(t, exitOK, stop())
+}
+
+// --print-demo-policy prints the demo's policy as a file that loads, and
+// exits without serving.
+func TestServe_PrintDemoPolicy(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, exitOK, dispatch(context.Background(), []string{"serve", "--print-demo-policy"}, &stdout, &stderr), stderr.String())
+	require.Empty(t, stderr.String(), "nothing served, nothing logged")
+	require.NoError(t, policy.Validate(context.Background(), stdout.Bytes(), policy.Options{Name: "demo.json", Builtin: plugins.Module}))
+	for _, route := range []string{`"alpha"`, `"beta"`, `"gamma"`} {
+		require.Contains(t, stdout.String(), route)
+	}
 }
