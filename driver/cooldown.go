@@ -27,12 +27,12 @@ import (
 // cools the model down at once, whatever Failures says, for the
 // Retry-After (capped by WithRetryAfterCap), or lengthens a shorter
 // cooldown: the server has said the model is unavailable until then, for
-// every request that shares the State. The request that got it may still
-// retry the model after waiting it (a rule that honours Retry-After, such
-// as OnStatus(429).Retry()), unless a longer cooldown (For) keeps the
-// model out past then. When the model declares a
+// every request that shares the State. When the model declares a
 // rate-limit scope ([RateLimitScoper]: the account and API key its limits
 // are counted on) every model of that scope is kept out until then too.
+// The request that heard the Retry-After still comes back when it said: a
+// retry rule that waits it out is not skipped, unless the model cools down
+// for longer than that.
 //
 // While a model cools down:
 //   - a request that would start on it (the base model, or a sticky
