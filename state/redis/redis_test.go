@@ -405,3 +405,31 @@ func TestOpenBeforeRedis(t *testing.T) {
 	require.False(t, s.Stats().Down)
 	require.Equal(t, 1, strings.Count(logs.String(), "shared state unreachable"), logs.String())
 }
+
+// TestPoolExhausted: an operation that cannot get one of the client's
+// connections within OpTimeout is answered locally and counted, like any
+// other slow Redis.
+func TestPoolExhausted(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), DisableIdentity: true, PoolSize: 1, ContextTimeoutEnabled: true})
+	defer c.Close()
+	s, err := redisstate.New(c, redisstate.Options{OpTimeout: 50 * time.Millisecond, RetryInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	s.Begin(ctx, driver.BeginRequest{Models: []string{"a"}})
+	require.False(t, s.Stats().Down)
+
+	done := make(chan struct{})
+	go func() { defer close(done); c.BLPop(ctx, time.Second, "never") }() // holds the only connection for a second
+	require.Eventually(t, func() bool { st := c.PoolStats(); return st.TotalConns == 1 && st.IdleConns == 0 }, 5*time.Second, time.Millisecond)
+	snap := s.Begin(ctx, driver.BeginRequest{Models: []string{"a"}})
+	require.Empty(t, snap.Models, "answered from the local copy: clean")
+	st := s.Stats()
+	require.True(t, st.Down)
+	require.EqualValues(t, 1, st.Outages)
+	require.EqualValues(t, 1, st.LocalOps)
+	<-done
+	require.Eventually(t, func() bool {
+		s.Begin(ctx, driver.BeginRequest{Models: []string{"a"}})
+		return !s.Stats().Down
+	}, 5*time.Second, 5*time.Millisecond)
+}
