@@ -351,3 +351,62 @@ func TestCacheIsBounded(t *testing.T) {
 	require.NoError(t, pull("a"), "a kept entry serves with the registry down")
 	require.Error(t, pull("b"), "a removed entry needs the registry")
 }
+
+// TestTagLastResolvedServesWhileRegistryDown: a load of a tag while the
+// registry cannot be reached starts on the digest the tag last resolved to
+// (from the cache, logged); a poll (a version serving) gets the error; a
+// registry that answers no (404, 401) gets no fallback.
+func TestTagLastResolvedServesWhileRegistryDown(t *testing.T) {
+	ctx := context.Background()
+	var answer atomic.Int32 // 0: the registry; else this status for the tag
+	addr, srv := startRegistry(t, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if code := int(answer.Load()); code != 0 && strings.HasSuffix(r.URL.Path, "/manifests/stable") {
+				if code == http.StatusUnauthorized {
+					w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+				}
+				http.Error(w, `{"errors":[{"code":"DENIED","message":"no"}]}`, code)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	wasm := fixture(t, "upper")
+	pusher, _ := newClient(t)
+	pushed, err := pusher.Push(ctx, addr+"/team/xf:stable", wasm)
+	require.NoError(t, err)
+	tag := addr + "/team/xf:stable"
+	cache := t.TempDir()
+	first, _ := newClient(t, WithCacheDir(cache), WithAllowTags())
+	_, err = first.Pull(ctx, tag)
+	require.NoError(t, err)
+
+	for _, code := range []int{http.StatusNotFound, http.StatusUnauthorized} {
+		answer.Store(int32(code))
+		c, _ := newClient(t, WithCacheDir(cache), WithAllowTags())
+		_, err := c.Pull(ctx, tag)
+		require.Error(t, err, "%d: the registry said no; no fallback", code)
+	}
+	answer.Store(http.StatusServiceUnavailable)
+	c, logs := newClient(t, WithCacheDir(cache), WithAllowTags())
+	got, err := c.Pull(ctx, tag)
+	require.NoError(t, err, "503: the registry cannot answer")
+	require.Equal(t, pushed.Digest, got.Digest)
+	require.Contains(t, logs.String(), "registry unreachable; using the digest the tag last resolved to")
+
+	answer.Store(0)
+	srv.Close()
+	restarted, logs := newClient(t, WithCacheDir(cache), WithAllowTags())
+	got, err = restarted.Pull(ctx, tag)
+	require.NoError(t, err, "registry down: the load starts on the last digest")
+	require.Equal(t, wasm, got.Wasm)
+	require.Equal(t, pushed.Ref, got.Ref)
+	require.Contains(t, logs.String(), pushed.Digest)
+
+	_, _, err = restarted.Source(tag).Fetch(ctx, got.SHA256)
+	require.Error(t, err, "a poll reports the registry down; what serves keeps serving")
+
+	never, _ := newClient(t, WithAllowTags()) // an empty cache: nothing to fall back on
+	_, err = never.Pull(ctx, tag)
+	require.Error(t, err)
+}
