@@ -274,6 +274,10 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			send()
 			return
 		}
+		if p.Kind == abi.KindRaw {
+			enc.up.raw(&p)
+			continue
+		}
 		l.parts++
 		upstreamModel(w, &p)
 		if p.Kind == abi.KindFinish && p.Finish != nil {
@@ -339,6 +343,15 @@ func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, l *accessL
 			g.fail(ctx, w, l, err)
 			l.outcome = "truncated"
 			return
+		}
+		switch p.Kind {
+		case abi.KindRaw:
+			enc.up.raw(&p)
+			continue
+		case abi.KindTextDelta:
+			if p.Delta != "" {
+				enc.up.take(&p)
+			}
 		}
 		l.parts++
 		upstreamModel(w, &p)

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/policy"
 	"github.com/retryhost/retryhost/provider/openai"
@@ -50,6 +52,21 @@ func Bytes(name string, data []byte, opts policy.Options) Source {
 	}}
 }
 
+// defaultBackoff is the backoff of a policy that gives no backoff.delay
+// (policy.Options.DefaultBackoff; RATIONALE.md, "Why does the gateway
+// default to a backoff and a cooldown?"): 1 s, doubling, up to 8 s, with
+// equal jitter. Each wait is at least half its nominal value, so a model
+// retried without Retry-After sees at most 2 attempts in any 1.5 s and 4 in
+// any 3 s; full jitter could draw two near-zero waits in a row.
+var defaultBackoff = driver.Backoff{Delay: time.Second, Factor: 2, MaxDelay: 8 * time.Second, Jitter: driver.JitterEqual}
+
+// defaultCooldown is the cooldown of a policy with no "cooldown" and a
+// rule that switches models (policy.Options.DefaultCooldown): 5
+// consecutive timeouts, rate limits, overloads, 5xx or network errors on a
+// model take it out of rotation for 10 s (or its longer Retry-After),
+// then one request probes it.
+var defaultCooldown = driver.Cooldown{Failures: 5, For: 10 * time.Second}
+
 // Option configures a Gateway.
 type Option func(*config) error
 
@@ -65,6 +82,7 @@ type config struct {
 	retryAfterBusy  time.Duration
 	httpClientGiven bool
 	pluginPoll      time.Duration
+	collectors      []prometheus.Collector
 }
 
 // WithAPIKeys makes every endpoint but /healthz and /readyz require one of
@@ -174,6 +192,24 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithMetrics registers more Prometheus collectors in the gateway's own
+// registry, served on /metrics beside its series: for example the calls
+// into the policy's Wasm plugins, counted by a host.Observer the caller
+// installs through policy.Options.HostOptions (as retryhost serve does;
+// the gateway does not see the Wasm host). A collector that clashes with
+// another is an error from New. Default: none.
+func WithMetrics(cs ...prometheus.Collector) Option {
+	return func(c *config) error {
+		for i, x := range cs {
+			if x == nil {
+				return fmt.Errorf("gateway: metrics collector %d is nil", i)
+			}
+		}
+		c.collectors = append(c.collectors, cs...)
+		return nil
+	}
+}
+
 // Gateway is the OpenAI-compatible fail-over gateway, an http.Handler. Build
 // it with [New]; Close it to release its policy. It is safe for concurrent
 // use.
@@ -222,6 +258,11 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	}
 	if g.cfg.logger == nil {
 		g.cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	for _, c := range g.cfg.collectors {
+		if err := g.metrics.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("gateway: WithMetrics: %w", err)
+		}
 	}
 	if src.opts.HTTPClient == nil {
 		g.client = &http.Client{Transport: &http.Transport{
@@ -370,6 +411,13 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	o.RunnerOptions = append(slices.Clip(o.RunnerOptions), driver.WithObserver(observer{g.metrics}))
 	if o.HTTPClient == nil {
 		o.HTTPClient = g.client
+	}
+	o.RawChunks = true // logprobs, system_fingerprint, service_tier (rawfields.go)
+	if o.DefaultBackoff == nil {
+		o.DefaultBackoff = &defaultBackoff
+	}
+	if o.DefaultCooldown == nil {
+		o.DefaultCooldown = &defaultCooldown
 	}
 	p, err := g.src.load(ctx, o)
 	if err != nil {

@@ -141,6 +141,26 @@ type Options struct {
 	// produces (callbacks, for instance).
 	RunnerOptions []driver.Option
 	StreamOptions []driver.StreamOption
+	// RawChunks makes the file's OpenAI-compatible models stream every
+	// chunk their SDK decodes as a KindRaw part too
+	// (openai.WithRawChunks), for the fields the driver does not model:
+	// the gateway takes logprobs, system_fingerprint and service_tier
+	// from them. Default false.
+	RawChunks bool
+	// DefaultBackoff, when set, applies to a file that gives no
+	// backoff.delay: every retry (a retry rule without its own delay, a
+	// plugin's retry decision without one) waits its Delay, and the
+	// backoff fields the file leaves out (factor, max_delay, jitter) take
+	// its values. A switch to another model does not wait. A file that
+	// writes "delay": "0s" keeps no delay. Default: none (the driver's, no
+	// delay). The gateway sets it so that a policy without a backoff never
+	// bursts on a rate limit.
+	DefaultBackoff *driver.Backoff
+	// DefaultCooldown, when set, is the cooldown of a file with no
+	// "cooldown" key ("cooldown": null keeps it off) and at least one rule
+	// that may switch models. Default: none. The gateway sets it so that
+	// requests during an outage go straight to the fallback.
+	DefaultCooldown *driver.Cooldown
 	// HostOptions are appended to the Wasm runtime's options the file's
 	// sandbox section produces (a compilation cache directory, an observer).
 	HostOptions []host.Option
@@ -158,9 +178,9 @@ type Policy struct {
 	// Runtime hosts the policy's Wasm plugins; nil when there are none.
 	Runtime *host.Runtime
 
-	fetched []fetched      // the "oci" plugins' sources, once each
 	closers []func() error // the shared state's, released by Close
 	stats   func() stateplug.Stats
+	fetched []fetched // the "oci" plugins' sources, once each
 }
 
 // fetched is one "oci" reference as the policy loaded it.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/gateway"
+	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 	redisstate "github.com/retryhost/retryhost/state/redis"
@@ -91,7 +92,10 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))
 	}
-	popts := policy.Options{Builtin: plugins.Module, OCI: o.registry.policyOCI(e), HostOptions: e.hostOptions(ctx), Logger: logger}
+	pm := newPluginMetrics()
+	opts = append(opts, gateway.WithMetrics(pm.collectors()...))
+	popts := policy.Options{Builtin: plugins.Module, OCI: o.registry.policyOCI(e), Logger: logger,
+		HostOptions: append(e.hostOptions(ctx), host.WithObserver(pm))}
 	var src gateway.Source
 	if o.file == "" {
 		urls, stop := startDemoProviders()
