@@ -6,7 +6,9 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	ggcr "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -409,4 +412,31 @@ func TestTagLastResolvedServesWhileRegistryDown(t *testing.T) {
 	never, _ := newClient(t, WithAllowTags()) // an empty cache: nothing to fall back on
 	_, err = never.Pull(ctx, tag)
 	require.Error(t, err)
+}
+
+// BenchmarkPollTagUnchanged is what one poll of a followed tag costs when
+// the tag has not moved: a HEAD to the registry (loopback here), the
+// manifest from the cache, no layer read.
+func BenchmarkPollTagUnchanged(b *testing.B) {
+	ctx := context.Background()
+	srv := httptest.NewServer(ggcr.New(ggcr.Logger(nilLogger())))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	wasm, err := os.ReadFile("../plugins/refusal/refusal.wasm")
+	if err != nil {
+		b.Skip(err)
+	}
+	c, err := New(WithCacheDir(b.TempDir()), WithPlainHTTP(), WithAllowTags(),
+		WithCredentialsFile(filepath.Join(b.TempDir(), "none.json")), WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(b, err)
+	defer c.auth.Client.CloseIdleConnections()
+	pushed, err := c.Push(ctx, addr+"/team/refusal:stable", wasm)
+	require.NoError(b, err)
+	src := c.Source(addr + "/team/refusal:stable")
+	for b.Loop() {
+		sum, mod, err := src.Fetch(ctx, pushed.SHA256)
+		if err != nil || sum != pushed.SHA256 || mod != nil {
+			b.Fatal(sum, err)
+		}
+	}
 }
