@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,9 +189,10 @@ func TestUpstreamFieldsReachTheClient(t *testing.T) {
 	r.healthy()
 }
 
-// A transform that rewrites the text makes the upstream's logprobs wrong:
-// they are dropped (null), streaming and not; the response-level fields
-// stay.
+// With a transform in the policy the gateway asks for no raw chunks (the
+// transform would see them): logprobs are dropped (null), streaming and
+// not, and so are system_fingerprint and service_tier. Here the transform
+// rewrites the text, which would make the upstream's logprobs wrong anyway.
 func TestLogprobsDroppedWhenATransformRewrites(t *testing.T) {
 	r := newRig(t, `"rules": [], "transforms": [{"plugin": {"path": "../host/testdata/upper.wasm"}}]`)
 	p := params("primary")
@@ -200,7 +202,7 @@ func TestLogprobsDroppedWhenATransformRewrites(t *testing.T) {
 	var text string
 	for s.Next() {
 		c := s.Current()
-		require.Equal(t, "fp_primary", c.SystemFingerprint)
+		require.Empty(t, c.SystemFingerprint)
 		for _, ch := range c.Choices {
 			text += ch.Delta.Content
 			require.False(t, ch.JSON.Logprobs.Valid(), "logprobs of text the transform rewrote: %s", c.RawJSON())
@@ -215,7 +217,7 @@ func TestLogprobsDroppedWhenATransformRewrites(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "PARIS", cc.Choices[0].Message.Content)
 	require.False(t, cc.Choices[0].JSON.Logprobs.Valid())
-	require.Equal(t, "fp_primary", cc.SystemFingerprint)
+	require.Empty(t, cc.SystemFingerprint)
 }
 
 // A refusal declared after content (too late to fail over) reaches the
@@ -241,4 +243,53 @@ func TestLateRefusalIsARefusal(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "Par", cc.Choices[0].Message.Content)
 	require.Equal(t, "I can't continue.", cc.Choices[0].Message.Refusal)
+}
+
+// A client's X-Request-Id is echoed on every answer (success, upstream
+// error, the gateway's own 4xx), logged and forwarded to the upstream; one
+// that is too long or not visible ASCII is replaced by the gateway's id.
+func TestClientRequestIDHonoured(t *testing.T) {
+	r := newRig(t, `"rules": []`)
+	const rid = "req-7f3a:client/42"
+	resp, body := r.rawStream(streamBody("primary"), "X-Request-Id", rid)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, rid, resp.Header.Get("X-Request-Id"))
+	hits := r.up["primary"].requests()
+	require.Len(t, hits, 1)
+	require.Equal(t, rid, hits[0].header.Get("X-Request-Id"), "forwarded upstream")
+	require.Contains(t, r.logs.String(), `"request_id":"`+rid+`"`)
+
+	r.up["primary"].play(act{status: 400})
+	resp, body = r.rawStream(streamBody("primary"), "X-Request-Id", rid)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+	require.Equal(t, rid, resp.Header.Get("X-Request-Id"))
+	resp, body = r.rawStream(streamBody("nosuchroute"), "X-Request-Id", rid)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, body)
+	require.Equal(t, rid, resp.Header.Get("X-Request-Id"))
+
+	r.up["primary"].reset()
+	r.up["primary"].play(act{chunks: []string{"ok"}})
+	for _, bad := range []string{"has space", strings.Repeat("x", 129), "tab\there", "caf\u00e9"} {
+		resp, body = r.rawStream(streamBody("primary"), "X-Request-Id", bad)
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		got := resp.Header.Get("X-Request-Id")
+		require.True(t, strings.HasPrefix(got, "chatcmpl-rh"), "%q replaced by the gateway's id, got %q", bad, got)
+		require.Contains(t, body, `"id":"`+got+`"`, "the gateway's id is the answer's")
+	}
+	for _, h := range r.up["primary"].requests() {
+		require.True(t, strings.HasPrefix(h.header.Get("X-Request-Id"), "chatcmpl-rh"))
+	}
+}
+
+// /v1/models names each route's provider (owned_by) and when the policy
+// serving it was loaded (created).
+func TestModelsListOwnerAndCreated(t *testing.T) {
+	r := newRig(t, `"rules": []`)
+	page, err := r.client.Models.List(context.Background())
+	require.NoError(t, err)
+	require.Len(t, page.Data, 3)
+	for _, m := range page.Data {
+		require.Equal(t, "openai", m.OwnedBy, m.ID)
+		require.InDelta(t, time.Now().Unix(), m.Created, 600, m.ID)
+	}
 }

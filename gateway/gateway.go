@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -384,6 +385,16 @@ func (g *Gateway) closeClient() {
 	}
 }
 
+// CloseIdleConnections passes the call on to the wrapped transport:
+// without it http.Client.CloseIdleConnections, which asks the transport
+// for the method, would do nothing, and Close would leave the upstream
+// connections open.
+func (f *sseFilter) CloseIdleConnections() {
+	if c, ok := f.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // generation is one loaded policy with its routes. Requests hold a
 // reference while they run; the gateway holds one while it is current.
 type generation struct {
@@ -394,6 +405,7 @@ type generation struct {
 	// providers are the ProviderOptions names of the policy's
 	// OpenAI-compatible models: forwarded fields go there.
 	providers []string
+	created   int64 // when the policy was loaded (Unix seconds), for /v1/models
 
 	refs   atomic.Int64
 	closed sync.Once
@@ -401,8 +413,9 @@ type generation struct {
 }
 
 type route struct {
-	name  string
-	model driver.Model
+	name    string
+	model   driver.Model
+	ownedBy string // the provider behind the route, for /v1/models
 }
 
 func (g *Gateway) load(ctx context.Context) (*generation, error) {
@@ -423,15 +436,12 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	if err != nil {
 		return nil, err
 	}
-	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}}
+	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}, created: time.Now().Unix()}
 	// A provider name whose models all speak Chat Completions gets the
 	// forwarded fields; one shared with a Responses API model does not
 	// (ProviderOptions are keyed by provider name, not by model).
 	chat := map[string]bool{}
 	for name, m := range p.Models {
-		gen.routes[name] = &route{name: name, model: m}
-		gen.byKey[m] = name
-		gen.names = append(gen.names, name)
 		inner := m
 		for {
 			u, ok := inner.(interface{ Unwrap() driver.Model })
@@ -440,6 +450,13 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 			}
 			inner = u.Unwrap()
 		}
+		owner := "retryhost" // a group, or a model bound in code without a provider
+		if _, ok := inner.(driver.Described); ok {
+			owner, _ = driver.Describe(inner)
+		}
+		gen.routes[name] = &route{name: name, model: m, ownedBy: owner}
+		gen.byKey[m] = name
+		gen.names = append(gen.names, name)
 		if om, ok := inner.(*openai.Model); ok {
 			ok, seen := chat[om.Provider()]
 			chat[om.Provider()] = (ok || !seen) && !om.ResponsesAPI()
@@ -562,7 +579,11 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 		}
 		b = append(b, `{"id":`...)
 		b = appendJSONString(b, n)
-		b = append(b, `,"object":"model","created":0,"owned_by":"retryhost"}`...)
+		b = append(b, `,"object":"model","created":`...)
+		b = strconv.AppendInt(b, gen.created, 10)
+		b = append(b, `,"owned_by":`...)
+		b = appendJSONString(b, gen.routes[n].ownedBy)
+		b = append(b, '}')
 	}
 	b = append(b, "]}\n"...)
 	w.Header().Set("Content-Type", "application/json")

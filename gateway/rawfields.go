@@ -12,13 +12,13 @@ import (
 const refusalBlock = "refusal-0"
 
 // rawFields are the response fields the driver does not model, taken from
-// an OpenAI-compatible upstream's raw chunks (policy.Options.RawChunks):
+// an OpenAI-compatible upstream's raw chunks (policy.Options.RawChunks,
+// which a policy with transforms ignores: none of these fields then):
 // system_fingerprint and service_tier for every chunk, and choice 0's
 // logprobs for the text delta mapped from the same chunk. Logprobs describe
 // the upstream's tokens, so they go out only with a delta whose text is the
-// chunk's own: a delta a transform rewrote (or joined, or split) goes out
-// with "logprobs": null, and a non-streaming answer with any such delta has
-// none at all.
+// chunk's own: any other goes out with "logprobs": null, and a
+// non-streaming answer with any such delta has none at all.
 type rawFields struct {
 	fingerprint, tier string
 

@@ -38,8 +38,9 @@ type act struct {
 
 // hit is one request the upstream received.
 type hit struct {
-	at   time.Time
-	body map[string]json.RawMessage
+	at     time.Time
+	body   map[string]json.RawMessage
+	header http.Header
 }
 
 // upstream is a loopback OpenAI-compatible server that plays a script:
@@ -86,7 +87,7 @@ func (u *upstream) next(r *http.Request) act {
 	_ = json.Unmarshal(b, &body)
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.hits = append(u.hits, hit{at: time.Now(), body: body})
+	u.hits = append(u.hits, hit{at: time.Now(), body: body, header: r.Header.Clone()})
 	a := act{chunks: []string{"ok"}}
 	if len(u.script) > 0 {
 		a = u.script[0]

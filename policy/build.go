@@ -32,6 +32,7 @@ type builder struct {
 	// retryDelay is Options.DefaultBackoff's delay when the file gives no
 	// backoff.delay: the wait of a retry that names none.
 	retryDelay time.Duration
+	raw        bool // Options.RawChunks, in a file without transforms
 }
 
 func (b *builder) errf(path, format string, args ...any) error {
@@ -52,6 +53,7 @@ func (b *builder) build(ctx context.Context, f *File) error {
 	if len(f.Models) == 0 {
 		return b.errf("models", "at least one model is required (the first is the base model)")
 	}
+	b.raw = b.opts.RawChunks && len(f.Transforms) == 0 // see Options.RawChunks
 	for i := range f.Models {
 		if err := b.model(i, &f.Models[i]); err != nil {
 			return err
@@ -446,7 +448,7 @@ func (b *builder) model(i int, m *ModelSpec) error {
 	model, err := factory(providers.Spec{
 		Key: m.Name, Provider: m.Provider, Model: m.Model, BaseURL: baseURL, APIKey: key,
 		Headers: m.Headers, Params: m.Params, Deployment: m.Deployment, APIVersion: m.APIVersion,
-		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient, RawChunks: b.opts.RawChunks,
+		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient, RawChunks: b.raw,
 	})
 	if err != nil {
 		return b.errf(at, "%v", err)

@@ -145,7 +145,9 @@ type Options struct {
 	// chunk their SDK decodes as a KindRaw part too
 	// (openai.WithRawChunks), for the fields the driver does not model:
 	// the gateway takes logprobs, system_fingerprint and service_tier
-	// from them. Default false.
+	// from them. It is ignored in a file with transforms, which would see
+	// the raw parts (a refusal detector stops reading a stream at the
+	// first part of a kind it does not read). Default false.
 	RawChunks bool
 	// DefaultBackoff, when set, applies to a file that gives no
 	// backoff.delay: every retry (a retry rule without its own delay, a
