@@ -82,6 +82,7 @@ type config struct {
 	logger          *slog.Logger
 	retryAfterBusy  time.Duration
 	httpClientGiven bool
+	pluginPoll      time.Duration
 	collectors      []prometheus.Collector
 }
 
@@ -231,6 +232,8 @@ type Gateway struct {
 	inflight sync.WaitGroup
 	stopCtx  context.Context // done when in-flight requests must end (drain deadline, Close)
 	stop     context.CancelCauseFunc
+
+	poller pluginPoller // follows the policy's tagged plugins (WithPluginPoll)
 }
 
 // New loads src's policy and returns the gateway serving it. Every policy
@@ -242,8 +245,9 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g := &Gateway{src: src, cfg: config{
 		maxBody: 8 << 20, maxConcurrent: 1024, upstreamConns: 256,
 		headerTimeout: 60 * time.Second, writeTimeout: 30 * time.Second, readTimeout: 30 * time.Second,
-		retryAfterBusy: time.Second,
+		retryAfterBusy: time.Second, pluginPoll: defaultPluginPoll,
 	}, stats: &stats{}}
+	g.stats.cur = g.cur.Load
 	g.metrics = newMetrics(g.stats)
 	for _, o := range opts {
 		if o == nil {
@@ -284,6 +288,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		return nil, err
 	}
 	g.cur.Store(gen)
+	g.startPoll(gen)
 	g.mux = http.NewServeMux()
 	g.mux.HandleFunc("/v1/chat/completions", g.authed(g.chat))
 	g.mux.HandleFunc("/v1/models", g.authed(g.models))
@@ -318,6 +323,7 @@ func (g *Gateway) Reload(ctx context.Context) error {
 		return err
 	}
 	g.cur.Swap(gen).release() // closes it after its last request
+	g.startPoll(gen)
 	g.stats.reloads.Add(1)
 	g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "policy reloaded", slog.String("source", g.src.name),
 		slog.Int("routes", len(gen.names)))
@@ -350,6 +356,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 // waits for them, then releases the policy and the upstream connections.
 // The Gateway serves nothing after it.
 func (g *Gateway) Close(ctx context.Context) error {
+	g.stopPoll()
 	g.mu.Lock()
 	g.draining = true
 	g.mu.Unlock()
@@ -612,6 +619,20 @@ type stats struct {
 	rejectedBusy   atomic.Int64
 	reloads        atomic.Int64
 	reloadFailures atomic.Int64
+	// cur is the gateway's current policy, for the shared state's counters.
+	cur func() *generation
+}
+
+// state returns the current policy's shared-state counters (zero when it
+// shares no state).
+func (s *stats) state() policy.StateStats {
+	if s.cur != nil {
+		if gen := s.cur(); gen != nil {
+			st, _ := gen.pol.StateStats()
+			return st
+		}
+	}
+	return policy.StateStats{}
 }
 
 // MalformedEvents returns how many upstream SSE events the gateway skipped

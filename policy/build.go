@@ -18,6 +18,7 @@ import (
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/providers"
+	"github.com/retryhost/retryhost/internal/stateplug"
 	"github.com/retryhost/retryhost/internal/strict"
 )
 
@@ -212,6 +213,15 @@ func (b *builder) build(ctx context.Context, f *File) error {
 			bud.MinRetries = *rb.MinRetries
 		}
 		ropts = append(ropts, driver.WithRetryBudget(bud))
+	}
+	if f.State != nil {
+		o, err := b.state(f.State)
+		if err != nil {
+			return err
+		}
+		if o != nil {
+			ropts = append(ropts, o)
+		}
 	}
 	switch f.Commit {
 	case "", "output":
@@ -739,6 +749,9 @@ func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.
 	if n := btoi(ps.Path != "") + btoi(ps.Builtin != "") + btoi(ps.OCI != ""); n != 1 {
 		return nil, b.errf(at, "give exactly one of path, builtin or oci")
 	}
+	if ps.FollowTag && ps.OCI == "" {
+		return nil, b.errf(at+".follow_tag", "follow_tag applies to an oci reference only")
+	}
 	var lo []host.LoadOption
 	if ps.SHA256 != "" {
 		if len(ps.SHA256) != 64 || strings.Trim(strings.ToLower(ps.SHA256), "0123456789abcdef") != "" {
@@ -771,12 +784,9 @@ func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.
 			return nil, b.errf(at+".builtin", "unknown built-in plugin %q", ps.Builtin)
 		}
 	} else if ps.OCI != "" {
-		if b.opts.OCI == nil {
-			return nil, b.errf(at+".oci", "an oci plugin needs Options.OCI (package oci)")
-		}
-		sum, mod, err := b.opts.OCI(ps.OCI).Fetch(ctx, "")
+		sum, mod, err := b.ociModule(ctx, at, ps)
 		if err != nil {
-			return nil, b.errf(at+".oci", "%v", err)
+			return nil, err
 		}
 		if ps.SHA256 != "" && !strings.EqualFold(ps.SHA256, sum) {
 			return nil, b.errf(at+".sha256", "the module behind %s has sha256 %s", ps.OCI, sum)
@@ -951,6 +961,87 @@ func ociName(ref string) string {
 		ref = ref[:i]
 	}
 	return ref
+}
+
+// lookupState finds a linked state store's factory (a variable for tests).
+var lookupState = stateplug.Lookup
+
+// state builds the shared state the file names, or checks it (Validate:
+// no connection).
+func (b *builder) state(ss *StateSpec) (driver.Option, error) {
+	rs := ss.Redis
+	if rs == nil {
+		return nil, b.errf("state", "name the store to share the state in: \"state\": {\"redis\": {\"url\": \"redis://host:6379/0\"}}")
+	}
+	spec := stateplug.Spec{Kind: "redis", URL: rs.URL, Prefix: rs.Prefix, OpTimeout: dur(rs.OpTimeout), Logger: b.opts.Logger}
+	u, err := url.Parse(rs.URL)
+	switch {
+	case rs.URL == "":
+		return nil, b.errf("state.redis.url", "required: the server, as redis://host:6379/0")
+	case err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") || (u.Scheme != "unix" && u.Host == ""):
+		return nil, b.errf("state.redis.url", "not a redis://host:port/db, rediss:// or unix:// URL")
+	case u.User != nil:
+		if _, ok := u.User.Password(); ok {
+			return nil, b.errf("state.redis.url", "the URL holds a password: put it in an environment variable named by password_env")
+		}
+	}
+	if rs.OpTimeout != nil && *rs.OpTimeout <= 0 {
+		return nil, b.errf("state.redis.op_timeout", "must be a positive duration")
+	}
+	if rs.PasswordEnv != "" {
+		if looksLikeSecret(rs.PasswordEnv) || !envPattern.MatchString(rs.PasswordEnv) {
+			return nil, b.errf("state.redis.password_env", "not an environment variable name (letters, digits, '_'); it holds the NAME of the variable with the password, never the password (the value is not shown)")
+		}
+		if !b.opts.validate {
+			if spec.Password = b.opts.Getenv(rs.PasswordEnv); spec.Password == "" {
+				return nil, b.errf("state.redis.password_env", "environment variable %s is not set", rs.PasswordEnv)
+			}
+		}
+	}
+	if b.opts.validate {
+		return nil, nil
+	}
+	f := lookupState("redis")
+	if f == nil {
+		return nil, b.errf("state.redis", "the Redis state is not linked into this program: import _ \"github.com/retryhost/retryhost/state/redis\"")
+	}
+	st, err := f(spec)
+	if err != nil {
+		return nil, b.errf("state.redis", "%v", err)
+	}
+	b.p.closers = append(b.p.closers, st.Close)
+	b.p.stats = st.Stats
+	return st.Option, nil
+}
+
+// ociModule fetches the module behind an "oci" plugin. A reference is
+// fetched once per load, so two plugins naming the same tag get the same
+// module even if the tag moves during the load. A tag needs follow_tag,
+// and is then recorded for Policy.Moved.
+func (b *builder) ociModule(ctx context.Context, at string, ps *PluginSpec) (string, []byte, error) {
+	tag := !strings.Contains(ps.OCI, "@")
+	switch {
+	case tag && !ps.FollowTag:
+		return "", nil, b.errf(at+".oci", "%s names a tag, not a digest: pin it (…@sha256:…), or set \"follow_tag\": true to follow the tag", ps.OCI)
+	case !tag && ps.FollowTag:
+		return "", nil, b.errf(at+".follow_tag", "%s is pinned by digest, which never moves: follow_tag needs a tag", ps.OCI)
+	case tag && ps.SHA256 != "":
+		return "", nil, b.errf(at+".sha256", "a followed tag's module changes: pin a digest (…@sha256:…) instead of sha256")
+	case b.opts.OCI == nil:
+		return "", nil, b.errf(at+".oci", "an oci plugin needs Options.OCI (package oci)")
+	}
+	for _, f := range b.p.fetched {
+		if f.ref == ps.OCI {
+			return f.sum, f.wasm, nil
+		}
+	}
+	src := b.opts.OCI(ps.OCI)
+	sum, wasm, err := src.Fetch(ctx, "")
+	if err != nil {
+		return "", nil, b.errf(at+".oci", "%v", err)
+	}
+	b.p.fetched = append(b.p.fetched, fetched{ref: ps.OCI, src: src, sum: sum, wasm: wasm, tag: tag})
+	return sum, wasm, nil
 }
 
 // switchesModel reports whether a rule may move a request to another

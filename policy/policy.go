@@ -50,7 +50,10 @@
 // does not embed their Wasm. Likewise plugins from an OCI registry ("oci":
 // "registry.example.com/team/refusal@sha256:…") resolve only through
 // Options.OCI, set from package github.com/retryhost/retryhost/oci, so a
-// program that never names one links no registry client.
+// program that never names one links no registry client. A shared state
+// ("state": {"redis": {"url": …}}) is linked the same way, by importing
+// github.com/retryhost/retryhost/state/redis; a policy that names it in a
+// program that did not fails to load with the import to add.
 //
 // # Stability
 //
@@ -61,6 +64,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -71,6 +75,7 @@ import (
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/policyhook"
+	"github.com/retryhost/retryhost/internal/stateplug"
 	"github.com/retryhost/retryhost/internal/strict"
 )
 
@@ -120,7 +125,9 @@ type Options struct {
 	// the Source method of an *oci.Client (package
 	// github.com/retryhost/retryhost/oci), which pulls, verifies and caches
 	// it. Nil: "oci" plugins are refused (this package links no registry
-	// client).
+	// client). A tag reaches it only from a plugin with "follow_tag" (the
+	// policy refuses other tags itself), and the client must allow tags
+	// (oci.WithAllowTags) for it to load.
 	OCI func(ref string) host.Source
 	// Getenv reads API keys. Default os.Getenv.
 	Getenv func(string) string
@@ -172,15 +179,102 @@ type Policy struct {
 	Models map[string]driver.Model
 	// Runtime hosts the policy's Wasm plugins; nil when there are none.
 	Runtime *host.Runtime
+
+	closers []func() error // the shared state's, released by Close
+	stats   func() stateplug.Stats
+	fetched []fetched // the "oci" plugins' sources, once each
 }
 
-// Close releases the plugins and the Wasm runtime, waiting for calls in
+// fetched is one "oci" reference as the policy loaded it.
+type fetched struct {
+	ref  string
+	src  host.Source
+	sum  string // the module's sha256
+	wasm []byte // kept during the build only
+	tag  bool   // followed ("follow_tag")
+}
+
+// Followed lists the "oci" references the policy follows by tag
+// ("follow_tag"), in the order the file names them; nil when it follows
+// none, and then Moved has nothing to ask.
+func (p *Policy) Followed() []string {
+	var refs []string
+	for _, f := range p.fetched {
+		if f.tag {
+			refs = append(refs, f.ref)
+		}
+	}
+	return refs
+}
+
+// Moved asks the source of each reference the policy follows by tag for
+// the module behind it now, and returns those whose module is no longer
+// the one the policy loaded, each with the new module's sha256 (nil: none
+// moved). The policy itself never changes: load it again to serve the new
+// modules (a gateway's Reload; gateway.WithPluginPoll does it on its own).
+// A new module is downloaded into the source's cache here, so the reload
+// that follows does not download it again. Moved is safe for concurrent
+// use.
+//
+// # Errors
+//
+// The first source's error, wrapped with its reference; the references
+// asked before it are reported in the map.
+func (p *Policy) Moved(ctx context.Context) (map[string]string, error) {
+	var moved map[string]string
+	for _, f := range p.fetched {
+		if !f.tag {
+			continue
+		}
+		sum, _, err := f.src.Fetch(ctx, f.sum)
+		if err != nil {
+			return moved, fmt.Errorf("policy: %s: %w", f.ref, err)
+		}
+		if sum != f.sum {
+			if moved == nil {
+				moved = map[string]string{}
+			}
+			moved[f.ref] = sum
+		}
+	}
+	return moved, nil
+}
+
+// StateStats are the counters of a policy's shared state (its "state"
+// section): operations that failed against the store, the outages during
+// which this process used its local state instead, the operations that
+// state served, and whether it is on its local state now.
+type StateStats struct {
+	Errors, Outages, LocalOps int64
+	Down                      bool
+}
+
+// StateStats returns the shared state's counters, and false when the
+// policy shares no state (each process keeps its own).
+func (p *Policy) StateStats() (StateStats, bool) {
+	if p == nil || p.stats == nil {
+		return StateStats{}, false
+	}
+	s := p.stats()
+	return StateStats{Errors: s.Errors, Outages: s.Outages, LocalOps: s.Local, Down: s.Down}, true
+}
+
+// Close releases the plugins, the Wasm runtime and the shared state's
+// connections (when no other policy uses them), waiting for calls in
 // flight until ctx is done.
 func (p *Policy) Close(ctx context.Context) error {
-	if p == nil || p.Runtime == nil {
+	if p == nil {
 		return nil
 	}
-	return p.Runtime.Close(ctx)
+	var errs []error
+	if p.Runtime != nil {
+		errs = append(errs, p.Runtime.Close(ctx))
+	}
+	for _, c := range p.closers {
+		errs = append(errs, c())
+	}
+	p.closers = nil
+	return errors.Join(errs...)
 }
 
 // Load reads and builds the policy file at path. Relative plugin paths are
@@ -299,6 +393,9 @@ func buildDoc(ctx context.Context, doc *strict.Doc, f *File, prefix string, opts
 	if err := b.build(ctx, f); err != nil {
 		_ = b.p.Close(ctx)
 		return nil, err
+	}
+	for i := range b.p.fetched {
+		b.p.fetched[i].wasm = nil // loaded: the runtime has its own copy
 	}
 	return b.p, nil
 }

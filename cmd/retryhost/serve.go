@@ -20,6 +20,7 @@ import (
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
+	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
 func init() {
@@ -40,6 +41,8 @@ func init() {
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
 			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file changes (SIGHUP reloads it too)")
+			fs.DurationVar(&o.pluginPoll, "plugin-poll", 30*time.Second, "how often to ask the registry for a new version of an \"oci\" plugin that follows a tag (\"follow_tag\"); a new one reloads the policy")
+			o.registry.declarePolicy(fs)
 			fs.BoolVar(&o.printDemo, "print-demo-policy", false, "print the demo policy (a starting point for your own) and exit")
 			return o.run
 		},
@@ -52,6 +55,8 @@ type serveOpts struct {
 	maxConc              int
 	maxBody              int64
 	watch, printDemo     bool
+	pluginPoll           time.Duration
+	registry             registryFlags
 }
 
 // serveLimits are the HTTP server's own limits (the gateway's are its options).
@@ -85,17 +90,21 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	}
 	logger := e.g.logger(stderr)
 	e.log = logger
+	// The shared state logs a Redis outage once (as JSON, with the rest);
+	// go-redis would print every failed dial to stderr.
+	redisstate.QuietClientLogs()
 	keys, err := apiKeys(o.keysFile, os.Getenv("RETRYHOST_API_KEYS"))
 	if err != nil {
 		return e.errorf(exitInput, "%v", err)
 	}
-	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody)}
+	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody),
+		gateway.WithPluginPoll(o.pluginPoll)}
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))
 	}
 	pm := newPluginMetrics()
 	opts = append(opts, gateway.WithMetrics(pm.collectors()...))
-	popts := policy.Options{Builtin: plugins.Module, OCI: policyOCI(), Logger: logger,
+	popts := policy.Options{Builtin: plugins.Module, OCI: o.registry.policyOCI(e), Logger: logger,
 		HostOptions: append(e.hostOptions(ctx), host.WithObserver(pm))}
 	var src gateway.Source
 	if o.file == "" {
