@@ -349,7 +349,8 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 		if kc.attempts >= maxAttempts {
 			continue // exhausted: fall through to the next rule
 		}
-		if q.view != nil && !q.modelUsable(target, r.cfg.now()) {
+		if q.view != nil && !q.modelUsable(target, r.cfg.now()) &&
+			!(d.Action == abi.ActionRetry && d.UseRetryAfter && q.a.RetryAfter > 0 && q.waitsOut(target, q.a.RetryAfter, r.cfg.now())) {
 			continue // cooling down: as if exhausted
 		}
 		if len(q.records) >= r.cfg.maxAttempts {
