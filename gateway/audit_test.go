@@ -136,15 +136,24 @@ func TestAttemptsBounded(t *testing.T) {
 }
 
 // A rate limit the gateway gives up on reaches the client with the
-// upstream's Retry-After, so the client's own backoff honours it.
+// upstream's Retry-After and Retry-After-Ms (OpenAI sends both; its SDKs
+// prefer the milliseconds), so the client's own backoff honours them.
 func TestRateLimitPassedOnWithRetryAfter(t *testing.T) {
 	r := newRig(t, `"rules": []`)
-	r.up["primary"].play(act{status: 429, header: http.Header{"Retry-After": {"7"}}})
-	_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
-	var apiErr *oai.Error
-	require.True(t, errors.As(err, &apiErr), "%v", err)
-	require.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
-	require.Equal(t, "7", apiErr.Response.Header.Get("Retry-After"))
+	for _, h := range []http.Header{
+		{"Retry-After": {"7"}},
+		{"Retry-After-Ms": {"700"}},
+		{"Retry-After": {"1"}, "Retry-After-Ms": {"700"}},
+	} {
+		r.up["primary"].play(act{status: 429, header: h})
+		_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+		var apiErr *oai.Error
+		require.True(t, errors.As(err, &apiErr), "%v", err)
+		require.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
+		for _, k := range []string{"Retry-After", "Retry-After-Ms"} {
+			require.Equal(t, h.Get(k), apiErr.Response.Header.Get(k), "%s of %v", k, h)
+		}
+	}
 	r.healthy()
 }
 
