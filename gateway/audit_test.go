@@ -461,3 +461,24 @@ func TestShutdownUnderLoad(t *testing.T) {
 	resp, body := r.rawStream(streamBody("primary"))
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "a request after the drain: %s", body)
 }
+
+// The Authorization scheme is case-insensitive (RFC 9110): a client that
+// sends "bearer KEY" is let in; a wrong scheme or key is not.
+func TestAPIKeyBearerSchemeAnyCase(t *testing.T) {
+	r := newRig(t, "", WithAPIKeys("k-one"))
+	for _, c := range []struct {
+		auth string
+		want int
+	}{
+		{"Bearer k-one", http.StatusOK},
+		{"bearer k-one", http.StatusOK},
+		{"BEARER k-one", http.StatusOK},
+		{"Basic k-one", http.StatusUnauthorized},
+		{"Bearer k-two", http.StatusUnauthorized},
+		{"Bearer", http.StatusUnauthorized},
+		{"k-one", http.StatusUnauthorized},
+	} {
+		resp, body := r.rawStream(streamBody("primary"), "Authorization", c.auth)
+		require.Equal(t, c.want, resp.StatusCode, "%q: %s", c.auth, body)
+	}
+}
