@@ -166,7 +166,7 @@ func TestRateLimitPassedOnWithRetryAfter(t *testing.T) {
 func TestOutageOfAHangingPrimary(t *testing.T) {
 	r := newRig(t, `"rules": [{"when": {"class": ["timeout", "network", "server", "overloaded"]}, "action": "switch", "model": "backup"}],
 		"deadlines": {"first_content": "300ms"},
-		"cooldown": {"failures": 2, "for": "1s"}`)
+		"cooldown": {"failures": 2, "for": "3s"}`)
 	dead := make(chan struct{})
 	r.up["primary"].play(act{hold: dead})
 	r.up["backup"].play(act{chunks: []string{"backup"}})
