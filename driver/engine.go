@@ -344,7 +344,10 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 			continue
 		}
 		if rejectedAsIs(q.a) && sameModel(target, q.cur.logical()) && (rule == nil || rule.overrides.IsZero()) {
-			continue // a rejected request is never resent unchanged: as if the rule did not match
+			// A rejected request is never resent unchanged: as if the rule did not match.
+			r.cfg.logger.LogAttrs(ctx, slog.LevelDebug, "retryhost: the model rejected the request; a rule that would resend it unchanged is skipped",
+				slog.Int("condition", i), slog.String("model", target.Key()), slog.Int("status", q.a.Status))
+			continue
 		}
 		kc := q.count(target.Key())
 		if kc.attempts >= maxAttempts {
