@@ -138,3 +138,32 @@ func TestCommitAtEnd_firstContentDeadline(t *testing.T) {
 	require.Equal(t, []string{"stream-start", "response-metadata", "text-start", "text-delta:a", "text-delta:b", "text-end", "finish"}, kinds(parts))
 	require.Equal(t, 0, h2.models[1].opened())
 }
+
+// With hedging on, the hedged loop commits at the end too: an attempt that
+// fails after its first content goes to the rules, and the caller gets the
+// next attempt's whole answer.
+func TestCommitAtEnd_hedged(t *testing.T) {
+	a := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(preamble(), pText("Hel"), pErr(errBoom))}}
+	b := &scriptModel{key: "p/b", scripts: [][]sstep{answer("from", " b")}}
+	r, err := New(a, WithRules(AnyError().Switch(b)))
+	require.NoError(t, err)
+	m, err := NewRetryableModel(r, WithHedge(time.Hour, 1))
+	require.NoError(t, err)
+	s, err := m.Stream(CommitAtEnd(t.Context()), &Request{})
+	require.NoError(t, err)
+	parts, err := drain(s)
+	require.NoError(t, err)
+	require.Equal(t, []string{"stream-start", "response-metadata", "text-start", "text-delta:from", "text-delta: b", "text-end", "finish"}, kinds(parts))
+	require.True(t, a.stream(0).isClosed())
+
+	// The same request without CommitAtEnd commits on "Hel".
+	a2 := &scriptModel{key: "p/a", scripts: a.scripts}
+	r, err = New(a2, WithRules(AnyError().Switch(b)))
+	require.NoError(t, err)
+	m, err = NewRetryableModel(r, WithHedge(time.Hour, 1))
+	require.NoError(t, err)
+	s, err = m.Stream(t.Context(), &Request{})
+	require.NoError(t, err)
+	_, err = drain(s)
+	require.ErrorIs(t, err, errBoom)
+}
