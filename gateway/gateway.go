@@ -514,14 +514,14 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// enter admits a chat request: false (with the answer written) when the
-// gateway drains or is full.
-func (g *Gateway) enter(w http.ResponseWriter) bool {
+// enter admits a chat request: false (with the answer written in d's
+// format) when the gateway drains or is full.
+func (g *Gateway) enter(w http.ResponseWriter, d door) bool {
 	g.mu.Lock()
 	if g.draining {
 		g.mu.Unlock()
 		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", ErrShuttingDown.Error(), nil)
+		writeErr(w, d, errShutdown)
 		return false
 	}
 	select {
@@ -530,8 +530,8 @@ func (g *Gateway) enter(w http.ResponseWriter) bool {
 		g.mu.Unlock()
 		g.stats.rejectedBusy.Add(1)
 		w.Header().Set("Retry-After", fmt.Sprint(int(g.cfg.retryAfterBusy/time.Second)))
-		writeError(w, http.StatusTooManyRequests, "rate_limit_error", "gateway_busy",
-			fmt.Sprintf("retryhost gateway: %d requests in flight, the most it serves at once; retry later", cap(g.sem)), nil)
+		writeErr(w, d, apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "gateway_busy",
+			msg: fmt.Sprintf("retryhost gateway: %d requests in flight, the most it serves at once; retry later", cap(g.sem))})
 		return false
 	}
 	g.inflight.Add(1)
