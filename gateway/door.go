@@ -64,7 +64,11 @@ type chatDoor struct{}
 func (chatDoor) newID() string { return newID("chatcmpl-rh") }
 
 func (chatDoor) parse(body []byte, gen *generation) (*chatRequest, error) {
-	return parseChat(body, gen.providers)
+	cr, err := parseChat(body, gen.providers)
+	if err == nil && len(gen.anthropic) > 0 {
+		toAnthropicFields(&cr.req, body, gen.anthropic)
+	}
+	return cr, err
 }
 
 func (chatDoor) encoder(id, model string, cr *chatRequest) encoder {

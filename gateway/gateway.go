@@ -17,6 +17,7 @@ import (
 
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/policy"
+	"github.com/retryhost/retryhost/provider/anthropic"
 	"github.com/retryhost/retryhost/provider/openai"
 )
 
@@ -243,12 +244,13 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	}
 	g.cur.Store(gen)
 	g.mux = http.NewServeMux()
-	g.mux.HandleFunc("/v1/chat/completions", g.authed(g.chat))
-	g.mux.HandleFunc("/v1/models", g.authed(g.models))
-	g.mux.Handle("/metrics", g.authed(g.metrics.handler().ServeHTTP))
+	g.mux.HandleFunc("/v1/chat/completions", g.authed(chatDoor{}, g.chat))
+	g.mux.HandleFunc("/v1/messages", g.authed(messagesDoor{}, g.messages))
+	g.mux.HandleFunc("/v1/models", g.authed(chatDoor{}, g.models))
+	g.mux.Handle("/metrics", g.authed(chatDoor{}, g.metrics.handler().ServeHTTP))
 	g.mux.HandleFunc("/healthz", g.healthz)
 	g.mux.HandleFunc("/readyz", g.readyz)
-	g.mux.HandleFunc("/", g.authed(func(w http.ResponseWriter, r *http.Request) {
+	g.mux.HandleFunc("/", g.authed(chatDoor{}, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found",
 			fmt.Sprintf("retryhost gateway: no endpoint %s %s", r.Method, r.URL.Path), nil)
 	}))
@@ -346,6 +348,9 @@ type generation struct {
 	// providers are the ProviderOptions names of the policy's
 	// OpenAI-compatible models: forwarded fields go there.
 	providers []string
+	// anthropic are those of its Anthropic models, which get the
+	// Messages door's fields.
+	anthropic []string
 
 	refs   atomic.Int64
 	closed sync.Once
@@ -372,7 +377,7 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	// A provider name whose models all speak Chat Completions gets the
 	// forwarded fields; one shared with a Responses API model does not
 	// (ProviderOptions are keyed by provider name, not by model).
-	chat := map[string]bool{}
+	chat, anth := map[string]bool{}, map[string]bool{}
 	for name, m := range p.Models {
 		gen.routes[name] = &route{name: name, model: m}
 		gen.byKey[m] = name
@@ -389,14 +394,23 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 			ok, seen := chat[om.Provider()]
 			chat[om.Provider()] = (ok || !seen) && !om.ResponsesAPI()
 		}
+		if am, ok := inner.(*anthropic.Model); ok {
+			anth[am.Provider()] = true
+		}
 	}
 	for prov, ok := range chat {
-		if ok {
+		if ok && !anth[prov] {
 			gen.providers = append(gen.providers, prov)
+		}
+	}
+	for prov := range anth {
+		if _, shared := chat[prov]; !shared { // one name for two APIs: neither gets raw fields
+			gen.anthropic = append(gen.anthropic, prov)
 		}
 	}
 	slices.Sort(gen.names)
 	slices.Sort(gen.providers)
+	slices.Sort(gen.anthropic)
 	gen.refs.Store(1)
 	return gen, nil
 }
@@ -438,8 +452,8 @@ func (gen *generation) name(m driver.Model) string {
 	return m.Key()
 }
 
-// authed wraps h with the API key check.
-func (g *Gateway) authed(h http.HandlerFunc) http.HandlerFunc {
+// authed wraps h with the API key check; a refusal is in d's format.
+func (g *Gateway) authed(d door, h http.HandlerFunc) http.HandlerFunc {
 	if len(g.cfg.keys) == 0 {
 		return h
 	}
@@ -456,8 +470,8 @@ func (g *Gateway) authed(h http.HandlerFunc) http.HandlerFunc {
 		if key == "" || match != 1 {
 			g.stats.unauthorized.Add(1)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="retryhost"`)
-			writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
-				"retryhost gateway: missing or invalid API key", nil)
+			writeErr(w, d, apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+				msg: "retryhost gateway: missing or invalid API key"})
 			return
 		}
 		h(w, r)
