@@ -1,10 +1,10 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
-	"sync/atomic"
 )
 
 // ErrBudgetExhausted is the cause recorded in a [RetryError] when a
@@ -36,6 +36,11 @@ const (
 // [ErrBudgetExhausted]. A result that a rule rejected (a content filter's
 // finish, say) is returned as the answer instead: the budget never turns
 // an answer into an error.
+//
+// The counters live in the Runner's [State] under its state key
+// ([WithStateKey]): Runners and replicas that share a State share them. A
+// State on a store may count the requests and retries started in a
+// sliding window instead of those in flight.
 //
 // A RetryBudget is a plain value; the Runner keeps the counters, safe for
 // concurrent requests.
@@ -74,53 +79,6 @@ func WithRetryBudget(b RetryBudget) Option {
 	}
 }
 
-// budgetState holds the counters of a retry budget. It is an interface so
-// that a fleet can share them (a store such as Redis behind it) as it
-// shares cooldowns; localBudget is the in-process one. Every method must
-// be safe for concurrent use and must not block for long: it runs on the
-// request's path.
-//
-// TODO(fleet, issue 15): the exported state interface is not built yet.
-// Next: one small interface in driver for what replicas share (a model's
-// cooldown and probe, a Retry-After per model or key, sticky fallbacks per
-// sticky key, these counters, a group's latency statistics), in-process by
-// default; package state/redis on go-redis v9 (at most one round trip per
-// request, TTLs not timestamps, local fallback when Redis is slow or down);
-// "state": {"redis": …} in policy files; .ci/run installs redis-server; the
-// fleet test runs three `retryhost serve` replicas on one Redis.
-type budgetState interface {
-	// requestStarted and requestEnded bracket a request in flight.
-	requestStarted()
-	requestEnded()
-	// tryRetry takes a slot for a retry in flight if the budget allows
-	// one, and reports whether it did.
-	tryRetry(b *RetryBudget) bool
-	// retryEnded gives back a slot tryRetry took.
-	retryEnded()
-}
-
-// localBudget is a budgetState in this process's memory: two atomic counters.
-type localBudget struct {
-	requests atomic.Int64
-	retries  atomic.Int64
-}
-
-func (l *localBudget) requestStarted() { l.requests.Add(1) }
-func (l *localBudget) requestEnded()   { l.requests.Add(-1) }
-func (l *localBudget) retryEnded()     { l.retries.Add(-1) }
-
-func (l *localBudget) tryRetry(b *RetryBudget) bool {
-	for {
-		r := l.retries.Load()
-		if r >= budgetAllows(b, l.requests.Load()) {
-			return false
-		}
-		if l.retries.CompareAndSwap(r, r+1) {
-			return true
-		}
-	}
-}
-
 // budgetAllows is how many retries b lets be in flight with requests in flight.
 func budgetAllows(b *RetryBudget, requests int64) int64 {
 	n := requests
@@ -130,14 +88,6 @@ func budgetAllows(b *RetryBudget, requests int64) int64 {
 	return max(int64(b.MinRetries), n*int64(b.Percent)/100)
 }
 
-// budgetBegin counts q as a request in flight.
-func (q *request) budgetBegin() {
-	if s := q.r.budget; s != nil && !q.disabled {
-		s.requestStarted()
-		q.inBudget = true
-	}
-}
-
 // budgetTake takes a retry slot for the next attempt, reporting false when
 // the budget has none. A request holds at most one slot: the attempt that
 // used it has ended by the time the next is chosen (budgetRelease).
@@ -145,7 +95,7 @@ func (q *request) budgetTake() bool {
 	if !q.inBudget || q.retrySlot {
 		return true
 	}
-	if !q.r.budget.tryRetry(q.r.cfg.retryBudget) {
+	if !q.r.state.TryRetry(q.sctx, q.r.stateKey, *q.r.cfg.retryBudget) {
 		return false
 	}
 	q.retrySlot = true
@@ -156,8 +106,14 @@ func (q *request) budgetTake() bool {
 func (q *request) budgetRelease() {
 	if q.retrySlot {
 		q.retrySlot = false
-		q.r.budget.retryEnded()
+		q.retryEnded()
 	}
+}
+
+// retryEnded gives a retry slot back to the State, also when the request
+// was cancelled: what it took must be given back.
+func (q *request) retryEnded() {
+	q.r.state.RetryEnded(context.WithoutCancel(q.sctx), q.r.stateKey)
 }
 
 // budgetEnd ends q's presence in the budget. Idempotent.
@@ -165,6 +121,6 @@ func (q *request) budgetEnd() {
 	q.budgetRelease()
 	if q.inBudget {
 		q.inBudget = false
-		q.r.budget.requestEnded()
+		q.r.state.End(context.WithoutCancel(q.sctx), q.r.stateKey)
 	}
 }

@@ -106,7 +106,7 @@ func TestRetryBudget_Storm(t *testing.T) {
 	require.Equal(t, int64(n-wantRetries), exhausted.Load())
 	require.Zero(t, other.Load())
 
-	lb := r.budget.(*localBudget)
+	lb := budgetOf(r)
 	require.Zero(t, lb.requests.Load(), "requests in flight after the storm")
 	require.Zero(t, lb.retries.Load(), "retries in flight after the storm")
 
@@ -169,7 +169,7 @@ func TestRetryBudget_SpentKeepsAnswers(t *testing.T) {
 	b := &scriptModel{key: "p/b", genResp: []*Response{{Finish: FinishReason{Unified: abi.ReasonStop}}}}
 	r := mustNew(t, a, WithRules(OnFinish(abi.ReasonContentFilter).Switch(b), AnyError().Switch(b)),
 		WithRetryBudget(RetryBudget{MinRetries: 1}))
-	lb := r.budget.(*localBudget)
+	lb := budgetOf(r)
 	lb.retries.Store(1) // someone else's retry holds the only slot
 	resp, err := r.Generate(context.Background(), &Request{})
 	require.NoError(t, err)

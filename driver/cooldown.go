@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/retryhost/retryhost/abi"
@@ -17,7 +16,20 @@ import (
 // the rules move it on; with it, once a model has failed Failures times in
 // a row, requests start on the next model and rules do not send attempts
 // to it until For has passed. Then one attempt probes it: a success puts
-// it back in rotation, a failure cools it down again.
+// it back in rotation, a failure cools it down again. Exactly one request
+// takes the probe, among all the Runners that share the [State]
+// ([WithState]); the others keep treating the model as cooling down until
+// the probe's outcome, or until the probe's lease (the attempt timeout,
+// else For) runs out, so that a prober that crashed or whose caller gave
+// up does not keep the model out for ever.
+//
+// A failure with a Retry-After (a 429 or 503 that says when to come back)
+// cools the model down at once, whatever Failures says, for the
+// Retry-After (capped by WithRetryAfterCap), or lengthens a shorter
+// cooldown: the server has said the model is unavailable until then, for
+// every request that shares the State. When the model declares a
+// rate-limit scope ([RateLimitScoper]: the account and API key its limits
+// are counted on) every model of that scope is kept out until then too.
 //
 // While a model cools down:
 //   - a request that would start on it (the base model, or a sticky
@@ -30,15 +42,20 @@ import (
 //     model's attempts were exhausted, and the next rule decides. A
 //     Runner with a single model therefore fails fast while it cools down.
 //
-// A Cooldown is a plain value; the Runner keeps its own copy and the
-// state, safe for concurrent requests.
+// A request reads the cooldowns once, when it starts (the one call to the
+// State), and keeps that view, updated by its own failures, for its
+// lifetime: a cooldown that another request starts meanwhile applies to
+// the requests that start after it.
+//
+// A Cooldown is a plain value; the Runner keeps its own copy, and the
+// state in its State, safe for concurrent requests.
 type Cooldown struct {
 	// Failures is how many consecutive counted failures on a model (in any
 	// of the Runner's requests) start its cooldown. Required, at least 1.
 	Failures int
-	// For is how long a cooldown lasts. Required, positive. A failure that
-	// starts a cooldown with a longer Retry-After (capped by
-	// WithRetryAfterCap) cools the model down for that long instead.
+	// For is how long a cooldown lasts. Required, positive. A failure
+	// with a longer Retry-After (capped by WithRetryAfterCap) cools the
+	// model down for that long instead.
 	For time.Duration
 	// When says which failures count. The zero Match means the failures
 	// that speak of the model's health: timeouts of the attempt's own
@@ -48,8 +65,10 @@ type Cooldown struct {
 	// model is down, and do not count by default.
 	When Match
 	// OnChange, when set, is told when a model starts a cooldown (until
-	// is its end) and when a probe's success ends one (until is zero). It
-	// runs on the goroutine of the request that caused the change and
+	// is its end) or a Retry-After lengthens one, and when a success ends
+	// one (until is zero). It runs on the goroutine of the request that
+	// caused the change, in the process of that request (a Runner sharing
+	// the State with other processes is not told of their changes), and
 	// must not block.
 	OnChange func(model string, until time.Time)
 }
@@ -71,66 +90,190 @@ func WithCooldown(c Cooldown) Option {
 // healthFailure is the default Cooldown.When.
 var healthFailure = OnClass(abi.ClassTimeout, abi.ClassRateLimit, abi.ClassOverloaded, abi.ClassServer, abi.ClassNetwork)
 
-// coolState is one model's cooldown state.
-type coolState struct {
-	failures int       // consecutive counted failures
-	until    time.Time // the cooldown's end; zero when the model is in rotation
+// coolView is what a request knows of one model's cooldown: its [State]'s
+// snapshot when the request began, and what the request's own calls
+// learnt since. Times are on the Runner's clock.
+type coolView struct {
+	failures int
+	until    time.Time // the cooldown's end; zero when none was seen
+	halfOpen bool      // the snapshot said half-open
+	probing  bool      // another request holds the probe lease
+	mine     bool      // this request may send attempts to it (TakeProbe said so)
 }
 
-// coolers is a Runner's cooldown state, by model key.
-type coolers struct {
-	mu     sync.Mutex
-	states map[string]*coolState
-	order  []Model // where a request may start instead, in order
+// clean reports whether a success on the model has nothing to report.
+func (v *coolView) clean() bool {
+	return v.failures == 0 && v.until.IsZero() && !v.halfOpen && !v.mine
 }
 
-// cooling reports whether key cools down at now. The caller holds mu.
-func (c *coolers) cooling(key string, now time.Time) bool {
-	s := c.states[key]
-	return s != nil && now.Before(s.until)
-}
+// coolness is a model's availability to a request.
+type coolness uint8
 
-// coolingModel reports whether m cools down at now: a group when every
-// deployment of it does. The caller holds mu.
-func (c *coolers) coolingModel(m Model, now time.Time) bool {
-	if g, ok := m.(*DeploymentGroup); ok {
-		for _, d := range g.deps {
-			if !c.cooling(d.Key(), now) {
-				return false
+const (
+	inRotation coolness = iota
+	coolingDown
+	probeDue // half-open without a known lease: TakeProbe decides
+)
+
+// loadView fills the request's view of its Runner's models from snap,
+// taken at now.
+func (q *request) loadView(snap *Snapshot, now time.Time) {
+	r := q.r
+	q.view = make([]coolView, len(r.stateModels))
+	for i := range min(len(snap.Models), len(q.view)) {
+		s := &snap.Models[i]
+		v := &q.view[i]
+		v.failures, v.halfOpen, v.probing = s.Failures, s.HalfOpen, s.Probing
+		if s.Cooling > 0 {
+			v.until = now.Add(s.Cooling)
+		}
+	}
+	if len(r.scopes) > 0 {
+		q.scopeUntil = make([]time.Time, len(r.scopes))
+		for i := range min(len(snap.Scopes), len(q.scopeUntil)) {
+			if d := snap.Scopes[i]; d > 0 {
+				q.scopeUntil[i] = now.Add(d)
 			}
 		}
-		return true
 	}
-	return c.cooling(m.Key(), now)
 }
 
-// coolStart returns the model a request that would start on m starts on.
-func (r *Runner) coolStart(m Model, now time.Time) Model {
-	c := r.cool
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.coolingModel(m, now) {
+// coolOf says whether the model with state index i is available at now.
+func (q *request) coolOf(i int, now time.Time) coolness {
+	if s := q.r.scopeOf[i]; s >= 0 && now.Before(q.scopeUntil[s]) {
+		return coolingDown
+	}
+	v := &q.view[i]
+	switch {
+	case v.mine:
+		return inRotation
+	case now.Before(v.until):
+		return coolingDown
+	case v.until.IsZero() && !v.halfOpen:
+		return inRotation
+	case v.probing:
+		return coolingDown
+	}
+	return probeDue
+}
+
+// usable reports whether the request may send an attempt to the model
+// with state index i at now, taking its probe if one is due.
+func (q *request) usable(i int, now time.Time) bool {
+	switch q.coolOf(i, now) {
+	case inRotation:
+		return true
+	case coolingDown:
+		return false
+	}
+	return q.takeProbe(i)
+}
+
+// takeProbe asks the State for the probe of the model with state index i.
+func (q *request) takeProbe(i int) bool {
+	r := q.r
+	lease := r.cfg.attemptTimeout
+	if lease <= 0 {
+		lease = r.cfg.cooldown.For
+	}
+	v := &q.view[i]
+	if r.state.TakeProbe(q.sctx, r.stateModels[i], lease) {
+		v.mine = true
+		return true
+	}
+	v.probing = true
+	return false
+}
+
+// modelUsable reports whether the request may send an attempt to m at
+// now (taking a probe if one is due): for a group, to one of its
+// deployments, preferring those in rotation.
+func (q *request) modelUsable(m Model, now time.Time) bool {
+	if q.view == nil {
+		return true
+	}
+	r := q.r
+	g, ok := m.(*DeploymentGroup)
+	if !ok {
+		i, ok := r.stateIdx[m.Key()]
+		return !ok || q.usable(i, now)
+	}
+	due := false
+	for _, d := range g.deps {
+		switch q.coolOf(r.stateIdx[d.Key()], now) {
+		case inRotation:
+			return true
+		case probeDue:
+			due = true
+		}
+	}
+	if due {
+		for _, d := range g.deps {
+			if i := r.stateIdx[d.Key()]; q.coolOf(i, now) == probeDue && q.takeProbe(i) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// coolStart returns the model a request that would start on m starts on:
+// m when it may, else the first of the Runner's models in order that may,
+// else m (a cooldown never refuses a request by itself).
+func (q *request) coolStart(m Model, now time.Time) Model {
+	if q.modelUsable(m, now) {
 		return m
 	}
-	for _, o := range c.order {
-		if !c.coolingModel(o, now) {
+	for _, o := range q.r.coolOrder {
+		if o != m && q.modelUsable(o, now) {
 			return o
 		}
 	}
 	return m
 }
 
-// coolSkip reports whether a rule must not send an attempt to m now.
-func (r *Runner) coolSkip(m Model, now time.Time) bool {
-	c := r.cool
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.coolingModel(m, now)
+// groupCooling returns the deployments of g the request must avoid at
+// now (bit j for g.deps[j]), and one it must pick, or -1: a deployment
+// whose probe the request holds (it took it, so it sends it), else one
+// whose probe is due and that it takes now.
+func (q *request) groupCooling(g *DeploymentGroup, tried uint64, now time.Time) (cooling uint64, probe int) {
+	if q.view == nil {
+		return 0, -1
+	}
+	r := q.r
+	probe = -1
+	for j, d := range g.deps {
+		i := r.stateIdx[d.Key()]
+		c := q.coolOf(i, now)
+		if tried&(1<<j) != 0 {
+			if c != inRotation {
+				cooling |= 1 << j
+			}
+			continue
+		}
+		switch {
+		case c == inRotation && q.view[i].mine && probe < 0:
+			probe = j
+		case c == probeDue:
+			if probe < 0 && q.takeProbe(i) {
+				probe = j
+			} else {
+				cooling |= 1 << j
+			}
+		case c == coolingDown:
+			cooling |= 1 << j
+		}
+	}
+	return cooling, probe
 }
 
 // coolFailed counts a failed attempt a against its model.
-func (r *Runner) coolFailed(ctx context.Context, a *Attempt, now time.Time) {
+func (q *request) coolFailed(ctx context.Context, a *Attempt, now time.Time) {
+	r := q.r
 	cd := r.cfg.cooldown
+	if cd == nil || q.view == nil {
+		return
+	}
 	if a.Class == abi.ClassTimeout && a.Deadline == abi.DeadlineTotal {
 		return // the request's budget, not the model's health
 	}
@@ -141,27 +284,30 @@ func (r *Runner) coolFailed(ctx context.Context, a *Attempt, now time.Time) {
 	} else if !healthFailure.Matches(a) {
 		return
 	}
-	c := r.cool
-	c.mu.Lock()
-	s := c.states[a.Model]
-	if s == nil {
-		s = &coolState{}
-		c.states[a.Model] = s
+	f := Failure{Model: a.Model, Failures: cd.Failures, For: cd.For}
+	if a.RetryAfter > 0 {
+		f.RetryAfter = min(a.RetryAfter, r.cfg.retryAfterCap)
 	}
-	s.failures++
-	var until time.Time
-	if s.failures >= cd.Failures && !now.Before(s.until) {
-		d := cd.For
-		if ra := min(a.RetryAfter, r.cfg.retryAfterCap); ra > d {
-			d = ra
+	i, known := r.stateIdx[a.Model]
+	if known {
+		if s := r.scopeOf[i]; s >= 0 {
+			f.Scope = r.scopes[s]
+			if f.RetryAfter > 0 {
+				if end := now.Add(f.RetryAfter); end.After(q.scopeUntil[s]) {
+					q.scopeUntil[s] = end
+				}
+			}
 		}
-		s.until = now.Add(d)
-		// After the cooldown one failure starts the next: the probe.
-		s.failures = cd.Failures - 1
-		until = s.until
 	}
-	c.mu.Unlock()
-	if !until.IsZero() {
+	st, cooled := r.state.Failed(ctx, f)
+	var until time.Time
+	if st.Cooling > 0 {
+		until = now.Add(st.Cooling)
+	}
+	if known {
+		q.view[i] = coolView{failures: st.Failures, until: until, halfOpen: st.HalfOpen, probing: st.Probing}
+	}
+	if cooled && !until.IsZero() {
 		r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: model cools down",
 			slog.String("model", a.Model), slog.Time("until", until))
 		if f := cd.OnChange; f != nil {
@@ -170,20 +316,21 @@ func (r *Runner) coolFailed(ctx context.Context, a *Attempt, now time.Time) {
 	}
 }
 
-// coolSucceeded puts m back in rotation after a success.
-func (r *Runner) coolSucceeded(m Model) {
-	c := r.cool
-	key := m.Key()
-	c.mu.Lock()
-	s := c.states[key]
-	if s == nil || s.failures == 0 {
-		c.mu.Unlock()
+// coolSucceeded reports a success on m, unless the request knows it clean.
+func (q *request) coolSucceeded(ctx context.Context, m Model) {
+	if q.view == nil {
 		return
 	}
-	ended := !s.until.IsZero()
-	s.failures, s.until = 0, time.Time{}
-	c.mu.Unlock()
-	if f := r.cfg.cooldown.OnChange; ended && f != nil {
-		f(key, time.Time{})
+	r := q.r
+	key := m.Key()
+	i, ok := r.stateIdx[key]
+	if !ok || q.view[i].clean() {
+		return // the common case calls nothing
+	}
+	q.view[i] = coolView{}
+	if r.state.Succeeded(ctx, key) {
+		if f := r.cfg.cooldown.OnChange; f != nil {
+			f(key, time.Time{})
+		}
 	}
 }

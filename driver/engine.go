@@ -85,6 +85,10 @@ type request struct {
 	accepted   error        // the ConditionErr of an accepted result, for its success record
 	callv      *Call        // reused between attempts; separate so q itself can stay on the stack
 
+	sctx       context.Context // the request's ctx, for the State's calls (shared.go)
+	view       []coolView      // the request's view of its models' cooldowns; nil: none
+	scopeUntil []time.Time     // and of its rate-limit scopes
+
 	inBudget  bool // counted as a request in flight by the retry budget
 	retrySlot bool // holds a retry-in-flight slot of the retry budget
 	busy      bool // the current attempt counts as in flight on its group's deployment
@@ -103,19 +107,11 @@ func (q *request) start(ctx context.Context, r *Runner) step {
 	if m := startFrom(ctx); m != nil {
 		q.startModel, q.named = m, true
 	}
-	if !q.disabled {
-		if !q.named {
-			q.startModel = r.stickyStart(q.begun)
-		}
-		if r.cool != nil {
-			q.startModel = r.coolStart(q.startModel, q.begun)
-		}
+	if !q.disabled && r.shared {
+		q.begin(ctx) // sticky fallback, cooldowns, budget: one call to the State
 	}
 	if r.cfg.budget > 0 {
 		q.budgetAt = q.begun.Add(r.cfg.budget)
-	}
-	if r.budget != nil {
-		q.budgetBegin()
 	}
 	q.cur = step{number: 1, timeout: r.cfg.attemptTimeout}
 	q.aim(&q.cur, q.startModel, false)
@@ -231,9 +227,7 @@ func (q *request) fail(ctx context.Context, err error) (step, error) {
 	if ctx.Err() != nil {
 		return step{}, q.final(ctx, causeOf(ctx))
 	}
-	if q.r.cool != nil {
-		q.r.coolFailed(ctx, q.a, q.r.cfg.now())
-	}
+	q.coolFailed(ctx, q.a, q.r.cfg.now())
 	var de *DeadlineError
 	if errors.As(err, &de) && !de.Recoverable() {
 		return step{}, q.final(ctx, de)
@@ -352,7 +346,7 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 		if kc.attempts >= maxAttempts {
 			continue // exhausted: fall through to the next rule
 		}
-		if r.cool != nil && r.coolSkip(target, r.cfg.now()) {
+		if q.view != nil && !q.modelUsable(target, r.cfg.now()) {
 			continue // cooling down: as if exhausted
 		}
 		if len(q.records) >= r.cfg.maxAttempts {
@@ -494,16 +488,14 @@ func (q *request) succeed(ctx context.Context) {
 	if q.disabled {
 		return
 	}
-	if q.r.cool != nil {
-		q.r.coolSucceeded(q.cur.model)
-	}
+	q.coolSucceeded(ctx, q.cur.model)
 	switched, f := !sameModel(q.cur.logical(), q.startModel), q.r.cfg.onSuccess
 	if !switched && f == nil {
 		return // the common case reads no clock
 	}
 	now := q.r.cfg.now()
 	if switched && !q.named {
-		q.r.stickySet(q.cur.logical(), now)
+		q.stickySet(ctx, q.cur.logical())
 	}
 	if f != nil {
 		q.records = append(q.records, AttemptRecord{
@@ -532,36 +524,4 @@ func (q *request) final(ctx context.Context, cause error) error {
 		q.observeFinal(err)
 	}
 	return err
-}
-
-// stickyStart returns the model a request starting at now begins on.
-func (r *Runner) stickyStart(now time.Time) Model {
-	s := r.cfg.sticky
-	if s.kind == stickyNone {
-		return r.base // after-request: never sticky, no lock
-	}
-	r.stickyMu.Lock()
-	defer r.stickyMu.Unlock()
-	switch {
-	case r.stickyM == nil:
-	case s.kind == stickyPeriod && now.Sub(r.stickyAt) < s.period:
-		return r.stickyM
-	case s.kind == stickyCount && r.stickyReq > 0:
-		r.stickyReq--
-		return r.stickyM
-	default:
-		r.stickyM = nil
-	}
-	return r.base
-}
-
-// stickySet records that a request succeeded on m, which it did not start on.
-func (r *Runner) stickySet(m Model, now time.Time) {
-	s := r.cfg.sticky
-	if s.kind == stickyNone {
-		return
-	}
-	r.stickyMu.Lock()
-	r.stickyM, r.stickyAt, r.stickyReq = m, now, s.requests
-	r.stickyMu.Unlock()
 }

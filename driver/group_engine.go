@@ -30,17 +30,13 @@ func (q *request) aim(st *step, t Model, strict bool) bool {
 		}
 	}
 	var cooling uint64
-	if c := q.r.cool; c != nil {
-		now := q.r.cfg.now()
-		c.mu.Lock()
-		for j, d := range g.deps {
-			if c.cooling(d.Key(), now) {
-				cooling |= 1 << j
-			}
-		}
-		c.mu.Unlock()
+	i := -1
+	if q.view != nil {
+		cooling, i = q.groupCooling(g, tried, q.r.cfg.now())
 	}
-	i := g.pick(tried, cooling, strict)
+	if i < 0 {
+		i = g.pick(tried, cooling, strict)
+	}
 	if i < 0 {
 		return false
 	}

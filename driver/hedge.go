@@ -426,9 +426,7 @@ func (h *hedger) fail(err error) (next step, ok bool, stop error, hard bool) {
 	if ctx.Err() != nil {
 		return step{}, false, causeOf(ctx), true
 	}
-	if q.r.cool != nil {
-		q.r.coolFailed(ctx, q.a, q.r.cfg.now())
-	}
+	q.coolFailed(ctx, q.a, q.r.cfg.now())
 	var de *DeadlineError
 	if errors.As(err, &de) && !de.Recoverable() {
 		return step{}, false, de, true
@@ -536,7 +534,7 @@ func (h *hedger) stopAll(cause error) {
 			f.st.group.stats[f.st.idx].inflight.Add(-1)
 		}
 		if f.slot {
-			q.r.budget.retryEnded()
+			q.retryEnded()
 		}
 		if q.obs != nil && f.aopen {
 			q.obs.o.AttemptEnd(f.aoctx, AttemptEndEvent{Model: f.st.model, Number: f.st.number, Outcome: AttemptFailed, Err: cause})
@@ -558,7 +556,7 @@ func (h *hedger) stopAll(cause error) {
 func (h *hedger) dropPending() {
 	for _, p := range h.pending {
 		if p.slot {
-			h.q.r.budget.retryEnded()
+			h.q.retryEnded()
 		}
 	}
 	h.pending = nil

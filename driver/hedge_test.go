@@ -283,7 +283,7 @@ func TestHedge_BudgetStopsHedges(t *testing.T) {
 		b := &hedgeModel{key: "b", gate: make(chan struct{}), onOpen: open}
 		var o hedgeOutcomes
 		m := hedgedModel(t, a, b, append(o.opts(), WithRetryBudget(RetryBudget{})))
-		lb := m.r.budget.(*localBudget)
+		lb := budgetOf(m.r)
 		if spent {
 			lb.retries.Store(DefaultBudgetMinRetries)
 		}

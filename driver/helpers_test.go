@@ -124,3 +124,6 @@ func mustNew(t testing.TB, b Model, opts ...Option) *Runner {
 }
 
 func errN(i int) error { return fmt.Errorf("failure %d", i) }
+
+// budgetOf returns the retry budget counters of r's in-process State.
+func budgetOf(r *Runner) *keyBudget { return r.state.(*localState).budget(r.stateKey) }

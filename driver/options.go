@@ -53,7 +53,8 @@ type Backoff struct {
 // for a while. The zero value is the default, "after-request": every
 // request starts on the base model.
 //
-// Sticky state is shared by the requests of one Runner, but each request
+// Sticky state is shared by the requests of one Runner (and of the Runners
+// that share its [State] and state key, [WithStateKey]), but each request
 // reads it once, when it starts, and keeps its own current model: a request
 // never redirects another that is in flight. A Sticky is an immutable value.
 type Sticky struct {
@@ -166,6 +167,8 @@ type config struct {
 	observer       Observer
 	cooldown       *Cooldown
 	retryBudget    *RetryBudget
+	state          State
+	stateKey       string
 	now            func() time.Time
 	sleep          func(context.Context, time.Duration) error
 }

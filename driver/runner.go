@@ -22,25 +22,27 @@ const defaultMaxAttempts = 10
 //
 // A Runner is safe for concurrent use by multiple goroutines. Each request
 // keeps its own state (current model, attempt counts); the only state
-// requests share is the sticky fallback, read when a request starts, and
-// the models' cooldowns (WithCooldown) and the retry budget's counters
-// (WithRetryBudget).
+// requests share is in the Runner's [State] (its own, or one given with
+// [WithState]): the sticky fallback and the models' cooldowns, read when a
+// request starts, and the retry budget's counters (WithRetryBudget).
 type Runner struct {
 	cfg    config
 	base   Model
 	models map[string]Model // every model a condition may name, by key
 	rules  []*Rule          // rules[i] is cfg.rules[i] when it is a native rule
 
-	stickyMu  sync.Mutex
-	stickyM   Model
-	stickyAt  time.Time
-	stickyReq int
-
 	randMu sync.Mutex
 	rand   *rand.Rand // nil unless Backoff.Seed is set
 
-	cool   *coolers    // nil unless WithCooldown
-	budget budgetState // nil unless WithRetryBudget
+	// What requests share, in state (shared.go).
+	state       State
+	stateKey    string
+	shared      bool           // a request calls state.Begin: a cooldown, a sticky policy or a retry budget
+	stateModels []string       // the keys Begin asks about (models and deployments); nil without a cooldown
+	stateIdx    map[string]int // their index in stateModels
+	scopes      []string       // the distinct rate-limit scopes of stateModels
+	scopeOf     []int          // scopeOf[i]: stateModels[i]'s index in scopes, or -1
+	coolOrder   []Model        // where a request may start instead of a cooling model, in order
 }
 
 // New builds a Runner whose requests start on base.
@@ -115,28 +117,7 @@ func New(base Model, opts ...Option) (*Runner, error) {
 				rule.match.name, rule.targetKey)
 		}
 	}
-	if r.cfg.retryBudget != nil {
-		r.budget = new(localBudget)
-	}
-	if r.cfg.cooldown != nil {
-		r.cool = &coolers{states: map[string]*coolState{}}
-		seen := map[string]bool{}
-		add := func(m Model) {
-			if k := m.Key(); !seen[k] {
-				seen[k] = true
-				r.cool.order = append(r.cool.order, m)
-			}
-		}
-		add(base)
-		for _, rule := range r.rules {
-			if rule != nil && rule.action == abi.ActionSwitch {
-				add(r.models[rule.targetKey])
-			}
-		}
-		for _, m := range r.cfg.models {
-			add(m)
-		}
-	}
+	r.setupState()
 	return r, nil
 }
 

@@ -208,6 +208,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		headerTimeout: 60 * time.Second, writeTimeout: 30 * time.Second, readTimeout: 30 * time.Second,
 		retryAfterBusy: time.Second,
 	}, stats: &stats{}}
+	g.stats.cur = g.cur.Load
 	g.metrics = newMetrics(g.stats)
 	for _, o := range opts {
 		if o == nil {
@@ -567,6 +568,20 @@ type stats struct {
 	rejectedBusy   atomic.Int64
 	reloads        atomic.Int64
 	reloadFailures atomic.Int64
+	// cur is the gateway's current policy, for the shared state's counters.
+	cur func() *generation
+}
+
+// state returns the current policy's shared-state counters (zero when it
+// shares no state).
+func (s *stats) state() policy.StateStats {
+	if s.cur != nil {
+		if gen := s.cur(); gen != nil {
+			st, _ := gen.pol.StateStats()
+			return st
+		}
+	}
+	return policy.StateStats{}
 }
 
 // MalformedEvents returns how many upstream SSE events the gateway skipped

@@ -18,6 +18,7 @@ import (
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/providers"
+	"github.com/retryhost/retryhost/internal/stateplug"
 	"github.com/retryhost/retryhost/internal/strict"
 )
 
@@ -187,6 +188,15 @@ func (b *builder) build(ctx context.Context, f *File) error {
 			bud.MinRetries = *rb.MinRetries
 		}
 		ropts = append(ropts, driver.WithRetryBudget(bud))
+	}
+	if f.State != nil {
+		o, err := b.state(f.State)
+		if err != nil {
+			return err
+		}
+		if o != nil {
+			ropts = append(ropts, o)
+		}
 	}
 	switch f.Commit {
 	case "", "output":
@@ -902,4 +912,55 @@ func ociName(ref string) string {
 		ref = ref[:i]
 	}
 	return ref
+}
+
+// lookupState finds a linked state store's factory (a variable for tests).
+var lookupState = stateplug.Lookup
+
+// state builds the shared state the file names, or checks it (Validate:
+// no connection).
+func (b *builder) state(ss *StateSpec) (driver.Option, error) {
+	rs := ss.Redis
+	if rs == nil {
+		return nil, b.errf("state", "name the store to share the state in: \"state\": {\"redis\": {\"url\": \"redis://host:6379/0\"}}")
+	}
+	spec := stateplug.Spec{Kind: "redis", URL: rs.URL, Prefix: rs.Prefix, OpTimeout: dur(rs.OpTimeout), Logger: b.opts.Logger}
+	u, err := url.Parse(rs.URL)
+	switch {
+	case rs.URL == "":
+		return nil, b.errf("state.redis.url", "required: the server, as redis://host:6379/0")
+	case err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") || (u.Scheme != "unix" && u.Host == ""):
+		return nil, b.errf("state.redis.url", "not a redis://host:port/db, rediss:// or unix:// URL")
+	case u.User != nil:
+		if _, ok := u.User.Password(); ok {
+			return nil, b.errf("state.redis.url", "the URL holds a password: put it in an environment variable named by password_env")
+		}
+	}
+	if rs.OpTimeout != nil && *rs.OpTimeout <= 0 {
+		return nil, b.errf("state.redis.op_timeout", "must be a positive duration")
+	}
+	if rs.PasswordEnv != "" {
+		if looksLikeSecret(rs.PasswordEnv) || !envPattern.MatchString(rs.PasswordEnv) {
+			return nil, b.errf("state.redis.password_env", "not an environment variable name (letters, digits, '_'); it holds the NAME of the variable with the password, never the password (the value is not shown)")
+		}
+		if !b.opts.validate {
+			if spec.Password = b.opts.Getenv(rs.PasswordEnv); spec.Password == "" {
+				return nil, b.errf("state.redis.password_env", "environment variable %s is not set", rs.PasswordEnv)
+			}
+		}
+	}
+	if b.opts.validate {
+		return nil, nil
+	}
+	f := lookupState("redis")
+	if f == nil {
+		return nil, b.errf("state.redis", "the Redis state is not linked into this program: import _ \"github.com/retryhost/retryhost/state/redis\"")
+	}
+	st, err := f(spec)
+	if err != nil {
+		return nil, b.errf("state.redis", "%v", err)
+	}
+	b.p.closers = append(b.p.closers, st.Close)
+	b.p.stats = st.Stats
+	return st.Option, nil
 }

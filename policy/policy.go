@@ -50,7 +50,10 @@
 // does not embed their Wasm. Likewise plugins from an OCI registry ("oci":
 // "registry.example.com/team/refusal@sha256:…") resolve only through
 // Options.OCI, set from package github.com/retryhost/retryhost/oci, so a
-// program that never names one links no registry client.
+// program that never names one links no registry client. A shared state
+// ("state": {"redis": {"url": …}}) is linked the same way, by importing
+// github.com/retryhost/retryhost/state/redis; a policy that names it in a
+// program that did not fails to load with the import to add.
 //
 // # Stability
 //
@@ -61,6 +64,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -71,6 +75,7 @@ import (
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/policyhook"
+	"github.com/retryhost/retryhost/internal/stateplug"
 	"github.com/retryhost/retryhost/internal/strict"
 )
 
@@ -150,15 +155,46 @@ type Policy struct {
 	Models map[string]driver.Model
 	// Runtime hosts the policy's Wasm plugins; nil when there are none.
 	Runtime *host.Runtime
+
+	closers []func() error // the shared state's, released by Close
+	stats   func() stateplug.Stats
 }
 
-// Close releases the plugins and the Wasm runtime, waiting for calls in
+// StateStats are the counters of a policy's shared state (its "state"
+// section): operations that failed against the store, the outages during
+// which this process used its local state instead, the operations that
+// state served, and whether it is on its local state now.
+type StateStats struct {
+	Errors, Outages, LocalOps int64
+	Down                      bool
+}
+
+// StateStats returns the shared state's counters, and false when the
+// policy shares no state (each process keeps its own).
+func (p *Policy) StateStats() (StateStats, bool) {
+	if p == nil || p.stats == nil {
+		return StateStats{}, false
+	}
+	s := p.stats()
+	return StateStats{Errors: s.Errors, Outages: s.Outages, LocalOps: s.Local, Down: s.Down}, true
+}
+
+// Close releases the plugins, the Wasm runtime and the shared state's
+// connections (when no other policy uses them), waiting for calls in
 // flight until ctx is done.
 func (p *Policy) Close(ctx context.Context) error {
-	if p == nil || p.Runtime == nil {
+	if p == nil {
 		return nil
 	}
-	return p.Runtime.Close(ctx)
+	var errs []error
+	if p.Runtime != nil {
+		errs = append(errs, p.Runtime.Close(ctx))
+	}
+	for _, c := range p.closers {
+		errs = append(errs, c())
+	}
+	p.closers = nil
+	return errors.Join(errs...)
 }
 
 // Load reads and builds the policy file at path. Relative plugin paths are

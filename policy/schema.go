@@ -41,6 +41,35 @@ type File struct {
 	// content after a while; the first to commit wins (absent: off).
 	Hedge   *HedgeSpec  `json:"hedge"`
 	Sandbox SandboxSpec `json:"sandbox"`
+	// State shares the fail-over state (cooldowns, probes, Retry-After,
+	// sticky fallbacks, retry budget) between the replicas that load this
+	// policy (absent: each process keeps its own).
+	State *StateSpec `json:"state"`
+}
+
+// StateSpec names the store the replicas share their fail-over state in.
+type StateSpec struct {
+	// Redis shares it on a Redis server; the program must link package
+	// github.com/retryhost/retryhost/state/redis (retryhost serve does).
+	Redis *RedisStateSpec `json:"redis"`
+}
+
+// RedisStateSpec is state/redis's Options: the server, the key prefix and
+// the deadline of one operation, past which the replica uses its local
+// state until Redis answers again.
+type RedisStateSpec struct {
+	// URL is the server, required: redis://[user@]host:port/db, or
+	// rediss:// for TLS. Put no password in it: name its variable in
+	// password_env.
+	URL string `json:"url"`
+	// PasswordEnv is the NAME of the environment variable holding the
+	// password, never the password. Optional.
+	PasswordEnv string `json:"password_env"`
+	// Prefix starts every key, so that fleets sharing a server do not
+	// share state. Default "retryhost:".
+	Prefix string `json:"prefix"`
+	// OpTimeout bounds one operation on the server. Default 50ms.
+	OpTimeout *Duration `json:"op_timeout"`
 }
 
 // HedgeSpec is driver.WithHedge: After (required, positive) into an

@@ -1,8 +1,10 @@
 package main
 
 // The providers a policy file may name: package policy links no adapter by
-// itself, so the CLI links both.
+// itself, so the CLI links both; and the shared state a policy may name
+// ("state": {"redis": …}).
 import (
 	_ "github.com/retryhost/retryhost/provider/anthropic"
 	_ "github.com/retryhost/retryhost/provider/openai"
+	_ "github.com/retryhost/retryhost/state/redis"
 )

@@ -19,6 +19,7 @@ import (
 	"github.com/retryhost/retryhost/gateway"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
+	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
 func init() {
@@ -74,6 +75,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	}
 	logger := e.g.logger(stderr)
 	e.log = logger
+	// The shared state logs a Redis outage once (as JSON, with the rest);
+	// go-redis would print every failed dial to stderr.
+	redisstate.QuietClientLogs()
 	keys, err := apiKeys(o.keysFile, os.Getenv("RETRYHOST_API_KEYS"))
 	if err != nil {
 		return e.errorf(exitInput, "%v", err)

@@ -153,3 +153,31 @@ func TestPolicyLinksNoSDK(t *testing.T) {
 		require.Falsef(t, under(d, "provider"), "policy must not depend on an adapter, but depends on %s", d)
 	}
 }
+
+// TestRedisLayer keeps the Redis client in package state/redis: it is the
+// only package that imports go-redis, it builds on driver (never on host,
+// policy, the gateway or the CLI), and the core and policy never depend
+// on it (policy reaches it through internal/stateplug, by import).
+func TestRedisLayer(t *testing.T) {
+	pkgs := listPackages(t)
+	require.Contains(t, pkgs, module+"/state/redis")
+	for path, p := range pkgs {
+		if under(path, "state/redis") {
+			for _, imp := range p.Imports {
+				require.Falsef(t, under(imp, "host") || under(imp, "policy") || under(imp, "gateway") || under(imp, "cmd"),
+					"%s must not import %s (it builds on driver only)", path, imp)
+			}
+			continue
+		}
+		for _, imp := range p.Imports {
+			require.Falsef(t, strings.HasPrefix(imp, "github.com/redis/"),
+				"%s imports the Redis client %s directly; go through package state/redis", path, imp)
+		}
+		if under(path, "abi") || under(path, "host") || under(path, "driver") || under(path, "plugins") || under(path, "policy") {
+			for _, d := range p.Deps {
+				require.Falsef(t, under(d, "state/redis") || strings.HasPrefix(d, "github.com/redis/"),
+					"%s must not depend on %s (policy links a store by import)", path, d)
+			}
+		}
+	}
+}

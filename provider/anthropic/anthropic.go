@@ -34,6 +34,8 @@ const DefaultMaxTokens = 4096
 type Option func(*config)
 
 type config struct {
+	scope       string
+	scopeSet    bool
 	apiKey      string
 	baseURL     string
 	provider    string
@@ -65,6 +67,17 @@ func WithSDKTracing() Option { return func(c *config) { c.sdkTraces = true } }
 // WithAPIKey sets the API key. Default: the SDK's, the ANTHROPIC_API_KEY
 // environment variable.
 func WithAPIKey(key string) Option { return func(c *config) { c.apiKey = key } }
+
+// WithRateLimitScope names the rate limits the model's calls count
+// against (driver.RateLimitScoper): with a driver.Cooldown, a Retry-After
+// on one model keeps every model of its scope out until then. Default:
+// the provider, the base URL, a hash of the API key and the model id, so
+// that two declarations of one upstream model on one account share it.
+// Set one name on models whose provider counts per key rather than per
+// model; "" turns it off.
+func WithRateLimitScope(s string) Option {
+	return func(c *config) { c.scope, c.scopeSet = s, true }
+}
 
 // WithBaseURL points the model at another server (a proxy, a gateway).
 // Default: the SDK's, https://api.anthropic.com or ANTHROPIC_BASE_URL.
@@ -140,6 +153,7 @@ type Model struct {
 	client    ant.Client
 	host      string // the server it calls, for telemetry
 	port      int
+	scope     string // RateLimitScope's
 }
 
 // New returns the model id (such as "claude-sonnet-4-5"), configured by
@@ -203,7 +217,11 @@ func New(id string, opts ...Option) (*Model, error) {
 	sdk = append(sdk, c.sdkOpts...)
 	base := cmp.Or(c.baseURL, os.Getenv("ANTHROPIC_BASE_URL"), "https://api.anthropic.com") // as the SDK resolves it
 	host, port := adapter.ServerAddress(base)
-	return &Model{id: id, provider: c.provider, key: key, params2: params, maxTokens: int64(c.maxTokens), raw: c.rawChunks,
+	scope := c.scope
+	if !c.scopeSet {
+		scope = adapter.RateLimitScope(c.provider, base, cmp.Or(c.apiKey, os.Getenv("ANTHROPIC_API_KEY")), id)
+	}
+	return &Model{scope: scope, id: id, provider: c.provider, key: key, params2: params, maxTokens: int64(c.maxTokens), raw: c.rawChunks,
 		client: ant.NewClient(sdk...), host: host, port: port}, nil
 }
 
@@ -211,6 +229,10 @@ func New(id string, opts ...Option) (*Model, error) {
 // (its base URL's), which provider/otel records as server.address and
 // server.port.
 func (m *Model) ServerAddress() (host string, port int) { return m.host, m.port }
+
+// RateLimitScope returns the rate limits the model's calls count against
+// (driver.RateLimitScoper; see WithRateLimitScope).
+func (m *Model) RateLimitScope() string { return m.scope }
 
 // Key returns the model's key: WithKey's, else "<provider>/<model id>",
 // such as "anthropic/claude-sonnet-4-5".

@@ -29,6 +29,8 @@ import (
 type Option func(*config)
 
 type config struct {
+	scope           string
+	scopeSet        bool
 	apiKey          string
 	baseURL         string
 	provider        string
@@ -49,6 +51,17 @@ type config struct {
 // WithAPIKey sets the API key. Default: the SDK's, the OPENAI_API_KEY
 // environment variable.
 func WithAPIKey(key string) Option { return func(c *config) { c.apiKey = key } }
+
+// WithRateLimitScope names the rate limits the model's calls count
+// against (driver.RateLimitScoper): with a driver.Cooldown, a Retry-After
+// on one model keeps every model of its scope out until then. Default:
+// the provider, the base URL, a hash of the API key and the model id, so
+// that two declarations of one upstream model on one account share it.
+// Set one name on models whose provider counts per key rather than per
+// model; "" turns it off.
+func WithRateLimitScope(s string) Option {
+	return func(c *config) { c.scope, c.scopeSet = s, true }
+}
 
 // WithBaseURL points the model at an OpenAI-compatible server, such as
 // "http://localhost:11434/v1". Default: the SDK's, https://api.openai.com/v1
@@ -157,6 +170,7 @@ type Model struct {
 	client    oai.Client
 	host      string // the server it calls, for telemetry
 	port      int
+	scope     string // RateLimitScope's
 }
 
 // New returns the chat model id (such as "gpt-4o-mini"), configured by opts.
@@ -245,7 +259,16 @@ func New(id string, opts ...Option) (*Model, error) {
 		base = c.azure.endpoint
 	}
 	host, port := adapter.ServerAddress(base)
+	scope := c.scope
+	if !c.scopeSet {
+		id := id
+		if c.azure != nil {
+			id = c.azure.deployment // Azure counts per deployment
+		}
+		scope = adapter.RateLimitScope(c.provider, base, cmp.Or(c.apiKey, os.Getenv("OPENAI_API_KEY")), id)
+	}
 	return &Model{
+		scope:     scope,
 		id:        id,
 		provider:  c.provider,
 		key:       key,
@@ -259,6 +282,10 @@ func New(id string, opts ...Option) (*Model, error) {
 		port:      port,
 	}, nil
 }
+
+// RateLimitScope returns the rate limits the model's calls count against
+// (driver.RateLimitScoper; see WithRateLimitScope).
+func (m *Model) RateLimitScope() string { return m.scope }
 
 // Key returns the model's key: WithKey's, else "<provider>/<model id>",
 // such as "openai/gpt-4o-mini".

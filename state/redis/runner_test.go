@@ -1,0 +1,170 @@
+package redis_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/internal/redistest"
+	redisstate "github.com/retryhost/retryhost/state/redis"
+)
+
+// hits counts the calls per model of the Runners that share it.
+type hits struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (h *hits) add(m string) {
+	h.mu.Lock()
+	h.n[m]++
+	h.mu.Unlock()
+}
+
+func (h *hits) get(m string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[m]
+}
+
+func rateLimited(retryAfter string) error {
+	e := &driver.ProviderError{Provider: "test", Status: http.StatusTooManyRequests, Message: "slow down", Retryable: true, Header: http.Header{}}
+	e.Header.Set("Retry-After", retryAfter)
+	return e
+}
+
+// replicaRunner is one replica's Runner over models a and b, on st: a 429
+// switches to b.
+func replicaRunner(t *testing.T, st driver.State) *driver.Runner {
+	t.Helper()
+	r, err := driver.New(instant("a"), driver.WithModels(instant("b")),
+		driver.WithRules(driver.OnStatus(429).Switch(instant("b"))),
+		driver.WithCooldown(driver.Cooldown{Failures: 3, For: time.Minute}),
+		driver.WithState(st))
+	require.NoError(t, err)
+	return r
+}
+
+// TestRetryAfterCoolsTheFleet: a 429 with Retry-After seen through one
+// Runner cools the model for another Runner on the same Redis (another
+// replica: its own client, its own process state) at its very next
+// request, which goes straight to b.
+func TestRetryAfterCoolsTheFleet(t *testing.T) {
+	srv := redistest.Start(t)
+	h := &hits{n: map[string]int{}}
+	aDown := func(_ context.Context, c *driver.Call) (string, error) {
+		h.add(c.Model.Key())
+		if c.Model.Key() == "a" {
+			return "", rateLimited("30")
+		}
+		return "from " + c.Model.Key(), nil
+	}
+	r1 := replicaRunner(t, open(t, srv, redisstate.Options{}))
+	r2 := replicaRunner(t, open(t, srv, redisstate.Options{}))
+
+	got, err := driver.Do(ctx, r1, aDown)
+	require.NoError(t, err)
+	require.Equal(t, "from b", got)
+	require.Equal(t, 1, h.get("a"))
+
+	for range 3 {
+		got, err = driver.Do(ctx, r2, aDown)
+		require.NoError(t, err)
+		require.Equal(t, "from b", got)
+	}
+	require.Equal(t, 1, h.get("a"), "the other replica never calls the cooling model")
+	require.Equal(t, 4, h.get("b"))
+
+	// Without the shared state the other replica pays for the 429 itself.
+	r3 := replicaRunner(t, driver.NewLocalState())
+	_, err = driver.Do(ctx, r3, aDown)
+	require.NoError(t, err)
+	require.Equal(t, 2, h.get("a"))
+}
+
+// TestOutageUnderLoad: Redis is killed and restarted while requests flow
+// through two replicas. No request fails because of it; each replica
+// logs the outage once and counts it; after the restart the replicas
+// share their state again (a cooldown recorded by one is seen by the
+// other).
+func TestOutageUnderLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	var logs [2]syncBuffer
+	var reps [2]*redisstate.State
+	var runners [2]*driver.Runner
+	for i := range reps {
+		reps[i] = open(t, srv, redisstate.Options{RetryInterval: 20 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(&logs[i], nil))})
+		runners[i] = replicaRunner(t, reps[i])
+	}
+	var failA atomic.Bool
+	var requests, failures atomic.Int64
+	call := func(_ context.Context, c *driver.Call) (string, error) {
+		if c.Model.Key() == "a" && failA.Load() {
+			return "", rateLimited("30")
+		}
+		return c.Model.Key(), nil
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				requests.Add(1)
+				if _, err := driver.Do(ctx, runners[i%2], call); err != nil {
+					failures.Add(1)
+					t.Errorf("request failed: %v", err)
+				}
+			}
+		})
+	}
+	waitRequests := func(n int64) {
+		start := requests.Load()
+		require.Eventually(t, func() bool { return requests.Load() >= start+n }, 20*time.Second, time.Millisecond)
+	}
+	waitRequests(200)
+	srv.Kill()
+	waitRequests(500)
+	for i, s := range reps {
+		require.Truef(t, s.Stats().Down, "replica %d is on its local copy", i)
+	}
+	srv.Restart()
+	require.Eventually(t, func() bool { return !reps[0].Stats().Down && !reps[1].Stats().Down }, 20*time.Second, time.Millisecond,
+		"both replicas go back to the shared state")
+	waitRequests(200)
+	close(stop)
+	wg.Wait()
+	require.Zero(t, failures.Load())
+	for i, s := range reps {
+		st := s.Stats()
+		require.EqualValuesf(t, 1, st.Outages, "replica %d", i)
+		require.Positivef(t, st.LocalOps, "replica %d", i)
+		require.Equalf(t, 1, strings.Count(logs[i].String(), "shared state unreachable"), "replica %d logs the outage once:\n%s", i, logs[i].String())
+		require.Equalf(t, 1, strings.Count(logs[i].String(), "shared state reachable again"), "replica %d", i)
+	}
+
+	// Shared again: a's cooldown recorded through replica 0 keeps replica 1 off a.
+	failA.Store(true)
+	_, err := driver.Do(ctx, runners[0], call)
+	require.NoError(t, err)
+	var seen []string
+	_, err = driver.Do(ctx, runners[1], func(ctx context.Context, c *driver.Call) (string, error) {
+		seen = append(seen, c.Model.Key())
+		return call(ctx, c)
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"b"}, seen)
+}
