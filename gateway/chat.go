@@ -120,7 +120,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 		}
 		return
 	}
-	cr, err := d.parse(body, gen)
+	cr, err := d.parse(body, r.Header, gen)
 	if err != nil {
 		l.status, l.outcome = http.StatusBadRequest, "client_error"
 		var re *requestError

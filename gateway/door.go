@@ -14,8 +14,9 @@ import (
 type door interface {
 	// newID returns the id of one answer (and of its access-log record).
 	newID() string
-	// parse reads a request body; a client mistake is a *requestError.
-	parse(body []byte, gen *generation) (*chatRequest, error)
+	// parse reads a request (its body read already); a client mistake is
+	// a *requestError.
+	parse(body []byte, h http.Header, gen *generation) (*chatRequest, error)
 	// encoder returns the writer of one committed answer.
 	encoder(id, model string, cr *chatRequest) encoder
 	// appendError appends e as this format's error object.
@@ -63,7 +64,7 @@ type chatDoor struct{}
 
 func (chatDoor) newID() string { return newID("chatcmpl-rh") }
 
-func (chatDoor) parse(body []byte, gen *generation) (*chatRequest, error) {
+func (chatDoor) parse(body []byte, _ http.Header, gen *generation) (*chatRequest, error) {
 	cr, err := parseChat(body, gen.providers)
 	if err == nil && len(gen.anthropic) > 0 {
 		toAnthropicFields(&cr.req, body, gen.anthropic)

@@ -20,8 +20,16 @@ type messagesDoor struct{}
 
 func (messagesDoor) newID() string { return newID("msg_rh") }
 
-func (messagesDoor) parse(body []byte, gen *generation) (*chatRequest, error) {
-	return parseMessages(body, gen.anthropic, gen.providers)
+// parse reads a Messages body; the client's anthropic-beta header (the
+// beta features its fields may need) goes to the upstreams too.
+func (messagesDoor) parse(body []byte, h http.Header, gen *generation) (*chatRequest, error) {
+	cr, err := parseMessages(body, gen.anthropic, gen.providers)
+	if err == nil {
+		if beta := h.Values("Anthropic-Beta"); len(beta) > 0 {
+			cr.req.Headers = http.Header{"Anthropic-Beta": beta}
+		}
+	}
+	return cr, err
 }
 
 func (messagesDoor) encoder(id, model string, _ *chatRequest) encoder {

@@ -313,9 +313,11 @@ func TestMessagesUnmodeledFieldsForwardedUnchanged(t *testing.T) {
 		"metadata":{"user_id":"u-1"},"thinking":{"type":"enabled","budget_tokens":1024},
 		"stop_sequences":["\n\nHuman:"],"temperature":0.25,"top_k":5,"top_p":0.5,"service_tier":"auto",
 		"x-vendor.ext":{"deep":[1,2.50,"three",null]}}`
-	resp, out := r.rawMessages(body, "x-api-key", "client-key")
+	resp, out := r.rawMessages(body, "x-api-key", "client-key", "anthropic-beta", "interleaved-thinking-2025-05-14")
 	require.Equal(t, http.StatusOK, resp.StatusCode, out)
 	got := r.up["primary"].requests()[0]
+	require.Equal(t, "interleaved-thinking-2025-05-14", got.header.Get("Anthropic-Beta"), "the beta the fields need")
+	require.NotContains(t, got.header.Get("X-Api-Key")+got.header.Get("Authorization"), "client-key", "the client's key is not the upstream's")
 	var sent map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal([]byte(body), &sent))
 	for k := range sent {
@@ -497,4 +499,28 @@ func TestMessagesAfterReload(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "primary", string(m.Model))
 	require.EqualValues(t, 1, r.gw.stats.reloads.Load())
+}
+
+// Non-streaming: a committed answer that fails is a 502 api_error (the
+// client saw nothing), and a request the policy's budget ends a 504
+// timeout_error, never a truncated message.
+func TestMessagesNonStreamingFailures(t *testing.T) {
+	r := newRigOf(t, `"rules": [{"when": {"class": ["timeout"]}, "action": "retry", "attempts": 100}],
+		"deadlines": {"first_content": "300ms", "budget": "1s"}`, allAnthropic)
+	r.up["primary"].play(act{chunks: []string{"Par"}, cut: true})
+	_, err := r.anth.Messages.New(context.Background(), msgParams("primary"))
+	var apiErr *anthropic.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusBadGateway, apiErr.StatusCode)
+	require.EqualValues(t, "api_error", apiErr.Type())
+
+	silent := make(chan struct{})
+	defer close(silent)
+	r.up["primary"].play(act{beforeText: silent, chunks: []string{"never"}})
+	_, err = r.anth.Messages.New(context.Background(), msgParams("primary"))
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusGatewayTimeout, apiErr.StatusCode)
+	require.EqualValues(t, "timeout_error", apiErr.Type())
+	require.Contains(t, apiErr.Error(), "total")
+	r.anthHealthy()
 }

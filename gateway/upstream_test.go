@@ -44,10 +44,11 @@ type act struct {
 
 // hit is one request the upstream received.
 type hit struct {
-	at   time.Time
-	path string
-	raw  []byte // the body's bytes
-	body map[string]json.RawMessage
+	at     time.Time
+	path   string
+	header http.Header
+	raw    []byte // the body's bytes
+	body   map[string]json.RawMessage
 }
 
 // upstream is a loopback server that plays a script, speaking OpenAI's
@@ -95,7 +96,7 @@ func (u *upstream) next(r *http.Request) act {
 	_ = json.Unmarshal(b, &body)
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.hits = append(u.hits, hit{at: time.Now(), path: r.URL.Path, raw: b, body: body})
+	u.hits = append(u.hits, hit{at: time.Now(), path: r.URL.Path, header: r.Header.Clone(), raw: b, body: body})
 	a := act{chunks: []string{"ok"}}
 	if len(u.script) > 0 {
 		a = u.script[0]
