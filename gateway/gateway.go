@@ -515,6 +515,11 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer gen.release()
+	if r.Header.Get("Anthropic-Version") != "" { // an Anthropic client
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(appendAnthropicModels(nil, gen.names))
+		return
+	}
 	b := []byte(`{"object":"list","data":[`)
 	for i, n := range gen.names {
 		if i > 0 {

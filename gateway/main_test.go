@@ -193,7 +193,14 @@ func (r *rig) healthy() {
 // rawStream posts a streaming request and returns the raw SSE body.
 func (r *rig) rawStream(body string, hdr ...string) (*http.Response, string) {
 	r.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/v1/chat/completions", strings.NewReader(body))
+	return r.rawPost("/v1/chat/completions", body, hdr...)
+}
+
+// rawPost posts body to path with the headers hdr (name, value, …) and
+// returns the raw answer.
+func (r *rig) rawPost(path, body string, hdr ...string) (*http.Response, string) {
+	r.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, r.srv.URL+path, strings.NewReader(body))
 	require.NoError(r.t, err)
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {

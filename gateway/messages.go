@@ -268,3 +268,28 @@ func anthropicMessage(role string, content json.RawMessage) ([]driver.Message, e
 	}
 	return nil, fmt.Errorf("unknown role %q (want user or assistant; the system prompt is the system field)", role)
 }
+
+// appendAnthropicModels appends the routes in the shape of Anthropic's
+// GET /v1/models (one page, has_more false).
+func appendAnthropicModels(b []byte, names []string) []byte {
+	b = append(b, `{"data":[`...)
+	for i, n := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"type":"model","id":`...)
+		b = appendJSONString(b, n)
+		b = append(b, `,"display_name":`...)
+		b = appendJSONString(b, n)
+		b = append(b, `,"created_at":"1970-01-01T00:00:00Z"}`...)
+	}
+	b = append(b, `],"has_more":false,"first_id":`...)
+	if len(names) == 0 {
+		b = append(b, `null,"last_id":null}`...)
+		return append(b, '\n')
+	}
+	b = appendJSONString(b, names[0])
+	b = append(b, `,"last_id":`...)
+	b = appendJSONString(b, names[len(names)-1])
+	return append(b, "}\n"...)
+}

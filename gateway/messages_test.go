@@ -78,17 +78,7 @@ func (r *rig) anthHealthy() {
 // rawMessages posts body to /v1/messages and returns the raw answer.
 func (r *rig) rawMessages(body string, hdr ...string) (*http.Response, string) {
 	r.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/v1/messages", strings.NewReader(body))
-	require.NoError(r.t, err)
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := r.hc.Do(req)
-	require.NoError(r.t, err)
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
+	return r.rawPost("/v1/messages", body, hdr...)
 }
 
 // sseEvents splits an SSE body into (event name, data) pairs.
@@ -523,4 +513,25 @@ func TestMessagesNonStreamingFailures(t *testing.T) {
 	require.EqualValues(t, "timeout_error", apiErr.Type())
 	require.Contains(t, apiErr.Error(), "total")
 	r.anthHealthy()
+}
+
+// An Anthropic client lists the routes in Anthropic's shape.
+func TestMessagesModelsList(t *testing.T) {
+	r := newRigOf(t, "", allAnthropic)
+	page, err := r.anth.Models.List(context.Background(), anthropic.ModelListParams{})
+	require.NoError(t, err)
+	var ids []string
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+		require.EqualValues(t, "model", m.Type)
+	}
+	require.Equal(t, []string{"backup", "primary", "third"}, ids)
+	require.False(t, page.HasMore)
+	require.Equal(t, "backup", page.FirstID)
+	require.Equal(t, "third", page.LastID)
+	// An OpenAI client still gets OpenAI's shape.
+	list, err := r.client.Models.List(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, "list", string(list.Object))
+	require.Len(t, list.Data, 3)
 }
