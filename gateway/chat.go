@@ -331,7 +331,6 @@ func (g *Gateway) endErr(ctx context.Context, err error) string {
 // into one answer. A failure after commit is an error answer (the
 // client has seen nothing).
 func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, d door, l *accessLog, s driver.Stream, enc encoder) {
-	var acc completion
 	for {
 		p, err := s.Recv()
 		if err == io.EOF {
@@ -348,10 +347,12 @@ func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, d door, l 
 		}
 		l.parts++
 		upstreamModel(w, &p)
-		acc.add(&p)
+		if p.Kind == abi.KindFinish && p.Finish != nil {
+			l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
+		}
+		enc.collect(&p)
 	}
-	l.inputToks, l.outputToks = acc.usage.InputTokens, acc.usage.OutputTokens
-	b := enc.appendCompletion(nil, &acc)
+	b := enc.appendAnswer(nil)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	rc := http.NewResponseController(w)

@@ -37,8 +37,10 @@ type encoder interface {
 	// appendErrorEvent appends the in-band event that ends a stream which
 	// failed after commit; no end marker follows it.
 	appendErrorEvent(b []byte, e *apiError) []byte
-	// appendCompletion appends the whole answer of a non-streaming request.
-	appendCompletion(b []byte, c *completion) []byte
+	// collect takes one part of a non-streaming request's answer.
+	collect(p *abi.Part)
+	// appendAnswer appends the whole answer collected.
+	appendAnswer(b []byte) []byte
 }
 
 // apiError is an error answer, in OpenAI's vocabulary (typ, code, param);
@@ -90,6 +92,10 @@ func (e *chunkEncoder) appendEnd(b []byte, u *abi.Usage) []byte {
 	}
 	return append(b, "data: [DONE]\n\n"...)
 }
+
+func (e *chunkEncoder) collect(p *abi.Part) { e.acc.add(p) }
+
+func (e *chunkEncoder) appendAnswer(b []byte) []byte { return e.appendCompletion(b, &e.acc) }
 
 // appendErrorEvent appends data: {"error": {...}}.
 func (e *chunkEncoder) appendErrorEvent(b []byte, ae *apiError) []byte {

@@ -17,7 +17,8 @@ type chunkEncoder struct {
 	model   string
 	created int64
 
-	includeUsage bool // stream_options.include_usage: a usage chunk before [DONE]
+	includeUsage bool       // stream_options.include_usage: a usage chunk before [DONE]
+	acc          completion // a non-streaming answer
 
 	roleSent bool
 	tools    map[string]int // tool call id → its index in tool_calls

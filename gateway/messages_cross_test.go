@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -194,4 +195,56 @@ func TestCrossProviderRequestFields(t *testing.T) {
 	for _, k := range []string{"top_k", "thinking", "metadata", "system", "stop_sequences", "max_tokens"} {
 		require.NotContains(t, got, k, "an Anthropic-only field")
 	}
+}
+
+// A server tool (web search) relays as Anthropic sent it: the
+// server_tool_use block, its web_search_tool_result (content byte for
+// byte), then the text, in order, streamed and not.
+func TestMessagesServerToolUse(t *testing.T) {
+	r := newRigOf(t, "", allAnthropic)
+	want := []string{"text", "server_tool_use", "web_search_tool_result", "text"}
+	r.up["primary"].play(act{transcript: "anthropic/web_search.json"})
+	got := r.anthStream(msgParams("primary"))
+	require.NoError(t, got.err)
+	require.NoError(t, got.accumErr)
+	var types []string
+	for _, b := range got.msg.Content {
+		types = append(types, b.Type)
+	}
+	require.Equal(t, want, types)
+	require.Equal(t, "web_search", got.msg.Content[1].Name)
+	require.JSONEq(t, `{"query": "weather NYC today"}`, string(got.msg.Content[1].Input))
+	require.Equal(t, got.msg.Content[1].ID, got.msg.Content[2].ToolUseID)
+	require.NotEmpty(t, got.msg.Content[2].Content.OfWebSearchResultBlockArray)
+	require.Equal(t, "It is sunny in New York today, with a high of 68°F.", got.msg.Content[3].Text)
+
+	r.up["primary"].play(act{transcript: "anthropic/web_search.json"})
+	m, err := r.anth.Messages.New(context.Background(), msgParams("primary"))
+	require.NoError(t, err)
+	types = nil
+	for _, b := range m.Content {
+		types = append(types, b.Type)
+	}
+	require.Equal(t, want, types)
+	require.Equal(t, "I'll search for the weather.", m.Content[0].Text)
+	require.JSONEq(t, got.msg.Content[2].Content.RawJSON(), m.Content[2].Content.RawJSON())
+	var tr struct {
+		Events []struct {
+			Data struct {
+				ContentBlock struct {
+					Type    string          `json:"type"`
+					Content json.RawMessage `json:"content"`
+				} `json:"content_block"`
+			} `json:"data"`
+		} `json:"events"`
+	}
+	raw, err := os.ReadFile("../testdata/wire/anthropic/web_search.json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &tr))
+	for _, e := range tr.Events {
+		if e.Data.ContentBlock.Type == "web_search_tool_result" {
+			require.JSONEq(t, string(e.Data.ContentBlock.Content), m.Content[2].Content.RawJSON(), "the upstream's result")
+		}
+	}
+	require.EqualValues(t, 510, m.Usage.OutputTokens)
 }

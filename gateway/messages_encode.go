@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 
 	"github.com/retryhost/retryhost/abi"
 )
@@ -23,9 +24,14 @@ type messagesEncoder struct {
 
 	started  bool
 	next     int         // the index of the next block
-	open     []openBlock // blocks started and not stopped
+	open     []openBlock // blocks started and not stopped (streamed, or collected)
 	tools    map[string]bool
 	finished bool
+
+	// A non-streaming answer.
+	blocks []*msgBlock
+	reason abi.FinishReason
+	usage  abi.Usage
 }
 
 type openBlock struct {
@@ -127,15 +133,12 @@ func emptyThinking(b []byte) []byte {
 // emptyToolUse returns the opening of a tool_use block.
 func emptyToolUse(id string, t *abi.ToolInfo) func([]byte) []byte {
 	return func(b []byte) []byte {
-		typ, name := "tool_use", ""
+		name, server := "", false
 		if t != nil {
-			name = t.Name
-			if t.ProviderExecuted {
-				typ = "server_tool_use"
-			}
+			name, server = t.Name, t.ProviderExecuted
 		}
 		b = append(b, `{"type":"`...)
-		b = append(b, typ...)
+		b = append(b, toolUseType(server)...)
 		b = append(b, `","id":`...)
 		b = appendJSONString(b, id)
 		b = append(b, `,"name":`...)
@@ -188,6 +191,20 @@ func (e *messagesEncoder) appendPart(b []byte, p *abi.Part) []byte {
 			b = delta(b, idx, "input_json_delta", "partial_json", p.Tool.Input)
 		}
 		return e.stop(b, abi.KindToolInputStart, p.ID)
+	case abi.KindToolResult:
+		if p.Tool == nil || !p.Tool.ProviderExecuted {
+			return b
+		}
+		b = e.start(b)
+		idx := e.next
+		e.next++
+		b = event(b, "content_block_start")
+		b = append(b, `{"type":"content_block_start","index":`...)
+		b = strconv.AppendInt(b, int64(idx), 10)
+		b = append(b, `,"content_block":`...)
+		b = appendToolResult(b, p.Tool.Name, p.ID, p.Tool.Result)
+		b = append(b, "}\n\n"...)
+		return appendBlockStop(b, idx)
 	case abi.KindFinish:
 		if e.finished || p.Finish == nil {
 			return b
@@ -270,50 +287,138 @@ func stopReason(r abi.FinishReason) string {
 	return "end_turn"
 }
 
-// appendCompletion appends the message object of a non-streaming answer:
-// thinking, then text, then the tool calls (the order a Messages answer
-// has).
-func (e *messagesEncoder) appendCompletion(b []byte, c *completion) []byte {
+// msgBlock is one content block of a non-streaming answer.
+type msgBlock struct {
+	kind   abi.PartKind // KindTextStart, KindReasoningStart, KindToolInputStart or KindToolResult
+	id     string
+	name   string
+	server bool            // server_tool_use: the provider ran the tool
+	text   strings.Builder // the text, thinking, or tool input
+	result string          // a server tool's result (JSON)
+}
+
+// collect builds the answer's blocks in the order they came (text,
+// tool_use, a server tool's result, more text…), as Anthropic returns
+// them.
+func (e *messagesEncoder) collect(p *abi.Part) {
+	switch p.Kind {
+	case abi.KindTextDelta:
+		if p.Delta != "" {
+			e.collected(abi.KindTextStart, p.ID).text.WriteString(p.Delta)
+		}
+	case abi.KindReasoningDelta:
+		if p.Delta != "" {
+			e.collected(abi.KindReasoningStart, p.ID).text.WriteString(p.Delta)
+		}
+	case abi.KindToolInputStart, abi.KindToolCall:
+		blk := e.collected(abi.KindToolInputStart, p.ID)
+		if p.Tool != nil {
+			blk.name, blk.server = p.Tool.Name, p.Tool.ProviderExecuted
+			if p.Kind == abi.KindToolCall { // the whole input: it replaces the deltas
+				blk.text.Reset()
+				blk.text.WriteString(p.Tool.Input)
+			}
+		}
+	case abi.KindToolInputDelta:
+		if ob := e.find(abi.KindToolInputStart, p.ID); ob != nil {
+			e.blocks[ob.index].text.WriteString(p.Delta)
+		}
+	case abi.KindToolResult:
+		if p.Tool != nil && p.Tool.ProviderExecuted {
+			e.blocks = append(e.blocks, &msgBlock{kind: abi.KindToolResult, id: p.ID, name: p.Tool.Name, result: p.Tool.Result})
+		}
+	case abi.KindTextEnd:
+		e.close(abi.KindTextStart, p.ID)
+	case abi.KindReasoningEnd:
+		e.close(abi.KindReasoningStart, p.ID)
+	case abi.KindFinish:
+		if p.Finish != nil {
+			e.reason, e.usage = p.Finish.Reason, p.Finish.Usage
+		}
+	}
+}
+
+// collected returns the open block of kind and id, starting one if none.
+func (e *messagesEncoder) collected(kind abi.PartKind, id string) *msgBlock {
+	if ob := e.find(kind, id); ob != nil {
+		return e.blocks[ob.index]
+	}
+	e.open = append(e.open, openBlock{kind: kind, id: id, index: len(e.blocks)})
+	e.blocks = append(e.blocks, &msgBlock{kind: kind, id: id})
+	return e.blocks[len(e.blocks)-1]
+}
+
+func (e *messagesEncoder) close(kind abi.PartKind, id string) {
+	for i := range e.open {
+		if e.open[i].kind == kind && e.open[i].id == id {
+			e.open = append(e.open[:i], e.open[i+1:]...)
+			return
+		}
+	}
+}
+
+// appendAnswer appends the message object of a non-streaming answer.
+func (e *messagesEncoder) appendAnswer(b []byte) []byte {
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, e.id)
 	b = append(b, `,"type":"message","role":"assistant","model":`...)
 	b = appendJSONString(b, e.model)
 	b = append(b, `,"content":[`...)
-	n := 0
-	sep := func() {
-		if n > 0 {
+	for i, blk := range e.blocks {
+		if i > 0 {
 			b = append(b, ',')
 		}
-		n++
-	}
-	if c.reasoning.Len() > 0 {
-		sep()
-		b = append(b, `{"type":"thinking","thinking":`...)
-		b = appendJSONString(b, c.reasoning.String())
-		b = append(b, `,"signature":""}`...)
-	}
-	if c.text.Len() > 0 {
-		sep()
-		b = append(b, `{"type":"text","text":`...)
-		b = appendJSONString(b, c.text.String())
-		b = append(b, '}')
-	}
-	for i := range c.calls {
-		t := &c.calls[i]
-		sep()
-		b = append(b, `{"type":"tool_use","id":`...)
-		b = appendJSONString(b, t.id)
-		b = append(b, `,"name":`...)
-		b = appendJSONString(b, t.name)
-		b = append(b, `,"input":`...)
-		b = appendToolInput(b, t.args.String())
-		b = append(b, '}')
+		switch blk.kind {
+		case abi.KindTextStart:
+			b = append(b, `{"type":"text","text":`...)
+			b = appendJSONString(b, blk.text.String())
+			b = append(b, '}')
+		case abi.KindReasoningStart:
+			b = append(b, `{"type":"thinking","thinking":`...)
+			b = appendJSONString(b, blk.text.String())
+			b = append(b, `,"signature":""}`...)
+		case abi.KindToolInputStart:
+			b = append(b, `{"type":"`...)
+			b = append(b, toolUseType(blk.server)...)
+			b = append(b, `","id":`...)
+			b = appendJSONString(b, blk.id)
+			b = append(b, `,"name":`...)
+			b = appendJSONString(b, blk.name)
+			b = append(b, `,"input":`...)
+			b = appendToolInput(b, blk.text.String())
+			b = append(b, '}')
+		case abi.KindToolResult:
+			b = appendToolResult(b, blk.name, blk.id, blk.result)
+		}
 	}
 	b = append(b, `],"stop_reason":`...)
-	b = appendJSONString(b, stopReason(c.finish))
+	b = appendJSONString(b, stopReason(e.reason))
 	b = append(b, `,"stop_sequence":null,"usage":`...)
-	b = appendAnthropicUsage(b, &c.usage)
+	b = appendAnthropicUsage(b, &e.usage)
 	return append(b, "}\n"...)
+}
+
+func toolUseType(server bool) string {
+	if server {
+		return "server_tool_use"
+	}
+	return "tool_use"
+}
+
+// appendToolResult appends the block of a server tool's result, such as
+// {"type":"web_search_tool_result","tool_use_id":…,"content":[…]}, its
+// content as the upstream sent it.
+func appendToolResult(b []byte, name, id, result string) []byte {
+	b = append(b, `{"type":`...)
+	b = appendJSONString(b, name+"_tool_result")
+	b = append(b, `,"tool_use_id":`...)
+	b = appendJSONString(b, id)
+	b = append(b, `,"content":`...)
+	if !json.Valid([]byte(result)) {
+		result = "null"
+	}
+	b = append(b, result...)
+	return append(b, '}')
 }
 
 // appendToolInput appends a tool call's input: its JSON when it is a JSON
