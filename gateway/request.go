@@ -130,7 +130,7 @@ func parseCommon(body []byte) (map[string]json.RawMessage, *chatRequest, error) 
 	if err := dec.Decode(&fields); err != nil {
 		return nil, nil, badRequest("", "the body is not a JSON object: %v", err)
 	}
-	if dec.More() {
+	if len(bytes.TrimSpace(body[dec.InputOffset():])) > 0 { // dec.More misses a stray '}' or ']'
 		return nil, nil, badRequest("", "the body has data after its JSON object")
 	}
 	if fields == nil {
