@@ -30,6 +30,9 @@ import (
 // every request that shares the State. When the model declares a
 // rate-limit scope ([RateLimitScoper]: the account and API key its limits
 // are counted on) every model of that scope is kept out until then too.
+// The request that heard the Retry-After still comes back when it said: a
+// retry rule that waits it out is not skipped, unless the model cools down
+// for longer than that.
 //
 // While a model cools down:
 //   - a request that would start on it (the base model, or a sticky
@@ -215,6 +218,24 @@ func (q *request) modelUsable(m Model, now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// waitsOut reports whether a retry of m that waits wait, the Retry-After
+// of the failure that cooled m, is sent once m's cooldown (and its scope's
+// block) is over. A Retry-After cools a model at once for every request,
+// but the request that heard it may come back when the server said: its
+// retry is not skipped as if m were cooling down. It takes no probe lease,
+// so another request may probe m at the same moment. A group's retry
+// picks a deployment afresh and is not exempt.
+func (q *request) waitsOut(m Model, wait time.Duration, now time.Time) bool {
+	if _, ok := m.(*DeploymentGroup); ok {
+		return false
+	}
+	i, ok := q.r.stateIdx[m.Key()]
+	if !ok {
+		return true
+	}
+	return q.coolOf(i, now.Add(wait)) != coolingDown
 }
 
 // coolStart returns the model a request that would start on m starts on:

@@ -210,3 +210,29 @@ func TestCooldown_Streams(t *testing.T) {
 	require.Equal(t, 2, failing.opened(), "the third stream starts on the good model")
 	require.Equal(t, 3, good.opened())
 }
+
+// A Retry-After cools its model for every request at once, but the request
+// that heard it still comes back when the server said: a retry rule that
+// waits out that Retry-After is not skipped, unless the model cools down
+// for longer than it (its Failures-th failure started a cooldown).
+func TestCooldown_RetryAfterRetryComesBackWhenTheServerSaid(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failures int
+		want     []string
+	}{
+		{"the Retry-After is the whole cooldown", 5, []string{"test/base", "test/base"}},
+		{"a longer cooldown than the Retry-After", 1, []string{"test/base", "test/fb"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			r := mustNew(t, base, clk.option(), WithRules(OnStatus(429).Retry(), Fallback(fb)),
+				WithCooldown(Cooldown{Failures: tc.failures, For: time.Minute}))
+			fn, log := script(statusRetryAfter(429, "Retry-After-Ms", "20"))
+			out, err := Do(context.Background(), r, fn)
+			require.NoError(t, err)
+			require.Equal(t, "ok from "+tc.want[1], out)
+			require.Equal(t, tc.want, models(*log))
+		})
+	}
+}

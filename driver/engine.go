@@ -342,11 +342,15 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 				slog.Int("condition", i), slog.Int("action", int(d.Action)))
 			continue
 		}
+		if rejectedAsIs(q.a) && sameModel(target, q.cur.logical()) && (rule == nil || rule.overrides.IsZero()) {
+			continue // a rejected request is never resent unchanged: as if the rule did not match
+		}
 		kc := q.count(target.Key())
 		if kc.attempts >= maxAttempts {
 			continue // exhausted: fall through to the next rule
 		}
-		if q.view != nil && !q.modelUsable(target, r.cfg.now()) {
+		if q.view != nil && !q.modelUsable(target, r.cfg.now()) &&
+			!(d.Action == abi.ActionRetry && d.UseRetryAfter && q.a.RetryAfter > 0 && q.waitsOut(target, q.a.RetryAfter, r.cfg.now())) {
 			continue // cooling down: as if exhausted
 		}
 		if len(q.records) >= r.cfg.maxAttempts {
@@ -381,6 +385,24 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 		return step{}, false, unknown
 	}
 	return step{}, false, nil
+}
+
+// rejectedAsIs reports whether a is a failure the model will repeat for
+// the same request: HTTP 400 (bad request), 404 (no such model or
+// endpoint), 413 (too large) and 422 (unprocessable) reject the request
+// itself, and 401 and 403 reject the credentials, none of which a resend
+// changes. A rule that would resend such a request unchanged to the model
+// that rejected it (a retry, or a switch to that same model, carrying no
+// overrides) is skipped as if it did not match, whatever its Match says:
+// the next rule decides, and a switch to another model is still allowed.
+// Overrides from [WithOnRetry] are computed after the choice and do not
+// exempt a rule; put the change on the rule ([Rule.Override]).
+func rejectedAsIs(a *abi.Attempt) bool {
+	switch a.Status {
+	case 400, 401, 403, 404, 413, 422:
+		return a.Class != abi.ClassNone
+	}
+	return false
 }
 
 // keepConditionErrs stores the condition failures of the latest judgement

@@ -350,3 +350,67 @@ func TestDo_UnknownModelIsNeverSilent(t *testing.T) {
 		require.ErrorIs(t, ok[0].Attempts[0].ConditionErr, boom)
 	})
 }
+
+// A request the model rejected (400, 401, 403, 404, 413, 422) is never
+// resent unchanged to that model, whatever rule asks for it: the rule is
+// skipped as if it did not match and the next one decides (here a switch
+// to fb, which is still allowed). A rule carrying overrides changes the
+// request and may retry it; retryable statuses retry as before.
+func TestRejectedRequestIsNeverResentUnchanged(t *testing.T) {
+	maxTokens := Overrides{MaxOutputTokens: 16}
+	retryCond := ConditionFunc(func(context.Context, *Attempt) (Decision, error) {
+		return Decision{Action: abi.ActionRetry, MaxAttempts: 3}, nil
+	})
+	kinds := []struct {
+		name string
+		rule Condition
+		// changes: the rule carries overrides, so its resend is not unchanged.
+		changes bool
+	}{
+		{"any error → retry", AnyError().Retry(), false},
+		{"its status → retry", nil, false}, // OnStatus(code).Retry(), built per status
+		{"retryable or not → retry", Or(Retryable(false), Retryable(true)).Retry().Attempts(3), false},
+		{"any error → switch to the same model", AnyError().Switch(base).Attempts(2), false},
+		{"a foreign condition → retry", retryCond, false},
+		{"any error → retry with overrides", AnyError().Retry().Override(maxTokens), true},
+	}
+	for _, code := range []int{400, 401, 403, 404, 413, 422, 408, 429, 500} {
+		rejected := code != 408 && code != 429 && code != 500
+		for _, k := range kinds {
+			t.Run(fmt.Sprintf("%d/%s", code, k.name), func(t *testing.T) {
+				rule := k.rule
+				if rule == nil {
+					rule = OnStatus(code).Retry()
+				}
+				r := mustNew(t, base, WithRules(rule, Fallback(fb)))
+				fn, log := script(status(code))
+				got, err := Do(context.Background(), r, fn)
+				if rejected && !k.changes {
+					require.Equal(t, []string{"test/base", "test/fb"}, models(*log), "resent unchanged to the model that rejected it")
+					require.NoError(t, err)
+					require.Equal(t, "ok from test/fb", got)
+					return
+				}
+				require.Equal(t, []string{"test/base", "test/base"}, models(*log), "the rule's resend")
+				require.NoError(t, err)
+				require.Equal(t, "ok from test/base", got)
+				if k.changes {
+					require.Equal(t, maxTokens, (*log)[1].Overrides)
+				}
+			})
+		}
+		t.Run(fmt.Sprintf("%d/no other rule", code), func(t *testing.T) {
+			r := mustNew(t, base, WithRules(AnyError().Retry()))
+			fn, log := script(status(code), status(code))
+			_, err := Do(context.Background(), r, fn)
+			if rejected {
+				require.Equal(t, []string{"test/base"}, models(*log))
+				var pe *ProviderError
+				require.ErrorAs(t, err, &pe, "the model's own rejection is the request's error")
+				require.Equal(t, code, pe.Status)
+			} else {
+				require.Equal(t, []string{"test/base", "test/base"}, models(*log))
+			}
+		})
+	}
+}

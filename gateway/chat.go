@@ -35,7 +35,8 @@ func onCommit(ctx context.Context, c driver.CommitInfo) {
 // accessLog is what one request's log record says (never prompt or
 // output text).
 type accessLog struct {
-	id         string
+	id         string // the answer's id (chatcmpl-…)
+	requestID  string // X-Request-Id: the client's, else id
 	route      string
 	model      string
 	stream     bool
@@ -54,13 +55,30 @@ type accessLog struct {
 func (g *Gateway) logAccess(ctx context.Context, r *http.Request, l *accessLog) {
 	g.metrics.request(l)
 	g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "request",
-		slog.String("id", l.id), slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.String("id", l.id), slog.String("request_id", l.requestID), slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.Int("status", l.status), slog.String("outcome", l.outcome),
 		slog.String("route", l.route), slog.String("model", l.model), slog.Bool("stream", l.stream),
 		slog.Int("attempts", l.attempts), slog.Int("fallbacks", l.fallbacks), slog.String("error_class", l.errClass),
 		slog.Duration("duration", time.Since(l.start)), slog.Duration("time_to_first_content", l.commitAt),
 		slog.Int("parts", l.parts), slog.Int64("input_tokens", l.inputToks), slog.Int64("output_tokens", l.outputToks),
 		slog.String("remote", r.RemoteAddr))
+}
+
+// maxRequestID caps a client's X-Request-Id.
+const maxRequestID = 128
+
+// requestID returns the client's X-Request-Id when it is 1 to 128 visible
+// ASCII characters (it goes into logs and upstream headers), else ours.
+func requestID(client, ours string) string {
+	if client == "" || len(client) > maxRequestID {
+		return ours
+	}
+	for i := 0; i < len(client); i++ {
+		if c := client[i]; c <= ' ' || c > '~' {
+			return ours
+		}
+	}
+	return client
 }
 
 func newID(prefix string) string {
@@ -76,6 +94,8 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) { g.serve(w, r, c
 // commit gate, then the answer relayed or collected in d's format.
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	l := &accessLog{id: d.newID(), start: time.Now()}
+	l.requestID = requestID(r.Header.Get("X-Request-Id"), l.id)
+	w.Header().Set("X-Request-Id", l.requestID) // on every answer; sent with the first byte, never before commit
 	defer g.logAccess(r.Context(), r, l)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
@@ -129,6 +149,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 		return
 	}
 	l.stream = cr.stream
+	if cr.req.Headers == nil {
+		cr.req.Headers = http.Header{}
+	}
+	cr.req.Headers.Set("X-Request-Id", l.requestID) // for the upstreams' logs
 	chain := make([]*route, 0, 1+len(cr.fallbacks))
 	for i, name := range append([]string{cr.model}, cr.fallbacks...) {
 		rt := gen.routes[name]
@@ -179,7 +203,6 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	l.model, l.attempts = gen.name(st.committed), prior+st.attempts
 	w.Header().Set("X-Retryhost-Model", l.model)
 	w.Header().Set("X-Retryhost-Attempts", strconv.Itoa(l.attempts))
-	w.Header().Set("X-Request-Id", l.id)
 	enc := d.encoder(l.id, l.model, cr)
 	if cr.stream {
 		g.relay(ctx, w, l, s, enc)
@@ -238,7 +261,6 @@ func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, d door, l *ac
 	if e.retryAfter != "" {
 		w.Header().Set("Retry-After", e.retryAfter)
 	}
-	w.Header().Set("X-Request-Id", l.id)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.status)
 	_, _ = w.Write(e.body(d))
@@ -282,6 +304,10 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			buf = enc.appendErrorEvent(buf, &e)
 			send()
 			return
+		}
+		if p.Kind == abi.KindRaw {
+			enc.raw(&p)
+			continue
 		}
 		l.parts++
 		upstreamModel(w, &p)
@@ -344,6 +370,10 @@ func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, d door, l 
 			g.fail(ctx, w, d, l, err)
 			l.outcome = "truncated"
 			return
+		}
+		if p.Kind == abi.KindRaw {
+			enc.raw(&p)
+			continue
 		}
 		l.parts++
 		upstreamModel(w, &p)

@@ -13,7 +13,8 @@
 //
 //	POST /v1/chat/completions   streaming (SSE) and not; "model" names a route (a model of the policy)
 //	POST /v1/messages           Anthropic's Messages API, the same rules in Anthropic's format
-//	GET  /v1/models             the routes
+//	GET  /v1/models             the routes (owned_by: the provider; created: when the policy was loaded)
+//	GET  /metrics               Prometheus (WithMetrics adds the caller's collectors)
 //	GET  /healthz               200 while the process serves
 //	GET  /readyz                200 when a policy is loaded and the gateway is not draining
 //
@@ -60,7 +61,25 @@
 // Every response names, in its "model" field, the route of the model that
 // answered; the header X-Retryhost-Model says it too,
 // X-Retryhost-Attempts how many attempts the answer took, and
-// X-Retryhost-Upstream-Model the model id the upstream reported.
+// X-Retryhost-Upstream-Model the model id the upstream reported. A
+// client's X-Request-Id (1-128 visible ASCII characters, else the answer's
+// id) is echoed, logged and sent upstream.
+//
+// # Responses
+//
+// From an OpenAI-compatible upstream, and in a policy without transforms,
+// the answer carries back the fields the driver does not model:
+// system_fingerprint, service_tier and each content delta's logprobs (see
+// policy.Options.RawChunks); a refusal after content is a refusal delta.
+// With transforms these three are not carried (logprobs are null).
+//
+// # Defaults for the policy
+//
+// A policy with no backoff.delay retries after 1 s, doubling to 8 s, with
+// equal jitter (a switch to another model does not wait); one with no
+// cooldown and a rule that switches models cools a model down for 10 s
+// after 5 consecutive counted failures (policy.Options.DefaultBackoff and
+// DefaultCooldown, which the caller may set instead).
 //
 // A Gateway is safe for concurrent use.
 //

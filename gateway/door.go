@@ -29,6 +29,9 @@ type door interface {
 // An encoder writes one committed answer in a door's format: a stream's
 // events, or the whole answer at once.
 type encoder interface {
+	// raw reads a raw provider chunk (KindRaw: fields the driver does not
+	// carry), which goes out with the parts mapped from it.
+	raw(p *abi.Part)
 	// appendPart appends the events p maps to (often none).
 	appendPart(b []byte, p *abi.Part) []byte
 	// appendEnd appends what ends a complete stream (the usage it carries
@@ -93,7 +96,14 @@ func (e *chunkEncoder) appendEnd(b []byte, u *abi.Usage) []byte {
 	return append(b, "data: [DONE]\n\n"...)
 }
 
-func (e *chunkEncoder) collect(p *abi.Part) { e.acc.add(p) }
+func (e *chunkEncoder) raw(p *abi.Part) { e.up.raw(p) }
+
+func (e *chunkEncoder) collect(p *abi.Part) {
+	if p.Kind == abi.KindTextDelta && p.Delta != "" {
+		e.up.take(p) // the delta's logprobs, for the whole answer's
+	}
+	e.acc.add(p)
+}
 
 func (e *chunkEncoder) appendAnswer(b []byte) []byte { return e.appendCompletion(b, &e.acc) }
 

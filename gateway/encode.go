@@ -23,6 +23,8 @@ type chunkEncoder struct {
 	roleSent bool
 	tools    map[string]int // tool call id → its index in tool_calls
 	finished bool
+	up       rawFields // the upstream's fields the driver does not carry
+	lp       string    // the logprobs of the delta being written (JSON), "" for null
 }
 
 // head appends a chunk's opening up to the choices.
@@ -33,7 +35,7 @@ func (e *chunkEncoder) head(b []byte) []byte {
 	b = strconv.AppendInt(b, e.created, 10)
 	b = append(b, `,"model":`...)
 	b = appendJSONString(b, e.model)
-	return b
+	return e.up.appendTop(b)
 }
 
 // delta appends a chunk with one choice whose delta holds the JSON members
@@ -46,7 +48,10 @@ func (e *chunkEncoder) delta(b []byte, fields func([]byte) []byte) []byte {
 		b = append(b, `"role":"assistant",`...)
 	}
 	b = fields(b)
-	b = append(b, `},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+	b = append(b, `},"logprobs":`...)
+	b = appendLogprobs(b, e.lp)
+	e.lp = ""
+	b = append(b, `,"finish_reason":null}]}`+"\n\n"...)
 	return b
 }
 
@@ -58,8 +63,13 @@ func (e *chunkEncoder) appendPart(b []byte, p *abi.Part) []byte {
 		if p.Delta == "" {
 			return b
 		}
+		e.lp = e.up.take(p)
+		field := `"content":`
+		if p.ID == refusalBlock {
+			field = `"refusal":`
+		}
 		return e.delta(b, func(b []byte) []byte {
-			b = append(b, `"content":`...)
+			b = append(b, field...)
 			return appendJSONString(b, p.Delta)
 		})
 	case abi.KindReasoningDelta:
@@ -180,6 +190,7 @@ func finishString(r abi.FinishReason) string {
 // completion accumulates a committed stream into one answer.
 type completion struct {
 	text, reasoning strings.Builder
+	refusal         strings.Builder
 	calls           []toolCall
 	finish          abi.FinishReason
 	usage           abi.Usage
@@ -204,7 +215,11 @@ func (c *completion) call(id string) *toolCall {
 func (c *completion) add(p *abi.Part) {
 	switch p.Kind {
 	case abi.KindTextDelta:
-		c.text.WriteString(p.Delta)
+		if p.ID == refusalBlock {
+			c.refusal.WriteString(p.Delta)
+		} else {
+			c.text.WriteString(p.Delta)
+		}
 	case abi.KindReasoningDelta:
 		c.reasoning.WriteString(p.Delta)
 	case abi.KindToolInputStart:
@@ -237,6 +252,7 @@ func (e *chunkEncoder) appendCompletion(b []byte, c *completion) []byte {
 	b = strconv.AppendInt(b, e.created, 10)
 	b = append(b, `,"model":`...)
 	b = appendJSONString(b, e.model)
+	b = e.up.appendTop(b)
 	b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
 	if c.text.Len() == 0 && len(c.calls) > 0 {
 		b = append(b, "null"...)
@@ -247,7 +263,12 @@ func (e *chunkEncoder) appendCompletion(b []byte, c *completion) []byte {
 		b = append(b, `,"reasoning_content":`...)
 		b = appendJSONString(b, c.reasoning.String())
 	}
-	b = append(b, `,"refusal":null`...)
+	if c.refusal.Len() > 0 {
+		b = append(b, `,"refusal":`...)
+		b = appendJSONString(b, c.refusal.String())
+	} else {
+		b = append(b, `,"refusal":null`...)
+	}
 	if len(c.calls) > 0 {
 		b = append(b, `,"tool_calls":[`...)
 		for i := range c.calls {
@@ -265,7 +286,9 @@ func (e *chunkEncoder) appendCompletion(b []byte, c *completion) []byte {
 		}
 		b = append(b, ']')
 	}
-	b = append(b, `},"logprobs":null,"finish_reason":`...)
+	b = append(b, `},"logprobs":`...)
+	b = e.up.appendAll(b)
+	b = append(b, `,"finish_reason":`...)
 	b = appendJSONString(b, finishString(c.finish))
 	b = append(b, `}],"usage":`...)
 	b = appendUsageJSON(b, &c.usage)

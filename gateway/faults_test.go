@@ -356,7 +356,7 @@ func TestOutageCooldownAndRecovery(t *testing.T) {
 // budget: it gets a 504 (streaming or not), and the gateway stays healthy.
 func TestSilentUpstreamsBoundedByBudget(t *testing.T) {
 	r := newRig(t, `"rules": [{"when": {"class": ["timeout"]}, "action": "retry", "attempts": 100}],
-		"deadlines": {"first_content": "300ms", "budget": "1s"}`)
+		"deadlines": {"first_content": "300ms", "budget": "1s"}, "backoff": {"delay": "50ms"}`)
 	silent := make(chan struct{})
 	defer close(silent)
 	for _, u := range r.up {

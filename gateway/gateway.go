@@ -10,10 +10,13 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/policy"
@@ -51,6 +54,21 @@ func Bytes(name string, data []byte, opts policy.Options) Source {
 	}}
 }
 
+// defaultBackoff is the backoff of a policy that gives no backoff.delay
+// (policy.Options.DefaultBackoff; RATIONALE.md, "Why does the gateway
+// default to a backoff and a cooldown?"): 1 s, doubling, up to 8 s, with
+// equal jitter. Each wait is at least half its nominal value, so a model
+// retried without Retry-After sees at most 2 attempts in any 1.5 s and 4 in
+// any 3 s; full jitter could draw two near-zero waits in a row.
+var defaultBackoff = driver.Backoff{Delay: time.Second, Factor: 2, MaxDelay: 8 * time.Second, Jitter: driver.JitterEqual}
+
+// defaultCooldown is the cooldown of a policy with no "cooldown" and a
+// rule that switches models (policy.Options.DefaultCooldown): 5
+// consecutive timeouts, rate limits, overloads, 5xx or network errors on a
+// model take it out of rotation for 10 s (or its longer Retry-After),
+// then one request probes it.
+var defaultCooldown = driver.Cooldown{Failures: 5, For: 10 * time.Second}
+
 // Option configures a Gateway.
 type Option func(*config) error
 
@@ -65,6 +83,8 @@ type config struct {
 	logger          *slog.Logger
 	retryAfterBusy  time.Duration
 	httpClientGiven bool
+	pluginPoll      time.Duration
+	collectors      []prometheus.Collector
 }
 
 // WithAPIKeys makes every endpoint but /healthz and /readyz require one of
@@ -174,6 +194,24 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithMetrics registers more Prometheus collectors in the gateway's own
+// registry, served on /metrics beside its series: for example the calls
+// into the policy's Wasm plugins, counted by a host.Observer the caller
+// installs through policy.Options.HostOptions (as retryhost serve does;
+// the gateway does not see the Wasm host). A collector that clashes with
+// another is an error from New. Default: none.
+func WithMetrics(cs ...prometheus.Collector) Option {
+	return func(c *config) error {
+		for i, x := range cs {
+			if x == nil {
+				return fmt.Errorf("gateway: metrics collector %d is nil", i)
+			}
+		}
+		c.collectors = append(c.collectors, cs...)
+		return nil
+	}
+}
+
 // Gateway is the OpenAI-compatible fail-over gateway, an http.Handler. Build
 // it with [New]; Close it to release its policy. It is safe for concurrent
 // use.
@@ -195,6 +233,8 @@ type Gateway struct {
 	inflight sync.WaitGroup
 	stopCtx  context.Context // done when in-flight requests must end (drain deadline, Close)
 	stop     context.CancelCauseFunc
+
+	poller pluginPoller // follows the policy's tagged plugins (WithPluginPoll)
 }
 
 // New loads src's policy and returns the gateway serving it. Every policy
@@ -206,7 +246,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g := &Gateway{src: src, cfg: config{
 		maxBody: 8 << 20, maxConcurrent: 1024, upstreamConns: 256,
 		headerTimeout: 60 * time.Second, writeTimeout: 30 * time.Second, readTimeout: 30 * time.Second,
-		retryAfterBusy: time.Second,
+		retryAfterBusy: time.Second, pluginPoll: defaultPluginPoll,
 	}, stats: &stats{}}
 	g.stats.cur = g.cur.Load
 	g.metrics = newMetrics(g.stats)
@@ -220,6 +260,11 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	}
 	if g.cfg.logger == nil {
 		g.cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	for _, c := range g.cfg.collectors {
+		if err := g.metrics.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("gateway: WithMetrics: %w", err)
+		}
 	}
 	if src.opts.HTTPClient == nil {
 		g.client = &http.Client{Transport: &http.Transport{
@@ -244,6 +289,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		return nil, err
 	}
 	g.cur.Store(gen)
+	g.startPoll(gen)
 	g.mux = http.NewServeMux()
 	g.mux.HandleFunc("/v1/chat/completions", g.authed(chatDoor{}, g.chat))
 	g.mux.HandleFunc("/v1/messages", g.authed(messagesDoor{}, g.messages))
@@ -279,6 +325,7 @@ func (g *Gateway) Reload(ctx context.Context) error {
 		return err
 	}
 	g.cur.Swap(gen).release() // closes it after its last request
+	g.startPoll(gen)
 	g.stats.reloads.Add(1)
 	g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "policy reloaded", slog.String("source", g.src.name),
 		slog.Int("routes", len(gen.names)))
@@ -311,6 +358,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 // waits for them, then releases the policy and the upstream connections.
 // The Gateway serves nothing after it.
 func (g *Gateway) Close(ctx context.Context) error {
+	g.stopPoll()
 	g.mu.Lock()
 	g.draining = true
 	g.mu.Unlock()
@@ -352,6 +400,7 @@ type generation struct {
 	// anthropic are those of its Anthropic models, which get the
 	// Messages door's fields.
 	anthropic []string
+	created   int64 // when the policy was loaded (Unix seconds), for /v1/models
 
 	refs   atomic.Int64
 	closed sync.Once
@@ -359,8 +408,9 @@ type generation struct {
 }
 
 type route struct {
-	name  string
-	model driver.Model
+	name    string
+	model   driver.Model
+	ownedBy string // the provider behind the route, for /v1/models
 }
 
 func (g *Gateway) load(ctx context.Context) (*generation, error) {
@@ -370,19 +420,23 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	if o.HTTPClient == nil {
 		o.HTTPClient = g.client
 	}
+	o.RawChunks = true // logprobs, system_fingerprint, service_tier (rawfields.go)
+	if o.DefaultBackoff == nil {
+		o.DefaultBackoff = &defaultBackoff
+	}
+	if o.DefaultCooldown == nil {
+		o.DefaultCooldown = &defaultCooldown
+	}
 	p, err := g.src.load(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}}
+	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}, created: time.Now().Unix()}
 	// A provider name whose models all speak Chat Completions gets the
 	// forwarded fields; one shared with a Responses API model does not
 	// (ProviderOptions are keyed by provider name, not by model).
 	chat, anth := map[string]bool{}, map[string]bool{}
 	for name, m := range p.Models {
-		gen.routes[name] = &route{name: name, model: m}
-		gen.byKey[m] = name
-		gen.names = append(gen.names, name)
 		inner := m
 		for {
 			u, ok := inner.(interface{ Unwrap() driver.Model })
@@ -391,6 +445,13 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 			}
 			inner = u.Unwrap()
 		}
+		owner := "retryhost" // a group, or a model bound in code without a provider
+		if _, ok := inner.(driver.Described); ok {
+			owner, _ = driver.Describe(inner)
+		}
+		gen.routes[name] = &route{name: name, model: m, ownedBy: owner}
+		gen.byKey[m] = name
+		gen.names = append(gen.names, name)
 		if om, ok := inner.(*openai.Model); ok {
 			ok, seen := chat[om.Provider()]
 			chat[om.Provider()] = (ok || !seen) && !om.ResponsesAPI()
@@ -527,7 +588,11 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 		}
 		b = append(b, `{"id":`...)
 		b = appendJSONString(b, n)
-		b = append(b, `,"object":"model","created":0,"owned_by":"retryhost"}`...)
+		b = append(b, `,"object":"model","created":`...)
+		b = strconv.AppendInt(b, gen.created, 10)
+		b = append(b, `,"owned_by":`...)
+		b = appendJSONString(b, gen.routes[n].ownedBy)
+		b = append(b, '}')
 	}
 	b = append(b, "]}\n"...)
 	w.Header().Set("Content-Type", "application/json")

@@ -147,6 +147,10 @@ func emptyToolUse(id string, t *abi.ToolInfo) func([]byte) []byte {
 	}
 }
 
+// raw: an Anthropic upstream's raw events carry nothing this encoder
+// relays yet (thinking signatures: gateway/TODO.md).
+func (e *messagesEncoder) raw(*abi.Part) {}
+
 func (e *messagesEncoder) appendPart(b []byte, p *abi.Part) []byte {
 	var idx int
 	switch p.Kind {

@@ -36,6 +36,8 @@ type act struct {
 	noFinish   bool            // after the chunks, end cleanly but without finish or [DONE]
 	finish     string          // default "stop" (OpenAI), "end_turn" (Anthropic)
 	eol        string          // line endings: default LF; "\r" or "\r\n"
+	logprobs   bool            // each content chunk carries logprobs for its text (one token)
+	tier       string          // service_tier in every chunk
 	// transcript replays a recorded response of the repo's wire fixtures
 	// (testdata/wire/<provider>/<name>.json: status, headers, body or
 	// events) instead of the fields above, but hold.
@@ -160,14 +162,19 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	id := "chatcmpl-" + u.name
-	chunk := func(delta, finish string) string {
+	chunkLP := func(delta, finish, logprobs string) string {
 		f := "null"
 		if finish != "" {
 			f = `"` + finish + `"`
 		}
-		return fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1764374400,"model":%q,"system_fingerprint":"fp_%s","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]}`+"\n\n",
-			id, "up-"+u.name, u.name, delta, f)
+		tier := ""
+		if a.tier != "" {
+			tier = `"service_tier":"` + a.tier + `",`
+		}
+		return fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1764374400,"model":%q,%s"system_fingerprint":"fp_%s","choices":[{"index":0,"delta":%s,"logprobs":%s,"finish_reason":%s}]}`+"\n\n",
+			id, "up-"+u.name, tier, u.name, delta, logprobs, f)
 	}
+	chunk := func(delta, finish string) string { return chunkLP(delta, finish, "null") }
 	out := sse{w: w, eol: a.eol}
 	send := out.send
 	if a.preamble && !send(chunk(`{"role":"assistant","content":""}`, "")) {
@@ -186,7 +193,11 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		text, _ := json.Marshal(c)
-		if !send(chunk(`{"content":`+string(text)+`}`, "")) {
+		lp := "null"
+		if a.logprobs {
+			lp = fmt.Sprintf(`{"content":[{"token":%s,"logprob":-0.%d,"bytes":null,"top_logprobs":[]}],"refusal":null}`, text, i+1)
+		}
+		if !send(chunkLP(`{"content":`+string(text)+`}`, "", lp)) {
 			return
 		}
 	}

@@ -33,13 +33,33 @@ type PluginCall struct {
 }
 
 // WithObserver installs o to receive every plugin call (see [Observer]).
+// Observers compose: each WithObserver adds one, and every call reaches
+// them all, in the order they were given, so a library that adds its own
+// (a gateway's metrics) never displaces the caller's (OpenTelemetry).
 // Default: none, which costs one nil check per call. A nil o is ignored.
 func WithObserver(o Observer) Option {
 	return optionFunc(func(c *config) {
-		if o != nil {
+		if o == nil {
+			return
+		}
+		switch prev := c.observer.(type) {
+		case nil:
 			c.observer = o
+		case observers:
+			c.observer = append(prev[:len(prev):len(prev)], o)
+		default:
+			c.observer = observers{prev, o}
 		}
 	})
+}
+
+// observers is several observers installed with WithObserver.
+type observers []Observer
+
+func (os observers) PluginCall(ctx context.Context, c PluginCall) {
+	for _, o := range os {
+		o.PluginCall(ctx, c)
+	}
 }
 
 var failureNames = []struct {

@@ -126,3 +126,19 @@ func TestObserver_unsetAllocatesNothing(t *testing.T) {
 	body := testing.AllocsPerRun(50, func() { _, _ = st.(*stream).part(ctx, &part) })
 	require.Equal(t, body, hooked)
 }
+
+// TestObserver_compose: a second WithObserver adds to the first instead of
+// replacing it (a gateway's metrics beside the caller's telemetry), and a
+// nil one is ignored.
+func TestObserver_compose(t *testing.T) {
+	ctx := context.Background()
+	var a, b, c callLog
+	rt := newRuntime(t, WithObserver(&a), WithObserver(nil), WithObserver(&b), WithObserver(&c))
+	p, err := rt.Load(ctx, "p", fixture(t, "upper"))
+	require.NoError(t, err)
+	require.NoError(t, run(ctx, p, 1, []abi.Part{{Kind: abi.KindTextDelta, ID: "t0", Delta: "hi"}}).fail)
+	want := []string{"p open ", "p part ", "p end "}
+	require.Equal(t, want, a.get())
+	require.Equal(t, want, b.get())
+	require.Equal(t, want, c.get())
+}

@@ -1,9 +1,14 @@
 package oci
 
 import (
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 )
@@ -14,6 +19,18 @@ import (
 // in any process sees a whole entry or none, and two processes writing the
 // same digest write the same bytes. Every read is verified against its
 // digest; a damaged entry is ignored (and replaced by the next pull).
+//
+// The cache is bounded by Limits.CacheBytes: an entry's modification time
+// is its last use (set on write and on every hit), and after a write the
+// least recently used entries go until the rest fits. Replicas sharing the
+// directory may remove each other's entries; that costs a pull, never a
+// wrong module: an open entry stays readable, a missing one is pulled
+// again.
+
+// tmpMaxAge is how old a temporary file must be before a trim removes it:
+// one a process left behind when it died mid-write. A live write takes
+// well under it.
+const tmpMaxAge = time.Hour
 
 // path is only called with validated sha256 digests (64 hex digits), so
 // it never leaves the cache directory.
@@ -21,9 +38,11 @@ func (c *Client) path(d digest.Digest) string {
 	return filepath.Join(c.cfg.cacheDir, string(d.Algorithm()), d.Encoded())
 }
 
-// cached returns the verified entry for d, at most max bytes.
+// cached returns the verified entry for d, at most max bytes, and marks it
+// used.
 func (c *Client) cached(d digest.Digest, max int64) ([]byte, bool) {
-	f, err := os.Open(c.path(d))
+	path := c.path(d)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, false
 	}
@@ -35,15 +54,19 @@ func (c *Client) cached(d digest.Digest, max int64) ([]byte, bool) {
 		}
 		return nil, false
 	}
+	now := time.Now()
+	_ = os.Chtimes(path, now, now) // best effort: a read-only cache still serves
 	return b, true
 }
 
-// store writes b under d; a failure is logged, not returned: the cache
-// only saves a pull.
+// store writes b under d, then trims the cache; a failure is logged, not
+// returned: the cache only saves a pull.
 func (c *Client) store(d digest.Digest, b []byte) {
 	if err := c.write(d, b); err != nil {
 		c.cfg.logger.Warn("oci: cannot cache", "digest", d.String(), "error", err)
+		return
 	}
+	c.trim(d)
 }
 
 func (c *Client) write(d digest.Digest, b []byte) error {
@@ -65,10 +88,68 @@ func (c *Client) write(d digest.Digest, b []byte) error {
 		err = cerr
 	}
 	if err == nil {
+		// The file system's clock can be coarser than time.Now, which
+		// marks a hit: stamp the write with the same clock.
+		now := time.Now()
+		err = os.Chtimes(tmp, now, now)
+	}
+	if err == nil {
 		err = os.Rename(tmp, dst)
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
 	}
 	return err
+}
+
+// trim removes the least recently used entries until the cache fits
+// Limits.CacheBytes, keeping keep (the entry just written), and
+// temporary files older than tmpMaxAge.
+func (c *Client) trim(keep digest.Digest) {
+	dir := filepath.Join(c.cfg.cacheDir, string(digest.SHA256))
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	type entry struct {
+		name string
+		size int64
+		used time.Time
+	}
+	var entries []entry
+	var total int64
+	for _, de := range des {
+		fi, err := de.Info()
+		if err != nil || !fi.Mode().IsRegular() {
+			continue // removed by another replica meanwhile, or not ours
+		}
+		if strings.HasPrefix(de.Name(), ".tmp-") {
+			if time.Since(fi.ModTime()) > tmpMaxAge {
+				_ = os.Remove(filepath.Join(dir, de.Name()))
+			}
+			continue
+		}
+		total += fi.Size()
+		if de.Name() != keep.Encoded() {
+			entries = append(entries, entry{de.Name(), fi.Size(), fi.ModTime()})
+		}
+	}
+	if total <= c.cfg.limits.CacheBytes {
+		return
+	}
+	slices.SortFunc(entries, func(a, b entry) int {
+		if c := a.used.Compare(b.used); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	for _, e := range entries {
+		if total <= c.cfg.limits.CacheBytes {
+			break
+		}
+		if err := os.Remove(filepath.Join(dir, e.name)); err == nil || errors.Is(err, fs.ErrNotExist) {
+			total -= e.size
+		}
+	}
+	c.cfg.logger.Debug("oci: cache trimmed", "bytes", total, "limit", c.cfg.limits.CacheBytes)
 }

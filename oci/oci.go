@@ -93,12 +93,18 @@ type Limits struct {
 	LayerBytes int64
 	// Timeout bounds one pull or push, resolve included. Default 60s.
 	Timeout time.Duration
+	// CacheBytes caps the cache directory: after an entry is written, the
+	// least recently used entries are removed until the cache fits (never
+	// the entry just written). A removed entry is pulled again when next
+	// needed, so only a pinned reference whose entry was removed needs the
+	// registry to start. Default 512 MiB.
+	CacheBytes int64
 }
 
 // DefaultLimits returns the limits a [Client] applies unless [WithLimits]
 // says otherwise.
 func DefaultLimits() Limits {
-	return Limits{ManifestBytes: 256 << 10, LayerBytes: 16 << 20, Timeout: time.Minute}
+	return Limits{ManifestBytes: 256 << 10, LayerBytes: 16 << 20, Timeout: time.Minute, CacheBytes: 512 << 20}
 }
 
 // An Option configures a [Client].
@@ -141,6 +147,9 @@ func WithLimits(l Limits) Option {
 		}
 		if l.Timeout <= 0 {
 			l.Timeout = d.Timeout
+		}
+		if l.CacheBytes <= 0 {
+			l.CacheBytes = d.CacheBytes
 		}
 		c.limits = l
 	}

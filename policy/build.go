@@ -29,6 +29,10 @@ type builder struct {
 	opts   Options
 	p      *Policy
 	sb     *SandboxSpec
+	// retryDelay is Options.DefaultBackoff's delay when the file gives no
+	// backoff.delay: the wait of a retry that names none.
+	retryDelay time.Duration
+	raw        bool // Options.RawChunks, in a file without transforms
 }
 
 func (b *builder) errf(path, format string, args ...any) error {
@@ -49,6 +53,7 @@ func (b *builder) build(ctx context.Context, f *File) error {
 	if len(f.Models) == 0 {
 		return b.errf("models", "at least one model is required (the first is the base model)")
 	}
+	b.raw = b.opts.RawChunks && len(f.Transforms) == 0 // see Options.RawChunks
 	for i := range f.Models {
 		if err := b.model(i, &f.Models[i]); err != nil {
 			return err
@@ -63,6 +68,9 @@ func (b *builder) build(ctx context.Context, f *File) error {
 		groups = append(groups, g)
 	}
 	b.sb = &f.Sandbox
+	if d := b.opts.DefaultBackoff; d != nil && !b.doc.Has(b.path("backoff.delay")) {
+		b.retryDelay = d.Delay
+	}
 	var ropts []driver.Option
 	for i := range f.Rules {
 		c, err := b.rule(ctx, i, &f.Rules[i])
@@ -139,6 +147,21 @@ func (b *builder) build(ctx context.Context, f *File) error {
 	default:
 		return b.errf("backoff.jitter", "unknown jitter %q (want none, full or equal)", f.Backoff.Jitter)
 	}
+	if d := b.opts.DefaultBackoff; d != nil && !b.doc.Has(b.path("backoff.delay")) {
+		// No delay in the file: retries wait the default's delay (set on
+		// each retry rule, so that a switch to another model does not
+		// wait), grown, capped and jittered as the file says, else as the
+		// default does.
+		if f.Backoff.Factor == 0 {
+			bo.Factor = d.Factor
+		}
+		if f.Backoff.MaxDelay == nil {
+			bo.MaxDelay = d.MaxDelay
+		}
+		if f.Backoff.Jitter == "" {
+			bo.Jitter = d.Jitter
+		}
+	}
 	ropts = append(ropts, driver.WithBackoff(bo))
 	if b.doc.Has(b.path("max_attempts")) {
 		if f.MaxAttempts < 1 {
@@ -172,6 +195,8 @@ func (b *builder) build(ctx context.Context, f *File) error {
 			c.When = m
 		}
 		ropts = append(ropts, driver.WithCooldown(c))
+	} else if d := b.opts.DefaultCooldown; d != nil && !b.doc.Has(b.path("cooldown")) && switchesModel(f.Rules) {
+		ropts = append(ropts, driver.WithCooldown(*d))
 	}
 	if rb := f.RetryBudget; rb != nil {
 		bud := driver.RetryBudget{Percent: driver.DefaultBudgetPercent, MinRetries: driver.DefaultBudgetMinRetries}
@@ -423,7 +448,7 @@ func (b *builder) model(i int, m *ModelSpec) error {
 	model, err := factory(providers.Spec{
 		Key: m.Name, Provider: m.Provider, Model: m.Model, BaseURL: baseURL, APIKey: key,
 		Headers: m.Headers, Params: m.Params, Deployment: m.Deployment, APIVersion: m.APIVersion,
-		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient,
+		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient, RawChunks: b.raw,
 	})
 	if err != nil {
 		return b.errf(at, "%v", err)
@@ -506,6 +531,9 @@ func (b *builder) rule(ctx context.Context, i int, rs *RuleSpec) (driver.Conditi
 			if err := b.noActionFields(at, rs); err != nil {
 				return nil, err
 			}
+			if b.retryDelay > 0 {
+				return &retryFloor{plugin: p, delay: b.retryDelay}, nil
+			}
 			return p, nil
 		}
 		r, err := b.action(at, rs, driver.And()) // the plugin is the matcher
@@ -572,6 +600,8 @@ func (b *builder) action(at string, rs *RuleSpec, m driver.Match) (*driver.Rule,
 	}
 	if rs.Delay != nil {
 		r = r.Delay(dur(rs.Delay))
+	} else if rs.Action == "retry" && b.retryDelay > 0 {
+		r = r.Delay(b.retryDelay)
 	}
 	if b.doc.Has(b.path(at + ".backoff")) {
 		if !(rs.Backoff >= 1) {
@@ -719,6 +749,9 @@ func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.
 	if n := btoi(ps.Path != "") + btoi(ps.Builtin != "") + btoi(ps.OCI != ""); n != 1 {
 		return nil, b.errf(at, "give exactly one of path, builtin or oci")
 	}
+	if ps.FollowTag && ps.OCI == "" {
+		return nil, b.errf(at+".follow_tag", "follow_tag applies to an oci reference only")
+	}
 	var lo []host.LoadOption
 	if ps.SHA256 != "" {
 		if len(ps.SHA256) != 64 || strings.Trim(strings.ToLower(ps.SHA256), "0123456789abcdef") != "" {
@@ -751,12 +784,9 @@ func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.
 			return nil, b.errf(at+".builtin", "unknown built-in plugin %q", ps.Builtin)
 		}
 	} else if ps.OCI != "" {
-		if b.opts.OCI == nil {
-			return nil, b.errf(at+".oci", "an oci plugin needs Options.OCI (package oci)")
-		}
-		sum, mod, err := b.opts.OCI(ps.OCI).Fetch(ctx, "")
+		sum, mod, err := b.ociModule(ctx, at, ps)
 		if err != nil {
-			return nil, b.errf(at+".oci", "%v", err)
+			return nil, err
 		}
 		if ps.SHA256 != "" && !strings.EqualFold(ps.SHA256, sum) {
 			return nil, b.errf(at+".sha256", "the module behind %s has sha256 %s", ps.OCI, sum)
@@ -892,6 +922,25 @@ func (g *gated) Decide(ctx context.Context, a *driver.Attempt) (driver.Decision,
 // FailPolicy is the plugin's.
 func (g *gated) FailPolicy() abi.FailPolicy { return g.plugin.FailPolicy() }
 
+// retryFloor is a plugin condition that decides its own action, in a
+// policy with a default backoff (Options.DefaultBackoff): a retry it
+// decides without a delay waits the default's.
+type retryFloor struct {
+	plugin *host.Plugin
+	delay  time.Duration
+}
+
+func (r *retryFloor) Decide(ctx context.Context, a *driver.Attempt) (driver.Decision, error) {
+	d, err := r.plugin.Decide(ctx, a)
+	if err == nil && d.Action == abi.ActionRetry && d.Delay == 0 {
+		d.Delay = r.delay
+	}
+	return d, err
+}
+
+// FailPolicy is the plugin's.
+func (r *retryFloor) FailPolicy() abi.FailPolicy { return r.plugin.FailPolicy() }
+
 func btoi(b bool) int {
 	if b {
 		return 1
@@ -963,4 +1012,48 @@ func (b *builder) state(ss *StateSpec) (driver.Option, error) {
 	b.p.closers = append(b.p.closers, st.Close)
 	b.p.stats = st.Stats
 	return st.Option, nil
+}
+
+// ociModule fetches the module behind an "oci" plugin. A reference is
+// fetched once per load, so two plugins naming the same tag get the same
+// module even if the tag moves during the load. A tag needs follow_tag,
+// and is then recorded for Policy.Moved.
+func (b *builder) ociModule(ctx context.Context, at string, ps *PluginSpec) (string, []byte, error) {
+	tag := !strings.Contains(ps.OCI, "@")
+	switch {
+	case tag && !ps.FollowTag:
+		return "", nil, b.errf(at+".oci", "%s names a tag, not a digest: pin it (…@sha256:…), or set \"follow_tag\": true to follow the tag", ps.OCI)
+	case !tag && ps.FollowTag:
+		return "", nil, b.errf(at+".follow_tag", "%s is pinned by digest, which never moves: follow_tag needs a tag", ps.OCI)
+	case tag && ps.SHA256 != "":
+		return "", nil, b.errf(at+".sha256", "a followed tag's module changes: pin a digest (…@sha256:…) instead of sha256")
+	case b.opts.OCI == nil:
+		return "", nil, b.errf(at+".oci", "an oci plugin needs Options.OCI (package oci)")
+	}
+	for _, f := range b.p.fetched {
+		if f.ref == ps.OCI {
+			return f.sum, f.wasm, nil
+		}
+	}
+	src := b.opts.OCI(ps.OCI)
+	sum, wasm, err := src.Fetch(ctx, "")
+	if err != nil {
+		return "", nil, b.errf(at+".oci", "%v", err)
+	}
+	b.p.fetched = append(b.p.fetched, fetched{ref: ps.OCI, src: src, sum: sum, wasm: wasm, tag: tag})
+	return sum, wasm, nil
+}
+
+// switchesModel reports whether a rule may move a request to another
+// model: a switch rule, or a plugin rule that decides its own action. A
+// policy without one has nowhere to send a request while its model cools
+// down, so a default cooldown would only reroute it to a model no rule
+// names.
+func switchesModel(rules []RuleSpec) bool {
+	for _, r := range rules {
+		if r.Action == "switch" || (r.Plugin != nil && r.Action == "") {
+			return true
+		}
+	}
+	return false
 }

@@ -345,3 +345,78 @@ func TestHedgeFromTheFile(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, tc.hedge)
 	}
 }
+
+// TestDefaultBackoff: Options.DefaultBackoff is the retries' backoff in a
+// file without backoff.delay (the fields the file does give win; a switch
+// does not wait), and never in a file that sets a delay, even "0s".
+func TestDefaultBackoff(t *testing.T) {
+	ctx := context.Background()
+	def := &driver.Backoff{Delay: 2 * time.Millisecond, Factor: 3, MaxDelay: 10 * time.Millisecond}
+	for _, c := range []struct {
+		name, backoff string
+		want          []time.Duration
+	}{
+		{"no backoff", ``, []time.Duration{2 * time.Millisecond, 6 * time.Millisecond, 10 * time.Millisecond}},
+		{"a factor only", `, "backoff": {"factor": 2}`, []time.Duration{2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond}},
+		{"a delay", `, "backoff": {"delay": "1ms"}`, []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}},
+		{"a zero delay", `, "backoff": {"delay": "0s", "factor": 2}`, []time.Duration{0, 0, 0}},
+		{"a retry rule's own delay", `, "rules": [{"when": {"any": true}, "action": "retry", "attempts": 4, "delay": "1ms"}]`, []time.Duration{time.Millisecond, 3 * time.Millisecond, 9 * time.Millisecond}},
+		{"a switch does not wait", `, "rules": [{"when": {"any": true}, "action": "retry"}, {"when": {"any": true}, "action": "switch", "model": "b"}]`, []time.Duration{2 * time.Millisecond, 0, 6 * time.Millisecond}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var delays []time.Duration
+			o := bound()
+			o.DefaultBackoff = def
+			o.RunnerOptions = []driver.Option{driver.WithOnRetry(func(_ context.Context, ri driver.RetryInfo) *driver.Overrides {
+				delays = append(delays, ri.Delay)
+				return nil
+			})}
+			rules := `, "rules": [{"when": {"any": true}, "action": "retry", "attempts": 4}]`
+			if strings.Contains(c.backoff, `"rules"`) {
+				rules = ""
+			}
+			p, err := policy.Parse(ctx, []byte(`{`+models+rules+c.backoff+`}`), o)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, p.Close(ctx)) }()
+			_, err = driver.Do(ctx, p.Runner, func(context.Context, *driver.Call) (string, error) {
+				return "", &driver.ProviderError{Status: 500, Message: "x"}
+			})
+			require.Error(t, err)
+			require.Equal(t, c.want, delays)
+		})
+	}
+}
+
+// TestDefaultCooldown: Options.DefaultCooldown applies to a file with no
+// cooldown key whose rules may switch models; "cooldown": null keeps it
+// off, and so does a policy with no switch rule (it has nowhere else to go).
+func TestDefaultCooldown(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name, extra string
+		want        []string
+	}{
+		{"applied", `"rules": [{"when": {"any": true}, "action": "switch", "model": "b"}]`, []string{"a", "b", "b"}},
+		{"off with null", `"rules": [{"when": {"any": true}, "action": "switch", "model": "b"}], "cooldown": null`, []string{"a", "b", "a", "b"}},
+		{"no switch rule", `"rules": [{"when": {"any": true}, "action": "retry"}]`, []string{"a", "a", "a", "a"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := bound()
+			o.DefaultCooldown = &driver.Cooldown{Failures: 1, For: time.Hour}
+			p, err := policy.Parse(ctx, []byte(`{`+models+`, `+c.extra+`}`), o)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, p.Close(ctx)) }()
+			var tried []string
+			for range 2 {
+				_, _ = driver.Do(ctx, p.Runner, func(_ context.Context, call *driver.Call) (string, error) {
+					tried = append(tried, call.Model.Key())
+					if call.Model.Key() == "a" {
+						return "", &driver.ProviderError{Status: 503, Message: "x"}
+					}
+					return "ok", nil
+				})
+			}
+			require.Equal(t, c.want, tried)
+		})
+	}
+}

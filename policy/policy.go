@@ -125,7 +125,9 @@ type Options struct {
 	// the Source method of an *oci.Client (package
 	// github.com/retryhost/retryhost/oci), which pulls, verifies and caches
 	// it. Nil: "oci" plugins are refused (this package links no registry
-	// client).
+	// client). A tag reaches it only from a plugin with "follow_tag" (the
+	// policy refuses other tags itself), and the client must allow tags
+	// (oci.WithAllowTags) for it to load.
 	OCI func(ref string) host.Source
 	// Getenv reads API keys. Default os.Getenv.
 	Getenv func(string) string
@@ -139,6 +141,28 @@ type Options struct {
 	// produces (callbacks, for instance).
 	RunnerOptions []driver.Option
 	StreamOptions []driver.StreamOption
+	// RawChunks makes the file's OpenAI-compatible models stream every
+	// chunk their SDK decodes as a KindRaw part too
+	// (openai.WithRawChunks), for the fields the driver does not model:
+	// the gateway takes logprobs, system_fingerprint and service_tier
+	// from them. It is ignored in a file with transforms, which would see
+	// the raw parts (a refusal detector stops reading a stream at the
+	// first part of a kind it does not read). Default false.
+	RawChunks bool
+	// DefaultBackoff, when set, applies to a file that gives no
+	// backoff.delay: every retry (a retry rule without its own delay, a
+	// plugin's retry decision without one) waits its Delay, and the
+	// backoff fields the file leaves out (factor, max_delay, jitter) take
+	// its values. A switch to another model does not wait. A file that
+	// writes "delay": "0s" keeps no delay. Default: none (the driver's, no
+	// delay). The gateway sets it so that a policy without a backoff never
+	// bursts on a rate limit.
+	DefaultBackoff *driver.Backoff
+	// DefaultCooldown, when set, is the cooldown of a file with no
+	// "cooldown" key ("cooldown": null keeps it off) and at least one rule
+	// that may switch models. Default: none. The gateway sets it so that
+	// requests during an outage go straight to the fallback.
+	DefaultCooldown *driver.Cooldown
 	// HostOptions are appended to the Wasm runtime's options the file's
 	// sandbox section produces (a compilation cache directory, an observer).
 	HostOptions []host.Option
@@ -158,6 +182,62 @@ type Policy struct {
 
 	closers []func() error // the shared state's, released by Close
 	stats   func() stateplug.Stats
+	fetched []fetched // the "oci" plugins' sources, once each
+}
+
+// fetched is one "oci" reference as the policy loaded it.
+type fetched struct {
+	ref  string
+	src  host.Source
+	sum  string // the module's sha256
+	wasm []byte // kept during the build only
+	tag  bool   // followed ("follow_tag")
+}
+
+// Followed lists the "oci" references the policy follows by tag
+// ("follow_tag"), in the order the file names them; nil when it follows
+// none, and then Moved has nothing to ask.
+func (p *Policy) Followed() []string {
+	var refs []string
+	for _, f := range p.fetched {
+		if f.tag {
+			refs = append(refs, f.ref)
+		}
+	}
+	return refs
+}
+
+// Moved asks the source of each reference the policy follows by tag for
+// the module behind it now, and returns those whose module is no longer
+// the one the policy loaded, each with the new module's sha256 (nil: none
+// moved). The policy itself never changes: load it again to serve the new
+// modules (a gateway's Reload; gateway.WithPluginPoll does it on its own).
+// A new module is downloaded into the source's cache here, so the reload
+// that follows does not download it again. Moved is safe for concurrent
+// use.
+//
+// # Errors
+//
+// The first source's error, wrapped with its reference; the references
+// asked before it are reported in the map.
+func (p *Policy) Moved(ctx context.Context) (map[string]string, error) {
+	var moved map[string]string
+	for _, f := range p.fetched {
+		if !f.tag {
+			continue
+		}
+		sum, _, err := f.src.Fetch(ctx, f.sum)
+		if err != nil {
+			return moved, fmt.Errorf("policy: %s: %w", f.ref, err)
+		}
+		if sum != f.sum {
+			if moved == nil {
+				moved = map[string]string{}
+			}
+			moved[f.ref] = sum
+		}
+	}
+	return moved, nil
 }
 
 // StateStats are the counters of a policy's shared state (its "state"
@@ -313,6 +393,9 @@ func buildDoc(ctx context.Context, doc *strict.Doc, f *File, prefix string, opts
 	if err := b.build(ctx, f); err != nil {
 		_ = b.p.Close(ctx)
 		return nil, err
+	}
+	for i := range b.p.fetched {
+		b.p.fetched[i].wasm = nil // loaded: the runtime has its own copy
 	}
 	return b.p, nil
 }

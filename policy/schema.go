@@ -180,7 +180,13 @@ type PluginSpec struct {
 	Path    string `json:"path"`
 	Builtin string `json:"builtin"`
 	OCI     string `json:"oci"`
-	SHA256  string `json:"sha256"`
+	// FollowTag accepts an "oci" reference naming a tag
+	// (registry.example.com/team/refusal:stable) instead of a digest: the
+	// tag is resolved once per load (the digest is logged), and a server
+	// (a gateway) reloads the policy when a new digest appears behind it.
+	// Default false: a tag is refused, as it can move under a fleet.
+	FollowTag bool   `json:"follow_tag"`
+	SHA256    string `json:"sha256"`
 	// Config is handed to the plugin at load: a JSON string is passed as its
 	// text, any other JSON value as its JSON text.
 	Config json.RawMessage `json:"config"`

@@ -423,11 +423,15 @@ func TestCache_DirectoryFromTheFlagOrTheEnvironment(t *testing.T) {
 	require.NotContains(t, stderr, "cache off")
 }
 
+// builtDir holds the binary buildOnce built; TestMain removes it.
+var builtDir string
+
 var buildOnce = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "retryhost-cli-")
 	if err != nil {
 		return "", err
 	}
+	builtDir = dir
 	bin := filepath.Join(dir, "retryhost")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {
@@ -444,7 +448,6 @@ func TestSignals_StopARunWithASummary(t *testing.T) {
 	}
 	bin, err := buildOnce()
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(bin)) })
 	for _, tc := range []struct {
 		sig  syscall.Signal
 		code int

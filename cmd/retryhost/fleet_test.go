@@ -164,7 +164,6 @@ func TestFleet(t *testing.T) {
 	srv := redistest.Start(t)
 	bin, err := buildOnce()
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(bin)) })
 
 	up := &fleetUpstream{hits: map[string]int{}}
 	prov := httptest.NewServer(up)

@@ -20,5 +20,12 @@ func TestMain(m *testing.M) {
 	}
 	// The demo starts servers, streams and a Wasm host; nothing of them may
 	// outlive a run.
-	goleak.VerifyTestMain(m)
+	// The CLI binary some tests build once (buildOnce) is shared by them
+	// all, so it goes when the last test has run, not with the first.
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if builtDir != "" {
+			_ = os.RemoveAll(builtDir)
+		}
+		os.Exit(code)
+	}))
 }

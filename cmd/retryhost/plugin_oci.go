@@ -27,10 +27,22 @@ func (r *registryFlags) declare(fs *flag.FlagSet) {
 	fs.StringVar(&r.cacheDir, "plugin-cache", "", "where pulled plugins are kept by digest (`DIR`; default: retryhost/oci in the user's cache directory)")
 }
 
+// declarePolicy declares the flags for the commands that load a policy's
+// "oci" plugins (run, serve, policy check), where --plain-http would read
+// as the command's own transport.
+func (r *registryFlags) declarePolicy(fs *flag.FlagSet) {
+	fs.BoolVar(&r.plainHTTP, "registry-plain-http", false, "pull the policy's \"oci\" plugins over plain HTTP (a registry on loopback)")
+	fs.StringVar(&r.cacheDir, "plugin-cache", "", "where the policy's \"oci\" plugins are kept by digest (`DIR`; default: retryhost/oci in the user's cache directory)")
+}
+
 func (r *registryFlags) client(e *env, extra ...oci.Option) (*oci.Client, error) {
 	// The one line a pull logs (a tag resolved to a digest) is what the
 	// operator asked for: shown whatever --log-level says.
-	opts := []oci.Option{oci.WithLogger(slog.New(slog.NewTextHandler(e.stderr, nil)))}
+	return r.clientLogging(slog.New(slog.NewTextHandler(e.stderr, nil)), extra...)
+}
+
+func (r *registryFlags) clientLogging(log *slog.Logger, extra ...oci.Option) (*oci.Client, error) {
+	opts := []oci.Option{oci.WithLogger(log)}
 	if r.plainHTTP {
 		opts = append(opts, oci.WithPlainHTTP())
 	}
@@ -125,11 +137,15 @@ func pullCommand() *command {
 	return c
 }
 
-// policyOCI resolves a policy file's "oci" plugins with the default client:
-// the Docker credential file, the user's cache, HTTPS, references pinned
-// by digest only.
-func policyOCI() func(ref string) host.Source {
-	c, err := oci.New()
+// policyOCI resolves a policy file's "oci" plugins: the Docker credential
+// file, the cache and transport the flags say. The client accepts tags
+// because the policy gates them itself (a tag needs "follow_tag" on its
+// plugin). A tag's resolution is logged at info level, shown unless
+// --log-level is off: it is the record of which module a tag meant.
+func (r *registryFlags) policyOCI(e *env) func(ref string) host.Source {
+	g := *e.g
+	g.level = min(g.level, slog.LevelInfo)
+	c, err := r.clientLogging(g.logger(e.stderr), oci.WithAllowTags())
 	return func(ref string) host.Source {
 		if err != nil {
 			return failedSource{err}

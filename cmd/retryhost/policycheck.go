@@ -26,7 +26,11 @@ func init() {
 				"Exit 0 when every file is valid, 1 when one is not, 3 when one cannot be read.",
 			setup: func(fs *flag.FlagSet) runFunc {
 				asJSON := fs.Bool("json", false, "print the verdicts as JSON")
-				return func(ctx context.Context, e *env, args []string) int { return runPolicyCheck(ctx, e, args, *asJSON) }
+				var rf registryFlags
+				rf.declarePolicy(fs)
+				return func(ctx context.Context, e *env, args []string) int {
+					return runPolicyCheck(ctx, e, args, *asJSON, &rf)
+				}
 			},
 		}},
 	})
@@ -50,7 +54,7 @@ type checkError struct {
 // runPolicyCheck checks every file as policy.ValidateFile does: everything
 // but the providers (no key read, no adapter built, no connection), the Wasm
 // plugins loaded with the built-ins available by name.
-func runPolicyCheck(ctx context.Context, e *env, files []string, asJSON bool) int {
+func runPolicyCheck(ctx context.Context, e *env, files []string, asJSON bool, rf *registryFlags) int {
 	if len(files) == 0 {
 		return e.usageError(commands["policy"].subs[0], "missing a FILE")
 	}
@@ -60,7 +64,7 @@ func runPolicyCheck(ctx context.Context, e *env, files []string, asJSON bool) in
 	results := make([]checkResult, 0, len(files))
 	for _, f := range files {
 		r := checkResult{File: f, Valid: true}
-		if err := policy.ValidateFile(ctx, f, policy.Options{Builtin: plugins.Module, OCI: policyOCI(), HostOptions: hostOpts, Logger: e.log}); err != nil {
+		if err := policy.ValidateFile(ctx, f, policy.Options{Builtin: plugins.Module, OCI: rf.policyOCI(e), HostOptions: hostOpts, Logger: e.log}); err != nil {
 			r.Valid = false
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 				code = exitInput

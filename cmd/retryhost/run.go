@@ -36,6 +36,7 @@ func init() {
 			fs.BoolVar(&o.call, "call", false, "a non-streaming call instead of a stream")
 			fs.StringVar(&o.system, "system", "", "a system prompt (`TEXT`)")
 			fs.BoolVar(&o.json, "json", false, "print one JSON event per line on stdout instead")
+			o.registry.declarePolicy(fs)
 			return o.run
 		},
 	})
@@ -44,6 +45,7 @@ func init() {
 type runOpts struct {
 	file, system string
 	call, json   bool
+	registry     registryFlags
 }
 
 func (o *runOpts) run(ctx context.Context, e *env, args []string) int {
@@ -70,7 +72,7 @@ func (o *runOpts) run(ctx context.Context, e *env, args []string) int {
 	var mu sync.Mutex // the callbacks run on the driver's goroutines
 	pol, err := policy.Load(ctx, o.file, policy.Options{
 		Builtin: plugins.Module,
-		OCI:     policyOCI(),
+		OCI:     o.registry.policyOCI(e),
 		Logger:  e.log,
 		RunnerOptions: append(reportAttempts(&mu, out),
 			driver.WithObserver(t), driver.WithObserver(driver.SlogObserver(e.log))),

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/gateway"
+	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 	redisstate "github.com/retryhost/retryhost/state/redis"
@@ -40,6 +41,9 @@ func init() {
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
 			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file changes (SIGHUP reloads it too)")
+			fs.DurationVar(&o.pluginPoll, "plugin-poll", 30*time.Second, "how often to ask the registry for a new version of an \"oci\" plugin that follows a tag (\"follow_tag\"); a new one reloads the policy")
+			o.registry.declarePolicy(fs)
+			fs.BoolVar(&o.printDemo, "print-demo-policy", false, "print the demo policy (a starting point for your own) and exit")
 			return o.run
 		},
 	})
@@ -50,7 +54,9 @@ type serveOpts struct {
 	drain                time.Duration
 	maxConc              int
 	maxBody              int64
-	watch                bool
+	watch, printDemo     bool
+	pluginPoll           time.Duration
+	registry             registryFlags
 }
 
 // serveLimits are the HTTP server's own limits (the gateway's are its options).
@@ -64,6 +70,15 @@ const (
 func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if len(args) != 0 {
 		return e.usageError(commands["serve"], "unexpected argument %q", args[0])
+	}
+	if o.printDemo {
+		_, err := fmt.Fprintf(e.stdout, "// The policy retryhost serve runs without --policy. Its base_url values are the demo's\n"+
+			"// in-process loopback providers (random ports at run time): point them at yours.\n%s\n",
+			demoServePolicy(map[string]string{"alpha": "http://127.0.0.1:9001/v1", "beta": "http://127.0.0.1:9002/v1", "gamma": "http://127.0.0.1:9003/v1"}))
+		if err != nil {
+			return exitFail
+		}
+		return exitOK
 	}
 	stderr := e.stderr
 	// A gateway logs JSON at info unless the global flags say otherwise.
@@ -82,11 +97,15 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return e.errorf(exitInput, "%v", err)
 	}
-	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody)}
+	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody),
+		gateway.WithPluginPoll(o.pluginPoll)}
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))
 	}
-	popts := policy.Options{Builtin: plugins.Module, OCI: policyOCI(), HostOptions: e.hostOptions(ctx), Logger: logger}
+	pm := newPluginMetrics()
+	opts = append(opts, gateway.WithMetrics(pm.collectors()...))
+	popts := policy.Options{Builtin: plugins.Module, OCI: o.registry.policyOCI(e), Logger: logger,
+		HostOptions: append(e.hostOptions(ctx), host.WithObserver(pm))}
 	var src gateway.Source
 	if o.file == "" {
 		urls, stop := startDemoProviders()

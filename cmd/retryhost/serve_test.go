@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -15,6 +16,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/plugins"
+	"github.com/retryhost/retryhost/policy"
 )
 
 type lockedBuffer struct {
@@ -207,4 +211,62 @@ func TestServe_HeaderLimit(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
 	require.Equal(t, exitOK, stop())
+}
+
+// /metrics counts the calls into the policy's plugins and their failures
+// by kind, and shows the breaker that a failing plugin trips: a transform
+// that traps on every part (fail open, so the answers still pass).
+func TestServe_PluginMetrics(t *testing.T) {
+	dir := t.TempDir()
+	wasm, err := os.ReadFile(filepath.Join("..", "..", "host", "testdata", "trap.wasm"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "trap.wasm"), wasm, 0o600))
+	t.Setenv("UPSTREAM_KEY", "sk-upstream")
+	up := startDemoUpstreamForTest(t)
+	pol := filepath.Join(dir, "policy.json")
+	require.NoError(t, os.WriteFile(pol, []byte(`{
+		"models": [{"name": "one", "provider": "openai", "model": "llama", "base_url": "`+up+`", "api_key_env": "UPSTREAM_KEY"}],
+		"transforms": [{"plugin": {"path": "trap.wasm", "fail": "open"}}],
+		"sandbox": {"breaker": {"failures": 2, "span": "1h"}}
+	}`), 0o600))
+	base, stderr, stop := startServe(t, "--policy", pol, "--watch=false")
+	for range 4 {
+		resp, body := post(t, base+"/v1/chat/completions", `{"model":"one","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		require.True(t, strings.HasSuffix(body, "data: [DONE]\n\n"), "a fail-open plugin lets the answer through: %s", body)
+	}
+	resp, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	metrics := string(b)
+	value := func(series string) float64 {
+		t.Helper()
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(metrics)
+		require.NotNil(t, m, "no %s in /metrics:\n%s\n%s", series, metrics, stderr)
+		var v float64
+		_, err := fmt.Sscan(m[1], &v)
+		require.NoError(t, err)
+		return v
+	}
+	require.GreaterOrEqual(t, value(`retryhost_gateway_plugin_calls_total{op="open",plugin="trap.wasm"}`), 4.0)
+	require.GreaterOrEqual(t, value(`retryhost_gateway_plugin_calls_total{op="part",plugin="trap.wasm"}`), 2.0)
+	require.Equal(t, 2.0, value(`retryhost_gateway_plugin_failures_total{kind="trap",op="part",plugin="trap.wasm"}`), "the breaker's 2 failures, then no call runs")
+	require.GreaterOrEqual(t, value(`retryhost_gateway_plugin_failures_total{kind="disabled",op="open",plugin="trap.wasm"}`), 1.0)
+	require.Equal(t, 1.0, value(`retryhost_gateway_plugin_breaker_open{plugin="trap.wasm"}`))
+	require.Contains(t, metrics, "retryhost_gateway_requests_total", "beside the gateway's own series")
+	require.Equal(t, exitOK, stop())
+}
+
+// --print-demo-policy prints the demo's policy as a file that loads, and
+// exits without serving.
+func TestServe_PrintDemoPolicy(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, exitOK, dispatch(context.Background(), []string{"serve", "--print-demo-policy"}, &stdout, &stderr), stderr.String())
+	require.Empty(t, stderr.String(), "nothing served, nothing logged")
+	require.NoError(t, policy.Validate(context.Background(), stdout.Bytes(), policy.Options{Name: "demo.json", Builtin: plugins.Module}))
+	for _, route := range []string{`"alpha"`, `"beta"`, `"gamma"`} {
+		require.Contains(t, stdout.String(), route)
+	}
 }

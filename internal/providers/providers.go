@@ -27,6 +27,10 @@ type Spec struct {
 	Responses bool
 	// HTTPClient is the client to use; nil: the SDK's own.
 	HTTPClient *http.Client
+	// RawChunks makes streams emit each chunk the SDK decodes as a
+	// KindRaw part too (openai.WithRawChunks; the OpenAI-compatible
+	// providers only).
+	RawChunks bool
 }
 
 // Factory builds the model a Spec describes.

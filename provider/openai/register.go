@@ -39,6 +39,9 @@ func fromSpec(s providers.Spec) (driver.Model, error) {
 	if s.Responses {
 		opts = append(opts, WithResponsesAPI())
 	}
+	if s.RawChunks {
+		opts = append(opts, WithRawChunks())
+	}
 	for _, k := range slices.Sorted(maps.Keys(s.Headers)) {
 		opts = append(opts, WithHeader(k, s.Headers[k]))
 	}
