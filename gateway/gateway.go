@@ -387,6 +387,16 @@ func (g *Gateway) closeClient() {
 	}
 }
 
+// CloseIdleConnections passes the call on to the wrapped transport:
+// without it http.Client.CloseIdleConnections, which asks the transport
+// for the method, would do nothing, and Close would leave the upstream
+// connections open.
+func (f *sseFilter) CloseIdleConnections() {
+	if c, ok := f.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // generation is one loaded policy with its routes. Requests hold a
 // reference while they run; the gateway holds one while it is current.
 type generation struct {

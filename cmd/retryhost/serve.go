@@ -12,12 +12,15 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/retryhost/retryhost/gateway"
 	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/internal/strict"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 	redisstate "github.com/retryhost/retryhost/state/redis"
@@ -40,7 +43,8 @@ func init() {
 			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
-			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file changes (SIGHUP reloads it too)")
+			fs.IntVar(&o.upstreamConns, "upstream-conns", 256, "connections to each upstream host, idle and active; more requests wait for one")
+			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file, or a plugin file it names by path, changes (SIGHUP reloads it too)")
 			fs.DurationVar(&o.pluginPoll, "plugin-poll", 30*time.Second, "how often to ask the registry for a new version of an \"oci\" plugin that follows a tag (\"follow_tag\"); a new one reloads the policy")
 			o.registry.declarePolicy(fs)
 			fs.BoolVar(&o.printDemo, "print-demo-policy", false, "print the demo policy (a starting point for your own) and exit")
@@ -53,6 +57,7 @@ type serveOpts struct {
 	file, addr, keysFile string
 	drain                time.Duration
 	maxConc              int
+	upstreamConns        int
 	maxBody              int64
 	watch, printDemo     bool
 	pluginPoll           time.Duration
@@ -98,7 +103,7 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		return e.errorf(exitInput, "%v", err)
 	}
 	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody),
-		gateway.WithPluginPoll(o.pluginPoll)}
+		gateway.WithUpstreamConns(o.upstreamConns), gateway.WithPluginPoll(o.pluginPoll)}
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))
 	}
@@ -139,14 +144,21 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
+	// SIGTERM and SIGINT are caught until the drain starts: then a second
+	// one ends the process at once, as for every command (see runMain).
+	// SIGHUP stays caught, so that a reload asked for during the drain does
+	// not kill it.
+	stops := make(chan os.Signal, 1)
+	signal.Notify(stops, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(stops)
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
 	var changed <-chan struct{}
 	if o.file != "" && o.watch {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
-		changed = watchFile(wctx, o.file, serveWatchInterval)
+		changed = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval)
 	}
 	reload := func(why string) {
 		if err := gw.Reload(ctx); err == nil {
@@ -161,15 +173,15 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		case <-changed:
 			reload("file changed")
 			continue
-		case s := <-sigs:
-			if s == syscall.SIGHUP {
-				reload("SIGHUP")
-				continue
-			}
+		case <-hups:
+			reload("SIGHUP")
+			continue
+		case <-stops:
 		case <-ctx.Done():
 		}
 		break
 	}
+	signal.Stop(stops)
 	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", o.drain)
 	// Stop accepting and close idle connections, while the gateway lets
 	// in-flight requests finish until the drain deadline and then ends
@@ -222,18 +234,24 @@ func apiKeys(file, list string) ([]string, error) {
 	return keys, nil
 }
 
-// watchFile reports, at most once per interval, that the file at path
-// changed (its size or modification time; a replaced file counts).
-func watchFile(ctx context.Context, path string, interval time.Duration) <-chan struct{} {
+// watchFiles reports, at most once per interval, that one of the files
+// files() names changed (its size or modification time; a replaced file
+// counts). It asks files() again at every tick, so a plugin the policy
+// starts to use is watched from then on.
+func watchFiles(ctx context.Context, files func() []string, interval time.Duration) <-chan struct{} {
 	ch := make(chan struct{}, 1)
-	stamp := func() string {
-		fi, err := os.Stat(path)
-		if err != nil {
-			return "missing"
+	stamp := func() (string, bool) {
+		var b strings.Builder
+		for _, f := range files() {
+			fi, err := os.Stat(f)
+			if err != nil {
+				return "", false // missing, as while an editor replaces it
+			}
+			fmt.Fprintf(&b, "%s %d %d\n", f, fi.Size(), fi.ModTime().UnixNano())
 		}
-		return fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+		return b.String(), true
 	}
-	last := stamp()
+	last, _ := stamp()
 	go func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
@@ -243,7 +261,7 @@ func watchFile(ctx context.Context, path string, interval time.Duration) <-chan 
 				return
 			case <-t.C:
 			}
-			if s := stamp(); s != last && s != "missing" {
+			if s, ok := stamp(); ok && s != last {
 				last = s
 				select {
 				case ch <- struct{}{}:
@@ -253,6 +271,49 @@ func watchFile(ctx context.Context, path string, interval time.Duration) <-chan 
 		}
 	}()
 	return ch
+}
+
+// policyFiles returns the policy file and the plugin files it names by
+// path (relative ones against its directory, as policy.Load resolves
+// them): a change to any of them reloads the policy. A file that does not
+// decode is watched alone (the reload will report it).
+func policyFiles(file string) []string {
+	files := []string{file}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return files
+	}
+	var f policy.File
+	switch strings.ToLower(filepath.Ext(file)) {
+	case ".yaml", ".yml":
+		_, err = strict.DecodeYAML(data, &f)
+	default:
+		if _, err = strict.Decode(data, &f); err != nil {
+			_, err = strict.DecodeYAML(data, &f)
+		}
+	}
+	if err != nil {
+		return files
+	}
+	add := func(ps *policy.PluginSpec) {
+		if ps == nil || ps.Path == "" {
+			return
+		}
+		p := ps.Path
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(filepath.Dir(file), p)
+		}
+		if !slices.Contains(files, p) {
+			files = append(files, p)
+		}
+	}
+	for i := range f.Rules {
+		add(f.Rules[i].Plugin)
+	}
+	for i := range f.Transforms {
+		add(f.Transforms[i].Plugin)
+	}
+	return files
 }
 
 // startDemoProviders starts the demo's three loopback providers and

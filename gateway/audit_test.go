@@ -1,0 +1,356 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/policy"
+)
+
+// newTrackedUpstream is newUpstream on a listener that counts its open
+// connections.
+func newTrackedUpstream(name string, script ...act) (*upstream, *trackingListener) {
+	u := &upstream{name: name, script: script}
+	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(u.serve))
+	ln := &trackingListener{Listener: u.srv.Listener}
+	u.srv.Listener = ln
+	u.srv.Start()
+	return u, ln
+}
+
+// Close releases the upstream connections (regression: the SSE filter
+// wrapping the gateway's transport hid its CloseIdleConnections, so Close
+// left every pooled upstream connection open).
+func TestCloseReleasesUpstreamConnections(t *testing.T) {
+	up, ln := newTrackedUpstream("one")
+	defer up.srv.Close()
+	pol := `{"models": [{"name": "one", "provider": "openai", "model": "m", "base_url": "` + up.url() + `", "api_key_env": "K"}]}`
+	gw, err := New(context.Background(), Bytes("p.json", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}))
+	require.NoError(t, err)
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	r := &rig{t: t, gw: gw, srv: srv, up: map[string]*upstream{"one": up}, hc: &http.Client{Transport: &http.Transport{}}}
+	defer r.hc.CloseIdleConnections()
+	r.client = r.newClient("")
+	got := r.stream("one")
+	require.NoError(t, got.err)
+	require.Equal(t, "ok", got.text)
+	require.EqualValues(t, 1, ln.open.Load(), "the upstream connection is pooled")
+
+	require.NoError(t, gw.Close(context.Background()))
+	require.Eventually(t, func() bool { return ln.open.Load() == 0 }, 5*time.Second, time.Millisecond,
+		"Close left %d upstream connections open", ln.open.Load())
+}
+
+// A provider silent for minutes never holds the client longer than the
+// policy's budget, wherever it falls silent: before its response headers
+// (the gateway's own header timeout, 60 s by default, is not what ends it),
+// before its first content, or in the middle of a committed stream (no gap
+// deadline in the policy).
+func TestSilenceBoundedByBudgetAlone(t *testing.T) {
+	r := newRig(t, `"rules": [{"when": {"class": ["timeout", "network"]}, "action": "switch", "model": "backup"}],
+		"deadlines": {"budget": "1s"}`)
+	silent := make(chan struct{})
+	defer close(silent)
+	for _, c := range []struct {
+		name      string
+		a         act
+		committed bool
+	}{
+		{"before the headers", act{hold: silent}, false},
+		{"before the first content", act{preamble: true, beforeText: silent, chunks: []string{"never"}}, false},
+		{"after the first content", act{chunks: []string{"Par"}, afterText: silent}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, u := range r.up {
+				u.play(c.a)
+			}
+			// A guard against a hang (the test's failure), not a timing assertion.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			p := params("primary")
+			s := r.client.Chat.Completions.NewStreaming(ctx, p)
+			var text string
+			for s.Next() {
+				for _, ch := range s.Current().Choices {
+					text += ch.Delta.Content
+				}
+			}
+			err := s.Err()
+			s.Close()
+			require.Error(t, err)
+			require.NoError(t, ctx.Err(), "the client was held past the budget")
+			if c.committed {
+				require.Equal(t, "Par", text)
+				require.Contains(t, err.Error(), "total")
+			} else {
+				var apiErr *oai.Error
+				require.True(t, errors.As(err, &apiErr), "%v", err)
+				require.Equal(t, http.StatusGatewayTimeout, apiErr.StatusCode)
+			}
+			_, err = r.client.Chat.Completions.New(ctx, params("primary"))
+			require.Error(t, err)
+			require.NoError(t, ctx.Err(), "the non-streaming client was held past the budget")
+			r.healthy()
+		})
+	}
+}
+
+// However a policy words its retries, one request makes a bounded number
+// of attempts: a rule's own attempts (default 2 for a retry) per model,
+// and the policy's max_attempts (default 10) in all.
+func TestAttemptsBounded(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		rules string
+		want  int
+	}{
+		{"a retry without attempts", `"rules": [{"when": {"status": [429]}, "action": "retry"}]`, 2},
+		{"a retry of 1000 attempts", `"rules": [{"when": {"status": [429]}, "action": "retry", "attempts": 1000}]`, 10},
+		{"max_attempts", `"rules": [{"when": {"status": [429]}, "action": "retry", "attempts": 1000}], "max_attempts": 3`, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, c.rules)
+			r.up["primary"].play(act{status: 429, header: http.Header{"Retry-After-Ms": {"1"}}})
+			_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+			var apiErr *oai.Error
+			require.True(t, errors.As(err, &apiErr), "%v", err)
+			require.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
+			require.Len(t, r.up["primary"].requests(), c.want)
+			require.Empty(t, r.up["backup"].requests())
+		})
+	}
+}
+
+// A rate limit the gateway gives up on reaches the client with the
+// upstream's Retry-After, so the client's own backoff honours it.
+func TestRateLimitPassedOnWithRetryAfter(t *testing.T) {
+	r := newRig(t, `"rules": []`)
+	r.up["primary"].play(act{status: 429, header: http.Header{"Retry-After": {"7"}}})
+	_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	var apiErr *oai.Error
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
+	require.Equal(t, "7", apiErr.Response.Header.Get("Retry-After"))
+	r.healthy()
+}
+
+// During an outage in which the primary hangs (the costly kind: each try
+// waits out the first-content deadline), once the cooldown takes it out
+// every request is served by the backup without first waiting on the
+// primary, concurrent requests included; after the outage the primary is
+// used again.
+func TestOutageOfAHangingPrimary(t *testing.T) {
+	r := newRig(t, `"rules": [{"when": {"class": ["timeout", "network", "server", "overloaded"]}, "action": "switch", "model": "backup"}],
+		"deadlines": {"first_content": "300ms"},
+		"cooldown": {"failures": 2, "for": "1s"}`)
+	dead := make(chan struct{})
+	r.up["primary"].play(act{hold: dead})
+	r.up["backup"].play(act{chunks: []string{"backup"}})
+	for i := range 2 { // the failures that start the cooldown
+		got := r.stream("primary")
+		require.NoError(t, got.err, "request %d", i)
+		require.Equal(t, map[string]bool{"backup": true}, got.models)
+	}
+	require.Len(t, r.up["primary"].requests(), 2)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+			if err == nil && cc.Model != "backup" {
+				err = fmt.Errorf("answered by %s", cc.Model)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, r.up["primary"].requests(), 2, "a request during the outage waited on the dead primary")
+	close(dead)
+
+	r.up["primary"].play(act{chunks: []string{"primary"}})
+	require.Eventually(t, func() bool {
+		got := r.stream("primary")
+		require.NoError(t, got.err)
+		return got.models["primary"]
+	}, 30*time.Second, 50*time.Millisecond, "the recovered primary is used again")
+}
+
+// While the gateway drains, /readyz says so (503) and /healthz stays 200:
+// a load balancer stops sending new requests, an orchestrator does not
+// kill it.
+func TestReadyzFalseWhileDraining(t *testing.T) {
+	r := newRig(t, "")
+	hold := make(chan struct{})
+	r.up["primary"].play(act{chunks: []string{"Par"}, afterText: hold})
+	done := make(chan streamed, 1)
+	go func() { done <- r.stream("primary") }()
+	require.Eventually(t, func() bool { return len(r.up["primary"].requests()) == 1 }, 5*time.Second, time.Millisecond)
+	status := func(path string) int {
+		resp, err := r.hc.Get(r.srv.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, status("/readyz"))
+	shut := make(chan error, 1)
+	go func() { shut <- r.gw.Shutdown(context.Background()) }()
+	require.Eventually(t, func() bool { return status("/readyz") == http.StatusServiceUnavailable }, 5*time.Second, time.Millisecond)
+	require.Equal(t, http.StatusOK, status("/healthz"))
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned with a stream in flight: %v", err)
+	default:
+	}
+	close(hold)
+	got := <-done
+	require.NoError(t, got.err)
+	require.Equal(t, "Par", got.text)
+	require.NoError(t, <-shut)
+}
+
+// rawEnding makes u answer with chunks of content (none: a role-only
+// preamble), then end as said: "[DONE]" without a finish reason, or a
+// finish reason without [DONE].
+func rawEnding(u *upstream, content []string, ending string) {
+	u.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		_, _ = io.Copy(io.Discard, req.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		ch := func(delta, fin string) {
+			fmt.Fprintf(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":%s,"finish_reason":%s}]}`+"\n\n", delta, fin)
+		}
+		ch(`{"role":"assistant","content":""}`, "null")
+		for _, c := range content {
+			ch(`{"content":`+strconv.Quote(c)+`}`, "null")
+		}
+		switch ending {
+		case "[DONE]":
+			fmt.Fprint(w, "data: [DONE]\n\n")
+		case "finish":
+			ch(`{}`, `"stop"`)
+		}
+	})
+}
+
+// An upstream that ends its stream without a finish reason (even with a
+// [DONE]) has not finished its answer: before the first content that is a
+// failure that fails over; after it, the client gets the in-band error and
+// no [DONE]. A finish reason without [DONE] is a whole answer.
+func TestEndWithoutFinishReason(t *testing.T) {
+	r := newRig(t, "")
+	r.up["backup"].play(act{chunks: []string{"from backup"}})
+
+	rawEnding(r.up["primary"], nil, "[DONE]")
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "from backup", got.text)
+	require.Equal(t, map[string]bool{"backup": true}, got.models)
+
+	rawEnding(r.up["primary"], []string{"Par"}, "[DONE]")
+	got = r.stream("primary")
+	require.Error(t, got.err, "an answer without a finish reason must not read as complete")
+	require.Equal(t, "Par", got.text)
+	resp, body := r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	ev := events(body)
+	require.NotContains(t, ev, "[DONE]")
+	require.Contains(t, ev[len(ev)-1], `"code":"stream_failed"`)
+	_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	var apiErr *oai.Error
+	require.True(t, errors.As(err, &apiErr), "non-streaming: an error, never a truncated 200: %v", err)
+	require.Equal(t, http.StatusBadGateway, apiErr.StatusCode)
+
+	rawEnding(r.up["primary"], []string{"Par", "is"}, "finish")
+	got = r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "Paris", got.text)
+	require.Equal(t, "stop", got.finish)
+	require.Len(t, r.up["backup"].requests(), 1, "only the uncommitted failure failed over")
+}
+
+// No prompt or output text reaches the logs, on any path: streamed or
+// not, failed over, rate limited, rejected with an upstream error body
+// that quotes the prompt, ended in-band after commit; the policy's own
+// logger (the driver's warnings) included.
+func TestLogsHaveNoTextOnAnyPath(t *testing.T) {
+	const prompt, answer = "PROMPT-7f3a", "ANSWER-91bc"
+	logs := &syncBuffer{}
+	ups := map[string]*upstream{}
+	var models []string
+	for _, n := range []string{"primary", "backup", "third"} {
+		u := newUpstream(n)
+		defer u.srv.Close()
+		ups[n] = u
+		models = append(models, fmt.Sprintf(`{"name": %q, "provider": "openai", "model": "up-%s", "base_url": %q, "api_key_env": "K"}`, n, n, u.url()))
+	}
+	rules := strings.Replace(defaultRules, `"delay": "1s", "factor": 2, "max_delay": "4s"`, `"delay": "1ms", "factor": 2, "max_delay": "4ms"`, 1)
+	pol := fmt.Sprintf(`{"models": [%s], %s}`, strings.Join(models, ", "), rules)
+	gw, err := New(context.Background(), Bytes("p.json", []byte(pol), policy.Options{Getenv: func(string) string { return "k" },
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}),
+		WithLogger(slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	require.NoError(t, err)
+	srv := httptest.NewServer(gw)
+	r := &rig{t: t, gw: gw, srv: srv, up: ups, logs: logs, hc: &http.Client{Transport: &http.Transport{}}}
+	r.client = r.newClient("")
+	defer func() {
+		r.hc.CloseIdleConnections()
+		srv.Close()
+		require.NoError(t, gw.Close(context.Background()))
+	}()
+	echo := `{"error":{"message":"rejected: ` + prompt + `","type":"invalid_request_error","param":null,"code":"content_policy_violation"}}`
+	ask := func(stream bool) {
+		p := oai.ChatCompletionNewParams{Model: "primary", Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage(prompt)}}
+		if stream {
+			s := r.client.Chat.Completions.NewStreaming(context.Background(), p)
+			for s.Next() {
+			}
+			s.Close()
+			return
+		}
+		_, _ = r.client.Chat.Completions.New(context.Background(), p)
+	}
+	for _, c := range []struct {
+		name            string
+		primary, backup act
+	}{
+		{"answered", act{chunks: []string{answer}}, act{}},
+		{"failed over", act{status: 503, body: `{"error":{"message":"` + prompt + `","type":"server_error"}}`}, act{chunks: []string{answer}}},
+		{"rejected", act{status: 400, body: echo}, act{}},
+		{"rate limited", act{status: 429, header: http.Header{"Retry-After-Ms": {"1"}}, body: echo}, act{status: 429, body: echo}},
+		{"ended in-band", act{chunks: []string{answer}, errorEvent: prompt}, act{}},
+		{"a refusal", act{refusal: answer}, act{chunks: []string{answer}}},
+	} {
+		for _, stream := range []bool{true, false} {
+			ups["primary"].play(c.primary)
+			ups["backup"].play(c.backup)
+			ups["third"].play(c.backup)
+			ask(stream)
+		}
+	}
+	out := logs.String()
+	require.NotEmpty(t, out)
+	require.NotContains(t, out, prompt)
+	require.NotContains(t, out, answer)
+	if testing.Verbose() {
+		t.Log(out)
+	}
+}
