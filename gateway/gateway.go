@@ -430,7 +430,7 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	if o.HTTPClient == nil {
 		o.HTTPClient = g.client
 	}
-	o.RawChunks = true // logprobs, system_fingerprint, service_tier (rawfields.go)
+	o.RawChunks = true // logprobs, system_fingerprint, service_tier (rawfields.go); thinking signatures (messages_encode.go)
 	if o.DefaultBackoff == nil {
 		o.DefaultBackoff = &defaultBackoff
 	}

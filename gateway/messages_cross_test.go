@@ -248,3 +248,40 @@ func TestMessagesServerToolUse(t *testing.T) {
 	}
 	require.EqualValues(t, 510, m.Usage.OutputTokens)
 }
+
+// A thinking block reaches an Anthropic client with its signature
+// (signature_delta, from the adapter's raw events), so the client can send
+// it back in its next turn, streamed and not.
+func TestMessagesThinkingSignature(t *testing.T) {
+	r := newRigOf(t, "", allAnthropic)
+	const sig = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"
+	r.up["primary"].play(act{transcript: "anthropic/thinking.json"})
+	got := r.anthStream(msgParams("primary"))
+	require.NoError(t, got.err)
+	require.NoError(t, got.accumErr)
+	require.Len(t, got.msg.Content, 2)
+	require.Equal(t, "thinking", got.msg.Content[0].Type)
+	require.Equal(t, "The user greets me. Answer briefly.", got.msg.Content[0].Thinking)
+	require.Equal(t, sig, got.msg.Content[0].Signature)
+	require.Equal(t, "Hi there!", got.msg.Content[1].Text)
+
+	r.up["primary"].play(act{transcript: "anthropic/thinking.json"})
+	m, err := r.anth.Messages.New(context.Background(), msgParams("primary"))
+	require.NoError(t, err)
+	require.Len(t, m.Content, 2)
+	require.Equal(t, "thinking", m.Content[0].Type)
+	require.Equal(t, sig, m.Content[0].Signature)
+	require.Equal(t, "Hi there!", m.Content[1].Text)
+
+	// The accumulated message goes back as the next turn's assistant message.
+	r.up["primary"].play(act{chunks: []string{"ok"}})
+	p := msgParams("primary")
+	p.Messages = append(p.Messages, got.msg.ToParam(), anthropic.NewUserMessage(anthropic.NewTextBlock("And?")))
+	_, err = r.anth.Messages.New(context.Background(), p)
+	require.NoError(t, err)
+	var sent []struct {
+		Content []struct{ Type, Signature string }
+	}
+	require.NoError(t, json.Unmarshal(r.up["primary"].requests()[2].body["messages"], &sent))
+	require.Equal(t, sig, sent[1].Content[0].Signature, "the signature reached the upstream")
+}

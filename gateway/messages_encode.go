@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	ant "github.com/anthropics/anthropic-sdk-go/v2"
+
 	"github.com/retryhost/retryhost/abi"
 )
 
@@ -27,6 +29,7 @@ type messagesEncoder struct {
 	open     []openBlock // blocks started and not stopped (streamed, or collected)
 	tools    map[string]bool
 	finished bool
+	sigs     map[string]string // reasoning block id → its signature, until the block ends
 
 	// A non-streaming answer.
 	blocks []*msgBlock
@@ -147,9 +150,27 @@ func emptyToolUse(id string, t *abi.ToolInfo) func([]byte) []byte {
 	}
 }
 
-// raw: an Anthropic upstream's raw events carry nothing this encoder
-// relays yet (thinking signatures: gateway/TODO.md).
-func (e *messagesEncoder) raw(*abi.Part) {}
+// raw reads an Anthropic upstream's raw event (policy.Options.RawChunks,
+// on in a policy without transforms): a thinking block's signature
+// (signature_delta), which the adapter maps to no part, goes out with its
+// block, so that a client can send the block back in its next turn.
+func (e *messagesEncoder) raw(p *abi.Part) {
+	ev, ok := p.Raw.(ant.MessageStreamEventUnion)
+	if !ok || ev.Type != "content_block_delta" || ev.Delta.Type != "signature_delta" || ev.Delta.Signature == "" {
+		return
+	}
+	if e.sigs == nil {
+		e.sigs = map[string]string{}
+	}
+	e.sigs[strconv.FormatInt(ev.Index, 10)] += ev.Delta.Signature // the adapter's reasoning block id
+}
+
+// signature returns and forgets the signature of reasoning block id.
+func (e *messagesEncoder) signature(id string) string {
+	sig := e.sigs[id]
+	delete(e.sigs, id)
+	return sig
+}
 
 func (e *messagesEncoder) appendPart(b []byte, p *abi.Part) []byte {
 	var idx int
@@ -169,6 +190,11 @@ func (e *messagesEncoder) appendPart(b []byte, p *abi.Part) []byte {
 		b, idx = e.block(b, abi.KindReasoningStart, p.ID, emptyThinking)
 		return delta(b, idx, "thinking_delta", "thinking", p.Delta)
 	case abi.KindReasoningEnd:
+		if sig := e.signature(p.ID); sig != "" {
+			if ob := e.find(abi.KindReasoningStart, p.ID); ob != nil {
+				b = delta(b, ob.index, "signature_delta", "signature", sig)
+			}
+		}
 		return e.stop(b, abi.KindReasoningStart, p.ID)
 	case abi.KindToolInputStart:
 		if e.tools[p.ID] {
@@ -299,6 +325,7 @@ type msgBlock struct {
 	server bool            // server_tool_use: the provider ran the tool
 	text   strings.Builder // the text, thinking, or tool input
 	result string          // a server tool's result (JSON)
+	sig    string          // a thinking block's signature
 }
 
 // collect builds the answer's blocks in the order they came (text,
@@ -334,6 +361,9 @@ func (e *messagesEncoder) collect(p *abi.Part) {
 	case abi.KindTextEnd:
 		e.close(abi.KindTextStart, p.ID)
 	case abi.KindReasoningEnd:
+		if ob := e.find(abi.KindReasoningStart, p.ID); ob != nil {
+			e.blocks[ob.index].sig = e.signature(p.ID)
+		}
 		e.close(abi.KindReasoningStart, p.ID)
 	case abi.KindFinish:
 		if p.Finish != nil {
@@ -380,7 +410,9 @@ func (e *messagesEncoder) appendAnswer(b []byte) []byte {
 		case abi.KindReasoningStart:
 			b = append(b, `{"type":"thinking","thinking":`...)
 			b = appendJSONString(b, blk.text.String())
-			b = append(b, `,"signature":""}`...)
+			b = append(b, `,"signature":`...)
+			b = appendJSONString(b, blk.sig)
+			b = append(b, '}')
 		case abi.KindToolInputStart:
 			b = append(b, `{"type":"`...)
 			b = append(b, toolUseType(blk.server)...)
