@@ -12,6 +12,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/policy"
 )
 
 // The tests of POST /v1/messages run an anthropic-sdk-go client against
@@ -534,4 +536,45 @@ func TestMessagesModelsList(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "list", string(list.Object))
 	require.Len(t, list.Data, 3)
+}
+
+// BenchmarkStreamMessages measures one streamed answer of 100 text deltas
+// on /v1/messages, read by a plain HTTP client: direct from an Anthropic
+// upstream, through the gateway to it, and through the gateway to an
+// OpenAI upstream (the cross-API path).
+// go test ./gateway -run '^$' -bench StreamMessages -benchmem
+func BenchmarkStreamMessages(b *testing.B) {
+	chunks := make([]string, benchChunks)
+	for i := range chunks {
+		chunks[i] = "word "
+	}
+	anth, oai := newUpstream("primary", act{chunks: chunks}), newUpstream("backup", act{chunks: chunks})
+	defer anth.srv.Close()
+	defer oai.srv.Close()
+	pol := `{"models": [{"name": "primary", "provider": "anthropic", "model": "m", "base_url": "` + anth.srv.URL + `", "api_key_env": "K"},
+		{"name": "backup", "provider": "openai", "model": "m", "base_url": "` + oai.url() + `", "api_key_env": "K"}]}`
+	gw, err := New(context.Background(), Bytes("bench", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}))
+	require.NoError(b, err)
+	defer gw.Close(context.Background())
+	srv := newTestServer(b, gw)
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	for _, c := range []struct{ name, url, route string }{
+		{"direct", anth.srv.URL + "/v1/messages", "primary"},
+		{"gateway", srv.URL + "/v1/messages", "primary"},
+		{"gateway-from-openai", srv.URL + "/v1/messages", "backup"},
+	} {
+		body := `{"model":"` + c.route + `","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := hc.Post(c.url, "application/json", strings.NewReader(body))
+				require.NoError(b, err)
+				n, _ := io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				require.Equal(b, http.StatusOK, resp.StatusCode)
+				require.NotZero(b, n)
+			}
+		})
+	}
 }
