@@ -11,6 +11,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/policy"
@@ -81,6 +82,26 @@ func (r *rig) anthHealthy() {
 func (r *rig) rawMessages(body string, hdr ...string) (*http.Response, string) {
 	r.t.Helper()
 	return r.rawPost("/v1/messages", body, hdr...)
+}
+
+// metricsText returns the gateway's /metrics page.
+func (r *rig) metricsText() string {
+	r.t.Helper()
+	resp, err := r.hc.Get(r.srv.URL + "/metrics")
+	require.NoError(r.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(r.t, err)
+	return string(b)
+}
+
+// streamsNow reads the inflight_streams gauge.
+func (m *metrics) streamsNow() float64 {
+	var pb dto.Metric
+	if m.streams.Write(&pb) != nil {
+		return -1
+	}
+	return pb.GetGauge().GetValue()
 }
 
 // sseEvents splits an SSE body into (event name, data) pairs.
@@ -448,12 +469,9 @@ func TestMessagesLimitsMetricsAndLogs(t *testing.T) {
 	require.Contains(t, logs, `"path":"/v1/messages"`)
 	require.Contains(t, logs, `"id":"msg_rh`)
 	require.NotContains(t, logs, "SECRET")
-	mresp, err := r.hc.Get(r.srv.URL + "/metrics")
-	require.NoError(t, err)
-	mb, _ := io.ReadAll(mresp.Body)
-	mresp.Body.Close()
-	require.Contains(t, string(mb), `retryhost_gateway_requests_total{code="200",outcome="ok",route="primary"} 1`)
-	require.Contains(t, string(mb), `retryhost_gateway_requests_total{code="429",outcome="rejected",route=""} 1`)
+	mb := r.metricsText()
+	require.Contains(t, mb, `retryhost_gateway_requests_total{code="200",outcome="ok",route="primary"} 1`)
+	require.Contains(t, mb, `retryhost_gateway_requests_total{code="429",outcome="rejected",route=""} 1`)
 }
 
 // Shutdown ends a /v1/messages stream in flight past the drain deadline
@@ -465,8 +483,8 @@ func TestMessagesShutdownEndsStreamsInBand(t *testing.T) {
 	r.up["primary"].play(act{chunks: []string{"Par"}, afterText: hold})
 	done := make(chan anthStreamed, 1)
 	go func() { done <- r.anthStream(msgParams("primary")) }()
-	require.Eventually(t, func() bool { return len(r.up["primary"].requests()) == 1 }, 5*time.Second, time.Millisecond)
-	time.Sleep(50 * time.Millisecond) // the first content has reached the client side (no assertion on time)
+	require.Eventually(t, func() bool { return r.gw.metrics.streamsNow() == 1 }, 5*time.Second, time.Millisecond,
+		"the stream is committed and relayed")
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, r.gw.Shutdown(ctx), context.DeadlineExceeded)
