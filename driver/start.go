@@ -10,7 +10,8 @@ type startKey struct{}
 // asks for a model by name. Everything else is the Runner's: its rules
 // decide what follows a failure on m, and a cooldown of m still moves the
 // start to the next model in the Runner's order. m need not be one of the
-// Runner's models; a nil m changes nothing.
+// Runner's models (but then its cooldown is not read: a request reads
+// those of the Runner's models); a nil m changes nothing.
 //
 // A request that names its start model neither takes a sticky fallback
 // (the caller chose) nor sets one: its fail-overs redirect no other request.
