@@ -285,3 +285,25 @@ func TestMessagesThinkingSignature(t *testing.T) {
 	require.NoError(t, json.Unmarshal(r.up["primary"].requests()[2].body["messages"], &sent))
 	require.Equal(t, sig, sent[1].Content[0].Signature, "the signature reached the upstream")
 }
+
+// An Anthropic upstream's 400 reaches an OpenAI client as the upstream
+// sent it (status and body), and an OpenAI client's 429 from it keeps its
+// Retry-After: the chat door's rules hold whichever API the upstream speaks.
+func TestChatErrorsFromAnthropicUpstream(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, allAnthropic)
+	const body = `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}`
+	r.up["primary"].play(act{status: 400, body: body})
+	resp, out := r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, body, out)
+	_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	var apiErr *oai.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusBadRequest, apiErr.StatusCode)
+	require.Contains(t, apiErr.Message, "prompt is too long")
+
+	r.up["primary"].play(act{status: 429, header: http.Header{"Retry-After": {"9"}}})
+	resp, _ = r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.Equal(t, "9", resp.Header.Get("Retry-After"))
+}
