@@ -141,11 +141,11 @@ type Options struct {
 	// produces (callbacks, for instance).
 	RunnerOptions []driver.Option
 	StreamOptions []driver.StreamOption
-	// RawChunks makes the file's OpenAI-compatible models stream every
-	// chunk their SDK decodes as a KindRaw part too
-	// (openai.WithRawChunks), for the fields the driver does not model:
+	// RawChunks makes the file's provider models stream every chunk
+	// their SDK decodes as a KindRaw part too (openai.WithRawChunks,
+	// anthropic.WithRawChunks), for the fields the driver does not model:
 	// the gateway takes logprobs, system_fingerprint and service_tier
-	// from them. It is ignored in a file with transforms, which would see
+	// from OpenAI's, thinking signatures from Anthropic's. It is ignored in a file with transforms, which would see
 	// the raw parts (a refusal detector stops reading a stream at the
 	// first part of a kind it does not read). Default false.
 	RawChunks bool

@@ -28,8 +28,7 @@ type Spec struct {
 	// HTTPClient is the client to use; nil: the SDK's own.
 	HTTPClient *http.Client
 	// RawChunks makes streams emit each chunk the SDK decodes as a
-	// KindRaw part too (openai.WithRawChunks; the OpenAI-compatible
-	// providers only).
+	// KindRaw part too (openai.WithRawChunks, anthropic.WithRawChunks).
 	RawChunks bool
 }
 
