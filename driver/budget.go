@@ -113,7 +113,16 @@ func (q *request) budgetRelease() {
 // retryEnded gives a retry slot back to the State, also when the request
 // was cancelled: what it took must be given back.
 func (q *request) retryEnded() {
-	q.r.state.RetryEnded(context.WithoutCancel(q.sctx), q.r.stateKey)
+	q.r.state.RetryEnded(q.giveBackCtx(), q.r.stateKey)
+}
+
+// giveBackCtx is the ctx for giving back what the request took: the
+// request's, without its cancellation (the in-process State ignores it).
+func (q *request) giveBackCtx() context.Context {
+	if q.r.local || q.sctx.Done() == nil {
+		return q.sctx
+	}
+	return context.WithoutCancel(q.sctx)
 }
 
 // budgetEnd ends q's presence in the budget. Idempotent.
@@ -121,6 +130,6 @@ func (q *request) budgetEnd() {
 	q.budgetRelease()
 	if q.inBudget {
 		q.inBudget = false
-		q.r.state.End(context.WithoutCancel(q.sctx), q.r.stateKey)
+		q.r.state.End(q.giveBackCtx(), q.r.stateKey)
 	}
 }

@@ -119,32 +119,55 @@ const (
 )
 
 // loadView fills the request's view of its Runner's models from snap,
-// taken at now.
+// taken at now. A snapshot of clean models allocates nothing: the view
+// stays nil (every model clean) until the request learns otherwise.
 func (q *request) loadView(snap *Snapshot, now time.Time) {
 	r := q.r
-	q.view = make([]coolView, len(r.stateModels))
-	for i := range min(len(snap.Models), len(q.view)) {
-		s := &snap.Models[i]
-		v := &q.view[i]
-		v.failures, v.halfOpen, v.probing = s.Failures, s.HalfOpen, s.Probing
-		if s.Cooling > 0 {
-			v.until = now.Add(s.Cooling)
-		}
-	}
-	if len(r.scopes) > 0 {
-		q.scopeUntil = make([]time.Time, len(r.scopes))
-		for i := range min(len(snap.Scopes), len(q.scopeUntil)) {
-			if d := snap.Scopes[i]; d > 0 {
-				q.scopeUntil[i] = now.Add(d)
+	q.cooled = true
+	for i := range min(len(snap.Models), len(r.stateModels)) {
+		if s := &snap.Models[i]; *s != (ModelState{}) {
+			v := q.viewSet(i)
+			v.failures, v.halfOpen, v.probing = s.Failures, s.HalfOpen, s.Probing
+			if s.Cooling > 0 {
+				v.until = now.Add(s.Cooling)
 			}
 		}
+	}
+	for i := range min(len(snap.Scopes), len(r.scopes)) {
+		if d := snap.Scopes[i]; d > 0 {
+			q.blockScope(i, now.Add(d))
+		}
+	}
+}
+
+// viewSet returns the request's view of the model with state index i, to
+// change it.
+func (q *request) viewSet(i int) *coolView {
+	if q.view == nil {
+		q.view = make([]coolView, len(q.r.stateModels))
+	}
+	return &q.view[i]
+}
+
+// blockScope records that scope s is blocked until end.
+func (q *request) blockScope(s int, end time.Time) {
+	if q.scopeUntil == nil {
+		q.scopeUntil = make([]time.Time, len(q.r.scopes))
+	}
+	if end.After(q.scopeUntil[s]) {
+		q.scopeUntil[s] = end
 	}
 }
 
 // coolOf says whether the model with state index i is available at now.
 func (q *request) coolOf(i int, now time.Time) coolness {
-	if s := q.r.scopeOf[i]; s >= 0 && now.Before(q.scopeUntil[s]) {
-		return coolingDown
+	if q.scopeUntil != nil {
+		if s := q.r.scopeOf[i]; s >= 0 && now.Before(q.scopeUntil[s]) {
+			return coolingDown
+		}
+	}
+	if q.view == nil {
+		return inRotation
 	}
 	v := &q.view[i]
 	switch {
@@ -179,7 +202,7 @@ func (q *request) takeProbe(i int) bool {
 	if lease <= 0 {
 		lease = r.cfg.cooldown.For
 	}
-	v := &q.view[i]
+	v := q.viewSet(i)
 	if r.state.TakeProbe(q.sctx, r.stateModels[i], lease) {
 		v.mine = true
 		return true
@@ -192,7 +215,7 @@ func (q *request) takeProbe(i int) bool {
 // now (taking a probe if one is due): for a group, to one of its
 // deployments, preferring those in rotation.
 func (q *request) modelUsable(m Model, now time.Time) bool {
-	if q.view == nil {
+	if !q.cooled {
 		return true
 	}
 	r := q.r
@@ -220,22 +243,27 @@ func (q *request) modelUsable(m Model, now time.Time) bool {
 	return false
 }
 
-// waitsOut reports whether a retry of m that waits wait, the Retry-After
-// of the failure that cooled m, is sent once m's cooldown (and its scope's
-// block) is over. A Retry-After cools a model at once for every request,
-// but the request that heard it may come back when the server said: its
-// retry is not skipped as if m were cooling down. It takes no probe lease,
-// so another request may probe m at the same moment. A group's retry
-// picks a deployment afresh and is not exempt.
-func (q *request) waitsOut(m Model, wait time.Duration, now time.Time) bool {
-	if _, ok := m.(*DeploymentGroup); ok {
+// invited reports whether the attempt d chooses on target is the one a
+// Retry-After asked for: d waits the failed attempt's Retry-After, on the
+// model that sent it, and the model's cooldown (and its scope's block)
+// ends by then. The cooldown that Retry-After started does not stop that
+// attempt: the server said when to come back, and the request waits it.
+func (q *request) invited(d *abi.Decision, target Model, now time.Time) bool {
+	a := q.a
+	if !d.UseRetryAfter || a.RetryAfter <= 0 || target.Key() != a.Model {
 		return false
 	}
-	i, ok := q.r.stateIdx[m.Key()]
+	i, ok := q.r.stateIdx[a.Model]
 	if !ok {
-		return true
+		return false
 	}
-	return q.coolOf(i, now.Add(wait)) != coolingDown
+	at := now.Add(a.RetryAfter)
+	if q.scopeUntil != nil {
+		if s := q.r.scopeOf[i]; s >= 0 && q.scopeUntil[s].After(at) {
+			return false
+		}
+	}
+	return q.view == nil || !q.view[i].until.After(at)
 }
 
 // coolStart returns the model a request that would start on m starts on:
@@ -258,8 +286,8 @@ func (q *request) coolStart(m Model, now time.Time) Model {
 // whose probe the request holds (it took it, so it sends it), else one
 // whose probe is due and that it takes now.
 func (q *request) groupCooling(g *DeploymentGroup, tried uint64, now time.Time) (cooling uint64, probe int) {
-	if q.view == nil {
-		return 0, -1
+	if !q.cooled || (q.view == nil && q.scopeUntil == nil) {
+		return 0, -1 // every deployment is clean
 	}
 	r := q.r
 	probe = -1
@@ -273,7 +301,7 @@ func (q *request) groupCooling(g *DeploymentGroup, tried uint64, now time.Time) 
 			continue
 		}
 		switch {
-		case c == inRotation && q.view[i].mine && probe < 0:
+		case c == inRotation && q.view != nil && q.view[i].mine && probe < 0:
 			probe = j
 		case c == probeDue:
 			if probe < 0 && q.takeProbe(i) {
@@ -292,7 +320,7 @@ func (q *request) groupCooling(g *DeploymentGroup, tried uint64, now time.Time) 
 func (q *request) coolFailed(ctx context.Context, a *Attempt, now time.Time) {
 	r := q.r
 	cd := r.cfg.cooldown
-	if cd == nil || q.view == nil {
+	if cd == nil || !q.cooled {
 		return
 	}
 	if a.Class == abi.ClassTimeout && a.Deadline == abi.DeadlineTotal {
@@ -314,9 +342,7 @@ func (q *request) coolFailed(ctx context.Context, a *Attempt, now time.Time) {
 		if s := r.scopeOf[i]; s >= 0 {
 			f.Scope = r.scopes[s]
 			if f.RetryAfter > 0 {
-				if end := now.Add(f.RetryAfter); end.After(q.scopeUntil[s]) {
-					q.scopeUntil[s] = end
-				}
+				q.blockScope(s, now.Add(f.RetryAfter))
 			}
 		}
 	}
@@ -326,7 +352,7 @@ func (q *request) coolFailed(ctx context.Context, a *Attempt, now time.Time) {
 		until = now.Add(st.Cooling)
 	}
 	if known {
-		q.view[i] = coolView{failures: st.Failures, until: until, halfOpen: st.HalfOpen, probing: st.Probing}
+		*q.viewSet(i) = coolView{failures: st.Failures, until: until, halfOpen: st.HalfOpen, probing: st.Probing}
 	}
 	if cooled && !until.IsZero() {
 		r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: model cools down",
@@ -340,7 +366,7 @@ func (q *request) coolFailed(ctx context.Context, a *Attempt, now time.Time) {
 // coolSucceeded reports a success on m, unless the request knows it clean.
 func (q *request) coolSucceeded(ctx context.Context, m Model) {
 	if q.view == nil {
-		return
+		return // every model clean: the common case calls nothing
 	}
 	r := q.r
 	key := m.Key()

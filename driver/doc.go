@@ -37,6 +37,15 @@
 // [WithDisabled] is in force), with every attempt and, for a failure, the
 // error the caller receives.
 //
+// # Shared state
+//
+// What requests share beyond one request (the models' cooldowns and their
+// probes, a Retry-After's scope, the sticky fallback, the retry budget's
+// counters) lives in a [State]: each Runner's own in memory by default,
+// or one given with [WithState] to several Runners, or to replicas through
+// a store. A request makes one call to it when it starts and keeps what it
+// read; failures, retries and probes cost one call each.
+//
 // # The common case
 //
 // A request is usually one message ([UserText]); a stream is read in a

@@ -86,8 +86,9 @@ type request struct {
 	callv      *Call        // reused between attempts; separate so q itself can stay on the stack
 
 	sctx       context.Context // the request's ctx, for the State's calls (shared.go)
-	view       []coolView      // the request's view of its models' cooldowns; nil: none
-	scopeUntil []time.Time     // and of its rate-limit scopes
+	cooled     bool            // the request reads cooldowns (view, scopeUntil)
+	view       []coolView      // its view of its models' cooldowns; nil: all clean
+	scopeUntil []time.Time     // and of its rate-limit scopes; nil: none blocked
 
 	inBudget  bool // counted as a request in flight by the retry budget
 	retrySlot bool // holds a retry-in-flight slot of the retry budget
@@ -343,15 +344,19 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 			continue
 		}
 		if rejectedAsIs(q.a) && sameModel(target, q.cur.logical()) && (rule == nil || rule.overrides.IsZero()) {
-			continue // a rejected request is never resent unchanged: as if the rule did not match
+			// A rejected request is never resent unchanged: as if the rule did not match.
+			r.cfg.logger.LogAttrs(ctx, slog.LevelDebug, "retryhost: the model rejected the request; a rule that would resend it unchanged is skipped",
+				slog.Int("condition", i), slog.String("model", target.Key()), slog.Int("status", q.a.Status))
+			continue
 		}
 		kc := q.count(target.Key())
 		if kc.attempts >= maxAttempts {
 			continue // exhausted: fall through to the next rule
 		}
-		if q.view != nil && !q.modelUsable(target, r.cfg.now()) &&
-			!(d.Action == abi.ActionRetry && d.UseRetryAfter && q.a.RetryAfter > 0 && q.waitsOut(target, q.a.RetryAfter, r.cfg.now())) {
-			continue // cooling down: as if exhausted
+		if q.cooled {
+			if now := r.cfg.now(); !q.invited(&d, target, now) && !q.modelUsable(target, now) {
+				continue // cooling down: as if exhausted
+			}
 		}
 		if len(q.records) >= r.cfg.maxAttempts {
 			return step{}, false, ErrMaxAttempts

@@ -35,6 +35,7 @@ func BenchmarkGroupPick(b *testing.B) {
 		b.Run(s.String()+"/engine", func(b *testing.B) {
 			b.ReportAllocs()
 			q := request{r: r}
+			q.loadView(&Snapshot{}, time.Now()) // as a request with a cooldown has
 			var st step
 			for b.Loop() {
 				q.aim(&st, g, false)

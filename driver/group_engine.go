@@ -31,7 +31,7 @@ func (q *request) aim(st *step, t Model, strict bool) bool {
 	}
 	var cooling uint64
 	i := -1
-	if q.view != nil {
+	if q.cooled {
 		cooling, i = q.groupCooling(g, tried, q.r.cfg.now())
 	}
 	if i < 0 {

@@ -319,7 +319,9 @@ func (m Match) SwitchKey(key string) *Rule {
 
 // Retry builds a rule that, when m matches, tries the failed attempt's
 // model again: 2 attempts on that model per request (the first counts)
-// unless [Rule.Attempts] says otherwise. It waits what the server's
+// unless [Rule.Attempts] says otherwise. A request the model rejected (HTTP
+// 400, 401, 403, 404, 413, 422) is never resent to it unchanged: without
+// [Rule.Override] the rule is skipped for it as if it did not match. It waits what the server's
 // Retry-After asks (capped by [WithRetryAfterCap]) instead of its delay,
 // unless [Rule.IgnoreRetryAfter].
 func (m Match) Retry() *Rule {

@@ -400,10 +400,13 @@ func TestRejectedRequestIsNeverResentUnchanged(t *testing.T) {
 			})
 		}
 		t.Run(fmt.Sprintf("%d/no other rule", code), func(t *testing.T) {
-			r := mustNew(t, base, WithRules(AnyError().Retry()))
+			var logs bytes.Buffer
+			r := mustNew(t, base, WithRules(AnyError().Retry()),
+				WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 			fn, log := script(status(code), status(code))
 			_, err := Do(context.Background(), r, fn)
 			if rejected {
+				require.Contains(t, logs.String(), "is skipped", "the skip is logged at debug")
 				require.Equal(t, []string{"test/base"}, models(*log))
 				var pe *ProviderError
 				require.ErrorAs(t, err, &pe, "the model's own rejection is the request's error")

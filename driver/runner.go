@@ -36,6 +36,7 @@ type Runner struct {
 
 	// What requests share, in state (shared.go).
 	state       State
+	local       bool // state is a *localState, which ignores its ctx
 	stateKey    string
 	shared      bool           // a request calls state.Begin: a cooldown, a sticky policy or a retry budget
 	stateModels []string       // the keys Begin asks about (models and deployments); nil without a cooldown

@@ -43,6 +43,14 @@ func BenchmarkDo(b *testing.B) {
 			benchSink, _ = Do(ctx, r, ok)
 		}
 	})
+	// The shared state on the hot path: one State.Begin per request.
+	b.Run("success/driver+cooldown+sticky+budget", func(b *testing.B) {
+		r := mustNew(b, base, rules, WithCooldown(Cooldown{Failures: 3, For: time.Minute}),
+			WithSticky(StickyRequests(2)), WithRetryBudget(RetryBudget{}))
+		for b.Loop() {
+			benchSink, _ = Do(ctx, r, ok)
+		}
+	})
 	b.Run("failover/direct", func(b *testing.B) {
 		c1, c2 := &Call{Model: base, Number: 1}, &Call{Model: fb, Number: 2}
 		for b.Loop() {

@@ -53,6 +53,7 @@ func (r *Runner) setupState() {
 	if r.state == nil {
 		r.state = newLocalState(r.cfg.now)
 	}
+	_, r.local = r.state.(*localState)
 	r.stateKey = r.cfg.stateKey
 	if r.stateKey == "" {
 		r.stateKey = r.derivedStateKey()
@@ -150,6 +151,9 @@ func (q *request) begin(ctx context.Context) {
 		Key: r.stateKey, Models: r.stateModels, Scopes: r.scopes,
 		Sticky: r.cfg.sticky.kind != stickyNone && !q.named,
 		Budget: r.cfg.retryBudget != nil,
+	}
+	if !b.Sticky && !b.Budget && b.Models == nil {
+		return // only a sticky policy, and the caller named the start model
 	}
 	snap := r.state.Begin(ctx, b)
 	q.inBudget = b.Budget

@@ -112,8 +112,9 @@ type State interface {
 	SetSticky(ctx context.Context, key, model string, requests int, period time.Duration)
 }
 
-// BeginRequest is what [State.Begin] is asked. The Runner reuses its
-// slices for every request: an implementation must not modify or keep them.
+// BeginRequest is what [State.Begin] is asked. It is a plain value; the
+// Runner reuses its slices for every request and from many goroutines: an
+// implementation must not modify or keep them.
 type BeginRequest struct {
 	// Key is the Runner's state key ([WithStateKey]): the sticky fallback
 	// and the budget's counters live under it.
@@ -132,7 +133,9 @@ type BeginRequest struct {
 }
 
 // Snapshot is what [State.Begin] answers: the state as the request starts.
-// A request keeps it (and what its own calls return) for its lifetime.
+// A request keeps it (and what its own calls return) for its lifetime. It
+// is a plain value that the request owns: an implementation must not keep
+// its slices.
 type Snapshot struct {
 	// Models are the states of BeginRequest.Models, in the same order
 	// (nil or short: the missing ones are clean and in rotation).
@@ -145,7 +148,7 @@ type Snapshot struct {
 }
 
 // ModelState is one model's shared cooldown state. The zero value is a
-// clean model in rotation.
+// clean model in rotation. It is a plain value.
 type ModelState struct {
 	// Failures is how many counted failures in a row the model has had.
 	Failures int
@@ -159,7 +162,8 @@ type ModelState struct {
 	Probing bool
 }
 
-// Failure is a counted failure reported to [State.Failed].
+// Failure is a counted failure reported to [State.Failed]. It is a plain
+// value.
 //
 // The rules an implementation keeps, on its own clock:
 //   - the model's failure count grows by one; when it reaches Failures
@@ -197,7 +201,9 @@ type Failure struct {
 // model): a failure with a Retry-After on one model of a scope then keeps
 // every model of that scope out of rotation for that long, in every
 // Runner that shares the [State]. The provider adapters derive it from
-// the base URL and a hash of the API key, never the key itself.
+// the base URL, a hash of the API key (never the key itself) and the model
+// id. Implementations must be safe for concurrent use, and the scope must
+// not change.
 type RateLimitScoper interface {
 	// RateLimitScope names the scope; "" for none.
 	RateLimitScope() string
@@ -228,7 +234,8 @@ type localState struct {
 	scopes map[string]time.Time // a scope's block ends then
 	sticky map[string]*localSticky
 
-	budgets sync.Map // key → *keyBudget
+	budgets    sync.Map // key → *keyBudget
+	lastBudget atomic.Pointer[budgetEntry]
 }
 
 type localModel struct {
@@ -269,24 +276,36 @@ func (l *localState) Begin(_ context.Context, b BeginRequest) Snapshot {
 	if len(b.Models) == 0 && len(b.Scopes) == 0 && !b.Sticky {
 		return s
 	}
-	now := l.now()
+	var now time.Time // read only when an entry needs it: the clean case reads no clock
+	clock := func() time.Time {
+		if now.IsZero() {
+			now = l.now()
+		}
+		return now
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(b.Models) > 0 {
-		s.Models = make([]ModelState, len(b.Models))
+	if len(l.models) > 0 {
 		for i, k := range b.Models {
-			s.Models[i] = l.models[k].state(now)
+			if m := l.models[k]; m != nil {
+				if s.Models == nil {
+					s.Models = make([]ModelState, len(b.Models)) // clean models answer nil
+				}
+				s.Models[i] = m.state(clock())
+			}
 		}
 	}
-	if len(b.Scopes) > 0 {
-		s.Scopes = make([]time.Duration, len(b.Scopes))
+	if len(l.scopes) > 0 {
 		for i, k := range b.Scopes {
 			if end, ok := l.scopes[k]; ok {
-				if now.Before(end) {
-					s.Scopes[i] = end.Sub(now)
-				} else {
+				if !clock().Before(end) {
 					delete(l.scopes, k)
+					continue
 				}
+				if s.Scopes == nil {
+					s.Scopes = make([]time.Duration, len(b.Scopes))
+				}
+				s.Scopes[i] = end.Sub(clock())
 			}
 		}
 	}
@@ -296,7 +315,7 @@ func (l *localState) Begin(_ context.Context, b BeginRequest) Snapshot {
 			case e.requests > 0:
 				e.requests--
 				s.Sticky = e.model
-			case now.Before(e.until):
+			case clock().Before(e.until):
 				s.Sticky = e.model
 			default:
 				delete(l.sticky, b.Key)
@@ -306,12 +325,24 @@ func (l *localState) Begin(_ context.Context, b BeginRequest) Snapshot {
 	return s
 }
 
+// budget returns key's counters; the last key used is one atomic load away
+// (a Runner's default State has one key).
 func (l *localState) budget(key string) *keyBudget {
-	if b, ok := l.budgets.Load(key); ok {
-		return b.(*keyBudget)
+	if e := l.lastBudget.Load(); e != nil && e.key == key {
+		return e.b
 	}
-	b, _ := l.budgets.LoadOrStore(key, new(keyBudget))
-	return b.(*keyBudget)
+	v, ok := l.budgets.Load(key)
+	if !ok {
+		v, _ = l.budgets.LoadOrStore(key, new(keyBudget))
+	}
+	b := v.(*keyBudget)
+	l.lastBudget.Store(&budgetEntry{key: key, b: b})
+	return b
+}
+
+type budgetEntry struct {
+	key string
+	b   *keyBudget
 }
 
 func (l *localState) End(_ context.Context, key string) { l.budget(key).requests.Add(-1) }

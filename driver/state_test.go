@@ -56,14 +56,23 @@ func TestState_OneProbeAfterACooldown(t *testing.T) {
 			require.NoError(t, err)
 		})
 	}
+	finished := make(chan struct{})
+	releaser := make(chan struct{})
 	go func() {
-		<-probing
+		defer close(releaser)
+		select {
+		case <-probing:
+		case <-finished: // no probe at all: nothing to release
+			return
+		}
 		for onFb.Load() < 49 && onBase.Load() == 1 {
 			time.Sleep(time.Millisecond)
 		}
 		close(release)
 	}()
 	wg.Wait()
+	close(finished)
+	<-releaser
 	require.Equal(t, int32(1), onBase.Load(), "exactly one request probes the model")
 	require.Equal(t, int32(49), onFb.Load(), "the others start on the fallback while it is probed")
 
@@ -237,13 +246,24 @@ func TestState_SlowStateHonoursTheRequestCtx(t *testing.T) {
 	r := mustNew(t, base, WithState(s), WithRules(Fallback(fb)), WithRetryBudget(RetryBudget{}),
 		WithCooldown(Cooldown{Failures: 1, For: time.Minute}))
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	canceller := make(chan struct{})
 	go func() {
+		defer close(canceller)
 		for s.calls.Load() == 0 {
-			time.Sleep(time.Millisecond)
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
 		}
 		cancel()
 	}()
 	_, err := Do(ctx, r, func(ctx context.Context, _ *Call) (string, error) { return "", ctx.Err() })
+	close(done)
+	<-canceller
+	require.Equal(t, int32(1), s.calls.Load(), "Begin was called, and blocked until the cancellation")
 	require.ErrorIs(t, err, context.Canceled)
 	require.True(t, s.endLive.Load(), "End gets a ctx the cancellation does not reach")
 	require.Zero(t, s.budget(r.StateKey()).requests.Load())
@@ -267,6 +287,13 @@ func TestState_SuccessOnACleanModelCallsNothing(t *testing.T) {
 	require.Equal(t, []string{"test/base"}, run(t, r))
 	require.Equal(t, map[string]int{"Begin": 2, "End": 2, "Succeeded": 1}, s.counts(),
 		"a success on a model whose snapshot showed a failure resets it")
+
+	s.reset()
+	r = mustNew(t, base, WithState(s), WithRules(Fallback(fb)), WithSticky(StickyRequests(1)))
+	fn, _ := script(status(503))
+	_, err := Do(StartOn(context.Background(), base), r, fn)
+	require.NoError(t, err)
+	require.Empty(t, s.counts(), "a request that names its start model has no sticky fallback to read or set")
 
 	plain := &countingState{localState: newLocalState(time.Now)}
 	r = mustNew(t, base, WithState(plain), WithRules(Fallback(fb)))
@@ -368,6 +395,38 @@ func TestState_GroupDeploymentProbe(t *testing.T) {
 	require.Greater(t, east.calls.Load(), int64(5), "back in rotation")
 }
 
+// TestState_GroupStartsOnItsProbe: a group whose only deployment is
+// half-open is skipped for the fallback while another request probes it,
+// and is started on (on that deployment) by the request that takes the
+// probe.
+func TestState_GroupStartsOnItsProbe(t *testing.T) {
+	clk := newClock()
+	east := &fakeDeployment{key: "east", clock: clk}
+	east.down.Store(true)
+	g := Group("gpt-4o", WeightedRandom, east)
+	s := newLocalState(clk.now)
+	r := mustNew(t, g, clk.option(), WithState(s), WithRules(Fallback(fb)),
+		WithCooldown(Cooldown{Failures: 1, For: time.Hour}))
+	start := func() string {
+		t.Helper()
+		fn, log := script()
+		_, err := Do(context.Background(), r, fn)
+		require.NoError(t, err)
+		return (*log)[0].Model
+	}
+	fn, log := script(status(503))
+	_, err := Do(context.Background(), r, fn)
+	require.NoError(t, err)
+	require.Equal(t, []string{"east", "test/fb"}, models(*log))
+	require.Equal(t, "test/fb", start(), "cooling down")
+	clk.advance(time.Hour)
+	require.True(t, s.TakeProbe(context.Background(), "east", time.Minute))
+	require.Equal(t, "test/fb", start(), "probed by another")
+	clk.advance(time.Minute)
+	require.Equal(t, "east", start(), "the lease expired: this request probes it")
+	require.Equal(t, "east", start(), "and its success put it back")
+}
+
 // TestState_ProbeFailureCoolsAgainForAll: the probe's failure on one
 // Runner cools the model again for every Runner sharing the State.
 func TestState_ProbeFailureCoolsAgainForAll(t *testing.T) {
@@ -400,4 +459,48 @@ func run503(t *testing.T, r *Runner, failOn ...Model) []string {
 		require.NoError(t, err)
 	}
 	return got
+}
+
+// TestState_RetryAfterInvitesTheRetryThatWaitsIt: the request that got a
+// 429 with a Retry-After still retries the model after waiting it (the
+// server said when to come back), while the requests that start during
+// the wait, on any Runner sharing the State, avoid the model; a cooldown
+// longer than the Retry-After (Failures reached, For longer) still stops
+// the retry.
+func TestState_RetryAfterInvitesTheRetryThatWaitsIt(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failures int
+		want     []string
+	}{
+		{"the Retry-After's own cooldown", 3, []string{"test/base", "test/base"}},
+		{"a longer cooldown", 1, []string{"test/base", "test/fb"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			s := newLocalState(clk.now)
+			opts := func(sleep func(context.Context, time.Duration) error) []Option {
+				return []Option{withClock(clk.now, sleep), WithState(s),
+					WithRules(OnStatus(429).Retry(), Fallback(fb)),
+					WithCooldown(Cooldown{Failures: tc.failures, For: time.Minute})}
+			}
+			b := mustNew(t, base, opts(clk.sleep)...)
+			var during []string
+			a := mustNew(t, base, opts(func(_ context.Context, d time.Duration) error {
+				fn, log := script()
+				_, err := Do(context.Background(), b, fn)
+				require.NoError(t, err)
+				during = models(*log)
+				clk.advance(d)
+				return nil
+			})...)
+			fn, log := script(statusRetryAfter(429, "Retry-After", "1"))
+			_, err := Do(context.Background(), a, fn)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, models(*log))
+			if tc.want[1] == "test/base" {
+				require.Equal(t, []string{"test/fb"}, during, "a request that starts during the wait avoids the model")
+			}
+		})
+	}
 }

@@ -21,7 +21,11 @@ import (
 // loopback upstream, read by a plain HTTP client: direct from the upstream,
 // and through the gateway (parse, policy request, commit gate, relay).
 // go test ./gateway -run '^$' -bench Stream -benchmem
-func BenchmarkStream(b *testing.B) { benchStream(b, 100, true) }
+func BenchmarkStream(b *testing.B) { benchStream(b, benchChunks, true) }
+
+// benchChunks is the content chunks of a streamed answer in the stream
+// benchmarks.
+const benchChunks = 100
 
 // BenchmarkRequest is the per-request cost: a one-chunk answer, streamed
 // and not (the gateway always asks the upstream for a stream).

@@ -293,3 +293,23 @@ func TestModelsListOwnerAndCreated(t *testing.T) {
 		require.InDelta(t, time.Now().Unix(), m.Created, 600, m.ID)
 	}
 }
+
+// A content-policy 400 is returned as is unless the policy says otherwise:
+// a rule that switches on it moves the request to another model (never
+// back to the one that rejected it).
+func TestContentPolicyRejectionFailsOverWhenThePolicySaysSo(t *testing.T) {
+	r := newRig(t, `"rules": [
+		{"when": {"any": true}, "action": "retry", "attempts": 3},
+		{"when": {"status": [400], "message": ["safety system"]}, "action": "switch", "model": "backup"}
+	]`)
+	const body = `{"error":{"message":"Your request was rejected as a result of our safety system.","type":"invalid_request_error","param":"prompt","code":"content_policy_violation"}}`
+	r.up["primary"].play(act{status: 400, body: body})
+	r.up["backup"].play(act{chunks: []string{"from backup"}})
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "from backup", got.text)
+	require.Equal(t, map[string]bool{"backup": true}, got.models)
+	require.Len(t, r.up["primary"].requests(), 1)
+	require.Len(t, r.up["backup"].requests(), 1)
+	r.healthy()
+}

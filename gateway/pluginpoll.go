@@ -17,7 +17,7 @@ import (
 // never changes and is never polled. A registry that is down, or a new
 // version that does not load, leaves the current plugins serving (logged
 // once per distinct error); a version that failed to load is tried again
-// every pluginRetryPolls polls, not on every one. Default 30s.
+// every 10 polls, not on every one. Default 30s; it must be positive.
 func WithPluginPoll(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

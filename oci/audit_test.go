@@ -6,7 +6,9 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	ggcr "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -350,4 +353,90 @@ func TestCacheIsBounded(t *testing.T) {
 	srv.Close()
 	require.NoError(t, pull("a"), "a kept entry serves with the registry down")
 	require.Error(t, pull("b"), "a removed entry needs the registry")
+}
+
+// TestTagLastResolvedServesWhileRegistryDown: a load of a tag while the
+// registry cannot be reached starts on the digest the tag last resolved to
+// (from the cache, logged); a poll (a version serving) gets the error; a
+// registry that answers no (404, 401) gets no fallback.
+func TestTagLastResolvedServesWhileRegistryDown(t *testing.T) {
+	ctx := context.Background()
+	var answer atomic.Int32 // 0: the registry; else this status for the tag
+	addr, srv := startRegistry(t, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if code := int(answer.Load()); code != 0 && strings.HasSuffix(r.URL.Path, "/manifests/stable") {
+				if code == http.StatusUnauthorized {
+					w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+				}
+				http.Error(w, `{"errors":[{"code":"DENIED","message":"no"}]}`, code)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	wasm := fixture(t, "upper")
+	pusher, _ := newClient(t)
+	pushed, err := pusher.Push(ctx, addr+"/team/xf:stable", wasm)
+	require.NoError(t, err)
+	tag := addr + "/team/xf:stable"
+	cache := t.TempDir()
+	first, _ := newClient(t, WithCacheDir(cache), WithAllowTags())
+	_, err = first.Pull(ctx, tag)
+	require.NoError(t, err)
+
+	for _, code := range []int{http.StatusNotFound, http.StatusUnauthorized} {
+		answer.Store(int32(code))
+		c, _ := newClient(t, WithCacheDir(cache), WithAllowTags())
+		_, err := c.Pull(ctx, tag)
+		require.Error(t, err, "%d: the registry said no; no fallback", code)
+	}
+	answer.Store(http.StatusServiceUnavailable)
+	c, logs := newClient(t, WithCacheDir(cache), WithAllowTags())
+	got, err := c.Pull(ctx, tag)
+	require.NoError(t, err, "503: the registry cannot answer")
+	require.Equal(t, pushed.Digest, got.Digest)
+	require.Contains(t, logs.String(), "registry unreachable; using the digest the tag last resolved to")
+
+	answer.Store(0)
+	srv.Close()
+	restarted, logs := newClient(t, WithCacheDir(cache), WithAllowTags())
+	got, err = restarted.Pull(ctx, tag)
+	require.NoError(t, err, "registry down: the load starts on the last digest")
+	require.Equal(t, wasm, got.Wasm)
+	require.Equal(t, pushed.Ref, got.Ref)
+	require.Contains(t, logs.String(), pushed.Digest)
+
+	_, _, err = restarted.Source(tag).Fetch(ctx, got.SHA256)
+	require.Error(t, err, "a poll reports the registry down; what serves keeps serving")
+
+	never, _ := newClient(t, WithAllowTags()) // an empty cache: nothing to fall back on
+	_, err = never.Pull(ctx, tag)
+	require.Error(t, err)
+}
+
+// BenchmarkPollTagUnchanged is what one poll of a followed tag costs when
+// the tag has not moved: a HEAD to the registry (loopback here), the
+// manifest from the cache, no layer read.
+func BenchmarkPollTagUnchanged(b *testing.B) {
+	ctx := context.Background()
+	srv := httptest.NewServer(ggcr.New(ggcr.Logger(nilLogger())))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	wasm, err := os.ReadFile("../plugins/refusal/refusal.wasm")
+	if err != nil {
+		b.Skip(err)
+	}
+	c, err := New(WithCacheDir(b.TempDir()), WithPlainHTTP(), WithAllowTags(),
+		WithCredentialsFile(filepath.Join(b.TempDir(), "none.json")), WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(b, err)
+	defer c.auth.Client.CloseIdleConnections()
+	pushed, err := c.Push(ctx, addr+"/team/refusal:stable", wasm)
+	require.NoError(b, err)
+	src := c.Source(addr + "/team/refusal:stable")
+	for b.Loop() {
+		sum, mod, err := src.Fetch(ctx, pushed.SHA256)
+		if err != nil || sum != pushed.SHA256 || mod != nil {
+			b.Fatal(sum, err)
+		}
+	}
 }

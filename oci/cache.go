@@ -1,9 +1,11 @@
 package oci
 
 import (
+	"context"
 	"errors"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +13,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"oras.land/oras-go/v2/registry"
+	"oras.land/oras-go/v2/registry/remote/errcode"
 )
 
 // The cache is content addressed: <dir>/sha256/<hex> holds the bytes whose
@@ -69,8 +73,11 @@ func (c *Client) store(d digest.Digest, b []byte) {
 	c.trim(d)
 }
 
-func (c *Client) write(d digest.Digest, b []byte) error {
-	dst := c.path(d)
+func (c *Client) write(d digest.Digest, b []byte) error { return writeAtomic(c.path(d), b) }
+
+// writeAtomic writes b to dst through a temporary file in its directory,
+// renamed into place, so a reader in any process sees all of it or none.
+func writeAtomic(dst string, b []byte) error {
 	dir := filepath.Dir(dst)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -152,4 +159,51 @@ func (c *Client) trim(keep digest.Digest) {
 		}
 	}
 	c.cfg.logger.Debug("oci: cache trimmed", "bytes", total, "limit", c.cfg.limits.CacheBytes)
+}
+
+// Tags: <dir>/tags/<sha256 of registry/repository:tag> holds the digest the
+// tag last resolved to, written as entries are (temporary file, rename).
+// It is what a load uses when the registry cannot be reached; it is
+// trusted as the cache directory is, and only names content that is
+// itself verified against that digest when read.
+
+func (c *Client) tagPath(ref registry.Reference) string {
+	key := digest.FromString(ref.Registry + "/" + ref.Repository + ":" + ref.Reference)
+	return filepath.Join(c.cfg.cacheDir, "tags", key.Encoded())
+}
+
+// lastTag returns the digest ref's tag last resolved to, if recorded.
+func (c *Client) lastTag(ref registry.Reference) (digest.Digest, bool) {
+	b, err := os.ReadFile(c.tagPath(ref))
+	if err != nil {
+		return "", false
+	}
+	d := digest.Digest(strings.TrimSpace(string(b)))
+	if d.Validate() != nil || d.Algorithm() != digest.SHA256 {
+		return "", false
+	}
+	return d, true
+}
+
+// storeTag records what ref's tag resolved to; a failure is logged only.
+func (c *Client) storeTag(ref registry.Reference, d digest.Digest) {
+	if last, ok := c.lastTag(ref); ok && last == d {
+		return
+	}
+	if err := writeAtomic(c.tagPath(ref), []byte(d.String()+"\n")); err != nil {
+		c.cfg.logger.Warn("oci: cannot record the tag's digest", "tag", ref.Reference, "error", err)
+	}
+}
+
+// unreachable tells a registry that could not answer (no connection, a
+// reset, a timeout, a 5xx) from one that answered no (a 4xx: the tag is
+// gone, the credentials are missing or refused), which must not fall back.
+func unreachable(err error) bool {
+	var er *errcode.ErrorResponse
+	if errors.As(err, &er) {
+		return er.StatusCode >= 500
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }

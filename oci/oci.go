@@ -251,6 +251,11 @@ func parse(s string) (registry.Reference, bool, error) {
 // Pull returns the plugin ref names, from the cache when the pinned
 // manifest and its layer are there (so a registry that is down does not
 // stop a replica from starting), else from the registry, and caches it.
+// A tag ([WithAllowTags]) is resolved by the registry, and what it
+// resolved to is recorded in the cache: when the registry cannot answer
+// (no connection, a timeout, a 5xx; not a 4xx), the digest the tag last
+// resolved to is pulled instead, with a warning logged. A [Client.Source]
+// polled while a version serves does not fall back: it returns the error.
 //
 // # Errors
 //
@@ -271,6 +276,7 @@ func (c *Client) pull(ctx context.Context, s, have string, resolved func(string)
 	if !pinned && !c.cfg.allowTags {
 		return Artifact{}, fmt.Errorf("%w: %s", ErrTag, s)
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.limits.Timeout)
 	defer cancel()
 	repo := c.repo(ref)
@@ -278,15 +284,28 @@ func (c *Client) pull(ctx context.Context, s, have string, resolved func(string)
 	if !pinned {
 		desc, err := repo.Resolve(ctx, ref.Reference)
 		if err != nil {
-			return Artifact{}, fmt.Errorf("oci: resolve %s: %w", s, err)
+			// A load (have == "": nothing serving yet) while the registry
+			// cannot be reached starts on the digest the tag last
+			// resolved to, as a pinned reference starts from the cache; a
+			// poll keeps what serves and reports the error.
+			last, ok := c.lastTag(ref)
+			if have != "" || !ok || parent.Err() != nil || !unreachable(err) {
+				return Artifact{}, fmt.Errorf("oci: resolve %s: %w", s, err)
+			}
+			c.cfg.logger.Warn("oci: registry unreachable; using the digest the tag last resolved to",
+				"ref", s, "digest", last.String(), "error", err.Error())
+			desc.Digest = last
 		}
 		dgst = desc.Digest
 		if dgst.Validate() != nil || dgst.Algorithm() != digest.SHA256 {
 			// validated: the digest names a file in the cache
 			return Artifact{}, fmt.Errorf("%w: %s resolved to %q, not a sha256 digest", ErrReference, s, dgst)
 		}
-		if resolved == nil || resolved(dgst.String()) {
-			c.cfg.logger.Info("oci: tag resolved to digest", "ref", s, "digest", dgst.String())
+		if err == nil {
+			c.storeTag(ref, dgst)
+			if resolved == nil || resolved(dgst.String()) {
+				c.cfg.logger.Info("oci: tag resolved to digest", "ref", s, "digest", dgst.String())
+			}
 		}
 	}
 	a := Artifact{Digest: dgst.String()}

@@ -420,3 +420,24 @@ func TestDefaultCooldown(t *testing.T) {
 		})
 	}
 }
+
+// TestDefaultBackoffForAPluginRetry: a plugin condition that decides a
+// retry without a delay of its own waits the default backoff's delay too.
+func TestDefaultBackoffForAPluginRetry(t *testing.T) {
+	ctx := context.Background()
+	var delays []time.Duration
+	o := bound()
+	o.DefaultBackoff = &driver.Backoff{Delay: 2 * time.Millisecond, Factor: 1}
+	o.RunnerOptions = []driver.Option{driver.WithOnRetry(func(_ context.Context, ri driver.RetryInfo) *driver.Overrides {
+		delays = append(delays, ri.Delay)
+		return nil
+	})}
+	p, err := policy.Parse(ctx, []byte(`{`+models+`, "rules": [{"plugin": {"path": "condition.wasm", "config": "b"}}]}`), o)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	_, err = driver.Do(ctx, p.Runner, func(context.Context, *driver.Call) (string, error) {
+		return "", &driver.ProviderError{Status: 429, Message: "slow down"}
+	})
+	require.Error(t, err)
+	require.Equal(t, []time.Duration{2 * time.Millisecond, 2 * time.Millisecond}, delays, "the plugin's 3 attempts, each retry after the default delay")
+}

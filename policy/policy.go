@@ -141,12 +141,13 @@ type Options struct {
 	// produces (callbacks, for instance).
 	RunnerOptions []driver.Option
 	StreamOptions []driver.StreamOption
-	// RawChunks makes the file's OpenAI-compatible models stream, for
-	// every chunk, a KindRaw part holding an openai.ChunkFields
-	// (openai.WithChunkFields), for the fields the driver does not model:
-	// the gateway takes logprobs, system_fingerprint and service_tier
-	// from them. It is ignored in a file with transforms, which would see
-	// the raw parts (a refusal detector stops reading a stream at the
+	// RawChunks makes the file's provider models stream KindRaw parts
+	// too: for every chunk an openai.ChunkFields (openai.WithChunkFields)
+	// or each event their SDK decodes (anthropic.WithRawChunks), for the
+	// fields the driver does not model: the gateway takes logprobs,
+	// system_fingerprint and service_tier from OpenAI's, thinking
+	// signatures from Anthropic's. It is ignored in a file with
+	// transforms, which would see the raw parts (a refusal detector stops reading a stream at the
 	// first part of a kind it does not read). Default false.
 	RawChunks bool
 	// DefaultBackoff, when set, applies to a file that gives no

@@ -32,7 +32,8 @@ type File struct {
 	Sticky string `json:"sticky"`
 	// Commit is the commit rule: "output" (default) or "legacy".
 	Commit string `json:"commit"`
-	// Cooldown takes a model that keeps failing out of rotation (absent: off).
+	// Cooldown takes a model that keeps failing out of rotation (absent:
+	// off, unless Options.DefaultCooldown says otherwise; null: off).
 	Cooldown *CooldownSpec `json:"cooldown"`
 	// RetryBudget bounds the retries in flight to a share of the requests
 	// in flight (absent: off; {} is 20 % with a minimum of 3).

@@ -137,8 +137,9 @@ func TestPluginPushPull_Credentials(t *testing.T) {
 }
 
 // TestPolicyOCI_FollowTagAndRegistryDown: a policy's tag is refused unless
-// its plugin says "follow_tag" (then resolved and logged); a pinned
-// reference, once cached, checks with the registry down.
+// its plugin says "follow_tag" (then resolved and logged); with the
+// registry down, a pinned reference once cached loads, and so does a
+// followed tag once resolved (on its last digest).
 func TestPolicyOCI_FollowTagAndRegistryDown(t *testing.T) {
 	t.Setenv("DOCKER_CONFIG", t.TempDir())
 	addr, srv := startRegistry(t, false)
@@ -174,8 +175,11 @@ func TestPolicyOCI_FollowTagAndRegistryDown(t *testing.T) {
 	srv.Close()
 	code, out, errOut = check(pin)
 	require.Equal(t, exitOK, code, "registry down: the cached digest serves\n%s%s", out, errOut)
-	code, out, _ = check(follow)
-	require.Equal(t, exitFail, code, "registry down: a tag cannot be resolved")
+	code, out, errOut = check(follow)
+	require.Equal(t, exitOK, code, "registry down: a followed tag loads the digest it last resolved to\n%s%s", out, errOut)
+	require.Contains(t, errOut, "registry unreachable; using the digest the tag last resolved to")
+	code, out, _ = runCLI("policy", "check", "--registry-plain-http", "--plugin-cache", t.TempDir(), follow)
+	require.Equal(t, exitFail, code, "registry down, nothing cached: the tag cannot be resolved")
 	require.Contains(t, out, addr+"/team/upper:v1")
 }
 

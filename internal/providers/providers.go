@@ -27,9 +27,10 @@ type Spec struct {
 	Responses bool
 	// HTTPClient is the client to use; nil: the SDK's own.
 	HTTPClient *http.Client
-	// RawChunks makes streams emit, for each chunk, a KindRaw part with
-	// the fields the adapter does not map (openai.WithChunkFields; the
-	// OpenAI-compatible providers only).
+	// RawChunks makes streams emit KindRaw parts too, for the fields the
+	// adapters do not map: for each chunk, openai.ChunkFields
+	// (openai.WithChunkFields), or each event the SDK decodes
+	// (anthropic.WithRawChunks).
 	RawChunks bool
 }
 

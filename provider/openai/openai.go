@@ -537,23 +537,9 @@ func (m *Model) passThrough(req *driver.Request) ([]option.RequestOption, map[st
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		opts = append(opts, option.WithJSONSet(jsonKey(k), fields[k]))
+		opts = append(opts, option.WithJSONSet(adapter.JSONKey(k), fields[k]))
 	}
 	return append(opts, m.params2...), fields, nil
-}
-
-// jsonKey escapes a top-level field name for option.WithJSONSet, whose key
-// is a path ("a.b" would set b inside a): every character that is not a
-// letter, digit, '_' or '-' is escaped, so the name is taken literally.
-func jsonKey(k string) string {
-	var b strings.Builder
-	for _, r := range k {
-		if !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r > 0x7f) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 func messages(msg *driver.Message) ([]oai.ChatCompletionMessageParamUnion, error) {
