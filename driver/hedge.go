@@ -115,6 +115,7 @@ type hedger struct {
 	req     *Request
 	results chan flightResult
 	call    bool // Generate: attempts are calls, the first complete response wins
+	atEnd   bool // a stream that commits at its end (CommitAtEnd): the first whole answer wins
 	check   func(ctx context.Context, c *Call, resp *Response) (*Response, error)
 	running []*flight
 	pending []pendingStep
@@ -134,7 +135,7 @@ type hedger struct {
 
 // streamHedged is Stream's loop with hedging on (see WithHedge).
 func (m *RetryableModel) streamHedged(ctx context.Context, q *request, st step, req *Request) (Stream, error) {
-	h := &hedger{m: m, q: q, ctx: ctx, req: req, results: make(chan flightResult), fire: make(chan struct{}, 1)}
+	h := &hedger{m: m, q: q, ctx: ctx, req: req, atEnd: commitsAtEnd(ctx), results: make(chan flightResult), fire: make(chan struct{}, 1)}
 	s, _, err := h.run(st)
 	return s, err
 }
@@ -263,6 +264,7 @@ func (h *hedger) launch(st step) {
 		model: c.Model, req: c.Request(h.req), number: c.Number,
 		transformers: h.m.cfg.transformers, commit: h.m.cfg.commit,
 		firstContent: h.m.cfg.firstContent, gap: h.m.cfg.gap, clock: h.m.cfg.clock,
+		atEnd: h.atEnd,
 	}
 	hctx, stop := context.WithCancelCause(actx)
 	f := &flight{st: q.cur, at: q.attemptAt, deadline: q.deadline, slot: q.retrySlot, busy: q.busy, fed: q.fed,
@@ -492,7 +494,7 @@ func (h *hedger) committed(r flightResult) (s Stream, resp *Response, err error,
 		h.launch(next)
 		return nil, nil, nil, true
 	}
-	if !res.empty {
+	if !res.empty && !res.whole {
 		return h.m.commit(ctx, q, res, r.f.end), nil, nil, false
 	}
 	var fin Finish

@@ -27,3 +27,34 @@ func startFrom(ctx context.Context) Model {
 	m, _ := ctx.Value(startKey{}).(Model)
 	return m
 }
+
+type atEndKey struct{}
+
+// CommitAtEnd returns a copy of ctx that makes a [RetryableModel.Stream]
+// request run with it commit at the end of its stream instead of at its
+// first content part: Stream returns once an attempt's stream has ended
+// cleanly (and its transforms have had their last word), holding the whole
+// answer, which it then replays. So every failure up to the end — a reset
+// or an error after the first content, an upstream that ends without a
+// finish, a transform's late verdict, the gap deadline (armed at the first
+// content), the attempt deadline — fails the attempt and the rules decide,
+// and the caller only ever gets one attempt's answer, never a failed
+// attempt's partial text. The whole answer is judged by the rules as a
+// result (as [RetryableModel.Generate] judges a response), so a rule on a
+// finish reason may reject it. The first-content deadline still bounds the
+// time to the first content part; OnCommit fires at the end.
+//
+// It is for a caller that shows nothing before the answer is complete, such
+// as a gateway's non-streaming client, and that wants the stream's
+// deadlines and parts rather than a Generate call. The answer is held in
+// memory until the end: what bounds it is the request's MaxOutputTokens
+// and the deadlines.
+func CommitAtEnd(ctx context.Context) context.Context {
+	return context.WithValue(ctx, atEndKey{}, true)
+}
+
+// commitsAtEnd reports whether ctx was made by CommitAtEnd.
+func commitsAtEnd(ctx context.Context) bool {
+	v, _ := ctx.Value(atEndKey{}).(bool)
+	return v
+}

@@ -213,6 +213,7 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 	if m.cfg.hedgeMax > 0 && !q.disabled {
 		return m.streamHedged(ctx, q, st, req)
 	}
+	atEnd := commitsAtEnd(ctx)
 	for {
 		actx, cancel := q.attemptContext(ctx, &st)
 		c := q.call()
@@ -220,6 +221,7 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 			model: c.Model, req: c.Request(req), number: c.Number,
 			transformers: m.cfg.transformers, commit: m.cfg.commit,
 			firstContent: m.cfg.firstContent, gap: m.cfg.gap, clock: m.cfg.clock,
+			atEnd: atEnd,
 		})
 		var final error
 		switch {
@@ -229,7 +231,7 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 			if st, final = q.fail(ctx, err); final != nil {
 				return nil, final
 			}
-		case res.empty:
+		case res.empty || res.whole:
 			var fin Finish
 			if res.finish != nil {
 				fin = *res.finish

@@ -36,6 +36,10 @@ type attemptSpec struct {
 	firstContent time.Duration
 	gap          time.Duration
 	clock        clock
+	// atEnd moves the commit to the end of the stream ([CommitAtEnd]):
+	// the first content part disarms the first-content deadline and arms
+	// the gap deadline, and every failure up to the end fails the attempt.
+	atEnd bool
 }
 
 // attemptResult is how one attempt ended before the caller saw anything:
@@ -47,7 +51,10 @@ type attemptResult struct {
 	// conditions to judge.
 	empty  bool
 	finish *abi.Finish
-	err    error
+	// whole reports a commit at the end of a stream ([CommitAtEnd]): the
+	// stream holds the whole answer, which the rules judge like a result.
+	whole bool
+	err   error
 }
 
 // runAttempt opens the model's stream and pulls it through the transform
@@ -90,7 +97,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 	s.up = up
 	s.stopAF = context.AfterFunc(actx, func() { _ = up.Close() })
 
-	scanned := 0
+	scanned, content := 0, false
 	for {
 		p, expired, err := s.next()
 		if expired {
@@ -116,6 +123,15 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 				return fail(partError(q))
 			}
 			if sp.commit.IsContent(q) {
+				if sp.atEnd {
+					if !content {
+						content = true
+						if err := s.firstContent(); err != nil {
+							return fail(err)
+						}
+					}
+					continue
+				}
 				if err := s.commitNow(); err != nil {
 					return fail(err)
 				}
@@ -123,7 +139,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 			}
 		}
 		if s.upDone {
-			r := attemptResult{stream: s, empty: true}
+			r := attemptResult{stream: s, empty: !content, whole: sp.atEnd}
 			for i := range s.out {
 				if s.out[i].Kind == abi.KindFinish {
 					r.finish = s.out[i].Finish
@@ -211,10 +227,26 @@ func (s *attemptStream) commitNow() error {
 	if err := s.ctx.Err(); err != nil {
 		return context.Cause(s.ctx)
 	}
-	if s.gap > 0 && !s.upDone {
+	if s.gapW != nil { // armed by firstContent: the stream is over
+		s.gapW.stop()
+	} else if s.gap > 0 && !s.upDone {
 		s.gapW = startGapWatch(s.clock, s.gap, s.cancel)
 	}
 	s.committed = true
+	return nil
+}
+
+// firstContent is commitNow's deadline half for a stream that commits at
+// its end: at the first content part the first-content deadline is
+// disarmed (it fails the attempt when it fired first) and the gap deadline
+// armed; a gap that fires before the end fails the attempt, uncommitted.
+func (s *attemptStream) firstContent() error {
+	if !s.first.disarm() {
+		return s.first.err
+	}
+	if s.gap > 0 {
+		s.gapW = startGapWatch(s.clock, s.gap, s.cancel)
+	}
 	return nil
 }
 

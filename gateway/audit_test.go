@@ -263,8 +263,9 @@ func rawEnding(u *upstream, content []string, ending string) {
 
 // An upstream that ends its stream without a finish reason (even with a
 // [DONE]) has not finished its answer: before the first content that is a
-// failure that fails over; after it, the client gets the in-band error and
-// no [DONE]. A finish reason without [DONE] is a whole answer.
+// failure that fails over; after it, a streaming client gets the in-band
+// error and no [DONE], a non-streaming one the fallback's answer. A finish
+// reason without [DONE] is a whole answer.
 func TestEndWithoutFinishReason(t *testing.T) {
 	r := newRig(t, "")
 	r.up["backup"].play(act{chunks: []string{"from backup"}})
@@ -284,17 +285,19 @@ func TestEndWithoutFinishReason(t *testing.T) {
 	ev := events(body)
 	require.NotContains(t, ev, "[DONE]")
 	require.Contains(t, ev[len(ev)-1], `"code":"stream_failed"`)
-	_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
-	var apiErr *oai.Error
-	require.True(t, errors.As(err, &apiErr), "non-streaming: an error, never a truncated 200: %v", err)
-	require.Equal(t, http.StatusBadGateway, apiErr.StatusCode)
+	// Non-streaming, the client has seen nothing: the same ending fails
+	// over, and the answer is the backup's alone.
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "from backup", cc.Choices[0].Message.Content)
+	require.Equal(t, "backup", cc.Model)
 
 	rawEnding(r.up["primary"], []string{"Par", "is"}, "finish")
 	got = r.stream("primary")
 	require.NoError(t, got.err)
 	require.Equal(t, "Paris", got.text)
 	require.Equal(t, "stop", got.finish)
-	require.Len(t, r.up["backup"].requests(), 1, "only the uncommitted failure failed over")
+	require.Len(t, r.up["backup"].requests(), 2, "only the uncommitted failures failed over")
 }
 
 // No prompt or output text reaches the logs, on any path: streamed or

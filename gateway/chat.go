@@ -20,7 +20,8 @@ import (
 // fills in; it travels in the request's context.
 type reqState struct {
 	committed driver.Model
-	attempts  int // the committed attempt's number
+	attempts  int  // the committed attempt's number
+	atEnd     bool // a non-streaming request: it commits at the end of the answer
 }
 
 type stateKey struct{}
@@ -46,7 +47,7 @@ type accessLog struct {
 	fallbacks  int
 	errClass   string
 	start      time.Time
-	commitAt   time.Duration // time to commit (first content), 0 if none
+	commitAt   time.Duration // time to commit (first content; a non-streaming request: the whole answer), 0 if none
 	parts      int
 	inputToks  int64
 	outputToks int64
@@ -169,18 +170,25 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	defer cancel(nil)
 	stopAfter := context.AfterFunc(g.stopCtx, func() { cancel(context.Cause(g.stopCtx)) })
 	defer stopAfter()
-	st := &reqState{}
+	st := &reqState{atEnd: !cr.stream}
 	ctx = context.WithValue(ctx, stateKey{}, st)
 
 	// Before commit: nothing is written. Each link of the chain is a whole
-	// policy request starting on that route.
+	// policy request starting on that route. A non-streaming client sees
+	// nothing before the whole answer, so its request commits at the end:
+	// every failure up to there fails over (and a failed attempt's partial
+	// text never reaches it).
+	sctx := ctx
+	if !cr.stream {
+		sctx = driver.CommitAtEnd(ctx)
+	}
 	var (
 		s     driver.Stream
 		prior int // the attempts of the chain's failed links
 	)
 	for i, rt := range chain {
 		l.fallbacks = i
-		s, err = gen.pol.Model.Stream(driver.StartOn(ctx, rt.model), &cr.req)
+		s, err = gen.pol.Model.Stream(driver.StartOn(sctx, rt.model), &cr.req)
 		if err == nil || ctx.Err() != nil || !chainOn(err) {
 			break
 		}
@@ -348,8 +356,10 @@ func (g *Gateway) endErr(ctx context.Context, err error) string {
 }
 
 // collect answers a non-streaming request: the committed stream, drained
-// into one chat.completion. A failure after commit is an error answer (the
-// client has seen nothing).
+// into one chat.completion. The request committed at the end of its answer
+// (driver.CommitAtEnd), so the stream replays a whole answer; a failure
+// while reading it (the client gone, the gateway shutting down) is still an
+// error answer, never a truncated 200.
 func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc *chunkEncoder) {
 	var acc completion
 	for {

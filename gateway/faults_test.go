@@ -117,18 +117,6 @@ func TestFailureAfterCommitIsInBand(t *testing.T) {
 	}
 }
 
-// Non-streaming: a committed answer that fails is an error answer (the
-// client saw nothing), never a truncated 200.
-func TestNonStreamingFailureAfterCommit(t *testing.T) {
-	r := newRig(t, "")
-	r.up["primary"].play(act{chunks: []string{"Par"}, cut: true})
-	_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
-	var apiErr *oai.Error
-	require.True(t, errors.As(err, &apiErr), "%v", err)
-	require.Equal(t, http.StatusBadGateway, apiErr.StatusCode)
-	r.healthy()
-}
-
 // A 400 (a content-policy rejection among them) is returned as the
 // upstream sent it: no retry, no fail-over, not even to the request's own
 // fallbacks, and never resent to the same model.

@@ -23,7 +23,7 @@ type metrics struct {
 	attempts  *prometheus.CounterVec   // model, outcome, class
 	failovers *prometheus.CounterVec   // to
 	commits   *prometheus.CounterVec   // model
-	ttfc      *prometheus.HistogramVec // model: request start → first content
+	ttfc      *prometheus.HistogramVec // model: request start → first content (streams only)
 	inflight  prometheus.Gauge         // chat requests being served
 	streams   prometheus.Gauge         // committed streams being relayed
 }
@@ -40,7 +40,7 @@ func newMetrics(st *stats) *metrics {
 	m.commits = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "commits_total",
 		Help: "Answers committed (first content reached the client side of the gate), by model."}, []string{"model"})
 	m.ttfc = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "time_to_first_content_seconds",
-		Help:    "From the request's start to its commit (retries and fail-overs included), by the model that answered.",
+		Help:    "From a streaming request's start to its commit (retries and fail-overs included), by the model that answered.",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"model"})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "inflight_requests",
 		Help: "Chat requests being served."})
@@ -104,8 +104,13 @@ func (o observer) AttemptEnd(_ context.Context, e driver.AttemptEndEvent) {
 	o.m.attempts.WithLabelValues(e.Model.Key(), e.Outcome.String(), class).Inc()
 }
 
-func (o observer) Commit(_ context.Context, e driver.CommitEvent) {
+// Commit counts the commit; the time to first content is a stream's only:
+// a non-streaming request commits at the end of its answer.
+func (o observer) Commit(ctx context.Context, e driver.CommitEvent) {
 	o.m.commits.WithLabelValues(e.Model.Key()).Inc()
+	if st, ok := ctx.Value(stateKey{}).(*reqState); ok && st.atEnd {
+		return
+	}
 	o.m.ttfc.WithLabelValues(e.Model.Key()).Observe(e.Elapsed.Seconds())
 }
 

@@ -1,0 +1,169 @@
+package driver
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/stretchr/testify/require"
+)
+
+// CommitAtEnd: a failure after the first content part, up to the end of
+// the stream, fails the attempt over like one before it, and the caller
+// gets exactly the answering attempt's parts (issue 14, a gateway's
+// non-streaming client).
+func TestCommitAtEnd_failuresUpToTheEndFailOver(t *testing.T) {
+	lateNo := errors.New("late verdict: no")
+	for _, tc := range []struct {
+		name  string
+		a     []sstep
+		ropts []Option
+		sopts []StreamOption
+		class abi.ErrorClass
+	}{
+		{"an error after content", sscript(preamble(), pText("Hel"), pText("lo"), pErr(errBoom)), nil, nil, abi.ClassUnknown},
+		{"an error part after content", sscript(preamble(), pText("Hel"), sstep{part: Part{Kind: abi.KindError, Err: errBoom}}), nil, nil, abi.ClassUnknown},
+		{"the gap deadline mid-answer", sscript(preamble(), pText("Hel"), pStall(2*time.Second)), nil,
+			[]StreamOption{WithGapTimeout(time.Second)}, abi.ClassTimeout},
+		{"the attempt deadline mid-answer", sscript(preamble(), pText("Hel"), pStall(0)), []Option{WithAttemptTimeout(5 * time.Millisecond)}, nil, abi.ClassTimeout},
+		{"a transform's verdict at the end", answer("Hel", "lo"), nil,
+			[]StreamOption{WithTransforms(lateVerdict(lateNo))}, abi.ClassUnknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, [3][]sstep{tc.a, answer("from", " b"), nil},
+				func(_, b, _ Model) []Condition { return []Condition{AnyError().Switch(b)} }, tc.ropts, tc.sopts...)
+			s, err := h.rm.Stream(CommitAtEnd(t.Context()), &Request{})
+			require.NoError(t, err)
+			require.True(t, h.models[0].stream(0).isClosed(), "the failed attempt's upstream is closed")
+			parts, err := drain(s)
+			require.NoError(t, err)
+			require.Equal(t, []string{"stream-start", "response-metadata", "text-start", "text-delta:from", "text-delta: b", "text-end", "finish"},
+				kinds(parts), "only the answering attempt's parts, never the failed one's partial text")
+			require.Len(t, h.out.commits, 1)
+			require.Equal(t, "p/b", h.out.commits[0].Model.Key())
+			require.Len(t, h.out.commits[0].Failed, 1)
+			if tc.class != abi.ClassUnknown {
+				require.Equal(t, tc.class, h.out.commits[0].Failed[0].Class)
+			}
+			_, success, failure := h.out.counts()
+			require.Equal(t, [2]int{1, 0}, [2]int{success, failure})
+		})
+	}
+}
+
+// lateVerdict is a fail-closed transform that passes every part and fails
+// its first instance at the end.
+func lateVerdict(err error) *funcTransform {
+	n := 0
+	return &funcTransform{name: "late", policy: abi.TransformPolicy{Fail: abi.FailClosed},
+		part: func(int, *Part) (abi.Verdict, error) { return verdict(abi.PartPass), nil },
+		end: func() (abi.Verdict, error) {
+			if n++; n == 1 {
+				return abi.Verdict{}, err
+			}
+			return abi.Verdict{}, nil
+		}}
+}
+
+// Without CommitAtEnd the same failure after content ends the committed
+// stream: the option is what moves the commit.
+func TestCommitAtEnd_isPerRequest(t *testing.T) {
+	h := newHarness(t, [3][]sstep{sscript(preamble(), pText("Hel"), pErr(errBoom)), answer("b"), nil},
+		func(_, b, _ Model) []Condition { return []Condition{AnyError().Switch(b)} }, nil)
+	s, err := h.rm.Stream(t.Context(), &Request{})
+	require.NoError(t, err)
+	parts, err := drain(s)
+	require.ErrorIs(t, err, errBoom)
+	require.Contains(t, kinds(parts), "text-delta:Hel")
+	require.Equal(t, 0, h.models[1].opened())
+}
+
+// Every attempt failing after its first content is the request's error,
+// with no stream: nothing partial reaches the caller.
+func TestCommitAtEnd_allFail(t *testing.T) {
+	cut := sscript(preamble(), pText("Hel"), pErr(errBoom))
+	h := newHarness(t, [3][]sstep{cut, cut, cut}, fallbacks, nil)
+	s, err := h.rm.Stream(CommitAtEnd(t.Context()), &Request{})
+	require.Nil(t, s)
+	require.ErrorIs(t, err, errBoom)
+	var re *RetryError
+	require.ErrorAs(t, err, &re)
+	require.Len(t, re.Attempts, 3)
+	for _, m := range h.models {
+		require.True(t, m.stream(0).isClosed())
+	}
+	commits, success, failure := h.out.counts()
+	require.Equal(t, [3]int{0, 0, 1}, [3]int{commits, success, failure})
+}
+
+// The whole answer is judged as a result, as Generate judges a response.
+func TestCommitAtEnd_judgesTheResult(t *testing.T) {
+	filtered := sscript(preamble(), pText("Hel"), pKind(abi.KindTextEnd), pFinish(abi.ReasonContentFilter))
+	h := newHarness(t, [3][]sstep{filtered, answer("b"), nil},
+		func(_, b, _ Model) []Condition { return []Condition{OnFinish(abi.ReasonContentFilter).Switch(b)} }, nil)
+	s, err := h.rm.Stream(CommitAtEnd(t.Context()), &Request{})
+	require.NoError(t, err)
+	parts, err := drain(s)
+	require.NoError(t, err)
+	require.Contains(t, kinds(parts), "text-delta:b")
+	require.NotContains(t, kinds(parts), "text-delta:Hel")
+	require.True(t, h.models[0].stream(0).isClosed())
+}
+
+// The first-content deadline still bounds the wait for the first content;
+// once it came, a long answer is bounded by the gap deadline only.
+func TestCommitAtEnd_firstContentDeadline(t *testing.T) {
+	h := newHarness(t, [3][]sstep{sscript(preamble(), pStall(2*time.Second)), answer("b"), nil},
+		func(_, b, _ Model) []Condition { return []Condition{Timeout().Switch(b)} }, nil, WithFirstContentTimeout(time.Second))
+	s, err := h.rm.Stream(CommitAtEnd(t.Context()), &Request{})
+	require.NoError(t, err)
+	parts, err := drain(s)
+	require.NoError(t, err)
+	require.Contains(t, kinds(parts), "text-delta:b")
+	var de *DeadlineError
+	require.ErrorAs(t, h.out.commits[0].Failed[0].Err, &de)
+	require.Equal(t, abi.DeadlineFirstContent, de.Deadline)
+
+	// Content that arrives before the first-content deadline disarms it:
+	// the rest of the answer may take longer than it.
+	var h2 *harness
+	later := sstep{part: pText("b").part, do: func() { h2.clk.Advance(5 * time.Second) }}
+	h2 = newHarness(t, [3][]sstep{sscript(preamble(), pText("a"), later, pKind(abi.KindTextEnd), pFinish(abi.ReasonStop)), answer("c"), nil},
+		func(_, b, _ Model) []Condition { return []Condition{Timeout().Switch(b)} }, nil, WithFirstContentTimeout(time.Second))
+	s, err = h2.rm.Stream(CommitAtEnd(t.Context()), &Request{})
+	require.NoError(t, err)
+	parts, err = drain(s)
+	require.NoError(t, err)
+	require.Equal(t, []string{"stream-start", "response-metadata", "text-start", "text-delta:a", "text-delta:b", "text-end", "finish"}, kinds(parts))
+	require.Equal(t, 0, h2.models[1].opened())
+}
+
+// With hedging on, the hedged loop commits at the end too: an attempt that
+// fails after its first content goes to the rules, and the caller gets the
+// next attempt's whole answer.
+func TestCommitAtEnd_hedged(t *testing.T) {
+	a := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(preamble(), pText("Hel"), pErr(errBoom))}}
+	b := &scriptModel{key: "p/b", scripts: [][]sstep{answer("from", " b")}}
+	r, err := New(a, WithRules(AnyError().Switch(b)))
+	require.NoError(t, err)
+	m, err := NewRetryableModel(r, WithHedge(time.Hour, 1))
+	require.NoError(t, err)
+	s, err := m.Stream(CommitAtEnd(t.Context()), &Request{})
+	require.NoError(t, err)
+	parts, err := drain(s)
+	require.NoError(t, err)
+	require.Equal(t, []string{"stream-start", "response-metadata", "text-start", "text-delta:from", "text-delta: b", "text-end", "finish"}, kinds(parts))
+	require.True(t, a.stream(0).isClosed())
+
+	// The same request without CommitAtEnd commits on "Hel".
+	a2 := &scriptModel{key: "p/a", scripts: a.scripts}
+	r, err = New(a2, WithRules(AnyError().Switch(b)))
+	require.NoError(t, err)
+	m, err = NewRetryableModel(r, WithHedge(time.Hour, 1))
+	require.NoError(t, err)
+	s, err = m.Stream(t.Context(), &Request{})
+	require.NoError(t, err)
+	_, err = drain(s)
+	require.ErrorIs(t, err, errBoom)
+}
