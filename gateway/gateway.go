@@ -69,6 +69,18 @@ var defaultBackoff = driver.Backoff{Delay: time.Second, Factor: 2, MaxDelay: 8 *
 // then one request probes it.
 var defaultCooldown = driver.Cooldown{Failures: 5, For: 10 * time.Second}
 
+// defaultFirstContent and defaultGap are the first-content and gap
+// deadlines of a policy that gives none (policy.Options.DefaultFirstContent
+// and DefaultGap): an upstream that sends its headers, or some content, and
+// then stays silent is failed over after them instead of holding the
+// client until it gives up. Two minutes to first content leaves room for
+// a reasoning model that thinks before it streams; a minute of silence
+// mid-answer is the response-header timeout's own bound.
+var (
+	defaultFirstContent = 2 * time.Minute
+	defaultGap          = time.Minute
+)
+
 // Option configures a Gateway.
 type Option func(*config) error
 
@@ -436,6 +448,12 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	}
 	if o.DefaultCooldown == nil {
 		o.DefaultCooldown = &defaultCooldown
+	}
+	if o.DefaultFirstContent == 0 {
+		o.DefaultFirstContent = defaultFirstContent
+	}
+	if o.DefaultGap == 0 {
+		o.DefaultGap = defaultGap
 	}
 	p, err := g.src.load(ctx, o)
 	if err != nil {

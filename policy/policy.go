@@ -71,6 +71,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
@@ -163,6 +164,15 @@ type Options struct {
 	// that may switch models. Default: none. The gateway sets it so that
 	// requests during an outage go straight to the fallback.
 	DefaultCooldown *driver.Cooldown
+	// DefaultFirstContent and DefaultGap, when positive, are the first
+	// content and gap deadlines of a file that gives no
+	// deadlines.first_content, respectively no deadlines.gap. A file
+	// cannot turn them off ("0s" is refused): it gives a long deadline
+	// instead. Default: none (the driver's, no deadline). The gateway sets
+	// them so that an upstream that answers its headers and then stays
+	// silent never holds a client for ever.
+	DefaultFirstContent time.Duration
+	DefaultGap          time.Duration
 	// HostOptions are appended to the Wasm runtime's options the file's
 	// sandbox section produces (a compilation cache directory, an observer).
 	HostOptions []host.Option
