@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	ggcr "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -419,9 +417,7 @@ func TestTagLastResolvedServesWhileRegistryDown(t *testing.T) {
 // manifest from the cache, no layer read.
 func BenchmarkPollTagUnchanged(b *testing.B) {
 	ctx := context.Background()
-	srv := httptest.NewServer(ggcr.New(ggcr.Logger(nilLogger())))
-	defer srv.Close()
-	addr := strings.TrimPrefix(srv.URL, "http://")
+	addr, _ := startRegistry(b, nil)
 	wasm, err := os.ReadFile("../plugins/refusal/refusal.wasm")
 	if err != nil {
 		b.Skip(err)

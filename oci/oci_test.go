@@ -23,7 +23,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"oras.land/oras-go/v2/content"
-	"oras.land/oras-go/v2/registry"
 	"oras.land/oras-go/v2/registry/remote/auth"
 
 	"github.com/retryhost/retryhost/abi"
@@ -43,7 +42,7 @@ func sha(b []byte) string { return digest.FromBytes(b).Encoded() }
 
 // startRegistry serves a real OCI registry (go-containerregistry's) on
 // loopback, optionally wrapped, and returns its host:port.
-func startRegistry(t *testing.T, wrap func(http.Handler) http.Handler) (string, *httptest.Server) {
+func startRegistry(t testing.TB, wrap func(http.Handler) http.Handler) (string, *httptest.Server) {
 	t.Helper()
 	var h http.Handler = ggcr.New(ggcr.Logger(nilLogger()))
 	if wrap != nil {
@@ -183,27 +182,17 @@ func TestDigestMismatch(t *testing.T) {
 	}
 }
 
-// pushRaw pushes a manifest with one layer of the given media type.
+// pushRaw pushes a manifest of manifestType with one layer of layerType.
 func pushRaw(t *testing.T, c *Client, ref string, layerType string, manifestType string, layer []byte) string {
 	t.Helper()
-	ctx := context.Background()
-	r, err := registry.ParseReference(ref)
-	require.NoError(t, err)
-	repo := c.repo(r)
 	ld := content.NewDescriptorFromBytes(layerType, layer)
-	require.NoError(t, pushBlob(ctx, repo, ld, layer))
 	empty := ocispec.DescriptorEmptyJSON
-	require.NoError(t, pushBlob(ctx, repo, empty, empty.Data))
 	m := ocispec.Manifest{
 		Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: manifestType,
 		Config: ocispec.Descriptor{MediaType: empty.MediaType, Digest: empty.Digest, Size: empty.Size},
 		Layers: []ocispec.Descriptor{ld},
 	}
-	mb, err := json.Marshal(m)
-	require.NoError(t, err)
-	md := content.NewDescriptorFromBytes(manifestType, mb)
-	require.NoError(t, repo.PushReference(ctx, md, bytes.NewReader(mb), r.Reference))
-	return r.Registry + "/" + r.Repository + "@" + md.Digest.String()
+	return pushManifest(t, c, ref, m, map[digest.Digest][]byte{ld.Digest: layer, empty.Digest: empty.Data})
 }
 
 func TestMediaType(t *testing.T) {
@@ -469,10 +458,7 @@ func TestDamagedCacheIsPulledAgain(t *testing.T) {
 // reference, or at start with the module cached: no network.
 func BenchmarkPullCached(b *testing.B) {
 	ctx := context.Background()
-	h := ggcr.New(ggcr.Logger(nilLogger()))
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	addr := strings.TrimPrefix(srv.URL, "http://")
+	addr, _ := startRegistry(b, nil)
 	wasm, err := os.ReadFile("../plugins/refusal/refusal.wasm")
 	if err != nil {
 		b.Skip(err)
