@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -417,18 +416,8 @@ func TestTagLastResolvedServesWhileRegistryDown(t *testing.T) {
 // manifest from the cache, no layer read.
 func BenchmarkPollTagUnchanged(b *testing.B) {
 	ctx := context.Background()
-	addr, _ := startRegistry(b, nil)
-	wasm, err := os.ReadFile("../plugins/refusal/refusal.wasm")
-	if err != nil {
-		b.Skip(err)
-	}
-	c, err := New(WithCacheDir(b.TempDir()), WithPlainHTTP(), WithAllowTags(),
-		WithCredentialsFile(filepath.Join(b.TempDir(), "none.json")), WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(b, err)
-	defer c.auth.Client.CloseIdleConnections()
-	pushed, err := c.Push(ctx, addr+"/team/refusal:stable", wasm)
-	require.NoError(b, err)
-	src := c.Source(addr + "/team/refusal:stable")
+	c, pushed, ref := benchPushed(b, "stable", WithAllowTags())
+	src := c.Source(ref)
 	for b.Loop() {
 		sum, mod, err := src.Fetch(ctx, pushed.SHA256)
 		if err != nil || sum != pushed.SHA256 || mod != nil {

@@ -454,22 +454,34 @@ func TestDamagedCacheIsPulledAgain(t *testing.T) {
 	require.Equal(t, wasm, onDisk, "the entry is repaired")
 }
 
-// BenchmarkPullCached is what a replica pays per poll of a pinned
-// reference, or at start with the module cached: no network.
-func BenchmarkPullCached(b *testing.B) {
-	ctx := context.Background()
+// benchPushed is where the benchmarks start: a loopback registry holding
+// the refusal plugin under team/refusal:tag, pushed by the returned client
+// (logging nowhere, opts added), and the tagged reference. It skips when
+// the plugin is not built.
+func benchPushed(b *testing.B, tag string, opts ...Option) (*Client, Artifact, string) {
+	b.Helper()
 	addr, _ := startRegistry(b, nil)
 	wasm, err := os.ReadFile("../plugins/refusal/refusal.wasm")
 	if err != nil {
 		b.Skip(err)
 	}
-	c, err := New(WithCacheDir(b.TempDir()), WithPlainHTTP(), WithCredentialsFile(filepath.Join(b.TempDir(), "none.json")),
-		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	base := []Option{WithCacheDir(b.TempDir()), WithPlainHTTP(),
+		WithCredentialsFile(filepath.Join(b.TempDir(), "none.json")), WithLogger(slog.New(slog.DiscardHandler))}
+	c, err := New(append(base, opts...)...)
 	require.NoError(b, err)
-	defer c.auth.Client.CloseIdleConnections()
-	pushed, err := c.Push(ctx, addr+"/team/refusal:v1", wasm)
+	b.Cleanup(c.auth.Client.CloseIdleConnections)
+	ref := addr + "/team/refusal:" + tag
+	pushed, err := c.Push(context.Background(), ref, wasm)
 	require.NoError(b, err)
-	b.SetBytes(int64(len(wasm)))
+	return c, pushed, ref
+}
+
+// BenchmarkPullCached is what a replica pays per poll of a pinned
+// reference, or at start with the module cached: no network.
+func BenchmarkPullCached(b *testing.B) {
+	ctx := context.Background()
+	c, pushed, _ := benchPushed(b, "v1")
+	b.SetBytes(int64(len(pushed.Wasm)))
 	b.ResetTimer()
 	for b.Loop() {
 		if _, err := c.Pull(ctx, pushed.Ref); err != nil {
