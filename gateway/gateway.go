@@ -423,6 +423,9 @@ type generation struct {
 	// Messages door's fields.
 	anthropic []string
 	created   int64 // when the policy was loaded (Unix seconds), for /v1/models
+	// hooked are the models the file built over the gateway's own upstream
+	// client, whose streams wait only in bodies that run a flushHook.
+	hooked map[driver.Model]bool
 
 	refs   atomic.Int64
 	closed sync.Once
@@ -459,12 +462,16 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	if err != nil {
 		return nil, err
 	}
-	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}, created: time.Now().Unix()}
+	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}, created: time.Now().Unix(),
+		hooked: map[driver.Model]bool{}}
 	// A provider name whose models all speak Chat Completions gets the
 	// forwarded fields; one shared with a Responses API model does not
 	// (ProviderOptions are keyed by provider name, not by model).
 	chat, anth := map[string]bool{}, map[string]bool{}
 	for name, m := range p.Models {
+		if bound := g.src.opts.Models[name]; bound == nil && g.client != nil {
+			gen.hooked[m] = true
+		}
 		inner := m
 		for {
 			u, ok := inner.(interface{ Unwrap() driver.Model })
