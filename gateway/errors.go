@@ -59,6 +59,16 @@ func lastProviderError(err error) *driver.ProviderError {
 	return nil
 }
 
+// lastErr returns the error of a failed request's last attempt (err when
+// it is not a *driver.RetryError).
+func lastErr(err error) error {
+	var re *driver.RetryError
+	if errors.As(err, &re) && re.Last() != nil {
+		return re.Last()
+	}
+	return err
+}
+
 // failure is the answer to a request that failed before commit.
 type failure struct {
 	status     int
@@ -96,6 +106,9 @@ func classify(err error) failure {
 			f.body = appendErrorJSON(nil, typ, pe.Type, pe.Message, "")
 		}
 		return f
+	case errors.Is(lastErr(err), driver.ErrAnswerTooLarge):
+		return failure{status: http.StatusBadGateway, class: "answer_too_large",
+			body: appendErrorJSON(nil, "upstream_error", "answer_too_large", "retryhost gateway: "+err.Error(), "")}
 	case errors.As(err, &de):
 		return failure{status: http.StatusGatewayTimeout, class: "timeout",
 			body: appendErrorJSON(nil, "timeout", de.Deadline.String(), "retryhost gateway: "+err.Error(), "")}
