@@ -212,3 +212,38 @@ func TestNonStreamingAnswerBounded(t *testing.T) {
 	_, err = New(context.Background(), Bytes("p.json", []byte(`{"models": []}`), policy.Options{}), WithMaxAnswerBytes(0))
 	require.ErrorContains(t, err, "max answer bytes must be positive")
 }
+
+// BenchmarkNonStreaming measures one non-streamed answer of 100 content
+// chunks through the gateway, held until complete (CommitAtEnd) and
+// collected into one chat.completion.
+// go test ./gateway -run '^$' -bench NonStreaming -benchmem
+func BenchmarkNonStreaming(b *testing.B) {
+	chunks := make([]string, benchChunks)
+	for i := range chunks {
+		chunks[i] = "word "
+	}
+	up := newUpstream("primary", act{chunks: chunks})
+	defer up.srv.Close()
+	pol := `{"models": [{"name": "primary", "provider": "openai", "model": "m", "base_url": "` + up.url() + `", "api_key_env": "K"}]}`
+	gw, err := New(context.Background(), Bytes("bench", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}))
+	require.NoError(b, err)
+	defer gw.Close(context.Background())
+	srv := newTestServer(b, gw)
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer hc.CloseIdleConnections()
+	body := `{"model":"primary","messages":[{"role":"user","content":"hi"}]}`
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := hc.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || n == 0 {
+				b.Fatalf("status %d, %d bytes", resp.StatusCode, n)
+			}
+		}
+	})
+}
