@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -136,15 +137,24 @@ func TestAttemptsBounded(t *testing.T) {
 }
 
 // A rate limit the gateway gives up on reaches the client with the
-// upstream's Retry-After, so the client's own backoff honours it.
+// upstream's Retry-After and Retry-After-Ms (OpenAI sends both; its SDKs
+// prefer the milliseconds), so the client's own backoff honours them.
 func TestRateLimitPassedOnWithRetryAfter(t *testing.T) {
 	r := newRig(t, `"rules": []`)
-	r.up["primary"].play(act{status: 429, header: http.Header{"Retry-After": {"7"}}})
-	_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
-	var apiErr *oai.Error
-	require.True(t, errors.As(err, &apiErr), "%v", err)
-	require.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
-	require.Equal(t, "7", apiErr.Response.Header.Get("Retry-After"))
+	for _, h := range []http.Header{
+		{"Retry-After": {"7"}},
+		{"Retry-After-Ms": {"700"}},
+		{"Retry-After": {"1"}, "Retry-After-Ms": {"700"}},
+	} {
+		r.up["primary"].play(act{status: 429, header: h})
+		_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+		var apiErr *oai.Error
+		require.True(t, errors.As(err, &apiErr), "%v", err)
+		require.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
+		for _, k := range []string{"Retry-After", "Retry-After-Ms"} {
+			require.Equal(t, h.Get(k), apiErr.Response.Header.Get(k), "%s of %v", k, h)
+		}
+	}
 	r.healthy()
 }
 
@@ -156,7 +166,7 @@ func TestRateLimitPassedOnWithRetryAfter(t *testing.T) {
 func TestOutageOfAHangingPrimary(t *testing.T) {
 	r := newRig(t, `"rules": [{"when": {"class": ["timeout", "network", "server", "overloaded"]}, "action": "switch", "model": "backup"}],
 		"deadlines": {"first_content": "300ms"},
-		"cooldown": {"failures": 2, "for": "1s"}`)
+		"cooldown": {"failures": 2, "for": "3s"}`)
 	dead := make(chan struct{})
 	r.up["primary"].play(act{hold: dead})
 	r.up["backup"].play(act{chunks: []string{"backup"}})
@@ -355,5 +365,123 @@ func TestLogsHaveNoTextOnAnyPath(t *testing.T) {
 	require.NotContains(t, out, answer)
 	if testing.Verbose() {
 		t.Log(out)
+	}
+}
+
+// A client that stops reading loses its stream after the write timeout:
+// the gateway lets go of it (and of the upstream) without waiting for the
+// client to close.
+func TestStalledClientLosesItsStream(t *testing.T) {
+	r := newRig(t, "", WithWriteTimeout(200*time.Millisecond))
+	big := strings.Repeat("x", 64<<10)
+	chunks := make([]string, 400) // 25 MiB: more than the socket buffers hold
+	for i := range chunks {
+		chunks[i] = big
+	}
+	r.up["primary"].play(act{chunks: chunks})
+	req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/v1/chat/completions", strings.NewReader(streamBody("primary")))
+	require.NoError(t, err)
+	resp, err := r.hc.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close() // only at the end: the client reads nothing
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Eventually(t, func() bool {
+		return strings.Contains(r.logs.String(), `"outcome":"client_closed"`) && len(r.gw.sem) == 0
+	}, 30*time.Second, 10*time.Millisecond, "the stalled stream still holds its slot: %s", r.logs)
+	resp.Body.Close()
+	r.healthy()
+}
+
+// Shutdown under load: every stream in flight either finishes whole
+// before the drain deadline or ends with the in-band shutting_down error
+// (never a short answer with [DONE]); requests after it get 503.
+func TestShutdownUnderLoad(t *testing.T) {
+	r := newRig(t, "")
+	chunks := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	const n = 24
+	script := make([]act, n) // fast answers finish within the drain, slow ones cannot
+	for i := range script {
+		script[i] = act{chunks: chunks, gap: time.Duration(5+100*(i%2)) * time.Millisecond}
+	}
+	r.up["primary"].play(script...)
+	type result struct {
+		status int
+		events []string
+	}
+	results := make(chan result, n)
+	var started sync.WaitGroup
+	for i := range n {
+		started.Add(1)
+		go func() {
+			time.Sleep(time.Duration(i) * 15 * time.Millisecond) // spread over the drain and past it
+			started.Done()
+			req, _ := http.NewRequest(http.MethodPost, r.srv.URL+"/v1/chat/completions", strings.NewReader(streamBody("primary")))
+			resp, err := r.hc.Do(req)
+			if err != nil {
+				results <- result{status: -1, events: []string{err.Error()}}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			results <- result{status: resp.StatusCode, events: events(string(b))}
+		}()
+	}
+	require.Eventually(t, func() bool { return len(r.up["primary"].requests()) >= n/3 }, 10*time.Second, time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+	defer cancel()
+	_ = r.gw.Shutdown(ctx)
+	started.Wait()
+	var whole, cut, refused int
+	for range n {
+		res := <-results
+		switch {
+		case res.status == http.StatusServiceUnavailable:
+			refused++
+		case res.status == http.StatusOK && res.events[len(res.events)-1] == "[DONE]":
+			var text string
+			for _, e := range res.events[:len(res.events)-1] {
+				var c struct {
+					Choices []struct{ Delta struct{ Content string } }
+				}
+				require.NoError(t, json.Unmarshal([]byte(e), &c))
+				for _, ch := range c.Choices {
+					text += ch.Delta.Content
+				}
+			}
+			require.Equal(t, strings.Join(chunks, ""), text, "an answer with [DONE] is whole")
+			whole++
+		case res.status == http.StatusOK:
+			require.Contains(t, res.events[len(res.events)-1], `"code":"shutting_down"`)
+			require.NotContains(t, res.events, "[DONE]")
+			cut++
+		default:
+			t.Fatalf("unexpected answer: %d %v", res.status, res.events)
+		}
+	}
+	t.Logf("%d whole, %d ended in-band, %d refused", whole, cut, refused)
+	require.Equal(t, n, whole+cut+refused)
+	require.Positive(t, whole+cut, "no stream was in flight at the drain")
+	resp, body := r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "a request after the drain: %s", body)
+}
+
+// The Authorization scheme is case-insensitive (RFC 9110): a client that
+// sends "bearer KEY" is let in; a wrong scheme or key is not.
+func TestAPIKeyBearerSchemeAnyCase(t *testing.T) {
+	r := newRig(t, "", WithAPIKeys("k-one"))
+	for _, c := range []struct {
+		auth string
+		want int
+	}{
+		{"Bearer k-one", http.StatusOK},
+		{"bearer k-one", http.StatusOK},
+		{"BEARER k-one", http.StatusOK},
+		{"Basic k-one", http.StatusUnauthorized},
+		{"Bearer k-two", http.StatusUnauthorized},
+		{"Bearer", http.StatusUnauthorized},
+		{"k-one", http.StatusUnauthorized},
+	} {
+		resp, body := r.rawStream(streamBody("primary"), "Authorization", c.auth)
+		require.Equal(t, c.want, resp.StatusCode, "%q: %s", c.auth, body)
 	}
 }

@@ -258,6 +258,9 @@ func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, l *accessLog,
 	if e.retryAfter != "" {
 		w.Header().Set("Retry-After", e.retryAfter)
 	}
+	if e.retryAfterMs != "" {
+		w.Header().Set("Retry-After-Ms", e.retryAfterMs)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.status)
 	_, _ = w.Write(e.body)

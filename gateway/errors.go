@@ -75,6 +75,9 @@ type failure struct {
 	class      string // for the access log
 	body       []byte
 	retryAfter string
+	// retryAfterMs is the upstream's Retry-After-Ms, which OpenAI sends
+	// beside Retry-After and its SDKs prefer (finer than whole seconds).
+	retryAfterMs string
 }
 
 // classify maps a request's final error to its HTTP answer. An upstream's
@@ -95,6 +98,7 @@ func classify(err error) failure {
 		f := failure{status: pe.Status, class: pe.Class.String()}
 		if pe.Status == http.StatusTooManyRequests {
 			f.retryAfter = pe.Header.Get("Retry-After")
+			f.retryAfterMs = pe.Header.Get("Retry-After-Ms")
 		}
 		if isErrorObject(pe.Body) {
 			f.body = bytes.TrimSpace(pe.Body)

@@ -537,7 +537,7 @@ func (g *Gateway) authed(h http.HandlerFunc) http.HandlerFunc {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		key, ok := bearer(r.Header.Get("Authorization"))
 		if !ok {
 			key = r.Header.Get("X-Api-Key")
 		}
@@ -555,6 +555,17 @@ func (g *Gateway) authed(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// bearer returns the credentials of an "Authorization: Bearer KEY"
+// header; the scheme is case-insensitive (RFC 9110, 11.1), as some clients
+// send "bearer".
+func bearer(h string) (string, bool) {
+	scheme, key, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return key, true
 }
 
 func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {

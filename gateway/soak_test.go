@@ -41,13 +41,13 @@ import (
 // the upstreams'. Then the gateway must be healthy and its metrics must
 // count every request.
 //
-// It runs 8 s of load (2 s with -short). RETRYHOST_SOAK=2m runs longer;
+// It runs three variants of 3 s of load each (1 s with -short). RETRYHOST_SOAK=2m runs longer;
 // RETRYHOST_SOAK_SEED=N replays the faults of a failed run (each attempt's
 // fault is a function of the seed, the request, the model and the
 // attempt's number, so a replay has the same faults even though the
 // scheduling differs).
 func TestSoak(t *testing.T) {
-	load := 4 * time.Second // each variant
+	load := 3 * time.Second // each variant
 	if testing.Short() {
 		load = time.Second
 	}
@@ -74,6 +74,9 @@ func TestSoak(t *testing.T) {
 	t.Run("wasm-transform-and-reloads", func(t *testing.T) {
 		soakRun(t, seed+1, load, `"transforms": [{"plugin": {"builtin": "refusal", "fail": "open"}}],`, true)
 	})
+	// Hedged attempts: a second attempt beside one without first content
+	// after 150 ms; the loser must be cancelled and its connection freed.
+	t.Run("hedge", func(t *testing.T) { soakRun(t, seed+2, load, `"hedge": {"after": "150ms", "max": 2},`, false) })
 }
 
 func soakRun(t *testing.T, seed uint64, load time.Duration, transforms string, reloads bool) {

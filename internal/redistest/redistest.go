@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -132,6 +133,46 @@ func (s *Server) Do(args ...string) (string, error) {
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimRight(line, "\r\n"), err
+}
+
+// Clients returns the ids of the server's client connections, not
+// counting the one that asks (CLIENT LIST): a connection that stays open
+// keeps its id, a new one gets a new id.
+func (s *Server) Clients() ([]string, error) {
+	c, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("CLIENT LIST\r\n")); err != nil {
+		return nil, err
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if err != nil {
+		return nil, fmt.Errorf("CLIENT LIST: unexpected reply %q", head)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, err
+	}
+	ids := []string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+		if strings.Contains(line, "cmd=client|list") {
+			continue // this one
+		}
+		for _, f := range strings.Fields(line) {
+			if id, ok := strings.CutPrefix(f, "id="); ok {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids, nil
 }
 
 func (s *Server) start() error {

@@ -22,7 +22,8 @@
 // is a SET NX PX lease: one replica takes it. The retry budget counts the
 // requests and retries started over a window (Options.BudgetWindow)
 // rather than those in flight, since a replica that dies cannot give back
-// what it holds.
+// what it holds. Redis Cluster is not supported: a script touches keys in
+// several slots.
 //
 // # When Redis is slow or down
 //

@@ -356,3 +356,80 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestMemoryPerModel bounds what a model costs in Redis at its worst,
+// with the default prefix and a 32-byte model key: three keys, either
+// cooling (c, h, f) or half-open with its probe lease (h, f, p). The
+// README's limits table quotes it.
+func TestMemoryPerModel(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv, redisstate.Options{})
+	c := client(t, srv)
+	model := strings.Repeat("m", 32)
+	usage := func() int64 {
+		keys, err := c.Keys(ctx, "retryhost:*").Result()
+		require.NoError(t, err)
+		require.Len(t, keys, 3)
+		var total int64
+		for _, k := range keys {
+			n, err := c.MemoryUsage(ctx, k).Result()
+			require.NoError(t, err)
+			total += n
+		}
+		return total
+	}
+	s.Failed(ctx, driver.Failure{Model: model, Failures: 1, For: 50 * time.Millisecond})
+	cooling := usage()
+	require.Eventually(t, func() bool { return s.TakeProbe(ctx, model, time.Minute) }, 5*time.Second, 5*time.Millisecond)
+	probing := usage()
+	t.Logf("a model's keys take %d bytes cooling, %d half-open with a probe (32-byte key, default prefix)", cooling, probing)
+	require.LessOrEqual(t, max(cooling, probing), int64(300))
+}
+
+// TestOpenBeforeRedis: a replica that starts while Redis is down starts on
+// its local copy (logged once) and shares its state once Redis is up.
+func TestOpenBeforeRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	var logs syncBuffer
+	s := open(t, srv, redisstate.Options{RetryInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.Equal(t, redisstate.Stats{Errors: 1, Outages: 1, Down: true}, s.Stats())
+	_, cooled := s.Failed(ctx, failure("a", time.Minute))
+	require.True(t, cooled, "the local copy answers")
+	srv.Restart()
+	other := open(t, srv, redisstate.Options{})
+	other.Failed(ctx, failure("b", time.Minute))
+	require.Eventually(t, func() bool {
+		return s.Begin(ctx, driver.BeginRequest{Models: []string{"b"}}).Models[0].Cooling > 0
+	}, 10*time.Second, 10*time.Millisecond, "shared once Redis is up")
+	require.False(t, s.Stats().Down)
+	require.Equal(t, 1, strings.Count(logs.String(), "shared state unreachable"), logs.String())
+}
+
+// TestPoolExhausted: an operation that cannot get one of the client's
+// connections within OpTimeout is answered locally and counted, like any
+// other slow Redis.
+func TestPoolExhausted(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), DisableIdentity: true, PoolSize: 1, ContextTimeoutEnabled: true})
+	defer c.Close()
+	s, err := redisstate.New(c, redisstate.Options{OpTimeout: 50 * time.Millisecond, RetryInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	s.Begin(ctx, driver.BeginRequest{Models: []string{"a"}})
+	require.False(t, s.Stats().Down)
+
+	done := make(chan struct{})
+	go func() { defer close(done); c.BLPop(ctx, time.Second, "never") }() // holds the only connection for a second
+	require.Eventually(t, func() bool { st := c.PoolStats(); return st.TotalConns == 1 && st.IdleConns == 0 }, 5*time.Second, time.Millisecond)
+	snap := s.Begin(ctx, driver.BeginRequest{Models: []string{"a"}})
+	require.Empty(t, snap.Models, "answered from the local copy: clean")
+	st := s.Stats()
+	require.True(t, st.Down)
+	require.EqualValues(t, 1, st.Outages)
+	require.EqualValues(t, 1, st.LocalOps)
+	<-done
+	require.Eventually(t, func() bool {
+		s.Begin(ctx, driver.BeginRequest{Models: []string{"a"}})
+		return !s.Stats().Down
+	}, 5*time.Second, 5*time.Millisecond)
+}

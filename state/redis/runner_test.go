@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/driver"
@@ -167,4 +168,116 @@ func TestOutageUnderLoad(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, []string{"b"}, seen)
+}
+
+// TestOneRoundTripPerRequest: a successful request through a Runner with
+// a cooldown, a sticky policy and a retry budget costs Redis one command.
+func TestOneRoundTripPerRequest(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), DisableIdentity: true})
+	defer c.Close()
+	n := &counter{}
+	c.AddHook(n)
+	st, err := redisstate.New(c, redisstate.Options{OpTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	r, err := driver.New(instant("a"), driver.WithModels(instant("b")),
+		driver.WithRules(driver.OnStatus(429).Switch(instant("b"))),
+		driver.WithCooldown(driver.Cooldown{Failures: 3, For: time.Minute}),
+		driver.WithSticky(driver.StickyFor(time.Minute)),
+		driver.WithRetryBudget(driver.RetryBudget{}),
+		driver.WithState(st))
+	require.NoError(t, err)
+	ok := func(ctx context.Context, c *driver.Call) (string, error) { return c.Model.Key(), nil }
+	_, err = driver.Do(ctx, r, ok) // loads the script
+	require.NoError(t, err)
+	n.n.Store(0)
+	for range 10 {
+		got, err := driver.Do(ctx, r, ok)
+		require.NoError(t, err)
+		require.Equal(t, "a", got)
+	}
+	require.EqualValues(t, 10, n.n.Load())
+}
+
+// TestOneProbeAcrossRunners: after a cooldown, of many requests through
+// two replicas' Runners exactly one probes the model; the others go to
+// the fallback meanwhile, and the probe's success puts the model back for
+// both.
+func TestOneProbeAcrossRunners(t *testing.T) {
+	srv := redistest.Start(t)
+	var down atomic.Bool
+	down.Store(true)
+	release := make(chan struct{})
+	h := &hits{n: map[string]int{}}
+	call := func(ctx context.Context, c *driver.Call) (string, error) {
+		h.add(c.Model.Key())
+		if c.Model.Key() == "a" {
+			if down.Load() {
+				return "", &driver.ProviderError{Provider: "test", Status: 503, Message: "down", Retryable: true}
+			}
+			<-release // the probe, held while the other requests arrive
+		}
+		return c.Model.Key(), nil
+	}
+	newRunner := func() (*driver.Runner, *redisstate.State) {
+		st := open(t, srv, redisstate.Options{})
+		r, err := driver.New(instant("a"), driver.WithModels(instant("b")),
+			driver.WithRules(driver.OnStatus(503).Switch(instant("b"))),
+			driver.WithCooldown(driver.Cooldown{Failures: 1, For: 50 * time.Millisecond}),
+			driver.WithAttemptTimeout(time.Minute), // the probe's lease
+			driver.WithState(st))
+		require.NoError(t, err)
+		return r, st
+	}
+	r1, s1 := newRunner()
+	r2, _ := newRunner()
+	got, err := driver.Do(ctx, r1, call)
+	require.NoError(t, err)
+	require.Equal(t, "b", got)
+	require.Eventually(t, func() bool {
+		return s1.Begin(ctx, driver.BeginRequest{Models: []string{"a"}}).Models[0].HalfOpen
+	}, 5*time.Second, 5*time.Millisecond)
+	down.Store(false)
+
+	results := make(chan string, 20)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		r := r1
+		if i%2 == 1 {
+			r = r2
+		}
+		wg.Go(func() {
+			got, err := driver.Do(ctx, r, call)
+			if err != nil {
+				got = err.Error()
+			}
+			results <- got
+		})
+	}
+	released := false
+	defer func() {
+		if !released {
+			close(release) // a failed assertion must not leave probes blocked
+			wg.Wait()
+		}
+	}()
+	// 19 answers from b while the probe is held.
+	for range 19 {
+		select {
+		case got := <-results:
+			require.Equal(t, "b", got)
+		case <-time.After(30 * time.Second): // a guard against a hang (two probes held), not a timing assertion
+			t.Fatalf("fewer than 19 requests answered while the probe was held: %d calls to a", h.get("a"))
+		}
+	}
+	require.Equal(t, 2, h.get("a"), "the first request's failure, then exactly one probe")
+	close(release)
+	released = true
+	wg.Wait()
+	require.Equal(t, "a", <-results, "the probe's own answer")
+	for _, r := range []*driver.Runner{r1, r2} {
+		got, err := driver.Do(ctx, r, call)
+		require.NoError(t, err)
+		require.Equal(t, "a", got, "back in rotation for both replicas")
+	}
 }
