@@ -247,3 +247,26 @@ func BenchmarkNonStreaming(b *testing.B) {
 		}
 	})
 }
+
+// A non-streaming answer is judged whole by the policy's rules, as a
+// Generate response is: a content-filter finish after content switches
+// model under a finish rule, where a stream has committed on its first
+// content and gets the filtered answer as it came.
+func TestNonStreamingResultJudged(t *testing.T) {
+	r := newRig(t, `"rules": [{"when": {"finish": ["content-filter"]}, "action": "switch", "model": "backup"}]`)
+	filtered := act{chunks: []string{"Par"}, finish: "content_filter"}
+	r.up["primary"].play(filtered)
+	r.up["backup"].play(act{chunks: []string{"from backup"}})
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "from backup", cc.Choices[0].Message.Content)
+	require.Equal(t, "backup", cc.Model)
+	require.Equal(t, "stop", cc.Choices[0].FinishReason)
+
+	r.up["primary"].play(filtered)
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "Par", got.text)
+	require.Equal(t, "content_filter", got.finish)
+	require.Len(t, r.up["backup"].requests(), 1)
+}
