@@ -103,8 +103,8 @@ func classify(err error) failure {
 		}
 		return f
 	case errors.Is(lastErr(err), driver.ErrAnswerTooLarge):
-		return failure{status: http.StatusBadGateway, class: "answer_too_large",
-			body: appendErrorJSON(nil, "upstream_error", "answer_too_large", "retryhost gateway: "+err.Error(), "")}
+		return failure{apiError: apiError{status: http.StatusBadGateway, class: "answer_too_large", typ: "upstream_error", code: "answer_too_large",
+			msg: "retryhost gateway: " + err.Error()}}
 	case errors.As(err, &de):
 		return failure{apiError: apiError{status: http.StatusGatewayTimeout, class: "timeout", typ: "timeout", code: de.Deadline.String(),
 			msg: "retryhost gateway: " + err.Error()}}

@@ -218,7 +218,7 @@ func TestNonStreamingAnswerBounded(t *testing.T) {
 // collected into one chat.completion.
 // go test ./gateway -run '^$' -bench NonStreaming -benchmem
 func BenchmarkNonStreaming(b *testing.B) {
-	chunks := make([]string, benchChunks)
+	chunks := make([]string, 100)
 	for i := range chunks {
 		chunks[i] = "word "
 	}
