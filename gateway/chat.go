@@ -179,6 +179,11 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	defer stopAfter()
 	st := &reqState{atEnd: !cr.stream}
 	ctx = context.WithValue(ctx, stateKey{}, st)
+	var hook *flushHook
+	if cr.stream && g.client != nil {
+		hook = &flushHook{}
+		ctx = context.WithValue(ctx, flushKey{}, hook)
+	}
 
 	// Before commit: nothing is written. Each link of the chain is a whole
 	// policy request starting on that route. A non-streaming client sees
@@ -193,14 +198,16 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 		s     driver.Stream
 		prior int // the attempts of the chain's failed links
 	)
-	for i, rt := range chain {
-		l.fallbacks = i
-		s, err = gen.pol.Model.Stream(driver.StartOn(sctx, rt.model), &cr.req)
-		if err == nil || ctx.Err() != nil || !chainOn(err) {
-			break
+	offStack(func() {
+		for i, rt := range chain {
+			l.fallbacks = i
+			s, err = gen.pol.Model.Stream(driver.StartOn(sctx, rt.model), &cr.req)
+			if err == nil || ctx.Err() != nil || !chainOn(err) {
+				break
+			}
+			prior += attempts(err)
 		}
-		prior += attempts(err)
-	}
+	})
 	if err != nil {
 		l.attempts = prior + attempts(err)
 		g.fail(ctx, w, d, l, err)
@@ -213,7 +220,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	w.Header().Set("X-Retryhost-Attempts", strconv.Itoa(l.attempts))
 	enc := d.encoder(l.id, l.model, cr)
 	if cr.stream {
-		g.relay(ctx, w, l, s, enc)
+		if hook != nil && (hook.bodies.Load() == 0 || !gen.hooked[st.committed]) {
+			hook = nil // the committed model may wait elsewhere than in a hooked body
+		}
+		g.relay(ctx, w, l, s, enc, hook)
 	} else {
 		g.collect(ctx, w, d, l, s, enc)
 	}
@@ -222,6 +232,36 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 // errShutdown is the answer to a request that arrives while the gateway
 // shuts down.
 var errShutdown = apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "shutting_down", msg: ErrShuttingDown.Error()}
+
+// offStack runs fn on a goroutine of its own and waits for it (a panic in
+// fn is raised again here). Opening a policy request up to its commit is
+// deep work (the SDK's reflective request encoding, the HTTP round trip)
+// that would grow the handler's stack, and a stream then held open for
+// minutes would keep that stack: thousands of open streams would each
+// carry tens of KiB for nothing. The worker's stack goes back to the
+// runtime when it ends. (It costs a stack growth per request, a few
+// percent of the gateway's CPU: measured, the memory is worth more.)
+func offStack(fn func()) {
+	var (
+		p        any
+		panicked = true
+		done     = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		defer func() {
+			if panicked {
+				p = recover()
+			}
+		}()
+		fn()
+		panicked = false
+	}()
+	<-done
+	if panicked {
+		panic(p)
+	}
+}
 
 // chainOn reports whether a route's failure moves a request on to its
 // per-request fallbacks: not when the upstream rejected the request itself
@@ -277,10 +317,13 @@ func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, d door, l *ac
 	_, _ = w.Write(e.body(d))
 }
 
-// relay streams a committed answer as server-sent events, one flush per
-// event. A failure after commit ends it with an in-band error event and no
-// end marker.
-func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc encoder) {
+// relay streams a committed answer as server-sent events. Events are
+// written and flushed as soon as the next part would have to wait for the
+// upstream (see flushHook), so parts that arrived together share one write
+// and none is held back; without the hook (a model the gateway's client
+// does not serve), every event is flushed on its own. A failure after
+// commit ends the stream with an in-band error event and no end marker.
+func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc encoder, hook *flushHook) {
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -290,22 +333,34 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 	g.metrics.streams.Inc()
 	defer g.metrics.streams.Dec()
 	var (
-		buf   []byte
-		usage *abi.Usage
+		buf    []byte
+		usage  *abi.Usage
+		broken bool // a write or flush failed: the client is gone
 	)
-	send := func() bool {
-		if len(buf) == 0 {
-			return true
+	send := func() {
+		if len(buf) == 0 || broken {
+			return
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.writeTimeout))
 		if _, err := w.Write(buf); err != nil {
-			return false
+			broken = true
+			return
 		}
 		buf = buf[:0]
-		return rc.Flush() == nil
+		broken = rc.Flush() != nil
 	}
 	for {
+		if hook != nil && len(buf) > 0 {
+			hook.arm(send)
+		}
 		p, err := s.Recv()
+		if hook != nil {
+			hook.disarm()
+		}
+		if broken {
+			l.outcome = "client_closed"
+			return
+		}
 		if err == io.EOF {
 			break
 		}
@@ -327,9 +382,8 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
 		}
 		buf = enc.appendPart(buf, &p)
-		if !send() {
-			l.outcome = "client_closed"
-			return
+		if hook == nil {
+			send()
 		}
 	}
 	var u abi.Usage
@@ -337,7 +391,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		u = *usage
 	}
 	buf = enc.appendEnd(buf, &u)
-	if !send() {
+	if send(); broken {
 		l.outcome = "client_closed"
 		return
 	}

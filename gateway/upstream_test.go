@@ -36,6 +36,7 @@ type act struct {
 	noFinish   bool            // after the chunks, end cleanly but without finish or [DONE]
 	finish     string          // default "stop" (OpenAI), "end_turn" (Anthropic)
 	eol        string          // line endings: default LF; "\r" or "\r\n"
+	batch      bool            // write the whole stream at once (one flush at the end)
 	logprobs   bool            // each content chunk carries logprobs for its text (one token)
 	tier       string          // service_tier in every chunk
 	// transcript replays a recorded response of the repo's wire fixtures
@@ -175,7 +176,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 			id, "up-"+u.name, tier, u.name, delta, logprobs, f)
 	}
 	chunk := func(delta, finish string) string { return chunkLP(delta, finish, "null") }
-	out := sse{w: w, eol: a.eol}
+	out := sse{w: w, eol: a.eol, batch: a.batch}
 	send := out.send
 	if a.preamble && !send(chunk(`{"role":"assistant","content":""}`, "")) {
 		return
@@ -233,8 +234,9 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 // sse writes the events of one act: send one event (false once the client
 // is gone), cut the connection mid-body.
 type sse struct {
-	w   http.ResponseWriter
-	eol string
+	w     http.ResponseWriter
+	eol   string
+	batch bool // no flush per event (the whole stream at once)
 }
 
 func (s sse) send(ev string) bool {
@@ -244,7 +246,9 @@ func (s sse) send(ev string) bool {
 	if _, err := io.WriteString(s.w, ev); err != nil {
 		return false
 	}
-	s.w.(http.Flusher).Flush()
+	if !s.batch {
+		s.w.(http.Flusher).Flush()
+	}
 	return true
 }
 

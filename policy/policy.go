@@ -142,8 +142,10 @@ type Options struct {
 	// produces (callbacks, for instance).
 	RunnerOptions []driver.Option
 	StreamOptions []driver.StreamOption
-	// RawChunks makes the file's provider models stream every chunk
-	// their SDK decodes as a KindRaw part too (openai.WithRawChunks,
+	// RawChunks makes the file's provider models stream, for every chunk,
+	// a KindRaw part with what the adapter does not map (an
+	// openai.ChunkFields from OpenAI-compatible models, with
+	// openai.WithChunkFields; the SDK's event from Anthropic's, with
 	// anthropic.WithRawChunks), for the fields the driver does not model:
 	// the gateway takes logprobs, system_fingerprint and service_tier
 	// from OpenAI's, thinking signatures from Anthropic's. It is ignored in a file with transforms, which would see

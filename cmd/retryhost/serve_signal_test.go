@@ -373,6 +373,33 @@ func TestServe_UpstreamConnsFlag(t *testing.T) {
 	require.Contains(t, stderr.String(), "upstream connections must be positive")
 }
 
+// --max-answer caps what a non-streaming request holds until its answer is
+// complete: past it the client gets 502 answer_too_large; a stream is not
+// bounded by it.
+func TestServe_MaxAnswerFlag(t *testing.T) {
+	up := newHeldUpstream(t)
+	up.free()
+	pol := filepath.Join(t.TempDir(), "policy.json")
+	writeHeldPolicy(t, pol, up.srv.URL, "m")
+	t.Setenv("UPSTREAM_KEY", "sk-upstream")
+	base, _, stop := startServe(t, "--policy", pol, "--max-answer", "1")
+	c := oai.NewClient(option.WithBaseURL(base+"/v1"), option.WithAPIKey("k"), option.WithMaxRetries(0))
+	_, err := c.Chat.Completions.New(context.Background(), oai.ChatCompletionNewParams{Model: "m",
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("hi")}})
+	var apiErr *oai.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusBadGateway, apiErr.StatusCode)
+	require.Equal(t, "answer_too_large", apiErr.Code)
+	st, _ := openStream(t, c, "m")
+	text, _, err := st.rest()
+	require.NoError(t, err)
+	require.Equal(t, "first second", text)
+	require.Equal(t, exitOK, stop())
+	var stderr bytes.Buffer
+	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--max-answer", "0"}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "max answer bytes must be positive")
+}
+
 // A change to a plugin file the policy names by path reloads the policy,
 // as a change to the policy file does: a broken plugin is rejected (the
 // old policy stays), a good one is taken.
