@@ -337,42 +337,6 @@ func TestServeBinary_ReloadKeepsInFlightOnTheirVersion(t *testing.T) {
 	}
 }
 
-// --upstream-conns caps the connections to an upstream host: with 1, a
-// second stream waits for the first one's connection.
-func TestServe_UpstreamConnsFlag(t *testing.T) {
-	up := newHeldUpstream(t)
-	pol := filepath.Join(t.TempDir(), "policy.json")
-	writeHeldPolicy(t, pol, up.srv.URL, "m")
-	t.Setenv("UPSTREAM_KEY", "sk-upstream")
-	base, _, stop := startServe(t, "--policy", pol, "--upstream-conns", "1")
-	c := oai.NewClient(option.WithBaseURL(base+"/v1"), option.WithAPIKey("k"), option.WithMaxRetries(0))
-	first, _ := openStream(t, c, "m")
-	<-up.started
-	second := make(chan string, 1)
-	go func() {
-		st, _ := openStream(t, c, "m")
-		text, _, err := st.rest()
-		if err != nil {
-			text = err.Error()
-		}
-		second <- text
-	}()
-	select {
-	case <-up.started:
-		t.Fatal("a second upstream connection was opened past --upstream-conns 1")
-	case <-time.After(200 * time.Millisecond):
-	}
-	up.free()
-	text, _, err := first.rest()
-	require.NoError(t, err)
-	require.Equal(t, "first second", text)
-	require.Equal(t, "first second", <-second)
-	require.Equal(t, exitOK, stop())
-	var stderr bytes.Buffer
-	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--upstream-conns", "0"}, io.Discard, &stderr))
-	require.Contains(t, stderr.String(), "upstream connections must be positive")
-}
-
 // --max-answer caps what a non-streaming request holds until its answer is
 // complete: past it the client gets 502 answer_too_large; a stream is not
 // bounded by it.
