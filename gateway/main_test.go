@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -81,7 +82,7 @@ func newRig(t *testing.T, rules string, opts ...Option) *rig {
 		models = append(models, fmt.Sprintf(`{"name": %q, "provider": "openai", "model": "up-%s", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}`, n, n, u.url()))
 	}
 	pol := fmt.Sprintf(`{"models": [%s], %s}`, strings.Join(models, ", "), rules)
-	popts := policy.Options{Getenv: func(string) string { return "sk-upstream" }}
+	popts := policy.Options{Getenv: func(string) string { return "sk-upstream" }, Builtin: plugins.Module}
 	opts = append([]Option{WithLogger(newJSONLogger(r.logs))}, opts...)
 	gw, err := New(context.Background(), Bytes("test-policy.json", []byte(pol), popts), opts...)
 	require.NoError(t, err)
