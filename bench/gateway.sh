@@ -40,6 +40,12 @@ elif [[ -z $pk ]]; then
 	echo "npm not found: the portkey row is skipped" >&2
 fi
 
+# Thousands of held streams need a descriptor each at both ends of every hop
+# (a proxy holding N streams needs 2N): raise the limit as far as allowed
+# (root may raise the hard one too) and say what it is.
+ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+echo "open files limit: $(ulimit -n)"
+
 mkdir -p "$work/run"
 echo "load before: $(cat /proc/loadavg 2>/dev/null || uptime)"
 "$work/gatewaybench" -retryhost "$work/retryhost" -portkey-dir "$pk" -workdir "$work/run" "$@"

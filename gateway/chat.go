@@ -82,25 +82,29 @@ func requestID(client, ours string) string {
 	return client
 }
 
-func newID() string {
+func newID(prefix string) string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
-	return "chatcmpl-rh" + hex.EncodeToString(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }
 
 // chat serves POST /v1/chat/completions.
-func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
-	l := &accessLog{id: newID(), start: time.Now()}
+func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) { g.serve(w, r, chatDoor{}) }
+
+// serve answers one request of door d: admission, body, routing, the
+// commit gate, then the answer relayed or collected in d's format.
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
+	l := &accessLog{id: d.newID(), start: time.Now()}
 	l.requestID = requestID(r.Header.Get("X-Request-Id"), l.id)
 	w.Header().Set("X-Request-Id", l.requestID) // on every answer; sent with the first byte, never before commit
 	defer g.logAccess(r.Context(), r, l)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		l.status, l.outcome = http.StatusMethodNotAllowed, "client_error"
-		writeError(w, l.status, "invalid_request_error", "method_not_allowed", "retryhost gateway: use POST", nil)
+		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "method_not_allowed", msg: "retryhost gateway: use POST"})
 		return
 	}
-	if !g.enter(w) {
+	if !g.enter(w, d) {
 		l.status, l.outcome = http.StatusTooManyRequests, "rejected"
 		return
 	}
@@ -108,7 +112,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	gen := g.acquire()
 	if gen == nil {
 		l.status, l.outcome = http.StatusServiceUnavailable, "shutdown"
-		writeError(w, l.status, "server_error", "shutting_down", ErrShuttingDown.Error(), nil)
+		writeErr(w, d, errShutdown)
 		return
 	}
 	defer gen.release()
@@ -125,28 +129,31 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.As(err, &mb):
 			l.status, l.outcome = http.StatusRequestEntityTooLarge, "client_error"
-			writeError(w, l.status, "invalid_request_error", "request_too_large",
-				"retryhost gateway: the body exceeds "+strconv.FormatInt(mb.Limit, 10)+" bytes", nil)
+			writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "request_too_large",
+				msg: "retryhost gateway: the body exceeds " + strconv.FormatInt(mb.Limit, 10) + " bytes"})
 		case errors.As(err, &ne) && ne.Timeout():
 			l.status, l.outcome = http.StatusRequestTimeout, "client_error"
 			w.Header().Set("Connection", "close")
-			writeError(w, l.status, "invalid_request_error", "request_timeout",
-				"retryhost gateway: the body took longer than "+g.cfg.readTimeout.String()+" to arrive", nil)
+			writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "request_timeout",
+				msg: "retryhost gateway: the body took longer than " + g.cfg.readTimeout.String() + " to arrive"})
 		default:
 			l.status, l.outcome = 499, "client_closed"
 		}
 		return
 	}
-	cr, err := parseChat(body, gen.providers)
+	cr, err := d.parse(body, r.Header, gen)
 	if err != nil {
 		l.status, l.outcome = http.StatusBadRequest, "client_error"
 		var re *requestError
 		errors.As(err, &re)
-		writeErrorParam(w, l.status, "invalid_request_error", "invalid_request", re.msg, re.param)
+		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "invalid_request", msg: re.msg, param: re.param})
 		return
 	}
 	l.stream = cr.stream
-	cr.req.Headers = http.Header{"X-Request-Id": {l.requestID}} // for the upstreams' logs
+	if cr.req.Headers == nil {
+		cr.req.Headers = http.Header{}
+	}
+	cr.req.Headers.Set("X-Request-Id", l.requestID) // for the upstreams' logs
 	chain := make([]*route, 0, 1+len(cr.fallbacks))
 	for i, name := range append([]string{cr.model}, cr.fallbacks...) {
 		rt := gen.routes[name]
@@ -156,8 +163,8 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 				param = "fallbacks[" + strconv.Itoa(i-1) + "]"
 			}
 			l.status, l.outcome = http.StatusNotFound, "client_error"
-			writeErrorParam(w, l.status, "invalid_request_error", "model_not_found",
-				"retryhost gateway: no route named "+strconv.Quote(name)+" (GET /v1/models lists them)", param)
+			writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "model_not_found", param: param,
+				msg: "retryhost gateway: no route named " + strconv.Quote(name) + " (GET /v1/models lists them)"})
 			return
 		}
 		chain = append(chain, rt)
@@ -172,6 +179,11 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	defer stopAfter()
 	st := &reqState{atEnd: !cr.stream}
 	ctx = context.WithValue(ctx, stateKey{}, st)
+	var hook *flushHook
+	if cr.stream && g.client != nil {
+		hook = &flushHook{}
+		ctx = context.WithValue(ctx, flushKey{}, hook)
+	}
 
 	// Before commit: nothing is written. Each link of the chain is a whole
 	// policy request starting on that route. A non-streaming client sees
@@ -186,17 +198,19 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		s     driver.Stream
 		prior int // the attempts of the chain's failed links
 	)
-	for i, rt := range chain {
-		l.fallbacks = i
-		s, err = gen.pol.Model.Stream(driver.StartOn(sctx, rt.model), &cr.req)
-		if err == nil || ctx.Err() != nil || !chainOn(err) {
-			break
+	offStack(func() {
+		for i, rt := range chain {
+			l.fallbacks = i
+			s, err = gen.pol.Model.Stream(driver.StartOn(sctx, rt.model), &cr.req)
+			if err == nil || ctx.Err() != nil || !chainOn(err) {
+				break
+			}
+			prior += attempts(err)
 		}
-		prior += attempts(err)
-	}
+	})
 	if err != nil {
 		l.attempts = prior + attempts(err)
-		g.fail(ctx, w, l, err)
+		g.fail(ctx, w, d, l, err)
 		return
 	}
 	defer s.Close()
@@ -204,11 +218,48 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	l.model, l.attempts = gen.name(st.committed), prior+st.attempts
 	w.Header().Set("X-Retryhost-Model", l.model)
 	w.Header().Set("X-Retryhost-Attempts", strconv.Itoa(l.attempts))
-	enc := &chunkEncoder{id: l.id, model: l.model, created: time.Now().Unix()}
+	enc := d.encoder(l.id, l.model, cr)
 	if cr.stream {
-		g.relay(ctx, w, l, s, enc, cr.includeUsage)
+		if hook != nil && (hook.bodies.Load() == 0 || !gen.hooked[st.committed]) {
+			hook = nil // the committed model may wait elsewhere than in a hooked body
+		}
+		g.relay(ctx, w, l, s, enc, hook)
 	} else {
-		g.collect(ctx, w, l, s, enc)
+		g.collect(ctx, w, d, l, s, enc)
+	}
+}
+
+// errShutdown is the answer to a request that arrives while the gateway
+// shuts down.
+var errShutdown = apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "shutting_down", msg: ErrShuttingDown.Error()}
+
+// offStack runs fn on a goroutine of its own and waits for it (a panic in
+// fn is raised again here). Opening a policy request up to its commit is
+// deep work (the SDK's reflective request encoding, the HTTP round trip)
+// that would grow the handler's stack, and a stream then held open for
+// minutes would keep that stack: thousands of open streams would each
+// carry tens of KiB for nothing. The worker's stack goes back to the
+// runtime when it ends. (It costs a stack growth per request, a few
+// percent of the gateway's CPU: measured, the memory is worth more.)
+func offStack(fn func()) {
+	var (
+		p        any
+		panicked = true
+		done     = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		defer func() {
+			if panicked {
+				p = recover()
+			}
+		}()
+		fn()
+		panicked = false
+	}()
+	<-done
+	if panicked {
+		panic(p)
 	}
 }
 
@@ -240,11 +291,11 @@ func attempts(err error) int {
 }
 
 // fail answers a request that never committed.
-func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, l *accessLog, err error) {
+func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, d door, l *accessLog, err error) {
 	if cause := context.Cause(ctx); cause != nil {
 		if errors.Is(cause, ErrShuttingDown) {
 			l.status, l.outcome = http.StatusServiceUnavailable, "shutdown"
-			writeError(w, l.status, "server_error", "shutting_down", ErrShuttingDown.Error(), nil)
+			writeErr(w, d, errShutdown)
 			return
 		}
 		l.status, l.outcome = 499, "client_closed" // nobody is listening
@@ -263,13 +314,16 @@ func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, l *accessLog,
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.status)
-	_, _ = w.Write(e.body)
+	_, _ = w.Write(e.body(d))
 }
 
-// relay streams a committed answer as server-sent events, one flush per
-// event. A failure after commit ends it with an in-band error event and no
-// [DONE].
-func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc *chunkEncoder, includeUsage bool) {
+// relay streams a committed answer as server-sent events. Events are
+// written and flushed as soon as the next part would have to wait for the
+// upstream (see flushHook), so parts that arrived together share one write
+// and none is held back; without the hook (a model the gateway's client
+// does not serve), every event is flushed on its own. A failure after
+// commit ends the stream with an in-band error event and no end marker.
+func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc encoder, hook *flushHook) {
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -279,33 +333,46 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 	g.metrics.streams.Inc()
 	defer g.metrics.streams.Dec()
 	var (
-		buf   []byte
-		usage *abi.Usage
+		buf    []byte
+		usage  *abi.Usage
+		broken bool // a write or flush failed: the client is gone
 	)
-	send := func() bool {
-		if len(buf) == 0 {
-			return true
+	send := func() {
+		if len(buf) == 0 || broken {
+			return
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.writeTimeout))
 		if _, err := w.Write(buf); err != nil {
-			return false
+			broken = true
+			return
 		}
 		buf = buf[:0]
-		return rc.Flush() == nil
+		broken = rc.Flush() != nil
 	}
 	for {
+		if hook != nil && len(buf) > 0 {
+			hook.arm(send)
+		}
 		p, err := s.Recv()
+		if hook != nil {
+			hook.disarm()
+		}
+		if broken {
+			l.outcome = "client_closed"
+			return
+		}
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
 			l.outcome, l.errClass = g.endErr(ctx, err), classify(err).class
-			buf = appendErrorEvent(buf, err, ctx)
+			e := streamFailure(ctx, err)
+			buf = enc.appendErrorEvent(buf, &e)
 			send()
 			return
 		}
 		if p.Kind == abi.KindRaw {
-			enc.up.raw(&p)
+			enc.raw(&p)
 			continue
 		}
 		l.parts++
@@ -315,20 +382,16 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
 		}
 		buf = enc.appendPart(buf, &p)
-		if !send() {
-			l.outcome = "client_closed"
-			return
+		if hook == nil {
+			send()
 		}
 	}
-	if includeUsage {
-		var u abi.Usage
-		if usage != nil {
-			u = *usage
-		}
-		buf = enc.appendUsage(buf, &u)
+	var u abi.Usage
+	if usage != nil {
+		u = *usage
 	}
-	buf = append(buf, "data: [DONE]\n\n"...)
-	if !send() {
+	buf = enc.appendEnd(buf, &u)
+	if send(); broken {
 		l.outcome = "client_closed"
 		return
 	}
@@ -356,12 +419,11 @@ func (g *Gateway) endErr(ctx context.Context, err error) string {
 }
 
 // collect answers a non-streaming request: the committed stream, drained
-// into one chat.completion. The request committed at the end of its answer
+// into one answer. The request committed at the end of its answer
 // (driver.CommitAtEnd), so the stream replays a whole answer; a failure
 // while reading it (the client gone, the gateway shutting down) is still an
 // error answer, never a truncated 200.
-func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc *chunkEncoder) {
-	var acc completion
+func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, d door, l *accessLog, s driver.Stream, enc encoder) {
 	for {
 		p, err := s.Recv()
 		if err == io.EOF {
@@ -372,25 +434,22 @@ func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, l *accessL
 				l.status, l.outcome = 499, "client_closed"
 				return
 			}
-			g.fail(ctx, w, l, err)
+			g.fail(ctx, w, d, l, err)
 			l.outcome = "truncated"
 			return
 		}
-		switch p.Kind {
-		case abi.KindRaw:
-			enc.up.raw(&p)
+		if p.Kind == abi.KindRaw {
+			enc.raw(&p)
 			continue
-		case abi.KindTextDelta:
-			if p.Delta != "" {
-				enc.up.take(&p)
-			}
 		}
 		l.parts++
 		upstreamModel(w, &p)
-		acc.add(&p)
+		if p.Kind == abi.KindFinish && p.Finish != nil {
+			l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
+		}
+		enc.collect(&p)
 	}
-	l.inputToks, l.outputToks = acc.usage.InputTokens, acc.usage.OutputTokens
-	b := enc.appendCompletion(nil, &acc)
+	b := enc.appendAnswer(nil)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	rc := http.NewResponseController(w)

@@ -1,5 +1,5 @@
-// Package gateway serves a retryhost policy over HTTP as an OpenAI-compatible
-// fail-over gateway: any client whose base URL points at it gets the
+// Package gateway serves a retryhost policy over HTTP as an OpenAI- and
+// Anthropic-compatible fail-over gateway: any client whose base URL points at it gets the
 // policy's retries, fail-overs, deadlines and transforms, with the commit
 // gate on the wire.
 //
@@ -12,6 +12,7 @@
 // # Endpoints
 //
 //	POST /v1/chat/completions   streaming (SSE) and not; "model" names a route (a model of the policy)
+//	POST /v1/messages           Anthropic's Messages API, the same rules in Anthropic's format
 //	GET  /v1/models             the routes (owned_by: the provider; created: when the policy was loaded)
 //	GET  /metrics               Prometheus (WithMetrics adds the caller's collectors)
 //	GET  /healthz               200 while the process serves
@@ -41,6 +42,22 @@
 // reason other than the request itself (an upstream 4xx); it is never
 // forwarded. n > 1 is refused (the driver follows one choice).
 //
+// # Anthropic's Messages API
+//
+// POST /v1/messages is a second front door over the same machinery:
+// routing, fallbacks, the commit gate, limits, access logs, metrics, drain
+// and reload behave as on /v1/chat/completions. Answers are Messages API
+// events (message_start, content blocks by index with text_delta,
+// thinking_delta and input_json_delta, message_delta with stop_reason and
+// usage, message_stop) or one message object; a failure after commit ends
+// the stream with event: error and no message_stop; errors are
+// {"type":"error","error":{"type":…,"message":…}} with the statuses the
+// chat door uses. Every field but model, stream and fallbacks, and the
+// anthropic-beta header, go unchanged to Anthropic upstreams. A request
+// whose route fails over to a model of the other API (either way) is
+// answered in the client's format; that upstream gets the driver's fields
+// and the translated tool choice, parallel tool use and end-user id.
+//
 // Every response names, in its "model" field, the route of the model that
 // answered; the header X-Retryhost-Model says it too,
 // X-Retryhost-Attempts how many attempts the answer took, and
@@ -50,11 +67,12 @@
 //
 // # Responses
 //
-// From an OpenAI-compatible upstream, and in a policy without transforms,
-// the answer carries back the fields the driver does not model:
-// system_fingerprint, service_tier and each content delta's logprobs (see
-// policy.Options.RawChunks); a refusal after content is a refusal delta.
-// With transforms these three are not carried (logprobs are null).
+// From an OpenAI-compatible upstream the answer carries back the fields
+// the driver does not model: system_fingerprint, service_tier and each
+// content delta's logprobs (see policy.Options.RawChunks); a refusal after
+// content is a refusal delta. The policy's transforms never see the raw
+// chunks these come from; a delta whose text a transform rewrote goes out
+// with "logprobs": null. Under the "legacy" commit rule none is carried.
 //
 // # Defaults for the policy
 //

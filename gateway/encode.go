@@ -17,6 +17,9 @@ type chunkEncoder struct {
 	model   string
 	created int64
 
+	includeUsage bool       // stream_options.include_usage: a usage chunk before [DONE]
+	acc          completion // a non-streaming answer
+
 	roleSent bool
 	tools    map[string]int // tool call id → its index in tool_calls
 	finished bool

@@ -61,9 +61,8 @@ func lastProviderError(err error) *driver.ProviderError {
 
 // failure is the answer to a request that failed before commit.
 type failure struct {
-	status     int
-	class      string // for the access log
-	body       []byte
+	apiError
+	raw        []byte // the upstream's own error body (a 4xx), passed through when the door can
 	retryAfter string
 	// retryAfterMs is the upstream's Retry-After-Ms, which OpenAI sends
 	// beside Retry-After and its SDKs prefer (finer than whole seconds).
@@ -71,48 +70,49 @@ type failure struct {
 }
 
 // classify maps a request's final error to its HTTP answer. An upstream's
-// rejection of the request itself (a 4xx) is returned as the upstream
-// sent it (its status and, when it is an OpenAI-style error object, its
-// body); a rate limit keeps its Retry-After; the upstreams' own auth
-// failures, server errors, cut connections and refusals are the gateway's
-// 502 (the client's credentials are not in question); the policy's
-// deadlines are 504.
+// rejection of the request itself (a 4xx) is returned with the upstream's
+// status and, when it is in the door's error shape, its body; a rate
+// limit keeps its Retry-After; the upstreams' own auth failures, server
+// errors, cut connections and refusals are the gateway's 502 (the
+// client's credentials are not in question); the policy's deadlines are
+// 504.
 func classify(err error) failure {
 	pe := lastProviderError(err)
 	var de *driver.DeadlineError
 	switch {
 	case pe != nil && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden):
-		return failure{status: http.StatusBadGateway, class: "upstream_auth",
-			body: appendErrorJSON(nil, "upstream_error", "upstream_auth", "retryhost gateway: the upstream rejected the gateway's credentials: "+pe.Error(), "")}
+		return failure{apiError: apiError{status: http.StatusBadGateway, class: "upstream_auth", typ: "upstream_error", code: "upstream_auth",
+			msg: "retryhost gateway: the upstream rejected the gateway's credentials: " + pe.Error()}}
 	case pe != nil && pe.Status >= 400 && pe.Status < 500:
-		f := failure{status: pe.Status, class: pe.Class.String()}
+		f := failure{apiError: apiError{status: pe.Status, class: pe.Class.String(), typ: "invalid_request_error", code: pe.Type, msg: pe.Message},
+			raw: bytes.TrimSpace(pe.Body)}
 		if pe.Status == http.StatusTooManyRequests {
 			f.retryAfter = pe.Header.Get("Retry-After")
 			f.retryAfterMs = pe.Header.Get("Retry-After-Ms")
-		}
-		if isErrorObject(pe.Body) {
-			f.body = bytes.TrimSpace(pe.Body)
-		} else {
-			typ := "invalid_request_error"
-			if pe.Status == http.StatusTooManyRequests {
-				typ = "rate_limit_error"
-			}
-			f.body = appendErrorJSON(nil, typ, pe.Type, pe.Message, "")
+			f.typ = "rate_limit_error"
 		}
 		return f
 	case errors.As(err, &de):
-		return failure{status: http.StatusGatewayTimeout, class: "timeout",
-			body: appendErrorJSON(nil, "timeout", de.Deadline.String(), "retryhost gateway: "+err.Error(), "")}
+		return failure{apiError: apiError{status: http.StatusGatewayTimeout, class: "timeout", typ: "timeout", code: de.Deadline.String(),
+			msg: "retryhost gateway: " + err.Error()}}
 	case pe != nil && pe.Class == abi.ClassRefusal:
-		return failure{status: http.StatusBadGateway, class: "refusal",
-			body: appendErrorJSON(nil, "upstream_error", "refusal", "retryhost gateway: every model refused: "+err.Error(), "")}
+		return failure{apiError: apiError{status: http.StatusBadGateway, class: "refusal", typ: "upstream_error", code: "refusal",
+			msg: "retryhost gateway: every model refused: " + err.Error()}}
 	}
 	class := "unknown"
 	if pe != nil {
 		class = pe.Class.String()
 	}
-	return failure{status: http.StatusBadGateway, class: class,
-		body: appendErrorJSON(nil, "upstream_error", "upstream_failed", "retryhost gateway: "+err.Error(), "")}
+	return failure{apiError: apiError{status: http.StatusBadGateway, class: class, typ: "upstream_error", code: "upstream_failed",
+		msg: "retryhost gateway: " + err.Error()}}
+}
+
+// body returns the failure's answer in d's format.
+func (f *failure) body(d door) []byte {
+	if len(f.raw) > 0 && d.passthrough(f.raw) {
+		return f.raw
+	}
+	return d.appendError(nil, &f.apiError)
 }
 
 // isErrorObject reports whether b is a JSON object with an "error" object,
@@ -124,19 +124,20 @@ func isErrorObject(b []byte) bool {
 	return json.Valid(b) && json.Unmarshal(b, &v) == nil && v.Error != nil
 }
 
-// appendErrorEvent appends the in-band event that ends a committed stream
-// that failed: no [DONE] follows it.
-func appendErrorEvent(b []byte, err error, ctx context.Context) []byte {
-	typ, code, msg := "upstream_error", "stream_failed", "retryhost gateway: the answer failed after it started: "+err.Error()
+// streamFailure is the in-band error that ends a committed stream which
+// failed: no end marker follows it.
+func streamFailure(ctx context.Context, err error) apiError {
+	e := apiError{typ: "upstream_error", code: "stream_failed", msg: "retryhost gateway: the answer failed after it started: " + err.Error()}
+	if pe := lastProviderError(err); pe != nil {
+		e.class = pe.Class.String()
+	}
 	var de *driver.DeadlineError
 	switch cause := context.Cause(ctx); {
 	case cause != nil && errors.Is(cause, ErrShuttingDown):
-		typ, code, msg = "server_error", "shutting_down", "retryhost gateway: shutting down; the answer is incomplete"
+		e.typ, e.code, e.msg = "server_error", "shutting_down", "retryhost gateway: shutting down; the answer is incomplete"
 	case errors.As(err, &de):
-		typ, code = "timeout", de.Deadline.String()
-		msg = "retryhost gateway: the answer stalled (" + strconv.Quote(de.Error()) + "); it is incomplete"
+		e.typ, e.code, e.class = "timeout", de.Deadline.String(), "timeout"
+		e.msg = "retryhost gateway: the answer stalled (" + strconv.Quote(de.Error()) + "); it is incomplete"
 	}
-	b = append(b, "data: "...)
-	b = appendErrorJSON(b, typ, code, msg, "")
-	return append(b, "\n\n"...)
+	return e
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/policy"
+	"github.com/retryhost/retryhost/provider/anthropic"
 	"github.com/retryhost/retryhost/provider/openai"
 )
 
@@ -67,6 +68,18 @@ var defaultBackoff = driver.Backoff{Delay: time.Second, Factor: 2, MaxDelay: 8 *
 // model take it out of rotation for 10 s (or its longer Retry-After),
 // then one request probes it.
 var defaultCooldown = driver.Cooldown{Failures: 5, For: 10 * time.Second}
+
+// defaultFirstContent and defaultGap are the first-content and gap
+// deadlines of a policy that gives none (policy.Options.DefaultFirstContent
+// and DefaultGap): an upstream that sends its headers, or some content, and
+// then stays silent is failed over after them instead of holding the
+// client until it gives up. Two minutes to first content leaves room for
+// a reasoning model that thinks before it streams; a minute of silence
+// mid-answer is the response-header timeout's own bound.
+var (
+	defaultFirstContent = 2 * time.Minute
+	defaultGap          = time.Minute
+)
 
 // Option configures a Gateway.
 type Option func(*config) error
@@ -290,12 +303,13 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g.cur.Store(gen)
 	g.startPoll(gen)
 	g.mux = http.NewServeMux()
-	g.mux.HandleFunc("/v1/chat/completions", g.authed(g.chat))
-	g.mux.HandleFunc("/v1/models", g.authed(g.models))
-	g.mux.Handle("/metrics", g.authed(g.metrics.handler().ServeHTTP))
+	g.mux.HandleFunc("/v1/chat/completions", g.authed(chatDoor{}, g.chat))
+	g.mux.HandleFunc("/v1/messages", g.authed(messagesDoor{}, g.messages))
+	g.mux.HandleFunc("/v1/models", g.authed(chatDoor{}, g.models))
+	g.mux.Handle("/metrics", g.authed(chatDoor{}, g.metrics.handler().ServeHTTP))
 	g.mux.HandleFunc("/healthz", g.healthz)
 	g.mux.HandleFunc("/readyz", g.readyz)
-	g.mux.HandleFunc("/", g.authed(func(w http.ResponseWriter, r *http.Request) {
+	g.mux.HandleFunc("/", g.authed(chatDoor{}, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found",
 			fmt.Sprintf("retryhost gateway: no endpoint %s %s", r.Method, r.URL.Path), nil)
 	}))
@@ -405,7 +419,13 @@ type generation struct {
 	// providers are the ProviderOptions names of the policy's
 	// OpenAI-compatible models: forwarded fields go there.
 	providers []string
+	// anthropic are those of its Anthropic models, which get the
+	// Messages door's fields.
+	anthropic []string
 	created   int64 // when the policy was loaded (Unix seconds), for /v1/models
+	// hooked are the models the file built over the gateway's own upstream
+	// client, whose streams wait only in bodies that run a flushHook.
+	hooked map[driver.Model]bool
 
 	refs   atomic.Int64
 	closed sync.Once
@@ -425,23 +445,33 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	if o.HTTPClient == nil {
 		o.HTTPClient = g.client
 	}
-	o.RawChunks = true // logprobs, system_fingerprint, service_tier (rawfields.go)
+	o.RawChunks = true // logprobs, system_fingerprint, service_tier (rawfields.go); thinking signatures (messages_encode.go)
 	if o.DefaultBackoff == nil {
 		o.DefaultBackoff = &defaultBackoff
 	}
 	if o.DefaultCooldown == nil {
 		o.DefaultCooldown = &defaultCooldown
 	}
+	if o.DefaultFirstContent == 0 {
+		o.DefaultFirstContent = defaultFirstContent
+	}
+	if o.DefaultGap == 0 {
+		o.DefaultGap = defaultGap
+	}
 	p, err := g.src.load(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}, created: time.Now().Unix()}
+	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}, created: time.Now().Unix(),
+		hooked: map[driver.Model]bool{}}
 	// A provider name whose models all speak Chat Completions gets the
 	// forwarded fields; one shared with a Responses API model does not
 	// (ProviderOptions are keyed by provider name, not by model).
-	chat := map[string]bool{}
+	chat, anth := map[string]bool{}, map[string]bool{}
 	for name, m := range p.Models {
+		if bound := g.src.opts.Models[name]; bound == nil && g.client != nil {
+			gen.hooked[m] = true
+		}
 		inner := m
 		for {
 			u, ok := inner.(interface{ Unwrap() driver.Model })
@@ -461,14 +491,23 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 			ok, seen := chat[om.Provider()]
 			chat[om.Provider()] = (ok || !seen) && !om.ResponsesAPI()
 		}
+		if am, ok := inner.(*anthropic.Model); ok {
+			anth[am.Provider()] = true
+		}
 	}
 	for prov, ok := range chat {
-		if ok {
+		if ok && !anth[prov] {
 			gen.providers = append(gen.providers, prov)
+		}
+	}
+	for prov := range anth {
+		if _, shared := chat[prov]; !shared { // one name for two APIs: neither gets raw fields
+			gen.anthropic = append(gen.anthropic, prov)
 		}
 	}
 	slices.Sort(gen.names)
 	slices.Sort(gen.providers)
+	slices.Sort(gen.anthropic)
 	gen.refs.Store(1)
 	return gen, nil
 }
@@ -510,8 +549,8 @@ func (gen *generation) name(m driver.Model) string {
 	return m.Key()
 }
 
-// authed wraps h with the API key check.
-func (g *Gateway) authed(h http.HandlerFunc) http.HandlerFunc {
+// authed wraps h with the API key check; a refusal is in d's format.
+func (g *Gateway) authed(d door, h http.HandlerFunc) http.HandlerFunc {
 	if len(g.cfg.keys) == 0 {
 		return h
 	}
@@ -528,8 +567,8 @@ func (g *Gateway) authed(h http.HandlerFunc) http.HandlerFunc {
 		if key == "" || match != 1 {
 			g.stats.unauthorized.Add(1)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="retryhost"`)
-			writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
-				"retryhost gateway: missing or invalid API key", nil)
+			writeErr(w, d, apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+				msg: "retryhost gateway: missing or invalid API key"})
 			return
 		}
 		h(w, r)
@@ -583,6 +622,11 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer gen.release()
+	if r.Header.Get("Anthropic-Version") != "" { // an Anthropic client
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(appendAnthropicModels(nil, gen.names))
+		return
+	}
 	b := []byte(`{"object":"list","data":[`)
 	for i, n := range gen.names {
 		if i > 0 {
@@ -601,14 +645,14 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// enter admits a chat request: false (with the answer written) when the
-// gateway drains or is full.
-func (g *Gateway) enter(w http.ResponseWriter) bool {
+// enter admits a chat request: false (with the answer written in d's
+// format) when the gateway drains or is full.
+func (g *Gateway) enter(w http.ResponseWriter, d door) bool {
 	g.mu.Lock()
 	if g.draining {
 		g.mu.Unlock()
 		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", ErrShuttingDown.Error(), nil)
+		writeErr(w, d, errShutdown)
 		return false
 	}
 	select {
@@ -617,8 +661,8 @@ func (g *Gateway) enter(w http.ResponseWriter) bool {
 		g.mu.Unlock()
 		g.stats.rejectedBusy.Add(1)
 		w.Header().Set("Retry-After", fmt.Sprint(int(g.cfg.retryAfterBusy/time.Second)))
-		writeError(w, http.StatusTooManyRequests, "rate_limit_error", "gateway_busy",
-			fmt.Sprintf("retryhost gateway: %d requests in flight, the most it serves at once; retry later", cap(g.sem)), nil)
+		writeErr(w, d, apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "gateway_busy",
+			msg: fmt.Sprintf("retryhost gateway: %d requests in flight, the most it serves at once; retry later", cap(g.sem))})
 		return false
 	}
 	g.inflight.Add(1)

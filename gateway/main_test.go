@@ -8,11 +8,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
@@ -45,6 +48,7 @@ type rig struct {
 	up     map[string]*upstream
 	hc     *http.Client
 	client oai.Client
+	anth   anthropic.Client // an anthropic-sdk-go client pointed at the gateway
 	logs   *syncBuffer
 	key    string
 }
@@ -71,6 +75,14 @@ func (s *syncBuffer) String() string {
 // pointed at it.
 func newRig(t *testing.T, rules string, opts ...Option) *rig {
 	t.Helper()
+	return newRigOf(t, rules, nil, opts...)
+}
+
+// newRigOf is newRig with the routes named in anthropic served by
+// Anthropic upstreams (the Messages API), the others by OpenAI-compatible
+// ones.
+func newRigOf(t *testing.T, rules string, anthropic []string, opts ...Option) *rig {
+	t.Helper()
 	if rules == "" {
 		rules = defaultRules
 	}
@@ -79,7 +91,11 @@ func newRig(t *testing.T, rules string, opts ...Option) *rig {
 	for _, n := range []string{"primary", "backup", "third"} {
 		u := newUpstream(n)
 		r.up[n] = u
-		models = append(models, fmt.Sprintf(`{"name": %q, "provider": "openai", "model": "up-%s", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}`, n, n, u.url()))
+		prov, base := "openai", u.url()
+		if slices.Contains(anthropic, n) {
+			prov, base = "anthropic", u.srv.URL
+		}
+		models = append(models, fmt.Sprintf(`{"name": %q, "provider": %q, "model": "up-%s", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}`, n, prov, n, base))
 	}
 	pol := fmt.Sprintf(`{"models": [%s], %s}`, strings.Join(models, ", "), rules)
 	popts := policy.Options{Getenv: func(string) string { return "sk-upstream" }, Builtin: plugins.Module}
@@ -90,6 +106,7 @@ func newRig(t *testing.T, rules string, opts ...Option) *rig {
 	r.srv = httptest.NewServer(gw)
 	r.hc = &http.Client{Transport: &http.Transport{}}
 	r.client = r.newClient("")
+	r.anth = r.newAnthropicClient("")
 	t.Cleanup(func() {
 		r.hc.CloseIdleConnections()
 		r.srv.Close()
@@ -107,6 +124,16 @@ func (r *rig) newClient(key string) oai.Client {
 	}
 	return oai.NewClient(option.WithBaseURL(r.srv.URL+"/v1"), option.WithAPIKey(key),
 		option.WithMaxRetries(0), option.WithHTTPClient(r.hc))
+}
+
+// newAnthropicClient returns an anthropic-sdk-go client of the gateway,
+// sending key (default "client-key") as x-api-key, with its retries off.
+func (r *rig) newAnthropicClient(key string) anthropic.Client {
+	if key == "" {
+		key = "client-key"
+	}
+	return anthropic.NewClient(aoption.WithBaseURL(r.srv.URL), aoption.WithAPIKey(key),
+		aoption.WithMaxRetries(0), aoption.WithHTTPClient(r.hc), aoption.WithoutOpenTelemetry())
 }
 
 func params(model string) oai.ChatCompletionNewParams {
@@ -167,7 +194,14 @@ func (r *rig) healthy() {
 // rawStream posts a streaming request and returns the raw SSE body.
 func (r *rig) rawStream(body string, hdr ...string) (*http.Response, string) {
 	r.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/v1/chat/completions", strings.NewReader(body))
+	return r.rawPost("/v1/chat/completions", body, hdr...)
+}
+
+// rawPost posts body to path with the headers hdr (name, value, …) and
+// returns the raw answer.
+func (r *rig) rawPost(path, body string, hdr ...string) (*http.Response, string) {
+	r.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, r.srv.URL+path, strings.NewReader(body))
 	require.NoError(r.t, err)
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {

@@ -4,6 +4,7 @@ import (
 	oai "github.com/openai/openai-go/v3"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/provider/openai"
 )
 
 // refusalBlock is the block the openai adapter delivers a refusal in when
@@ -36,8 +37,23 @@ type rawFields struct {
 	broken                 bool   // a delta's text was not its chunk's
 }
 
-// raw reads p when it is an OpenAI chat.completion.chunk.
+// raw reads p when it holds an OpenAI chat.completion.chunk's fields: an
+// openai.ChunkFields (what a policy's models send, read without the SDK),
+// or the SDK's chunk itself (a model bound in code with WithRawChunks).
 func (f *rawFields) raw(p *abi.Part) {
+	if cf, ok := p.Raw.(openai.ChunkFields); ok {
+		if cf.SystemFingerprint != "" {
+			f.fingerprint = cf.SystemFingerprint
+		}
+		if cf.ServiceTier != "" {
+			f.tier = cf.ServiceTier
+		}
+		f.content, f.refusal, f.lp, f.lpContent, f.lpRefus = cf.Content, cf.Refusal, cf.Logprobs, cf.LogprobsContent, cf.LogprobsRefusal
+		if f.lp != "" {
+			f.seen = true
+		}
+		return
+	}
 	c, ok := p.Raw.(oai.ChatCompletionChunk)
 	if !ok {
 		return

@@ -43,24 +43,9 @@ var gatewayFields = map[string]bool{"model": true, "stream": true, "stream_optio
 // original messages and tools, raw for OpenAI-compatible upstreams
 // (forward).
 func parseChat(body []byte, providers []string) (*chatRequest, error) {
-	var fields map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&fields); err != nil {
-		return nil, badRequest("", "the body is not a JSON object: %v", err)
-	}
-	if dec.More() {
-		return nil, badRequest("", "the body has data after its JSON object")
-	}
-	if fields == nil {
-		return nil, badRequest("", "the body is not a JSON object")
-	}
-	c := &chatRequest{}
-	if err := field(fields, "model", &c.model); err != nil || c.model == "" {
-		return nil, badRequest("model", "model: a route name (a string) is required; GET /v1/models lists them")
-	}
-	if err := field(fields, "stream", &c.stream); err != nil {
-		return nil, badRequest("stream", "stream: want a boolean")
+	fields, c, err := parseCommon(body)
+	if err != nil {
+		return nil, err
 	}
 	var so *struct {
 		IncludeUsage bool `json:"include_usage"`
@@ -70,12 +55,6 @@ func parseChat(body []byte, providers []string) (*chatRequest, error) {
 	}
 	if so != nil {
 		c.includeUsage = so.IncludeUsage
-	}
-	if err := field(fields, "fallbacks", &c.fallbacks); err != nil {
-		return nil, badRequest("fallbacks", "fallbacks: want a list of route names")
-	}
-	if len(c.fallbacks) > maxFallbacks {
-		return nil, badRequest("fallbacks", "fallbacks: at most %d routes, got %d", maxFallbacks, len(c.fallbacks))
 	}
 	var n *int
 	if err := field(fields, "n", &n); err != nil || (n != nil && *n != 1) {
@@ -124,11 +103,8 @@ func parseChat(body []byte, providers []string) (*chatRequest, error) {
 			r.MaxOutputTokens = *v
 		}
 	}
-	if err := field(fields, "temperature", &r.Temperature); err != nil {
-		return nil, badRequest("temperature", "temperature: want a number")
-	}
-	if err := field(fields, "top_p", &r.TopP); err != nil {
-		return nil, badRequest("top_p", "top_p: want a number")
+	if err := sampling(fields, r); err != nil {
+		return nil, err
 	}
 	if err := field(fields, "seed", &r.Seed); err != nil {
 		return nil, badRequest("seed", "seed: want an integer")
@@ -141,19 +117,71 @@ func parseChat(body []byte, providers []string) (*chatRequest, error) {
 			return nil, badRequest("stop", "stop: want a string or a list of strings")
 		}
 	}
-	if len(providers) > 0 {
-		fwd := make(map[string]any, len(fields))
-		for k, v := range fields {
-			if !gatewayFields[k] {
-				fwd[k] = v
-			}
-		}
-		r.ProviderOptions = make(map[string]any, len(providers))
-		for _, p := range providers {
-			r.ProviderOptions[p] = fwd
+	forward(r, fields, providers)
+	return c, nil
+}
+
+// parseCommon decodes a body that must be one JSON object, and the fields
+// both doors read the same way: model (the route), stream and fallbacks.
+func parseCommon(body []byte) (map[string]json.RawMessage, *chatRequest, error) {
+	var fields map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&fields); err != nil {
+		return nil, nil, badRequest("", "the body is not a JSON object: %v", err)
+	}
+	if len(bytes.TrimSpace(body[dec.InputOffset():])) > 0 { // dec.More misses a stray '}' or ']'
+		return nil, nil, badRequest("", "the body has data after its JSON object")
+	}
+	if fields == nil {
+		return nil, nil, badRequest("", "the body is not a JSON object")
+	}
+	c := &chatRequest{}
+	if err := field(fields, "model", &c.model); err != nil || c.model == "" {
+		return nil, nil, badRequest("model", "model: a route name (a string) is required; GET /v1/models lists them")
+	}
+	if err := field(fields, "stream", &c.stream); err != nil {
+		return nil, nil, badRequest("stream", "stream: want a boolean")
+	}
+	if err := field(fields, "fallbacks", &c.fallbacks); err != nil {
+		return nil, nil, badRequest("fallbacks", "fallbacks: want a list of route names")
+	}
+	if len(c.fallbacks) > maxFallbacks {
+		return nil, nil, badRequest("fallbacks", "fallbacks: at most %d routes, got %d", maxFallbacks, len(c.fallbacks))
+	}
+	return fields, c, nil
+}
+
+// sampling reads temperature and top_p, which both formats spell alike.
+func sampling(fields map[string]json.RawMessage, r *driver.Request) error {
+	if err := field(fields, "temperature", &r.Temperature); err != nil {
+		return badRequest("temperature", "temperature: want a number")
+	}
+	if err := field(fields, "top_p", &r.TopP); err != nil {
+		return badRequest("top_p", "top_p: want a number")
+	}
+	return nil
+}
+
+// forward hands every field but the gateway's own, as the client sent it,
+// to the upstreams that speak the request's format (by their
+// ProviderOptions names); the adapters merge them into the body they send.
+func forward(r *driver.Request, fields map[string]json.RawMessage, providers []string) {
+	if len(providers) == 0 {
+		return
+	}
+	fwd := make(map[string]any, len(fields))
+	for k, v := range fields {
+		if !gatewayFields[k] {
+			fwd[k] = v
 		}
 	}
-	return c, nil
+	if r.ProviderOptions == nil {
+		r.ProviderOptions = make(map[string]any, len(providers))
+	}
+	for _, p := range providers {
+		r.ProviderOptions[p] = fwd
+	}
 }
 
 // field decodes fields[k] into v when present and not null.

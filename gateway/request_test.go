@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/driver"
 )
 
 // FuzzParseChat: any body is a request or a *requestError, never a panic;
@@ -26,6 +28,33 @@ func FuzzParseChat(f *testing.F) {
 		for k := range fields {
 			_, ok := fwd[k]
 			require.Equal(t, !gatewayFields[k], ok, k)
+		}
+	})
+}
+
+// FuzzParseMessages: any body is a request or a *requestError, never a
+// panic; a parsed request has a route and messages, and forwards every
+// field but the gateway's own to Anthropic upstreams.
+func FuzzParseMessages(f *testing.F) {
+	f.Add(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		c, err := parseMessages([]byte(body), []string{"anthropic"}, []string{"openai"})
+		if err != nil {
+			var re *requestError
+			require.ErrorAs(t, err, &re)
+			return
+		}
+		require.NotEmpty(t, c.model)
+		require.NotEmpty(t, c.req.Messages)
+		var fields map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(body), &fields))
+		fwd := c.req.ProviderOptions["anthropic"].(map[string]any)
+		for k := range fields {
+			_, ok := fwd[k]
+			require.Equal(t, !gatewayFields[k], ok, k)
+		}
+		for _, m := range c.req.Messages {
+			require.Contains(t, []driver.Role{driver.RoleUser, driver.RoleAssistant, driver.RoleTool}, m.Role)
 		}
 	})
 }

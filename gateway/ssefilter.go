@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"sync"
 	"sync/atomic"
 )
 
@@ -29,13 +30,78 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil || resp.Body == nil {
 		return resp, err
 	}
+	hook, _ := r.Context().Value(flushKey{}).(*flushHook)
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
-		resp.Body = &eventReader{src: resp.Body, r: newBufReader(resp.Body), skipped: f.skipped}
+		resp.Body = &eventReader{src: resp.Body, r: newBufReader(resp.Body), skipped: f.skipped, hook: hook}
+	} else if hook != nil {
+		resp.Body = &hookedBody{ReadCloser: resp.Body, hook: hook}
+	}
+	if hook != nil {
+		hook.bodies.Add(1)
 	}
 	return resp, nil
 }
 
-func newBufReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(&lfReader{r: r}, 16<<10) }
+// eventBufSize is the filter's read buffer per upstream stream; a longer
+// line is gathered past it (up to maxEventBytes), so it only needs to
+// hold the common event (a held stream keeps it while it is open).
+const eventBufSize = 2 << 10
+
+func newBufReader(r io.Reader) *bufio.Reader {
+	return bufio.NewReaderSize(&lfReader{r: r}, eventBufSize)
+}
+
+// flushHook lets a streaming answer coalesce its events: the relay arms
+// it with a flush of the events it has encoded but not written, and an
+// upstream body of the request (made by the gateway's client, which finds
+// the hook in the request's context) runs it just before it reads from
+// the network, that is, before the relay could wait. So events that
+// arrived together go out in one write, and none waits for a later one.
+type flushHook struct {
+	mu     sync.Mutex // held while fn runs: disarm waits for a flush under way
+	fn     func()
+	bodies atomic.Int32 // upstream bodies opened with the hook (ever)
+}
+
+type flushKey struct{}
+
+func (h *flushHook) arm(fn func()) {
+	h.mu.Lock()
+	h.fn = fn
+	h.mu.Unlock()
+}
+
+func (h *flushHook) disarm() {
+	h.mu.Lock()
+	h.fn = nil
+	h.mu.Unlock()
+}
+
+// flush runs the armed flush, once. A hedged attempt's body may call it
+// from another goroutine; the relay is then inside Recv, and disarm waits.
+func (h *flushHook) flush() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	if fn := h.fn; fn != nil {
+		h.fn = nil
+		fn()
+	}
+	h.mu.Unlock()
+}
+
+// hookedBody is an upstream body that is not an event stream: it flushes
+// before every read.
+type hookedBody struct {
+	io.ReadCloser
+	hook *flushHook
+}
+
+func (b *hookedBody) Read(p []byte) (int, error) {
+	b.hook.flush()
+	return b.ReadCloser.Read(p)
+}
 
 // lfReader folds the line endings SSE allows (CRLF, CR, LF) into LF, in
 // place, so that events split on LF.
@@ -75,6 +141,7 @@ type eventReader struct {
 	src     io.ReadCloser
 	r       *bufio.Reader
 	skipped *atomic.Int64
+	hook    *flushHook // nil: no relay waits on this body
 
 	event   []byte // the event being read, its lines as they came
 	data    []byte // its data, joined
@@ -106,6 +173,11 @@ func (e *eventReader) Read(p []byte) (int, error) {
 // step reads one line and, at the blank line that ends an event, releases
 // or drops it.
 func (e *eventReader) step() {
+	if e.hook != nil {
+		if buf, _ := e.r.Peek(e.r.Buffered()); bytes.IndexByte(buf, '\n') < 0 {
+			e.hook.flush() // the next line needs the network
+		}
+	}
 	chunk, err := e.r.ReadSlice('\n')
 	if errors.Is(err, bufio.ErrBufferFull) { // a long line: gather it, up to the cap
 		if !e.tooBig {

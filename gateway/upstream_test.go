@@ -1,11 +1,15 @@
 package gateway
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -30,21 +34,29 @@ type act struct {
 	errorEvent string          // an in-stream error event after the chunks (no finish)
 	cut        bool            // after the chunks, reset the connection (no finish, no [DONE])
 	noFinish   bool            // after the chunks, end cleanly but without finish or [DONE]
-	finish     string          // default "stop"
+	finish     string          // default "stop" (OpenAI), "end_turn" (Anthropic)
 	eol        string          // line endings: default LF; "\r" or "\r\n"
+	batch      bool            // write the whole stream at once (one flush at the end)
 	logprobs   bool            // each content chunk carries logprobs for its text (one token)
 	tier       string          // service_tier in every chunk
+	// transcript replays a recorded response of the repo's wire fixtures
+	// (testdata/wire/<provider>/<name>.json: status, headers, body or
+	// events) instead of the fields above, but hold.
+	transcript string
 }
 
 // hit is one request the upstream received.
 type hit struct {
 	at     time.Time
-	body   map[string]json.RawMessage
+	path   string
 	header http.Header
+	raw    []byte // the body's bytes
+	body   map[string]json.RawMessage
 }
 
-// upstream is a loopback OpenAI-compatible server that plays a script:
-// each request takes the next act, the last act repeats.
+// upstream is a loopback server that plays a script, speaking OpenAI's
+// Chat Completions on /v1/chat/completions and Anthropic's Messages API on
+// /v1/messages: each request takes the next act, the last act repeats.
 type upstream struct {
 	name string
 	srv  *httptest.Server
@@ -87,7 +99,7 @@ func (u *upstream) next(r *http.Request) act {
 	_ = json.Unmarshal(b, &body)
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.hits = append(u.hits, hit{at: time.Now(), body: body, header: r.Header.Clone()})
+	u.hits = append(u.hits, hit{at: time.Now(), path: r.URL.Path, header: r.Header.Clone(), raw: b, body: body})
 	a := act{chunks: []string{"ok"}}
 	if len(u.script) > 0 {
 		a = u.script[0]
@@ -119,7 +131,8 @@ func wait(r *http.Request, ch <-chan struct{}, d time.Duration) bool {
 }
 
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
-	if !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+	anthropic := strings.HasSuffix(r.URL.Path, "/v1/messages")
+	if !anthropic && !strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		http.NotFound(w, r)
 		return
 	}
@@ -129,6 +142,14 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	for k, vs := range a.header {
 		w.Header()[k] = vs
+	}
+	if a.transcript != "" {
+		replay(w, r, a.transcript)
+		return
+	}
+	if anthropic {
+		u.serveAnthropic(w, r, a)
+		return
 	}
 	if a.status != 0 {
 		body := a.body
@@ -141,7 +162,6 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
-	fl := w.(http.Flusher)
 	id := "chatcmpl-" + u.name
 	chunkLP := func(delta, finish, logprobs string) string {
 		f := "null"
@@ -156,16 +176,8 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 			id, "up-"+u.name, tier, u.name, delta, logprobs, f)
 	}
 	chunk := func(delta, finish string) string { return chunkLP(delta, finish, "null") }
-	send := func(s string) bool {
-		if a.eol != "" {
-			s = strings.ReplaceAll(s, "\n", a.eol)
-		}
-		if _, err := io.WriteString(w, s); err != nil {
-			return false
-		}
-		fl.Flush()
-		return true
-	}
+	out := sse{w: w, eol: a.eol, batch: a.batch}
+	send := out.send
 	if a.preamble && !send(chunk(`{"role":"assistant","content":""}`, "")) {
 		return
 	}
@@ -201,14 +213,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case a.cut:
-		hj, ok := w.(http.Hijacker)
-		if !ok {
-			panic("no hijacker")
-		}
-		conn, _, err := hj.Hijack()
-		if err == nil {
-			_ = conn.Close() // mid-body: the client sees an unexpected EOF
-		}
+		out.cut()
 		return
 	case a.noFinish:
 		return // the handler returns: the chunked body ends cleanly
@@ -224,4 +229,150 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	send(fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1764374400,"model":"up-%s","choices":[],"usage":{"prompt_tokens":11,"completion_tokens":%d,"total_tokens":%d}}`+"\n\n",
 		id, u.name, len(a.chunks), 11+len(a.chunks)))
 	send("data: [DONE]\n\n")
+}
+
+// sse writes the events of one act: send one event (false once the client
+// is gone), cut the connection mid-body.
+type sse struct {
+	w     http.ResponseWriter
+	eol   string
+	batch bool // no flush per event (the whole stream at once)
+}
+
+func (s sse) send(ev string) bool {
+	if s.eol != "" {
+		ev = strings.ReplaceAll(ev, "\n", s.eol)
+	}
+	if _, err := io.WriteString(s.w, ev); err != nil {
+		return false
+	}
+	if !s.batch {
+		s.w.(http.Flusher).Flush()
+	}
+	return true
+}
+
+func (s sse) cut() {
+	conn, _, err := s.w.(http.Hijacker).Hijack()
+	if err == nil {
+		_ = conn.Close() // mid-body: the client sees an unexpected EOF
+	}
+}
+
+// serveAnthropic plays a as the Messages API streams it (the shape of
+// testdata/wire/anthropic/text.json): message_start, a text block of one
+// text_delta per chunk, message_delta with the stop reason and usage,
+// message_stop.
+func (u *upstream) serveAnthropic(w http.ResponseWriter, r *http.Request, a act) {
+	if a.status != 0 {
+		body := a.body
+		if body == "" {
+			typ := map[int]string{400: "invalid_request_error", 401: "authentication_error", 429: "rate_limit_error",
+				503: "overloaded_error", 529: "overloaded_error"}[a.status]
+			if typ == "" {
+				typ = "api_error"
+			}
+			body = fmt.Sprintf(`{"type":"error","error":{"type":%q,"message":"%s says %d"},"request_id":"req_%s"}`, typ, u.name, a.status, u.name)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(a.status)
+		_, _ = io.WriteString(w, body)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+	w.Header().Set("request-id", "req_"+u.name)
+	s := sse{w: w, eol: a.eol}
+	ev := func(name, data string) bool { return s.send("event: " + name + "\ndata: " + data + "\n\n") }
+	if !ev("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_%s","type":"message","role":"assistant","content":[],"model":"up-%s","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":10,"cache_read_input_tokens":100,"output_tokens":1}}}`, u.name, u.name)) ||
+		!ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`) ||
+		!ev("ping", `{"type": "ping"}`) {
+		return
+	}
+	if !wait(r, a.beforeText, a.slowFirst) {
+		return
+	}
+	for i, c := range a.chunks {
+		if i > 0 && a.gap > 0 && !wait(r, nil, a.gap) {
+			return
+		}
+		for range a.malformed {
+			if !s.send("event: content_block_delta\ndata: {\"index\": oops not json\n\n") {
+				return
+			}
+		}
+		text, _ := json.Marshal(c)
+		if !ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":`+string(text)+`}}`) {
+			return
+		}
+	}
+	if !wait(r, a.afterText, 0) {
+		return
+	}
+	finish := a.finish
+	if a.refusal != "" {
+		finish = "refusal"
+	}
+	switch {
+	case a.cut:
+		s.cut()
+		return
+	case a.noFinish:
+		return
+	case a.errorEvent != "":
+		ev("error", `{"type":"error","error":{"type":"overloaded_error","message":"`+a.errorEvent+`"}}`)
+		return
+	}
+	if finish == "" {
+		finish = "end_turn"
+	}
+	_ = ev("content_block_stop", `{"type":"content_block_stop","index":0}`) &&
+		ev("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%q,"stop_sequence":null},"usage":{"output_tokens":%d}}`, finish, len(a.chunks))) &&
+		ev("message_stop", `{"type":"message_stop"}`)
+}
+
+// replay writes the recorded response testdata/wire/<name>: its status,
+// headers, and its body or its events (each event's name and its data on
+// one line, flushed one by one; delays, comments and framing variants are
+// the provider adapters' tests' business, not used here).
+func replay(w http.ResponseWriter, r *http.Request, name string) {
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "wire", name))
+	if err != nil {
+		panic(err)
+	}
+	var tr struct {
+		Status  int               `json:"status"`
+		Headers map[string]string `json:"headers"`
+		Body    string            `json:"body"`
+		Events  []struct {
+			Event string          `json:"event"`
+			Data  json.RawMessage `json:"data"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal(b, &tr); err != nil {
+		panic(fmt.Sprintf("%s: %v", name, err))
+	}
+	for k, v := range tr.Headers {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(cmp.Or(tr.Status, http.StatusOK))
+	if tr.Body != "" {
+		_, _ = io.WriteString(w, tr.Body)
+		return
+	}
+	s := sse{w: w}
+	for _, e := range tr.Events {
+		var line string
+		if json.Unmarshal(e.Data, &line) != nil { // an object: compacted on one line
+			var buf bytes.Buffer
+			_ = json.Compact(&buf, e.Data)
+			line = buf.String()
+		}
+		ev := "data: " + line + "\n\n"
+		if e.Event != "" {
+			ev = "event: " + e.Event + "\n" + ev
+		}
+		if !s.send(ev) || r.Context().Err() != nil {
+			return
+		}
+	}
 }

@@ -117,7 +117,14 @@ func (b *builder) build(ctx context.Context, f *File) error {
 		}
 	}
 	ropts = append(ropts, driver.WithAttemptTimeout(dur(dl.Attempt)), driver.WithBudget(dur(dl.Budget)))
-	sopts = append(sopts, driver.WithFirstContentTimeout(dur(dl.FirstContent)), driver.WithGapTimeout(dur(dl.Gap)))
+	first, gap := dur(dl.FirstContent), dur(dl.Gap)
+	if dl.FirstContent == nil {
+		first = b.opts.DefaultFirstContent
+	}
+	if dl.Gap == nil {
+		gap = b.opts.DefaultGap
+	}
+	sopts = append(sopts, driver.WithFirstContentTimeout(first), driver.WithGapTimeout(gap))
 
 	if h := f.Hedge; h != nil {
 		max := 1

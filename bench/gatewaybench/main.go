@@ -46,10 +46,12 @@ var (
 	targets  = flag.String("targets", "direct,revproxy,retryhost,portkey", "targets to run, comma-separated")
 	rhBin    = flag.String("retryhost", "", "path of a built retryhost binary (empty: skip that row)")
 	pkDir    = flag.String("portkey-dir", "", "folder with node_modules/@portkey-ai/gateway (empty: skip that row)")
-	held     = flag.Int("held-streams", 0, "after the phases, hold this many streams open at once and report the proxy's RSS (0: skip)")
+	held     = flag.String("held-streams", "", "after the phases, hold this many streams open at once and report the proxy's RSS; a comma-separated list holds each count in turn (empty: skip)")
+	upConns  = flag.Int("upstream-conns", 16384, "retryhost serve's --upstream-conns and --max-concurrent (the bench holds up to -held-streams streams to one upstream host)")
 	workDir  = flag.String("workdir", "", "folder for the policy file and the children's logs (default: a temp folder)")
 
 	proxyServe = flag.String("serve-revproxy", "", "internal: serve a bare reverse proxy to this upstream URL and print the address")
+	upServe    = flag.Bool("serve-upstream", false, "internal: serve the upstream and print the address")
 )
 
 func main() {
@@ -58,7 +60,11 @@ func main() {
 		serveRevProxy(*proxyServe)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	if *upServe {
+		serveUpstream()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	if err := run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "gatewaybench:", err)
@@ -68,7 +74,60 @@ func main() {
 
 // ---- the upstream ----
 
+// The upstream runs in a process of its own: a proxy holding N streams
+// needs 2N descriptors and the load generator N, and each process's limit
+// (20,000 here, which an unprivileged sandbox cannot raise) would not
+// hold the load generator's N and the upstream's N together.
+func serveUpstream() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fmt.Println(ln.Addr().String())
+	go func() { // the parent closes our stdin when it is done
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}()
+	_ = http.Serve(ln, http.HandlerFunc(upstreamHandler))
+}
+
+// startUpstream starts the upstream process and returns its base URL.
+func startUpstream() (string, func(), error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(self, "-serve-upstream", "-chunks", strconv.Itoa(*chunks), "-pace", pace.String())
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd.Stderr = os.Stderr
+	done, err := startChild(cmd)
+	if err != nil {
+		return "", nil, err
+	}
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		stopProc(cmd, done)
+		return "", nil, fmt.Errorf("upstream: %w", err)
+	}
+	return "http://" + strings.TrimSpace(addr), func() { stdin.Close(); stopProc(cmd, done) }, nil
+}
+
 func upstreamHandler(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.URL.Path == "/release" {
+		releaseMu.Lock()
+		close(release)
+		release = make(chan struct{})
+		releaseMu.Unlock()
+		return
+	}
 	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		http.Error(w, "not found", http.StatusNotFound)
 		return
@@ -140,23 +199,39 @@ func hold(w http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 }
 
-// holdStreams opens n streams at once through t, waits (at most 60 s) until
+// holdStreams opens n streams at once through t, waits (at most 3 min) until
 // each has its first content, reads the proxy's RSS, then releases them all
-// and counts those that ended intact.
-func holdStreams(ctx context.Context, t *target, n int) (opened, intact int, rss0, rss1 int64) {
-	releaseMu.Lock()
-	release = make(chan struct{})
-	rel := release
-	releaseMu.Unlock()
+// (the upstream's /release) and counts those that ended intact.
+func holdStreams(ctx context.Context, t *target, upstream string, n int) (opened, intact int, rss0, rss1 int64) {
 	rss0 = procRSS(t.pid)
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	var open, ok atomic.Int64
 	var wg sync.WaitGroup
+	// At most 256 streams are being opened at a time (each slot is freed
+	// at its first content, or its failure), so that thousands of dials do
+	// not overflow the listen backlog at once.
+	opening := make(chan struct{}, 256)
+	deadline := time.Now().Add(3 * time.Minute)
+	spawn, stopSpawn := context.WithDeadline(ctx, deadline)
+	defer stopSpawn()
 	for i := 0; i < n; i++ {
+		select {
+		case opening <- struct{}{}:
+		case <-spawn.Done():
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			slot := true
+			free := func() {
+				if slot {
+					slot = false
+					<-opening
+				}
+			}
+			defer free()
 			body := fmt.Sprintf(`{"model":%q,"stream":true,"messages":[{"role":"user","content":%q}]}`, t.model, holdPrompt)
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, strings.NewReader(body))
 			if err != nil {
@@ -187,6 +262,7 @@ func holdStreams(ctx context.Context, t *target, n int) (opened, intact int, rss
 					if !first {
 						first = true
 						open.Add(1)
+						free()
 					}
 					got += c
 				}
@@ -196,16 +272,24 @@ func holdStreams(ctx context.Context, t *target, n int) (opened, intact int, rss
 			}
 		}()
 	}
-	deadline := time.Now().Add(60 * time.Second)
 	for open.Load() < int64(n) && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond) // let the proxy settle
 	rss1 = procRSS(t.pid)
 	opened = int(open.Load())
-	close(rel)
+	if resp, err := http.Post(upstream+"/release", "text/plain", nil); err == nil {
+		resp.Body.Close()
+	} else {
+		fmt.Fprintln(os.Stderr, "release:", err)
+	}
 	wg.Wait()
 	return opened, int(ok.Load()), rss0, rss1
+}
+
+type holdResult struct {
+	opened, intact int
+	rss0, rss1     int64
 }
 
 // holdClient has no overall timeout (the streams are held on purpose) and no idle pool.
@@ -365,7 +449,8 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(*rhBin, "serve", "--policy", pf, "--addr", addr, "--watch=false", "--max-concurrent", "4096")
+		cmd := exec.Command(*rhBin, "serve", "--policy", pf, "--addr", addr, "--watch=false",
+			"--max-concurrent", strconv.Itoa(*upConns), "--upstream-conns", strconv.Itoa(*upConns))
 		cmd.Env = append(os.Environ(), "BENCH_UPSTREAM_KEY=k", "RETRYHOST_API_KEYS=")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		done, err := startChild(cmd)
@@ -377,7 +462,7 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 			return nil, fmt.Errorf("retryhost: %w (see %s)", err, logf.Name())
 		}
 		return &target{name: name, url: "http://" + addr + "/v1/chat/completions", model: "bench", pid: cmd.Process.Pid,
-			note: "access log (JSON, one line per request) on, to a file",
+			note: fmt.Sprintf("access log (JSON, one line per request) on, to a file; --upstream-conns %d --max-concurrent %d", *upConns, *upConns),
 			stop: func() { stopProc(cmd, done); logf.Close() }}, nil
 	case "portkey":
 		if *pkDir == "" {
@@ -620,14 +705,22 @@ func run(ctx context.Context) error {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var heldCounts []int
+	for _, f := range strings.Split(*held, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-held-streams: %q is not a positive count", f)
+		}
+		heldCounts = append(heldCounts, n)
+	}
+	upstream, stopUp, err := startUpstream()
 	if err != nil {
 		return err
 	}
-	up := &http.Server{Handler: http.HandlerFunc(upstreamHandler)}
-	go func() { _ = up.Serve(ln) }()
-	defer up.Close()
-	upstream := "http://" + ln.Addr().String()
+	defer stopUp()
 
 	fmt.Printf("upstream: %d chunks, %v before each; open loop %d req/s for %v; closed loop %d concurrent for %v\n\n",
 		*chunks, *pace, *rate, *openDur, *conc, *closeDur)
@@ -635,8 +728,7 @@ func run(ctx context.Context) error {
 		t    *target
 		s, n stats // streaming, non-streaming
 
-		opened, heldOK int
-		rss0, rss1     int64
+		holds []holdResult // one per -held-streams count
 	}
 	var rows []row
 	for _, name := range strings.Split(*targets, ",") {
@@ -661,8 +753,21 @@ func run(ctx context.Context) error {
 		closedLoop(ctx, t, true, &rw.s)
 		closedLoop(ctx, t, false, &rw.n)
 		client.CloseIdleConnections()
-		if *held > 0 && t.pid != 0 {
-			rw.opened, rw.heldOK, rw.rss0, rw.rss1 = holdStreams(ctx, t, *held)
+		if t.pid != 0 {
+			for i, n := range heldCounts {
+				if i > 0 { // a fresh proxy, so that no count inherits the memory of the last
+					t.stop()
+					client.CloseIdleConnections()
+					if t, err = makeTarget(ctx, name, upstream, dir); err != nil {
+						return err
+					}
+					rw.t = t
+				}
+				var h holdResult
+				h.opened, h.intact, h.rss0, h.rss1 = holdStreams(ctx, t, upstream, n)
+				rw.holds = append(rw.holds, h)
+				client.CloseIdleConnections()
+			}
 		}
 		t.stop()
 		client.CloseIdleConnections()
@@ -713,19 +818,20 @@ func run(ctx context.Context) error {
 		}
 		fmt.Println()
 	}
-	if *held > 0 {
-		fmt.Printf("%d streams held open at once (proxy RSS; per stream = (RSS held - RSS before) / opened)\n", *held)
+	for i, n := range heldCounts {
+		fmt.Printf("%d streams held open at once (proxy RSS; per stream = (RSS held - RSS before) / opened)\n", n)
 		fmt.Println("| target | opened | RSS before | RSS held | per stream | intact after release |")
 		fmt.Println("|---|---|---|---|---|---|")
 		for _, r := range rows {
-			if r.t.pid == 0 {
+			if r.t.pid == 0 || i >= len(r.holds) {
 				continue
 			}
+			h := r.holds[i]
 			per := "-"
-			if r.opened > 0 {
-				per = fmt.Sprintf("%.1f KiB", float64(r.rss1-r.rss0)/1024/float64(r.opened))
+			if h.opened > 0 {
+				per = fmt.Sprintf("%.1f KiB", float64(h.rss1-h.rss0)/1024/float64(h.opened))
 			}
-			fmt.Printf("| %s | %d | %.0f MiB | %.0f MiB | %s | %d/%d |\n", r.t.name, r.opened, float64(r.rss0)/(1<<20), float64(r.rss1)/(1<<20), per, r.heldOK, *held)
+			fmt.Printf("| %s | %d | %.0f MiB | %.0f MiB | %s | %d/%d |\n", r.t.name, h.opened, float64(h.rss0)/(1<<20), float64(h.rss1)/(1<<20), per, h.intact, n)
 		}
 		fmt.Println()
 	}

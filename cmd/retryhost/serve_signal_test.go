@@ -91,11 +91,8 @@ func startServeBinary(t *testing.T, args ...string) *servedBinary {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	// A binary of its own per test (the build cache makes the later ones a
-	// link): buildOnce's is removed by the test that uses it.
-	bin := filepath.Join(t.TempDir(), "retryhost")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin, err := buildOnce()
+	require.NoError(t, err)
 	b := &servedBinary{t: t, stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	b.cmd = exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
 	b.cmd.Env = append(os.Environ(), "UPSTREAM_KEY=sk-upstream")

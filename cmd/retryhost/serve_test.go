@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -216,6 +217,72 @@ func TestServe_HeaderLimit(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
 	require.Equal(t, exitOK, stop())
+}
+
+// --upstream-conns caps the connections to each upstream host: with 1, a
+// second stream waits for the first to end instead of reaching the
+// upstream beside it; a cap that is not positive is refused.
+func TestServe_UpstreamConns(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		cur  int
+		most int
+		pair = make(chan struct{}) // closed when two requests are in at once
+	)
+	// Each request is held until another one arrives beside it, or for a
+	// while: beside one another, both are answered; alone, each is.
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		cur++
+		if most = max(most, cur); cur == 2 {
+			close(pair)
+		}
+		both := pair
+		mu.Unlock()
+		defer func() { mu.Lock(); cur--; mu.Unlock() }()
+		select {
+		case <-both:
+		case <-time.After(300 * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}`+"\n\n"+
+			`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n")
+	}))
+	defer up.Close()
+	pol := filepath.Join(t.TempDir(), "policy.json")
+	require.NoError(t, os.WriteFile(pol, []byte(`{"models": [{"name": "one", "provider": "openai", "model": "m", "base_url": "`+up.URL+`/v1", "api_key_env": "UPSTREAM_KEY"}]}`), 0o600))
+	t.Setenv("UPSTREAM_KEY", "k")
+
+	run := func(args ...string) int {
+		mu.Lock()
+		most, pair = 0, make(chan struct{})
+		mu.Unlock()
+		base, _, stop := startServe(t, append([]string{"--policy", pol, "--watch=false"}, args...)...)
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, body := post(t, base+"/v1/chat/completions", `{"model":"one","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+				require.Equal(t, http.StatusOK, resp.StatusCode, body)
+				require.True(t, strings.HasSuffix(body, "data: [DONE]\n\n"), body)
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, exitOK, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		return most
+	}
+	require.Equal(t, 1, run("--upstream-conns", "1"), "one connection: the streams took turns")
+	require.Equal(t, 2, run(), "the default cap lets both through at once")
+
+	var stderr bytes.Buffer
+	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--policy", pol, "--upstream-conns", "0"}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "upstream connections must be positive")
 }
 
 // /metrics counts the calls into the policy's plugins and their failures

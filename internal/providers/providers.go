@@ -27,9 +27,10 @@ type Spec struct {
 	Responses bool
 	// HTTPClient is the client to use; nil: the SDK's own.
 	HTTPClient *http.Client
-	// RawChunks makes streams emit each chunk the SDK decodes as a
-	// KindRaw part too (openai.WithRawChunks; the OpenAI-compatible
-	// providers only).
+	// RawChunks makes streams emit, for each chunk, a KindRaw part with
+	// what the adapter does not map: the fields of an OpenAI-compatible
+	// chunk (openai.WithChunkFields), an Anthropic event
+	// (anthropic.WithRawChunks).
 	RawChunks bool
 }
 

@@ -435,7 +435,7 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			opts = append(opts, option.WithJSONSet(k, fields[k]))
+			opts = append(opts, option.WithJSONSet(adapter.JSONKey(k), fields[k]))
 		}
 	}
 	return p, append(opts, m.params2...), warnings, nil

@@ -673,3 +673,27 @@ func TestStreamFramingKeepsSDKTracing(t *testing.T) {
 		})
 	}
 }
+
+// ProviderOptions fields are top-level fields taken literally (a name with
+// a '.' or another sjson path character is not a path) and raw JSON values
+// go as they are, replacing the request's own mapping (messages, system):
+// a gateway forwards its client's fields through them unchanged.
+func TestProviderOptionsForwardedLiterally(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	req := request()
+	req.ProviderOptions = map[string]any{"anthropic": map[string]any{
+		"x.vendor":       json.RawMessage(`{"a":[1,2.50,"x"]}`),
+		"system":         json.RawMessage(`[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}]`),
+		"weird*?|#@:key": true,
+	}}
+	st, err := model(t, srv).Stream(context.Background(), req)
+	require.NoError(t, err)
+	_, err = wiretest.Collect(st, 100)
+	require.NoError(t, err)
+	var body map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(srv.Requests()[0].Body, &body))
+	require.JSONEq(t, `{"a":[1,2.50,"x"]}`, string(body["x.vendor"]))
+	require.JSONEq(t, `[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}]`, string(body["system"]))
+	require.Equal(t, "true", string(body["weird*?|#@:key"]))
+	require.NotContains(t, body, "x")
+}

@@ -29,5 +29,8 @@ func fromSpec(s providers.Spec) (driver.Model, error) {
 	for _, k := range slices.Sorted(maps.Keys(s.Params)) {
 		opts = append(opts, WithParam(k, s.Params[k]))
 	}
+	if s.RawChunks {
+		opts = append(opts, WithRawChunks())
+	}
 	return New(s.Model, opts...)
 }

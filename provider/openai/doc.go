@@ -31,6 +31,15 @@
 //	[DONE] after a finish_reason      finish (reason, usage from the usage chunk)
 //	every chunk, with WithRawChunks   raw (Raw = the oai.ChatCompletionChunk), before
 //	                                  the parts mapped from it
+//	every chunk, with WithChunkFields raw (Raw = a ChunkFields: system_fingerprint,
+//	                                  service_tier, choice 0's logprobs), before them
+//
+// The chunks are decoded without the SDK's reflective decoder when they have
+// the shape every compatible server sends (the fields read well-typed, no
+// escaped or repeated keys); anything else is decoded by the SDK, by its
+// own lenient rules, so the parts are the same either way (the two are
+// fuzzed against each other). WithRawChunks needs the SDK's chunk type and
+// decodes every chunk with the SDK.
 //
 // Only choice 0 is mapped: a request for n > 1 choices streams the others'
 // deltas too, which this adapter ignores (read them from raw parts).

@@ -45,6 +45,7 @@ type config struct {
 	legacyMaxTokens bool
 	responsesAPI    bool
 	rawChunks       bool
+	chunkFields     bool
 	sdkOpts         []option.RequestOption
 }
 
@@ -150,6 +151,26 @@ func WithResponsesAPI() Option { return func(c *config) { c.responsesAPI = true 
 // the default commit rule. Default: off.
 func WithRawChunks() Option { return func(c *config) { c.rawChunks = true } }
 
+// WithChunkFields makes Chat Completions streams also emit, before the
+// parts mapped from each chat.completion.chunk, a KindRaw part whose Raw
+// is a ChunkFields: the fields this adapter does not map (the system
+// fingerprint, the service tier, choice 0's logprobs), read without the
+// SDK's decoding of the whole chunk, which WithRawChunks pays for. Raw
+// parts never commit a stream under the default commit rule. Default: off.
+func WithChunkFields() Option { return func(c *config) { c.chunkFields = true } }
+
+// ChunkFields are the fields of one chat.completion.chunk that the adapter
+// does not map to parts (WithChunkFields), as the upstream sent them.
+type ChunkFields struct {
+	SystemFingerprint string // "" when absent or null
+	ServiceTier       string // "" when absent or null
+	// Choice 0's delta text, which its logprobs describe.
+	Content, Refusal string
+	// Choice 0's logprobs object, and that object's content and refusal
+	// arrays, as raw JSON; "" when absent or null.
+	Logprobs, LogprobsContent, LogprobsRefusal string
+}
+
 // WithRequestOptions passes SDK request options through, after the
 // model's own (so they win): headers, middleware, timeouts…
 func WithRequestOptions(opts ...option.RequestOption) Option {
@@ -167,6 +188,8 @@ type Model struct {
 	legacy    bool
 	responses bool // WithResponsesAPI
 	raw       bool
+	fields    bool // WithChunkFields
+	sdkChunks bool // decode every chunk with the SDK (tests compare both paths)
 	client    oai.Client
 	host      string // the server it calls, for telemetry
 	port      int
@@ -277,6 +300,7 @@ func New(id string, opts ...Option) (*Model, error) {
 		legacy:    c.legacyMaxTokens,
 		responses: c.responsesAPI,
 		raw:       c.rawChunks,
+		fields:    c.chunkFields,
 		client:    oai.NewClient(sdk...),
 		host:      host,
 		port:      port,
@@ -380,7 +404,13 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		_ = st.Close()
 		return nil, m.openError(ctx, err, raw)
 	}
-	src := &source{provider: m.provider, st: st, tools: map[int64]*toolCall{}, raw: m.raw}
+	src := &source{provider: m.provider, st: st, tools: map[int64]*toolCall{}, raw: m.raw, fields: m.fields}
+	if !m.raw && !m.sdkChunks && raw != nil && raw.Body != nil {
+		// The SDK built and sent the request and holds the body (its
+		// Close closes it); the events are read here, leanly, and only
+		// the chunks the lean decoder declines go through the SDK's.
+		src.ev = &events{body: raw.Body}
+	}
 	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart})
 	if raw != nil {
 		s.SetHeader(raw.Header)
@@ -419,10 +449,21 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 	if req == nil {
 		return p, nil, errors.New("openai: nil request")
 	}
-	if req.System != "" {
+	opts, fields, err := m.passThrough(req)
+	if err != nil {
+		return p, nil, err
+	}
+	// A ProviderOptions entry's messages or tools replace the request's in
+	// the body (a gateway forwards a client's own): not built for nothing.
+	_, rawMessages := fields["messages"]
+	_, rawTools := fields["tools"]
+	if req.System != "" && !rawMessages {
 		p.Messages = append(p.Messages, oai.SystemMessage(req.System))
 	}
 	for i := range req.Messages {
+		if rawMessages {
+			break
+		}
 		msgs, err := messages(&req.Messages[i])
 		if err != nil {
 			return p, nil, fmt.Errorf("openai: message %d: %w", i, err)
@@ -430,6 +471,9 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 		p.Messages = append(p.Messages, msgs...)
 	}
 	for _, t := range req.Tools {
+		if rawTools {
+			break
+		}
 		def := oai.FunctionDefinitionParam{Name: t.Name}
 		if t.Description != "" {
 			def.Description = param.NewOpt(t.Description)
@@ -462,10 +506,6 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 	if len(req.StopSequences) > 0 {
 		p.Stop.OfStringArray = req.StopSequences
 	}
-	opts, fields, err := m.passThrough(req)
-	if err != nil {
-		return p, nil, err
-	}
 	if _, ok := fields["max_tokens"]; (ok || m.paramSet["max_tokens"]) && !m.legacy {
 		// The caller's own max_tokens replaces MaxOutputTokens: never both.
 		p.MaxCompletionTokens = param.Opt[int64]{}
@@ -497,23 +537,9 @@ func (m *Model) passThrough(req *driver.Request) ([]option.RequestOption, map[st
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		opts = append(opts, option.WithJSONSet(jsonKey(k), fields[k]))
+		opts = append(opts, option.WithJSONSet(adapter.JSONKey(k), fields[k]))
 	}
 	return append(opts, m.params2...), fields, nil
-}
-
-// jsonKey escapes a top-level field name for option.WithJSONSet, whose key
-// is a path ("a.b" would set b inside a): every character that is not a
-// letter, digit, '_' or '-' is escaped, so the name is taken literally.
-func jsonKey(k string) string {
-	var b strings.Builder
-	for _, r := range k {
-		if !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r > 0x7f) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 func messages(msg *driver.Message) ([]oai.ChatCompletionMessageParamUnion, error) {

@@ -618,3 +618,30 @@ func TestStreamHeader(t *testing.T) {
 	require.True(t, ok, "%T has no Header method", st)
 	require.Equal(t, "req_7f3c2b1a9e", h.Header().Get("x-request-id"))
 }
+
+// Raw messages and tools in the ProviderOptions entry replace the
+// request's own in the body, whole: the request's are not even translated
+// (a message the adapter could not send does not fail a request that
+// forwards its caller's own).
+func TestProviderOptionsMessagesReplaceTheRequests(t *testing.T) {
+	srv := wiretest.ServeFile(t, wire("text"))
+	req := &driver.Request{
+		System: "driver system",
+		Messages: []driver.Message{{Role: driver.RoleUser, Content: []driver.Content{{Text: "driver text"}}},
+			{Role: driver.RoleTool, Content: []driver.Content{{ToolResult: "no id: not sendable"}}}},
+		Tools: []driver.Tool{{Name: "t", Schema: "not json"}},
+		ProviderOptions: map[string]any{"openai": map[string]any{
+			"messages": json.RawMessage(`[{"role":"user","content":[{"type":"text","text":"raw"},{"type":"image_url","image_url":{"url":"data:x"}}]}]`),
+			"tools":    json.RawMessage(`[{"type":"function","function":{"name":"raw_tool"}}]`),
+		}},
+	}
+	st, err := model(t, srv).Stream(context.Background(), req)
+	require.NoError(t, err)
+	_, err = wiretest.Collect(st, 100)
+	require.NoError(t, err)
+	var body map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(srv.Requests()[0].Body, &body))
+	require.JSONEq(t, `[{"role":"user","content":[{"type":"text","text":"raw"},{"type":"image_url","image_url":{"url":"data:x"}}]}]`, string(body["messages"]))
+	require.JSONEq(t, `[{"type":"function","function":{"name":"raw_tool"}}]`, string(body["tools"]))
+	require.NotContains(t, string(srv.Requests()[0].Body), "driver")
+}

@@ -40,7 +40,7 @@ func fromSpec(s providers.Spec) (driver.Model, error) {
 		opts = append(opts, WithResponsesAPI())
 	}
 	if s.RawChunks {
-		opts = append(opts, WithRawChunks())
+		opts = append(opts, WithChunkFields())
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.Headers)) {
 		opts = append(opts, WithHeader(k, s.Headers[k]))

@@ -1,6 +1,8 @@
 package openai
 
 import (
+	"bufio"
+	"bytes"
 	"io"
 	"slices"
 	"strconv"
@@ -18,6 +20,11 @@ type source struct {
 	provider string
 	st       *ssestream.Stream[oai.ChatCompletionChunk]
 	raw      bool // emit each chunk as a KindRaw part too (WithRawChunks)
+	fields   bool // emit each chunk's ChunkFields as a KindRaw part (WithChunkFields)
+	// ev reads the events itself (nil with WithRawChunks, which needs the
+	// SDK's chunk type): lean-decoded, the SDK's decoding for the rest.
+	ev  *events
+	cur chunk
 
 	metaSent      bool
 	textOpen      bool
@@ -42,6 +49,30 @@ type toolCall struct {
 func (s *source) Close() error { return s.st.Close() }
 
 func (s *source) Next(q []abi.Part) ([]abi.Part, error) {
+	if s.ev == nil {
+		return s.nextSDK(q)
+	}
+	for len(q) == 0 {
+		more, err := s.ev.next(&s.cur)
+		if err != nil {
+			return q, streamError(s.provider, err)
+		}
+		if !more {
+			return s.end(q)
+		}
+		if q, err = s.chunk(q, &s.cur); err != nil {
+			return q, err
+		}
+	}
+	return q, nil
+}
+
+// nextSDK is Next over the SDK's stream (WithRawChunks). Not inlined: the
+// SDK's chunk is large, and a held stream's goroutine should not carry its
+// frame while it waits on the network.
+//
+//go:noinline
+func (s *source) nextSDK(q []abi.Part) ([]abi.Part, error) {
 	for len(q) == 0 {
 		if !s.st.Next() {
 			if err := s.st.Err(); err != nil {
@@ -54,7 +85,8 @@ func (s *source) Next(q []abi.Part) ([]abi.Part, error) {
 		if s.raw {
 			q = append(q, abi.Part{Kind: abi.KindRaw, Raw: c})
 		}
-		q, err = s.chunk(q, c)
+		s.cur.fromSDK(&c)
+		q, err = s.chunk(q, &s.cur)
 		if err != nil {
 			return q, err
 		}
@@ -73,23 +105,36 @@ func (s *source) end(q []abi.Part) ([]abi.Part, error) {
 	return append(q, abi.Part{Kind: abi.KindFinish, Finish: &abi.Finish{Reason: s.reason, Usage: s.usage}}), io.EOF
 }
 
-func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, error) {
-	if !s.metaSent && (c.ID != "" || c.Model != "") {
-		s.metaSent = true
-		q = append(q, abi.Part{Kind: abi.KindResponseMeta, ID: c.ID,
-			Meta: &abi.ResponseMeta{ID: c.ID, ModelID: c.Model, Timestamp: unix(c.Created)}})
-	}
-	if c.JSON.Usage.Valid() {
-		s.usage = usage(&c.Usage)
-	}
-	for i := range c.Choices {
-		ch := &c.Choices[i]
-		if ch.Index != 0 {
-			continue // n > 1 is not part of the driver's model
+func (s *source) chunk(q []abi.Part, c *chunk) ([]abi.Part, error) {
+	if s.fields {
+		f := ChunkFields{SystemFingerprint: c.fingerprint, ServiceTier: c.tier}
+		for i := range c.choices { // a later choice 0 (never sent) overrides what it has
+			ch := &c.choices[i]
+			f.Content, f.Refusal = ch.content, ch.refusal
+			if ch.lp != "" {
+				f.Logprobs = ch.lp
+				if ch.lpContent != "" {
+					f.LogprobsContent = ch.lpContent
+				}
+				if ch.lpRefusal != "" {
+					f.LogprobsRefusal = ch.lpRefusal
+				}
+			}
 		}
-		d := &ch.Delta
-		r := reasoningText(d.JSON.ExtraFields)
-		if s.refusal.Len() > 0 && (r != "" || d.Content != "" || len(d.ToolCalls) > 0) {
+		q = append(q, abi.Part{Kind: abi.KindRaw, Raw: f})
+	}
+	if !s.metaSent && (c.id != "" || c.model != "") {
+		s.metaSent = true
+		q = append(q, abi.Part{Kind: abi.KindResponseMeta, ID: c.id,
+			Meta: &abi.ResponseMeta{ID: c.id, ModelID: c.model, Timestamp: unix(c.created)}})
+	}
+	if c.hasUsage {
+		s.usage = c.usage
+	}
+	for i := range c.choices { // index 0 only: n > 1 is not part of the driver's model
+		d := &c.choices[i]
+		r := d.reasoning
+		if s.refusal.Len() > 0 && (r != "" || d.content != "" || len(d.tools) > 0) {
 			// Content after a held refusal: the refusal cannot fail over
 			// any more; it goes out first, as text, in the order it came.
 			q = s.flushRefusal(q)
@@ -102,46 +147,46 @@ func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, err
 			s.content = true
 			q = append(q, abi.Part{Kind: abi.KindReasoningDelta, ID: reasoningID, Delta: r})
 		}
-		if d.Content != "" {
+		if d.content != "" {
 			q = s.closeReasoning(q)
 			if !s.textOpen {
 				s.textOpen = true
 				q = append(q, abi.Part{Kind: abi.KindTextStart, ID: textID})
 			}
 			s.content = true
-			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: textID, Delta: d.Content})
+			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: textID, Delta: d.content})
 		}
-		if d.Refusal != "" {
+		if d.refusal != "" {
 			if s.content || s.refusalOpen {
 				// A refusal after content cannot be failed over any more:
 				// deliver it as text and finish with ReasonRefusal.
 				q = s.flushRefusal(q)
-				q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: d.Refusal})
+				q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: d.refusal})
 			} else {
-				if err := s.held.Add(s.provider, len(d.Refusal)); err != nil {
+				if err := s.held.Add(s.provider, len(d.refusal)); err != nil {
 					return q, err
 				}
-				s.refusal.WriteString(d.Refusal)
+				s.refusal.WriteString(d.refusal)
 			}
 		}
-		for j := range d.ToolCalls {
-			tc := &d.ToolCalls[j]
-			t, ok := s.tools[tc.Index]
+		for j := range d.tools {
+			tc := &d.tools[j]
+			t, ok := s.tools[tc.index]
 			if !ok {
 				if len(s.tools) >= adapter.MaxOpen {
 					return q, adapter.LimitError(s.provider, "tool calls", adapter.MaxOpen)
 				}
-				t = &toolCall{id: tc.ID, name: tc.Function.Name}
+				t = &toolCall{id: tc.id, name: tc.name}
 				if t.id == "" {
-					t.id = "call_" + strconv.FormatInt(tc.Index, 10)
+					t.id = "call_" + strconv.FormatInt(tc.index, 10)
 				}
-				s.tools[tc.Index] = t
-				s.order = append(s.order, tc.Index)
+				s.tools[tc.index] = t
+				s.order = append(s.order, tc.index)
 				q = s.closeReasoning(q)
 				s.content = true
 				q = append(q, abi.Part{Kind: abi.KindToolInputStart, ID: t.id, Tool: &abi.ToolInfo{Name: t.name}})
 			}
-			if a := tc.Function.Arguments; a != "" {
+			if a := tc.args; a != "" {
 				if err := s.held.Add(s.provider, len(a)); err != nil {
 					return q, err
 				}
@@ -149,13 +194,13 @@ func (s *source) chunk(q []abi.Part, c oai.ChatCompletionChunk) ([]abi.Part, err
 				q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: t.id, Delta: a})
 			}
 		}
-		if ch.FinishReason != "" && !s.finished {
+		if d.finish != "" && !s.finished {
 			s.finished = true
-			s.reason = finishReason(ch.FinishReason)
+			s.reason = finishReason(d.finish)
 			if s.refusal.Len() > 0 && !s.content {
 				// Declared refusal before any content: fail now, the driver
 				// can still switch models.
-				return q, adapter.Refusal(s.provider, ch.FinishReason, s.refusal.String())
+				return q, adapter.Refusal(s.provider, d.finish, s.refusal.String())
 			}
 			if s.refusal.Len() > 0 {
 				q = s.flushRefusal(q) // held, then content came: text, never dropped
@@ -209,3 +254,117 @@ func (s *source) closeAll(q []abi.Part) []abi.Part {
 	}
 	return q
 }
+
+// events reads a Chat Completions event stream as the SDK's
+// ssestream.Stream does — the same line and field rules, the same end at
+// a "[DONE]" data prefix, the same in-stream "error" — but decodes each
+// chunk with decodeChunk, and hands only what that declines to the SDK's
+// own per-event decoding (oneEvent), so the parts are the same either way
+// while the common chunk costs no reflection and no per-field allocation.
+type events struct {
+	body io.Reader
+	scn  *bufio.Scanner // made at the first read: no buffer for a stream never read
+	data []byte         // the current event's data, reused
+	done bool
+	err  error
+}
+
+// maxEventLine is the SDK decoder's line limit (bufio.MaxScanTokenSize<<9);
+// eventLineStart is the line buffer a stream starts with.
+const (
+	maxEventLine   = bufio.MaxScanTokenSize << 9
+	eventLineStart = 1 << 10
+)
+
+// next decodes the next chunk into c: false at the end of the stream
+// ("[DONE]" or the body's end), or the error that ended it.
+func (e *events) next(c *chunk) (bool, error) {
+	for {
+		if e.done || e.err != nil {
+			return false, e.err
+		}
+		typ, ok := e.event()
+		if !ok {
+			e.done = true
+			if err := e.scn.Err(); err != nil {
+				e.err = err
+			}
+			return false, e.err
+		}
+		if bytes.HasPrefix(e.data, []byte("[DONE]")) {
+			e.done = true
+			return false, nil
+		}
+		if !strings.HasPrefix(typ, "thread.") && decodeChunk(e.data, c) {
+			return true, nil
+		}
+		return e.sdk(typ, c)
+	}
+}
+
+// sdk decodes the current event by the SDK's own rules: its "error"
+// member, its synthesised thread.* data, its lenient decoding. Not
+// inlined, to keep the SDK's large chunk off the waiting frames.
+//
+//go:noinline
+func (e *events) sdk(typ string, c *chunk) (bool, error) {
+	st := ssestream.NewStream[oai.ChatCompletionChunk](&oneEvent{ev: ssestream.Event{Type: typ, Data: e.data}}, nil)
+	if st.Next() {
+		sc := st.Current()
+		c.fromSDK(&sc)
+		return true, nil
+	}
+	e.err = st.Err()
+	if e.err == nil {
+		e.err = io.ErrUnexpectedEOF // not reached: one event, not [DONE]
+	}
+	return false, e.err
+}
+
+// event reads lines up to the blank line that ends an event with data,
+// as the SDK's eventStreamDecoder does; false at the end of the body (an
+// event without its blank line is dropped there, as the SDK drops it).
+func (e *events) event() (typ string, ok bool) {
+	if e.scn == nil {
+		// A chunk's line is a few hundred bytes: start small (the scanner
+		// doubles its buffer for a longer line), since a held stream keeps
+		// its buffer for as long as it is open.
+		e.scn = bufio.NewScanner(e.body)
+		e.scn.Buffer(make([]byte, eventLineStart), maxEventLine)
+	}
+	e.data = e.data[:0]
+	for e.scn.Scan() {
+		txt := e.scn.Bytes()
+		if len(txt) == 0 {
+			if len(e.data) == 0 {
+				typ = ""
+				continue
+			}
+			return typ, true
+		}
+		name, value, _ := bytes.Cut(txt, []byte(":"))
+		if len(value) > 0 && value[0] == ' ' {
+			value = value[1:]
+		}
+		switch string(name) {
+		case "event":
+			typ = string(value)
+		case "data":
+			e.data = append(e.data, value...)
+			e.data = append(e.data, '\n')
+		}
+	}
+	return "", false
+}
+
+// oneEvent is an ssestream.Decoder of one event, for the SDK's per-event
+// decoding.
+type oneEvent struct {
+	ev   ssestream.Event
+	read bool
+}
+
+func (o *oneEvent) Next() bool             { r := !o.read; o.read = true; return r }
+func (o *oneEvent) Event() ssestream.Event { return o.ev }
+func (o *oneEvent) Close() error           { return nil }
+func (o *oneEvent) Err() error             { return nil }

@@ -68,3 +68,19 @@ func ServerAddress(base string) (host string, port int) {
 	}
 	return u.Hostname(), 0
 }
+
+// JSONKey escapes a top-level field name for the SDKs' option.WithJSONSet,
+// whose key is a path ("a.b" would set b inside a; '*', '?', '|', '#', '@'
+// and ':' mean more): every character that is not a letter, digit, '_' or
+// '-' is escaped, so the name is taken literally. Request.ProviderOptions
+// fields go through it: a gateway forwards its client's fields unchanged.
+func JSONKey(k string) string {
+	var b strings.Builder
+	for _, r := range k {
+		if !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r > 0x7f) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -1,0 +1,183 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/provider/internal/wiretest"
+)
+
+// chunkSeeds are chunk data the lean decoder takes and ones it must hand
+// to the SDK (wrong types, escaped keys, an error member, deep nesting).
+var chunkSeeds = []string{
+	`{"id":"c1","object":"chat.completion.chunk","created":1741569952,"model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi \"there\"\n\u00e9\ud83d\ude00","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}`,
+	`{"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":"}},{"index":1,"function":{"arguments":"1}"}}]},"finish_reason":"tool_calls"}]}`,
+	`{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":2,"cache_write_tokens":1},"completion_tokens_details":{"reasoning_tokens":3}}}`,
+	`{"choices":[{"index":0,"delta":{"reasoning_content":"think \u00e9","reasoning":"other"}},{"index":1,"delta":{"content":"second choice"}}]}`,
+	`{"choices":[{"index":0,"delta":{"reasoning_content":null,"reasoning":"r"}}],"usage":{}}`,
+	`{"choices":[{"index":0,"delta":{"content":5}}]}`,
+	`{"choices":[{"index":"0","delta":{"content":"x"}}]}`,
+	`{"created":1.5,"choices":[]}`,
+	`{"c\u0068oices":[{"index":0,"delta":{"content":"escaped key"}}]}`,
+	`{"error":{"message":"overloaded","type":"server_error"}}`,
+	`{"choices":[{"index":0,"delta":{"content":"a","content":"b"}}],"choices":[{"index":0,"delta":{"content":"c"}}]}`,
+	`{"choices":[{"index":0,"delta":{"content":"lone \ud800 surrogate \ud800\u0041 pair"}}]}`,
+	"{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"bad utf8 \xff\xfe\",\"reasoning_content\":\"\xc3\"}}]}",
+	`{"usage":"x","choices":null}`,
+	`{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`,
+	`{"choices":[{"index":0,"delta":null,"finish_reason":"stop"}]} `,
+	`{"choices":[{"index":-0,"delta":{"content":"neg zero"}}],"created":-12}`,
+	`{"choices":[{"index":0,"delta":{"content":"x"}}],"created":12345678901234567890}`,
+	`[1,2]`,
+	`{"id":"c","system_fingerprint":"fp_1","service_tier":"default","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":{"content":[{"token":"Hi","logprob":-0.1,"bytes":[72,105],"top_logprobs":[]}],"refusal":null},"finish_reason":null}]}`,
+	`{"choices":[{"index":0,"delta":{"refusal":"no"},"logprobs":{"content":null,"refusal":[ {"token":"no","logprob":-1e-3} ]}}]}`,
+	`{"choices":[{"index":0,"delta":{},"logprobs":{}}],"service_tier":null,"system_fingerprint":null}`,
+	`{"choices":[{"index":0,"logprobs":5}]}`,
+	`{"choices":[{"index":0,"logprobs":{"content":{"a":1}}}]}`,
+	`{"choices":[{"index":0,"delta":{"content":"trailing"}}]} x`,
+}
+
+// FuzzChunkDecoders is the differential check of the lean decoder: for
+// any data it accepts, the SDK decodes the same chunk (and does not see
+// an error member); data the SDK rejects the lean decoder rejects too.
+func FuzzChunkDecoders(f *testing.F) {
+	for _, s := range chunkSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var lean chunk
+		ok := decodeChunk(data, &lean)
+		var sc oai.ChatCompletionChunk
+		err := json.Unmarshal(data, &sc)
+		if !ok {
+			return // the SDK decodes it
+		}
+		require.NoError(t, err, "the lean decoder took what the SDK rejects: %q", data)
+		require.False(t, sc.JSON.ExtraFields["error"].Valid() || sc.JSON.ExtraFields["error"].Raw() != "", "an error member was taken: %q", data)
+		var slow chunk
+		slow.fromSDK(&sc)
+		require.Equal(t, norm(slow), norm(lean), "data %q", data)
+	})
+}
+
+// norm makes nil and empty slices compare equal.
+func norm(c chunk) chunk {
+	c.lastID, c.lastModel = "", ""
+	if len(c.choices) == 0 {
+		c.choices = nil
+	}
+	for i := range c.choices {
+		if len(c.choices[i].tools) == 0 {
+			c.choices[i].tools = nil
+		}
+	}
+	return c
+}
+
+func TestChunkDecodersAgreeOnSeeds(t *testing.T) {
+	accepted := 0
+	for _, s := range chunkSeeds {
+		var lean chunk
+		if !decodeChunk([]byte(s), &lean) {
+			continue
+		}
+		accepted++
+		var sc oai.ChatCompletionChunk
+		require.NoError(t, json.Unmarshal([]byte(s), &sc), s)
+		var slow chunk
+		slow.fromSDK(&sc)
+		require.Equal(t, norm(slow), norm(lean), s)
+	}
+	require.GreaterOrEqual(t, accepted, 9, "the common chunks take the lean path")
+	for _, s := range []string{`{"error":{"message":"x"}}`, `{"choices":[{"index":0,"delta":{"content":5}}]}`, `{"c\u0068oices":[]}`, `[1]`, `{"id":"x"} x`} {
+		require.False(t, decodeChunk([]byte(s), &chunk{}), "handed to the SDK: %s", s)
+	}
+}
+
+// FuzzStreamDecoders feeds an SSE body to two models, one decoding every
+// chunk with the SDK and one with the lean decoder (and the SDK for what
+// it declines), and requires the same parts (ChunkFields included) and
+// the same error.
+func FuzzStreamDecoders(f *testing.F) {
+	wiretest.SeedSSE(f, filepath.Join("..", "..", "testdata", "wire", "openai"))
+	for _, s := range chunkSeeds {
+		f.Add([]byte("data: " + s + "\n\ndata: [DONE]\n\n"))
+	}
+	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("long ", 2000) + "\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte("event: thread.x\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t\"},\"finish_reason\":\"stop\"}]}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\ndata: {\"x\":1}\n\n: comment\n\ndata:[DONE]\n\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		slow, slowErr := streamParts(t, body, true)
+		lean, leanErr := streamParts(t, body, false)
+		require.Equal(t, fmt.Sprint(slowErr), fmt.Sprint(leanErr), "body %q", body)
+		require.Equal(t, slow, lean, "body %q", body)
+	})
+}
+
+func streamParts(t *testing.T, body []byte, sdk bool) ([]string, error) {
+	hc := &http.Client{Transport: wiretest.MemTransport{Body: body}}
+	m, err := New("m", WithBaseURL("http://mem/v1"), WithAPIKey("k"), WithHTTPClient(hc), WithChunkFields())
+	require.NoError(t, err)
+	m.sdkChunks = sdk
+	st, err := m.Stream(context.Background(), &driver.Request{})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	var out []string
+	for len(out) < 1<<14 {
+		p, err := st.Recv()
+		if err != nil {
+			if err.Error() == "EOF" {
+				return out, nil
+			}
+			return out, err
+		}
+		out = append(out, describe(&p))
+	}
+	return out, nil
+}
+
+func describe(p *abi.Part) string {
+	s := fmt.Sprintf("%v id=%q delta=%q", p.Kind, p.ID, p.Delta)
+	if p.Tool != nil {
+		s += fmt.Sprintf(" tool=%+v", *p.Tool)
+	}
+	if p.Meta != nil {
+		s += fmt.Sprintf(" meta=%+v", *p.Meta)
+	}
+	if p.Finish != nil {
+		s += fmt.Sprintf(" finish=%+v", *p.Finish)
+	}
+	if f, ok := p.Raw.(ChunkFields); ok {
+		s += fmt.Sprintf(" fields=%+v", f)
+	}
+	return s
+}
+
+// WithChunkFields hands the fields the adapter does not map, as they came,
+// before the parts of their chunk.
+func TestChunkFields(t *testing.T) {
+	body := "data: {\"id\":\"c\",\"model\":\"m\",\"system_fingerprint\":\"fp_1\",\"service_tier\":\"default\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"logprobs\":{\"content\":[{\"token\":\"Hi\",\"logprob\":-0.5}],\"refusal\":null},\"finish_reason\":null}]}\n\n" +
+		"data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
+	parts, err := streamParts(t, []byte(body), false)
+	require.NoError(t, err)
+	require.Contains(t, parts[1], `fields={SystemFingerprint:fp_1 ServiceTier:default Content:Hi Refusal: Logprobs:{"content":[{"token":"Hi","logprob":-0.5}],"refusal":null} LogprobsContent:[{"token":"Hi","logprob":-0.5}] LogprobsRefusal:}`)
+	n := 0
+	for _, p := range parts {
+		if strings.Contains(p, "fields=") {
+			n++
+		}
+	}
+	require.Equal(t, 2, n, "one per chunk: %q", parts)
+}
