@@ -22,6 +22,28 @@ type streamConfig struct {
 	clock        clock
 	hedgeAfter   time.Duration // WithHedge; 0: off
 	hedgeMax     int
+	maxAnswer    int64 // WithMaxAnswerBytes
+}
+
+// DefaultMaxAnswerBytes is [WithMaxAnswerBytes]'s default: 32 MiB.
+const DefaultMaxAnswerBytes = 32 << 20
+
+// WithMaxAnswerBytes bounds the answer that a request committing at its end
+// ([CommitAtEnd]) holds until then, per attempt: the payload bytes of its
+// parts ([abi.Part.Size]: text, tool inputs and results, files) plus 256
+// for each part (the part itself, and what Size does not count, such as a
+// raw chunk). Past it the attempt fails with [ErrAnswerTooLarge] (its
+// upstream closed at once) and the rules decide. A stream that commits at
+// its first content holds nothing past its preamble and is not bounded by
+// it. Default: [DefaultMaxAnswerBytes].
+func WithMaxAnswerBytes(n int64) StreamOption {
+	return func(c *streamConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("retryhost: max answer bytes must be positive, got %d", n)
+		}
+		c.maxAnswer = n
+		return nil
+	}
 }
 
 // WithTransforms sets the transform chain every attempt's parts run
@@ -183,7 +205,7 @@ func NewRetryableModel(r *Runner, opts ...StreamOption) (*RetryableModel, error)
 	if r == nil {
 		return nil, errors.New("retryhost: nil runner")
 	}
-	m := &RetryableModel{r: r, cfg: streamConfig{clock: realClock{}}}
+	m := &RetryableModel{r: r, cfg: streamConfig{clock: realClock{}, maxAnswer: DefaultMaxAnswerBytes}}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("retryhost: nil stream option")
@@ -235,7 +257,7 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 			model: c.Model, req: c.Request(req), number: c.Number,
 			transformers: m.cfg.transformers, commit: m.cfg.commit,
 			firstContent: m.cfg.firstContent, gap: m.cfg.gap, clock: m.cfg.clock,
-			atEnd: atEnd,
+			atEnd: atEnd, maxAnswer: m.cfg.maxAnswer,
 		})
 		var final error
 		switch {

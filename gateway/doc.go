@@ -29,6 +29,13 @@
 // in-band event, data: {"error": {...}}, and no data: [DONE], so no client
 // can take a truncated answer for a complete one.
 //
+// A non-streaming request ("stream": false) shows the client nothing
+// before its whole answer, so it commits at the end (driver.CommitAtEnd):
+// a failure after the upstream's first content fails over like one before
+// it, the answer is one attempt's alone, and when every model failed the
+// client gets an error answer, never partial text. What it holds until then
+// is capped (WithMaxAnswerBytes).
+//
 // # Requests
 //
 // The fields the driver models (messages, tools, max tokens, temperature,

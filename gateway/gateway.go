@@ -97,6 +97,7 @@ type config struct {
 	httpClientGiven bool
 	pluginPoll      time.Duration
 	collectors      []prometheus.Collector
+	maxAnswer       int64 // WithMaxAnswerBytes; 0: the driver's default
 }
 
 // WithAPIKeys makes every endpoint but /healthz and /readyz require one of
@@ -123,6 +124,23 @@ func WithMaxBodyBytes(n int64) Option {
 			return fmt.Errorf("gateway: max body bytes must be positive, got %d", n)
 		}
 		c.maxBody = n
+		return nil
+	}
+}
+
+// WithMaxAnswerBytes caps the answer a non-streaming request holds until it
+// is complete (it commits at its end, driver.CommitAtEnd), per attempt, as
+// driver.WithMaxAnswerBytes counts it; past it the attempt fails
+// (driver.ErrAnswerTooLarge) and the policy's rules decide; a request whose
+// every attempt failed so gets 502 (code answer_too_large). Streams are not
+// bounded by it: they hold nothing past their preamble. Default 32 MiB
+// (driver.DefaultMaxAnswerBytes).
+func WithMaxAnswerBytes(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("gateway: max answer bytes must be positive, got %d", n)
+		}
+		c.maxAnswer = n
 		return nil
 	}
 }
@@ -441,6 +459,9 @@ type route struct {
 func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	o := g.src.opts
 	o.StreamOptions = append(slices.Clip(o.StreamOptions), driver.WithOnCommit(onCommit))
+	if g.cfg.maxAnswer > 0 {
+		o.StreamOptions = append(o.StreamOptions, driver.WithMaxAnswerBytes(g.cfg.maxAnswer))
+	}
 	o.RunnerOptions = append(slices.Clip(o.RunnerOptions), driver.WithObserver(observer{g.metrics}))
 	if o.HTTPClient == nil {
 		o.HTTPClient = g.client
