@@ -49,6 +49,20 @@ func WithMaxAnswerBytes(n int64) StreamOption {
 // WithTransforms sets the transform chain every attempt's parts run
 // through, in order, before the commit gate. Calling it again appends.
 // Default: none.
+//
+// A raw part ([abi.KindRaw], a provider's chunk as its adapter decoded
+// it) is never shown to a transform: it is metadata about the parts around
+// it, not content (a transform that meets a kind it does not read may
+// stop reading, which would let a refusal through). It keeps its place:
+// when it arrives while a transform holds parts, it waits behind them and
+// leaves with them, in order, or is discarded with them when the
+// transform replaces or drops them, so a rewritten text never goes out
+// beside the raw chunk of the text it replaced. It counts for none of the
+// transform's hold caps; a transform holds at most its MaxHeldParts raw
+// parts besides its own, and drops raw parts past that. A raw part that
+// arrives while nothing is held passes at once, so a consumer that pairs a
+// raw chunk with the text after it should compare the text (a transform
+// may still rewrite it). Under [CommitLegacy] a raw part commits.
 func WithTransforms(ts ...Transformer) StreamOption {
 	return func(c *streamConfig) error {
 		for i, t := range ts {

@@ -74,11 +74,12 @@
 //
 // # Responses
 //
-// From an OpenAI-compatible upstream, and in a policy without transforms,
-// the answer carries back the fields the driver does not model:
-// system_fingerprint, service_tier and each content delta's logprobs (see
-// policy.Options.RawChunks); a refusal after content is a refusal delta.
-// With transforms these three are not carried (logprobs are null).
+// From an OpenAI-compatible upstream the answer carries back the fields
+// the driver does not model: system_fingerprint, service_tier and each
+// content delta's logprobs (see policy.Options.RawChunks); a refusal after
+// content is a refusal delta. The policy's transforms never see the raw
+// chunks these come from; a delta whose text a transform rewrote goes out
+// with "logprobs": null. Under the "legacy" commit rule none is carried.
 //
 // # Defaults for the policy
 //

@@ -148,9 +148,12 @@ type Options struct {
 	// openai.WithChunkFields; the SDK's event from Anthropic's, with
 	// anthropic.WithRawChunks), for the fields the driver does not model:
 	// the gateway takes logprobs, system_fingerprint and service_tier
-	// from OpenAI's, thinking signatures from Anthropic's. It is ignored in a file with transforms, which would see
-	// the raw parts (a refusal detector stops reading a stream at the
-	// first part of a kind it does not read). Default false.
+	// from OpenAI's, thinking signatures from Anthropic's. The file's
+	// transforms never see the raw parts (the driver keeps them in their
+	// place around the parts a transform holds, see
+	// driver.WithTransforms). It is ignored in a file whose commit rule is
+	// "legacy", under which a raw part commits the stream (so the first
+	// chunk would, before any content). Default false.
 	RawChunks bool
 	// DefaultBackoff, when set, applies to a file that gives no
 	// backoff.delay: every retry (a retry rule without its own delay, a
