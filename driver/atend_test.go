@@ -2,6 +2,7 @@ package driver
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,4 +167,42 @@ func TestCommitAtEnd_hedged(t *testing.T) {
 	require.NoError(t, err)
 	_, err = drain(s)
 	require.ErrorIs(t, err, errBoom)
+}
+
+// What an attempt committing at its end holds is bounded: past
+// WithMaxAnswerBytes it fails with ErrAnswerTooLarge (its upstream closed,
+// not read further) and the rules decide. A stream that commits at its
+// first content is not bounded by it.
+func TestCommitAtEnd_maxAnswerBytes(t *testing.T) {
+	long := strings.Repeat("x", 200)
+	// Each part counts its payload plus 256: the preamble 770, each long
+	// delta 457, so the third one passes 2,000; "short" fits.
+	big := sscript(preamble(), texts(long, long, long, long), pKind(abi.KindTextEnd), pFinish(abi.ReasonStop))
+	rules := func(_, b, _ Model) []Condition { return []Condition{AnyError().Switch(b)} }
+
+	h := newHarness(t, [3][]sstep{big, answer("short"), nil}, rules, nil, WithMaxAnswerBytes(2000))
+	s, err := h.rm.Stream(CommitAtEnd(t.Context()), &Request{})
+	require.NoError(t, err)
+	parts, err := drain(s)
+	require.NoError(t, err)
+	require.Contains(t, kinds(parts), "text-delta:short")
+	require.ErrorIs(t, h.out.commits[0].Failed[0].Err, ErrAnswerTooLarge)
+	require.True(t, h.models[0].stream(0).isClosed())
+	require.Equal(t, 6, h.models[0].stream(0).pulledParts(), "not read past the limit")
+
+	h = newHarness(t, [3][]sstep{big, big, nil}, rules, nil, WithMaxAnswerBytes(2000))
+	_, err = h.rm.Stream(CommitAtEnd(t.Context()), &Request{})
+	require.ErrorIs(t, err, ErrAnswerTooLarge)
+
+	h = newHarness(t, [3][]sstep{big, nil, nil}, rules, nil, WithMaxAnswerBytes(2000))
+	s, err = h.rm.Stream(t.Context(), &Request{})
+	require.NoError(t, err)
+	parts, err = drain(s)
+	require.NoError(t, err, "a stream committed at its first content holds nothing")
+	require.Len(t, parts, 9)
+
+	for _, n := range []int64{0, -1} {
+		_, err = NewRetryableModel(mustNew(t, base), WithMaxAnswerBytes(n))
+		require.ErrorContains(t, err, "max answer bytes must be positive")
+	}
 }

@@ -22,7 +22,7 @@ func TestNewRefusalDetector(t *testing.T) {
 
 func TestRefusalDetector_nonTextPartsDetach(t *testing.T) {
 	for _, k := range []PartKind{abi.KindReasoningStart, abi.KindReasoningDelta, abi.KindToolCall, abi.KindSource,
-		abi.KindFile, abi.KindTextEnd, abi.KindFinish, abi.KindRaw} {
+		abi.KindFile, abi.KindTextEnd, abi.KindFinish} {
 		t.Run(k.String(), func(t *testing.T) {
 			// The text so far ("I'm") is still a possible refusal; the
 			// other part ends the hold anyway, and what follows passes.
@@ -33,6 +33,33 @@ func TestRefusalDetector_nonTextPartsDetach(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, parts, 6)
 			require.Equal(t, k, parts[4].Kind)
+		})
+	}
+}
+
+// A raw part is not the detector's to see (it would detach it, as any
+// kind it does not read): raw chunks between the deltas of a refusal
+// leave it caught, and an answer keeps every raw part in its place. (Under
+// CommitLegacy a raw chunk commits, as in ai-retry 2.3, so the first one
+// would commit the stream before any text: the policy package asks for no
+// raw chunks under that rule.)
+func TestRefusalDetector_rawPartsDoNotLetARefusalThrough(t *testing.T) {
+	for _, rule := range []CommitRule{CommitOnOutput} {
+		t.Run(rule.String(), func(t *testing.T) {
+			m := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(pRaw("r0"), preamble(), pRaw("r1"), pText("I'm"),
+				pRaw("r2"), pText(" sorry, but I can't"), pRaw("r3"), pText(" help."), pFinish(abi.ReasonStop))}}
+			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{mustRefusal(t)}, commit: rule})
+			var re *RefusalError
+			require.ErrorAs(t, r.err, &re)
+
+			m = &scriptModel{key: "p/a", scripts: [][]sstep{sscript(pRaw("r0"), preamble(), pRaw("r1"), pText("I'm"),
+				pRaw("r2"), pText(" happy to help."), pFinish(abi.ReasonStop))}}
+			r = runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{mustRefusal(t)}, commit: rule})
+			require.NoError(t, r.err)
+			parts, err := drain(r.stream)
+			require.NoError(t, err)
+			require.Equal(t, []string{"raw:r0", "stream-start", "response-metadata", "text-start", "raw:r1",
+				"text-delta:I'm", "raw:r2", "text-delta: happy to help.", "finish"}, labels(parts))
 		})
 	}
 }

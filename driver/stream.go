@@ -22,11 +22,47 @@ type streamConfig struct {
 	clock        clock
 	hedgeAfter   time.Duration // WithHedge; 0: off
 	hedgeMax     int
+	maxAnswer    int64 // WithMaxAnswerBytes
+}
+
+// DefaultMaxAnswerBytes is [WithMaxAnswerBytes]'s default: 32 MiB.
+const DefaultMaxAnswerBytes = 32 << 20
+
+// WithMaxAnswerBytes bounds the answer that a request committing at its end
+// ([CommitAtEnd]) holds until then, per attempt: the payload bytes of its
+// parts ([abi.Part.Size]: text, tool inputs and results, files) plus 256
+// for each part (the part itself, and what Size does not count, such as a
+// raw chunk). Past it the attempt fails with [ErrAnswerTooLarge] (its
+// upstream closed at once) and the rules decide. A stream that commits at
+// its first content holds nothing past its preamble and is not bounded by
+// it. Default: [DefaultMaxAnswerBytes].
+func WithMaxAnswerBytes(n int64) StreamOption {
+	return func(c *streamConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("retryhost: max answer bytes must be positive, got %d", n)
+		}
+		c.maxAnswer = n
+		return nil
+	}
 }
 
 // WithTransforms sets the transform chain every attempt's parts run
 // through, in order, before the commit gate. Calling it again appends.
 // Default: none.
+//
+// A raw part ([abi.KindRaw], a provider's chunk as its adapter decoded
+// it) is never shown to a transform: it is metadata about the parts around
+// it, not content (a transform that meets a kind it does not read may
+// stop reading, which would let a refusal through). It keeps its place:
+// when it arrives while a transform holds parts, it waits behind them and
+// leaves with them, in order, or is discarded with them when the
+// transform replaces or drops them, so a rewritten text never goes out
+// beside the raw chunk of the text it replaced. It counts for none of the
+// transform's hold caps; a transform holds at most its MaxHeldParts raw
+// parts besides its own, and drops raw parts past that. A raw part that
+// arrives while nothing is held passes at once, so a consumer that pairs a
+// raw chunk with the text after it should compare the text (a transform
+// may still rewrite it). Under [CommitLegacy] a raw part commits.
 func WithTransforms(ts ...Transformer) StreamOption {
 	return func(c *streamConfig) error {
 		for i, t := range ts {
@@ -169,7 +205,7 @@ func NewRetryableModel(r *Runner, opts ...StreamOption) (*RetryableModel, error)
 	if r == nil {
 		return nil, errors.New("retryhost: nil runner")
 	}
-	m := &RetryableModel{r: r, cfg: streamConfig{clock: realClock{}}}
+	m := &RetryableModel{r: r, cfg: streamConfig{clock: realClock{}, maxAnswer: DefaultMaxAnswerBytes}}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("retryhost: nil stream option")
@@ -221,7 +257,7 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 			model: c.Model, req: c.Request(req), number: c.Number,
 			transformers: m.cfg.transformers, commit: m.cfg.commit,
 			firstContent: m.cfg.firstContent, gap: m.cfg.gap, clock: m.cfg.clock,
-			atEnd: atEnd,
+			atEnd: atEnd, maxAnswer: m.cfg.maxAnswer,
 		})
 		var final error
 		switch {

@@ -26,6 +26,16 @@ var errEmptyErrorPart = errors.New("retryhost: the stream reported an error part
 
 var streamIDs atomic.Uint64
 
+// ErrAnswerTooLarge fails an attempt that commits at its end
+// ([CommitAtEnd]) when the answer it holds outgrows [WithMaxAnswerBytes].
+// The rules judge it like any other failure (its class is unknown).
+var ErrAnswerTooLarge = errors.New("retryhost: the answer is too large to hold until its end")
+
+// partOverhead is what a held part counts beside its payload (abi.Part.Size):
+// the part itself and what it points to that Size does not count, such as
+// a raw chunk.
+const partOverhead = 256
+
 // attemptSpec is what one attempt of the stream driver runs with.
 type attemptSpec struct {
 	model        Model
@@ -40,6 +50,9 @@ type attemptSpec struct {
 	// the first content part disarms the first-content deadline and arms
 	// the gap deadline, and every failure up to the end fails the attempt.
 	atEnd bool
+	// maxAnswer bounds what an attempt that commits at its end holds
+	// ([WithMaxAnswerBytes]).
+	maxAnswer int64
 }
 
 // attemptResult is how one attempt ended before the caller saw anything:
@@ -98,6 +111,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 	s.stopAF = context.AfterFunc(actx, func() { _ = up.Close() })
 
 	scanned, content := 0, false
+	var held int64 // what the attempt holds, committing at its end
 	for {
 		p, expired, err := s.next()
 		if expired {
@@ -121,6 +135,11 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 			q := &s.out[scanned]
 			if q.Kind == abi.KindError {
 				return fail(partError(q))
+			}
+			if sp.atEnd {
+				if held += int64(q.Size()) + partOverhead; held > sp.maxAnswer {
+					return fail(fmt.Errorf("%w: more than %d bytes held before the end of the stream", ErrAnswerTooLarge, sp.maxAnswer))
+				}
 			}
 			if sp.commit.IsContent(q) {
 				if sp.atEnd {

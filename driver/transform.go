@@ -24,6 +24,7 @@ type stage struct {
 	held   []Part
 	bytes  int
 	output int       // held parts that carry output (commit the stream under the chain's rule)
+	raws   int       // raw parts held behind the transform's own (pushRaw); not the transform's to count
 	since  time.Time // when the oldest held part arrived
 }
 
@@ -93,6 +94,10 @@ func openTransform(ctx context.Context, t abi.Transformer, info abi.StreamInfo) 
 // push runs p through the stages from i on and appends what leaves the
 // chain to *out, in order. An error fails the attempt.
 func (c *chain) push(i int, p Part, out *[]Part) error {
+	if p.Kind == abi.KindRaw {
+		c.pushRaw(i, p, out)
+		return nil
+	}
 	for ; i < len(c.stages); i++ {
 		s := &c.stages[i]
 		if s.st == nil {
@@ -184,6 +189,39 @@ func (c *chain) end(out *[]Part) error {
 	return nil
 }
 
+// pushRaw moves a raw part through the stages from i on without calling
+// any transform: a raw part is the provider's record of the chunk its
+// neighbours came from, not content, so no transform judges it (a guest
+// never receives one, ABI §6.4). It keeps its place in the stream: the
+// first stage that holds parts holds it behind them, and it leaves with
+// them when they are released (then on through the later stages the same
+// way), or is discarded with them when the transform REPLACEs, DROPs (at
+// the end) or ERRORs them away. A rewritten text then never goes out next
+// to the raw chunk, and the logprobs, of the text it replaced.
+//
+// The held raw parts are not the transform's: they count for none of its
+// caps and never start its hold time. They are bounded all the same: a
+// stage holds at most MaxHeldParts of them, and a raw part past that is
+// dropped (raw parts are best-effort metadata; the content is whole).
+func (c *chain) pushRaw(i int, p Part, out *[]Part) {
+	for ; i < len(c.stages); i++ {
+		s := &c.stages[i]
+		if s.st == nil || len(s.held) == 0 {
+			continue
+		}
+		if s.raws >= s.policy.MaxHeldParts {
+			return
+		}
+		s.held = append(s.held, p)
+		s.raws++
+		if c.commit.IsContent(&p) { // CommitLegacy: a raw chunk commits
+			s.output++
+		}
+		return
+	}
+	*out = append(*out, p)
+}
+
 // hold appends p to stage i's queue, unless a cap would be exceeded: then
 // the stage's OnCap decides (flush and detach, or fail the attempt). The
 // time cap is checked here as parts arrive and, while the upstream is
@@ -195,7 +233,7 @@ func (c *chain) hold(i int, p Part, out *[]Part) error {
 	now := c.clock.Now()
 	capHit := ""
 	switch {
-	case len(s.held)+1 > s.policy.MaxHeldParts:
+	case len(s.held)-s.raws+1 > s.policy.MaxHeldParts:
 		capHit = "parts"
 	case s.bytes+p.Size() > s.policy.MaxHeldBytes:
 		capHit = "bytes"
@@ -225,7 +263,7 @@ func (c *chain) hold(i int, p Part, out *[]Part) error {
 func (c *chain) capHit(i int, capName string, now time.Time, out *[]Part) error {
 	s := &c.stages[i]
 	if s.policy.FailsAtCap() {
-		err := &abi.HoldCapError{Transform: s.name, Cap: capName, Parts: len(s.held), Bytes: s.bytes}
+		err := &abi.HoldCapError{Transform: s.name, Cap: capName, Parts: len(s.held) - s.raws, Bytes: s.bytes}
 		if len(s.held) > 0 {
 			err.Held = now.Sub(s.since)
 		}
@@ -284,7 +322,7 @@ func (c *chain) release(i int, out *[]Part) error {
 		return nil
 	}
 	held := s.held
-	s.held, s.bytes, s.output = nil, 0, 0 // a re-entrant hold (impossible today) would not see them
+	s.held, s.bytes, s.output, s.raws = nil, 0, 0, 0 // a re-entrant hold (impossible today) would not see them
 	var err error
 	for _, h := range held {
 		if err = c.push(i+1, h, out); err != nil {
@@ -306,13 +344,13 @@ func (c *chain) detach(i int, out *[]Part) error {
 		s.st = nil
 		c.active--
 	}
-	s.held, s.output = nil, 0
+	s.held, s.output, s.raws = nil, 0, 0
 	return err
 }
 
 func (c *chain) discard(s *stage) {
 	clear(s.held)
-	s.held, s.bytes, s.output = s.held[:0], 0, 0
+	s.held, s.bytes, s.output, s.raws = s.held[:0], 0, 0, 0
 }
 
 // transformFailed applies stage i's FailPolicy to a failure of the

@@ -485,3 +485,61 @@ func TestAPIKeyBearerSchemeAnyCase(t *testing.T) {
 		require.Equal(t, c.want, resp.StatusCode, "%q: %s", c.auth, body)
 	}
 }
+
+// TestDefaultDeadlinesBoundASilentUpstream: a policy without deadlines
+// still has a first-content and a gap deadline in the gateway (the
+// defaults, shortened here), so an upstream that sends its headers and
+// then stays silent, before or after its first content, is failed over or
+// ended instead of holding the client until it gives up. A deadline the
+// file gives wins over the default.
+func TestDefaultDeadlinesBoundASilentUpstream(t *testing.T) {
+	first, gap := defaultFirstContent, defaultGap
+	defaultFirstContent, defaultGap = 300*time.Millisecond, 300*time.Millisecond
+	t.Cleanup(func() { defaultFirstContent, defaultGap = first, gap })
+	silent := make(chan struct{})
+	defer close(silent)
+	rules := `"rules": [{"when": {"class": ["timeout"]}, "action": "switch", "model": "backup"}]`
+	for _, c := range []struct {
+		name, policy string
+		a            act
+		want         string // the text the client gets
+		failover     bool   // answered by the backup
+	}{
+		{"silent before the first content", rules, act{preamble: true, beforeText: silent, chunks: []string{"never"}}, "backup", true},
+		{"silent after the first content", rules, act{chunks: []string{"Par"}, afterText: silent}, "Par", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, c.policy)
+			r.up["primary"].play(c.a)
+			r.up["backup"].play(act{chunks: []string{"backup"}})
+			// A guard against a hang (the test's failure), not a timing assertion.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s := r.client.Chat.Completions.NewStreaming(ctx, params("primary"))
+			var text string
+			for s.Next() {
+				for _, ch := range s.Current().Choices {
+					text += ch.Delta.Content
+				}
+			}
+			err := s.Err()
+			s.Close()
+			require.NoError(t, ctx.Err(), "the client was held by a silent upstream")
+			require.Equal(t, c.want, text)
+			if c.failover {
+				require.NoError(t, err)
+			} else {
+				require.Error(t, err, "a stream cut by the gap deadline ends with an in-band error")
+			}
+		})
+	}
+	t.Run("the file's own deadline wins", func(t *testing.T) {
+		defaultFirstContent = time.Hour
+		r := newRig(t, rules+`, "deadlines": {"first_content": "300ms"}`)
+		r.up["primary"].play(act{preamble: true, beforeText: silent, chunks: []string{"never"}})
+		r.up["backup"].play(act{chunks: []string{"backup"}})
+		got := r.stream("primary")
+		require.NoError(t, got.err)
+		require.Equal(t, map[string]bool{"backup": true}, got.models)
+	})
+}

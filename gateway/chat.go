@@ -229,6 +229,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	}
 }
 
+// errShutdown is the answer to a request that arrives while the gateway
+// shuts down.
+var errShutdown = apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "shutting_down", msg: ErrShuttingDown.Error()}
+
 // offStack runs fn on a goroutine of its own and waits for it (a panic in
 // fn is raised again here). Opening a policy request up to its commit is
 // deep work (the SDK's reflective request encoding, the HTTP round trip)
@@ -258,10 +262,6 @@ func offStack(fn func()) {
 		panic(p)
 	}
 }
-
-// errShutdown is the answer to a request that arrives while the gateway
-// shuts down.
-var errShutdown = apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "shutting_down", msg: ErrShuttingDown.Error()}
 
 // chainOn reports whether a route's failure moves a request on to its
 // per-request fallbacks: not when the upstream rejected the request itself

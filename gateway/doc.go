@@ -29,6 +29,13 @@
 // in-band event, data: {"error": {...}}, and no data: [DONE], so no client
 // can take a truncated answer for a complete one.
 //
+// A non-streaming request ("stream": false) shows the client nothing
+// before its whole answer, so it commits at the end (driver.CommitAtEnd):
+// a failure after the upstream's first content fails over like one before
+// it, the answer is one attempt's alone, and when every model failed the
+// client gets an error answer, never partial text. What it holds until then
+// is capped (WithMaxAnswerBytes).
+//
 // # Requests
 //
 // The fields the driver models (messages, tools, max tokens, temperature,
@@ -67,11 +74,12 @@
 //
 // # Responses
 //
-// From an OpenAI-compatible upstream, and in a policy without transforms,
-// the answer carries back the fields the driver does not model:
-// system_fingerprint, service_tier and each content delta's logprobs (see
-// policy.Options.RawChunks); a refusal after content is a refusal delta.
-// With transforms these three are not carried (logprobs are null).
+// From an OpenAI-compatible upstream the answer carries back the fields
+// the driver does not model: system_fingerprint, service_tier and each
+// content delta's logprobs (see policy.Options.RawChunks); a refusal after
+// content is a refusal delta. The policy's transforms never see the raw
+// chunks these come from; a delta whose text a transform rewrote goes out
+// with "logprobs": null. Under the "legacy" commit rule none is carried.
 //
 // # Defaults for the policy
 //

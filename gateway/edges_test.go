@@ -189,20 +189,22 @@ func TestUpstreamFieldsReachTheClient(t *testing.T) {
 	r.healthy()
 }
 
-// With a transform in the policy the gateway asks for no raw chunks (the
-// transform would see them): logprobs are dropped (null), streaming and
-// not, and so are system_fingerprint and service_tier. Here the transform
-// rewrites the text, which would make the upstream's logprobs wrong anyway.
-func TestLogprobsDroppedWhenATransformRewrites(t *testing.T) {
+// A transform that rewrites the text (upper.wasm replaces every delta)
+// leaves the upstream's logprobs behind: they describe tokens the client
+// does not get, so they are null, streaming and not. The fields of the
+// whole response (system_fingerprint, service_tier) still come through:
+// the transform never sees the raw chunks they ride on.
+func TestLogprobsDroppedWhereATransformRewrites(t *testing.T) {
 	r := newRig(t, `"rules": [], "transforms": [{"plugin": {"path": "../host/testdata/upper.wasm"}}]`)
 	p := params("primary")
 	p.Logprobs = oai.Bool(true)
-	r.up["primary"].play(act{chunks: []string{"Par", "is"}, logprobs: true})
+	r.up["primary"].play(act{chunks: []string{"Par", "is"}, logprobs: true, tier: "priority"})
 	s := r.client.Chat.Completions.NewStreaming(context.Background(), p)
 	var text string
 	for s.Next() {
 		c := s.Current()
-		require.Empty(t, c.SystemFingerprint)
+		require.Equal(t, "fp_primary", c.SystemFingerprint, "every chunk")
+		require.EqualValues(t, "priority", c.ServiceTier, "every chunk")
 		for _, ch := range c.Choices {
 			text += ch.Delta.Content
 			require.False(t, ch.JSON.Logprobs.Valid(), "logprobs of text the transform rewrote: %s", c.RawJSON())
@@ -212,12 +214,119 @@ func TestLogprobsDroppedWhenATransformRewrites(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.Equal(t, "PARIS", text)
 
-	r.up["primary"].play(act{chunks: []string{"Par", "is"}, logprobs: true})
+	r.up["primary"].play(act{chunks: []string{"Par", "is"}, logprobs: true, tier: "priority"})
 	cc, err := r.client.Chat.Completions.New(context.Background(), p)
 	require.NoError(t, err)
 	require.Equal(t, "PARIS", cc.Choices[0].Message.Content)
 	require.False(t, cc.Choices[0].JSON.Logprobs.Valid())
-	require.Empty(t, cc.SystemFingerprint)
+	require.Equal(t, "fp_primary", cc.SystemFingerprint)
+	require.EqualValues(t, "priority", cc.ServiceTier)
+}
+
+// demoTransforms is the demo's transform: the built-in (C) refusal
+// detector, fail-open.
+const demoTransforms = `"transforms": [{"plugin": {"builtin": "refusal", "fail": "open"}}]`
+
+// With the demo's refusal detector in the policy, a client that asks for
+// logprobs gets the upstream's, with system_fingerprint and service_tier,
+// streaming and not (the detector never sees the raw chunks they come
+// from, and holds the text in its place with them), and a refusal still
+// fails over: the backup's answer comes with the backup's fields.
+func TestUpstreamFieldsThroughARefusalTransform(t *testing.T) {
+	r := newRig(t, defaultRules+", "+demoTransforms)
+	p := params("primary")
+	p.Logprobs = oai.Bool(true)
+
+	stream := func() (text string, tokens []string, fp string) {
+		t.Helper()
+		s := r.client.Chat.Completions.NewStreaming(context.Background(), p)
+		chunks := 0
+		for s.Next() {
+			c := s.Current()
+			chunks++
+			if fp == "" {
+				fp = c.SystemFingerprint
+			}
+			require.Equal(t, fp, c.SystemFingerprint, "every chunk, one upstream's")
+			require.EqualValues(t, "priority", c.ServiceTier, "every chunk")
+			for _, ch := range c.Choices {
+				if ch.Delta.Content != "" {
+					text += ch.Delta.Content
+					require.True(t, ch.JSON.Logprobs.Valid(), "a content delta without its logprobs: %s", c.RawJSON())
+				}
+				for _, lp := range ch.Logprobs.Content {
+					tokens = append(tokens, lp.Token)
+				}
+			}
+		}
+		require.NoError(t, s.Err())
+		require.NoError(t, s.Close())
+		require.Greater(t, chunks, 2)
+		return text, tokens, fp
+	}
+
+	r.up["primary"].play(act{preamble: true, chunks: []string{"Par", "is"}, logprobs: true, tier: "priority"})
+	text, tokens, fp := stream()
+	require.Equal(t, "Paris", text)
+	require.Equal(t, []string{"Par", "is"}, tokens)
+	require.Equal(t, "fp_primary", fp)
+
+	r.up["primary"].play(act{preamble: true, chunks: []string{"Par", "is"}, logprobs: true, tier: "priority"})
+	cc, err := r.client.Chat.Completions.New(context.Background(), p)
+	require.NoError(t, err)
+	require.Equal(t, "Paris", cc.Choices[0].Message.Content)
+	require.Equal(t, "fp_primary", cc.SystemFingerprint)
+	require.EqualValues(t, "priority", cc.ServiceTier)
+	tokens = nil
+	for _, lp := range cc.Choices[0].Logprobs.Content {
+		tokens = append(tokens, lp.Token)
+	}
+	require.Equal(t, []string{"Par", "is"}, tokens)
+	require.InDelta(t, -0.2, cc.Choices[0].Logprobs.Content[1].Logprob, 1e-9)
+
+	// The demo's refusal, one delta per word as the demo's provider sends
+	// it, with raw chunks in between: caught, and the backup answers.
+	refusal := act{preamble: true, chunks: []string{"I'm", " sorry,", " but", " I", " can't", " help", " with", " that."},
+		logprobs: true, tier: "priority"}
+	for _, nonStream := range []bool{false, true} {
+		r.up["primary"].play(refusal)
+		r.up["backup"].play(act{preamble: true, chunks: []string{"Ber", "lin"}, logprobs: true, tier: "priority"})
+		if nonStream {
+			cc, err := r.client.Chat.Completions.New(context.Background(), p)
+			require.NoError(t, err)
+			require.Equal(t, "Berlin", cc.Choices[0].Message.Content)
+			require.Equal(t, "fp_backup", cc.SystemFingerprint)
+			require.Len(t, cc.Choices[0].Logprobs.Content, 2)
+			continue
+		}
+		text, tokens, fp = stream()
+		require.Equal(t, "Berlin", text, "the refusal failed over")
+		require.Equal(t, []string{"Ber", "lin"}, tokens)
+		require.Equal(t, "fp_backup", fp, "the fields of the upstream that answered")
+	}
+	r.healthy()
+}
+
+// Under the "legacy" commit rule a raw chunk commits (ai-retry 2.3's
+// set), so the gateway gets none there: an upstream that sends its
+// preamble chunk and then resets still fails over, invisibly.
+func TestLegacyCommitRuleGetsNoRawChunks(t *testing.T) {
+	r := newRig(t, defaultRules+`, "commit": "legacy"`)
+	r.up["primary"].play(act{preamble: true, cut: true})
+	r.up["backup"].play(act{chunks: []string{"ok"}})
+	s := r.client.Chat.Completions.NewStreaming(context.Background(), params("primary"))
+	var text string
+	for s.Next() {
+		c := s.Current()
+		require.Empty(t, c.SystemFingerprint, "no raw chunks")
+		for _, ch := range c.Choices {
+			text += ch.Delta.Content
+		}
+	}
+	require.NoError(t, s.Err())
+	require.NoError(t, s.Close())
+	require.Equal(t, "ok", text)
+	r.healthy()
 }
 
 // A refusal declared after content (too late to fail over) reaches the

@@ -59,6 +59,16 @@ func lastProviderError(err error) *driver.ProviderError {
 	return nil
 }
 
+// lastErr returns the error of a failed request's last attempt (err when
+// it is not a *driver.RetryError).
+func lastErr(err error) error {
+	var re *driver.RetryError
+	if errors.As(err, &re) && re.Last() != nil {
+		return re.Last()
+	}
+	return err
+}
+
 // failure is the answer to a request that failed before commit.
 type failure struct {
 	apiError
@@ -92,6 +102,9 @@ func classify(err error) failure {
 			f.typ = "rate_limit_error"
 		}
 		return f
+	case errors.Is(lastErr(err), driver.ErrAnswerTooLarge):
+		return failure{apiError: apiError{status: http.StatusBadGateway, class: "answer_too_large", typ: "upstream_error", code: "answer_too_large",
+			msg: "retryhost gateway: " + err.Error()}}
 	case errors.As(err, &de):
 		return failure{apiError: apiError{status: http.StatusGatewayTimeout, class: "timeout", typ: "timeout", code: de.Deadline.String(),
 			msg: "retryhost gateway: " + err.Error()}}

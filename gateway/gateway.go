@@ -69,6 +69,18 @@ var defaultBackoff = driver.Backoff{Delay: time.Second, Factor: 2, MaxDelay: 8 *
 // then one request probes it.
 var defaultCooldown = driver.Cooldown{Failures: 5, For: 10 * time.Second}
 
+// defaultFirstContent and defaultGap are the first-content and gap
+// deadlines of a policy that gives none (policy.Options.DefaultFirstContent
+// and DefaultGap): an upstream that sends its headers, or some content, and
+// then stays silent is failed over after them instead of holding the
+// client until it gives up. Two minutes to first content leaves room for
+// a reasoning model that thinks before it streams; a minute of silence
+// mid-answer is the response-header timeout's own bound.
+var (
+	defaultFirstContent = 2 * time.Minute
+	defaultGap          = time.Minute
+)
+
 // Option configures a Gateway.
 type Option func(*config) error
 
@@ -85,6 +97,7 @@ type config struct {
 	httpClientGiven bool
 	pluginPoll      time.Duration
 	collectors      []prometheus.Collector
+	maxAnswer       int64 // WithMaxAnswerBytes; 0: the driver's default
 }
 
 // WithAPIKeys makes every endpoint but /healthz and /readyz require one of
@@ -111,6 +124,23 @@ func WithMaxBodyBytes(n int64) Option {
 			return fmt.Errorf("gateway: max body bytes must be positive, got %d", n)
 		}
 		c.maxBody = n
+		return nil
+	}
+}
+
+// WithMaxAnswerBytes caps the answer a non-streaming request holds until it
+// is complete (it commits at its end, driver.CommitAtEnd), per attempt, as
+// driver.WithMaxAnswerBytes counts it; past it the attempt fails
+// (driver.ErrAnswerTooLarge) and the policy's rules decide; a request whose
+// every attempt failed so gets 502 (code answer_too_large). Streams are not
+// bounded by it: they hold nothing past their preamble. Default 32 MiB
+// (driver.DefaultMaxAnswerBytes).
+func WithMaxAnswerBytes(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("gateway: max answer bytes must be positive, got %d", n)
+		}
+		c.maxAnswer = n
 		return nil
 	}
 }
@@ -429,6 +459,9 @@ type route struct {
 func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	o := g.src.opts
 	o.StreamOptions = append(slices.Clip(o.StreamOptions), driver.WithOnCommit(onCommit))
+	if g.cfg.maxAnswer > 0 {
+		o.StreamOptions = append(o.StreamOptions, driver.WithMaxAnswerBytes(g.cfg.maxAnswer))
+	}
 	o.RunnerOptions = append(slices.Clip(o.RunnerOptions), driver.WithObserver(observer{g.metrics}))
 	if o.HTTPClient == nil {
 		o.HTTPClient = g.client
@@ -439,6 +472,12 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	}
 	if o.DefaultCooldown == nil {
 		o.DefaultCooldown = &defaultCooldown
+	}
+	if o.DefaultFirstContent == 0 {
+		o.DefaultFirstContent = defaultFirstContent
+	}
+	if o.DefaultGap == 0 {
+		o.DefaultGap = defaultGap
 	}
 	p, err := g.src.load(ctx, o)
 	if err != nil {

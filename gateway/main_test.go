@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -97,7 +98,7 @@ func newRigOf(t *testing.T, rules string, anthropic []string, opts ...Option) *r
 		models = append(models, fmt.Sprintf(`{"name": %q, "provider": %q, "model": "up-%s", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}`, n, prov, n, base))
 	}
 	pol := fmt.Sprintf(`{"models": [%s], %s}`, strings.Join(models, ", "), rules)
-	popts := policy.Options{Getenv: func(string) string { return "sk-upstream" }}
+	popts := policy.Options{Getenv: func(string) string { return "sk-upstream" }, Builtin: plugins.Module}
 	opts = append([]Option{WithLogger(newJSONLogger(r.logs))}, opts...)
 	gw, err := New(context.Background(), Bytes("test-policy.json", []byte(pol), popts), opts...)
 	require.NoError(t, err)

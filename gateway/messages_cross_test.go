@@ -251,9 +251,16 @@ func TestMessagesServerToolUse(t *testing.T) {
 
 // A thinking block reaches an Anthropic client with its signature
 // (signature_delta, from the adapter's raw events), so the client can send
-// it back in its next turn, streamed and not.
+// it back in its next turn, streamed and not, also through the demo's
+// refusal transform (which never sees the raw events).
 func TestMessagesThinkingSignature(t *testing.T) {
-	r := newRigOf(t, "", allAnthropic)
+	for name, rules := range map[string]string{"no transforms": "", "refusal transform": defaultRules + ", " + demoTransforms} {
+		t.Run(name, func(t *testing.T) { testThinkingSignature(t, rules) })
+	}
+}
+
+func testThinkingSignature(t *testing.T, rules string) {
+	r := newRigOf(t, rules, allAnthropic)
 	const sig = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"
 	r.up["primary"].play(act{transcript: "anthropic/thinking.json"})
 	got := r.anthStream(msgParams("primary"))

@@ -150,8 +150,9 @@ func emptyToolUse(id string, t *abi.ToolInfo) func([]byte) []byte {
 	}
 }
 
-// raw reads an Anthropic upstream's raw event (policy.Options.RawChunks,
-// on in a policy without transforms): a thinking block's signature
+// raw reads an Anthropic upstream's raw event (policy.Options.RawChunks;
+// transforms never see it, and one held behind a thinking block a
+// transform replaces is dropped with it): a thinking block's signature
 // (signature_delta), which the adapter maps to no part, goes out with its
 // block, so that a client can send the block back in its next turn.
 func (e *messagesEncoder) raw(p *abi.Part) {

@@ -562,7 +562,7 @@ func TestMessagesModelsList(t *testing.T) {
 // OpenAI upstream (the cross-API path).
 // go test ./gateway -run '^$' -bench StreamMessages -benchmem
 func BenchmarkStreamMessages(b *testing.B) {
-	chunks := make([]string, benchChunks)
+	chunks := make([]string, 100)
 	for i := range chunks {
 		chunks[i] = "word "
 	}

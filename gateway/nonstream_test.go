@@ -13,6 +13,8 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/policy"
 )
 
 // midAnswerFaults are upstream failures after the first content part and
@@ -172,4 +174,99 @@ func TestNonStreamingFailOverMetrics(t *testing.T) {
 	}
 	require.NotContains(t, body, "retryhost_gateway_commits_total{model=\"primary\"}", "the failed attempt never committed")
 	require.NotContains(t, body, "retryhost_gateway_time_to_first_content_seconds_count", "a non-streaming answer has no time to first content")
+}
+
+// A non-streaming answer is held until it is complete, so what it may hold
+// is bounded (WithMaxAnswerBytes): an upstream whose answer outgrows it
+// fails the attempt (its class is unknown: the usual gateway rules do not
+// move it, and the client gets 502 answer_too_large, no partial text); a
+// rule that matches any error fails it over. Streams are not bounded.
+func TestNonStreamingAnswerBounded(t *testing.T) {
+	long := strings.Repeat("y", 1000)
+	big := act{chunks: []string{long, long, long, long, long}}
+	r := newRig(t, "", WithMaxAnswerBytes(4<<10))
+	r.up["primary"].play(big)
+	_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	var apiErr *oai.Error
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, http.StatusBadGateway, apiErr.StatusCode)
+	require.Equal(t, "answer_too_large", apiErr.Code)
+	require.NotContains(t, apiErr.RawJSON(), "yyy")
+	require.Empty(t, r.up["backup"].requests())
+
+	// Streaming holds nothing: the same answer streams whole.
+	r.up["primary"].play(big)
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, strings.Repeat(long, 5), got.text)
+	r.healthy()
+
+	r = newRig(t, `"rules": [{"when": {"any": true}, "action": "switch", "model": "backup"}]`, WithMaxAnswerBytes(4<<10))
+	r.up["primary"].play(big)
+	r.up["backup"].play(act{chunks: []string{"short"}})
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "short", cc.Choices[0].Message.Content)
+	require.Equal(t, "backup", cc.Model)
+
+	_, err = New(context.Background(), Bytes("p.json", []byte(`{"models": []}`), policy.Options{}), WithMaxAnswerBytes(0))
+	require.ErrorContains(t, err, "max answer bytes must be positive")
+}
+
+// BenchmarkNonStreaming measures one non-streamed answer of 100 content
+// chunks through the gateway, held until complete (CommitAtEnd) and
+// collected into one chat.completion.
+// go test ./gateway -run '^$' -bench NonStreaming -benchmem
+func BenchmarkNonStreaming(b *testing.B) {
+	chunks := make([]string, 100)
+	for i := range chunks {
+		chunks[i] = "word "
+	}
+	up := newUpstream("primary", act{chunks: chunks})
+	defer up.srv.Close()
+	pol := `{"models": [{"name": "primary", "provider": "openai", "model": "m", "base_url": "` + up.url() + `", "api_key_env": "K"}]}`
+	gw, err := New(context.Background(), Bytes("bench", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}))
+	require.NoError(b, err)
+	defer gw.Close(context.Background())
+	srv := newTestServer(b, gw)
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer hc.CloseIdleConnections()
+	body := `{"model":"primary","messages":[{"role":"user","content":"hi"}]}`
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := hc.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || n == 0 {
+				b.Fatalf("status %d, %d bytes", resp.StatusCode, n)
+			}
+		}
+	})
+}
+
+// A non-streaming answer is judged whole by the policy's rules, as a
+// Generate response is: a content-filter finish after content switches
+// model under a finish rule, where a stream has committed on its first
+// content and gets the filtered answer as it came.
+func TestNonStreamingResultJudged(t *testing.T) {
+	r := newRig(t, `"rules": [{"when": {"finish": ["content-filter"]}, "action": "switch", "model": "backup"}]`)
+	filtered := act{chunks: []string{"Par"}, finish: "content_filter"}
+	r.up["primary"].play(filtered)
+	r.up["backup"].play(act{chunks: []string{"from backup"}})
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "from backup", cc.Choices[0].Message.Content)
+	require.Equal(t, "backup", cc.Model)
+	require.Equal(t, "stop", cc.Choices[0].FinishReason)
+
+	r.up["primary"].play(filtered)
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "Par", got.text)
+	require.Equal(t, "content_filter", got.finish)
+	require.Len(t, r.up["backup"].requests(), 1)
 }

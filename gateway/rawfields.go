@@ -13,8 +13,11 @@ import (
 const refusalBlock = "refusal-0"
 
 // rawFields are the response fields the driver does not model, taken from
-// an OpenAI-compatible upstream's raw chunks (policy.Options.RawChunks,
-// which a policy with transforms ignores: none of these fields then):
+// an OpenAI-compatible upstream's raw chunks (policy.Options.RawChunks;
+// the policy's transforms never see them, and the driver keeps them in
+// their place around held text, discarding those held with text a
+// transform replaces; a policy with the "legacy" commit rule gets none,
+// since a raw chunk would commit its stream):
 // system_fingerprint and service_tier for every chunk, and choice 0's
 // logprobs for the text delta mapped from the same chunk. Logprobs describe
 // the upstream's tokens, so they go out only with a delta whose text is the

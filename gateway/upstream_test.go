@@ -236,7 +236,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 type sse struct {
 	w     http.ResponseWriter
 	eol   string
-	batch bool // no flush per event: the handler's end flushes them all at once
+	batch bool // no flush per event (the whole stream at once)
 }
 
 func (s sse) send(ev string) bool {

@@ -6,9 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	ggcr "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -419,20 +416,8 @@ func TestTagLastResolvedServesWhileRegistryDown(t *testing.T) {
 // manifest from the cache, no layer read.
 func BenchmarkPollTagUnchanged(b *testing.B) {
 	ctx := context.Background()
-	srv := httptest.NewServer(ggcr.New(ggcr.Logger(nilLogger())))
-	defer srv.Close()
-	addr := strings.TrimPrefix(srv.URL, "http://")
-	wasm, err := os.ReadFile("../plugins/refusal/refusal.wasm")
-	if err != nil {
-		b.Skip(err)
-	}
-	c, err := New(WithCacheDir(b.TempDir()), WithPlainHTTP(), WithAllowTags(),
-		WithCredentialsFile(filepath.Join(b.TempDir(), "none.json")), WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(b, err)
-	defer c.auth.Client.CloseIdleConnections()
-	pushed, err := c.Push(ctx, addr+"/team/refusal:stable", wasm)
-	require.NoError(b, err)
-	src := c.Source(addr + "/team/refusal:stable")
+	c, pushed, ref := benchPushed(b, "stable", WithAllowTags())
+	src := c.Source(ref)
 	for b.Loop() {
 		sum, mod, err := src.Fetch(ctx, pushed.SHA256)
 		if err != nil || sum != pushed.SHA256 || mod != nil {

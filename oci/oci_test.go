@@ -23,7 +23,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"oras.land/oras-go/v2/content"
-	"oras.land/oras-go/v2/registry"
 	"oras.land/oras-go/v2/registry/remote/auth"
 
 	"github.com/retryhost/retryhost/abi"
@@ -43,7 +42,7 @@ func sha(b []byte) string { return digest.FromBytes(b).Encoded() }
 
 // startRegistry serves a real OCI registry (go-containerregistry's) on
 // loopback, optionally wrapped, and returns its host:port.
-func startRegistry(t *testing.T, wrap func(http.Handler) http.Handler) (string, *httptest.Server) {
+func startRegistry(t testing.TB, wrap func(http.Handler) http.Handler) (string, *httptest.Server) {
 	t.Helper()
 	var h http.Handler = ggcr.New(ggcr.Logger(nilLogger()))
 	if wrap != nil {
@@ -183,27 +182,17 @@ func TestDigestMismatch(t *testing.T) {
 	}
 }
 
-// pushRaw pushes a manifest with one layer of the given media type.
+// pushRaw pushes a manifest of manifestType with one layer of layerType.
 func pushRaw(t *testing.T, c *Client, ref string, layerType string, manifestType string, layer []byte) string {
 	t.Helper()
-	ctx := context.Background()
-	r, err := registry.ParseReference(ref)
-	require.NoError(t, err)
-	repo := c.repo(r)
 	ld := content.NewDescriptorFromBytes(layerType, layer)
-	require.NoError(t, pushBlob(ctx, repo, ld, layer))
 	empty := ocispec.DescriptorEmptyJSON
-	require.NoError(t, pushBlob(ctx, repo, empty, empty.Data))
 	m := ocispec.Manifest{
 		Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: manifestType,
 		Config: ocispec.Descriptor{MediaType: empty.MediaType, Digest: empty.Digest, Size: empty.Size},
 		Layers: []ocispec.Descriptor{ld},
 	}
-	mb, err := json.Marshal(m)
-	require.NoError(t, err)
-	md := content.NewDescriptorFromBytes(manifestType, mb)
-	require.NoError(t, repo.PushReference(ctx, md, bytes.NewReader(mb), r.Reference))
-	return r.Registry + "/" + r.Repository + "@" + md.Digest.String()
+	return pushManifest(t, c, ref, m, map[digest.Digest][]byte{ld.Digest: layer, empty.Digest: empty.Data})
 }
 
 func TestMediaType(t *testing.T) {
@@ -465,25 +454,34 @@ func TestDamagedCacheIsPulledAgain(t *testing.T) {
 	require.Equal(t, wasm, onDisk, "the entry is repaired")
 }
 
-// BenchmarkPullCached is what a replica pays per poll of a pinned
-// reference, or at start with the module cached: no network.
-func BenchmarkPullCached(b *testing.B) {
-	ctx := context.Background()
-	h := ggcr.New(ggcr.Logger(nilLogger()))
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	addr := strings.TrimPrefix(srv.URL, "http://")
+// benchPushed is where the benchmarks start: a loopback registry holding
+// the refusal plugin under team/refusal:tag, pushed by the returned client
+// (logging nowhere, opts added), and the tagged reference. It skips when
+// the plugin is not built.
+func benchPushed(b *testing.B, tag string, opts ...Option) (*Client, Artifact, string) {
+	b.Helper()
+	addr, _ := startRegistry(b, nil)
 	wasm, err := os.ReadFile("../plugins/refusal/refusal.wasm")
 	if err != nil {
 		b.Skip(err)
 	}
-	c, err := New(WithCacheDir(b.TempDir()), WithPlainHTTP(), WithCredentialsFile(filepath.Join(b.TempDir(), "none.json")),
-		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	base := []Option{WithCacheDir(b.TempDir()), WithPlainHTTP(),
+		WithCredentialsFile(filepath.Join(b.TempDir(), "none.json")), WithLogger(slog.New(slog.DiscardHandler))}
+	c, err := New(append(base, opts...)...)
 	require.NoError(b, err)
-	defer c.auth.Client.CloseIdleConnections()
-	pushed, err := c.Push(ctx, addr+"/team/refusal:v1", wasm)
+	b.Cleanup(c.auth.Client.CloseIdleConnections)
+	ref := addr + "/team/refusal:" + tag
+	pushed, err := c.Push(context.Background(), ref, wasm)
 	require.NoError(b, err)
-	b.SetBytes(int64(len(wasm)))
+	return c, pushed, ref
+}
+
+// BenchmarkPullCached is what a replica pays per poll of a pinned
+// reference, or at start with the module cached: no network.
+func BenchmarkPullCached(b *testing.B) {
+	ctx := context.Background()
+	c, pushed, _ := benchPushed(b, "v1")
+	b.SetBytes(int64(len(pushed.Wasm)))
 	b.ResetTimer()
 	for b.Loop() {
 		if _, err := c.Pull(ctx, pushed.Ref); err != nil {

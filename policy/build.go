@@ -32,7 +32,7 @@ type builder struct {
 	// retryDelay is Options.DefaultBackoff's delay when the file gives no
 	// backoff.delay: the wait of a retry that names none.
 	retryDelay time.Duration
-	raw        bool // Options.RawChunks, in a file without transforms
+	raw        bool // Options.RawChunks, in a file whose commit rule is not legacy
 }
 
 func (b *builder) errf(path, format string, args ...any) error {
@@ -53,7 +53,7 @@ func (b *builder) build(ctx context.Context, f *File) error {
 	if len(f.Models) == 0 {
 		return b.errf("models", "at least one model is required (the first is the base model)")
 	}
-	b.raw = b.opts.RawChunks && len(f.Transforms) == 0 // see Options.RawChunks
+	b.raw = b.opts.RawChunks && f.Commit != "legacy" // see Options.RawChunks
 	for i := range f.Models {
 		if err := b.model(i, &f.Models[i]); err != nil {
 			return err
@@ -117,7 +117,14 @@ func (b *builder) build(ctx context.Context, f *File) error {
 		}
 	}
 	ropts = append(ropts, driver.WithAttemptTimeout(dur(dl.Attempt)), driver.WithBudget(dur(dl.Budget)))
-	sopts = append(sopts, driver.WithFirstContentTimeout(dur(dl.FirstContent)), driver.WithGapTimeout(dur(dl.Gap)))
+	first, gap := dur(dl.FirstContent), dur(dl.Gap)
+	if dl.FirstContent == nil {
+		first = b.opts.DefaultFirstContent
+	}
+	if dl.Gap == nil {
+		gap = b.opts.DefaultGap
+	}
+	sopts = append(sopts, driver.WithFirstContentTimeout(first), driver.WithGapTimeout(gap))
 
 	if h := f.Hedge; h != nil {
 		max := 1

@@ -71,6 +71,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
@@ -141,14 +142,18 @@ type Options struct {
 	// produces (callbacks, for instance).
 	RunnerOptions []driver.Option
 	StreamOptions []driver.StreamOption
-	// RawChunks makes the file's provider models stream KindRaw parts
-	// too: for every chunk an openai.ChunkFields (openai.WithChunkFields)
-	// or each event their SDK decodes (anthropic.WithRawChunks), for the
-	// fields the driver does not model: the gateway takes logprobs,
-	// system_fingerprint and service_tier from OpenAI's, thinking
-	// signatures from Anthropic's. It is ignored in a file with
-	// transforms, which would see the raw parts (a refusal detector stops reading a stream at the
-	// first part of a kind it does not read). Default false.
+	// RawChunks makes the file's provider models stream, for every chunk,
+	// a KindRaw part with what the adapter does not map (an
+	// openai.ChunkFields from OpenAI-compatible models, with
+	// openai.WithChunkFields; the SDK's event from Anthropic's, with
+	// anthropic.WithRawChunks), for the fields the driver does not model:
+	// the gateway takes logprobs, system_fingerprint and service_tier
+	// from OpenAI's, thinking signatures from Anthropic's. The file's
+	// transforms never see the raw parts (the driver keeps them in their
+	// place around the parts a transform holds, see
+	// driver.WithTransforms). It is ignored in a file whose commit rule is
+	// "legacy", under which a raw part commits the stream (so the first
+	// chunk would, before any content). Default false.
 	RawChunks bool
 	// DefaultBackoff, when set, applies to a file that gives no
 	// backoff.delay: every retry (a retry rule without its own delay, a
@@ -164,6 +169,15 @@ type Options struct {
 	// that may switch models. Default: none. The gateway sets it so that
 	// requests during an outage go straight to the fallback.
 	DefaultCooldown *driver.Cooldown
+	// DefaultFirstContent and DefaultGap, when positive, are the first
+	// content and gap deadlines of a file that gives no
+	// deadlines.first_content, respectively no deadlines.gap. A file
+	// cannot turn them off ("0s" is refused): it gives a long deadline
+	// instead. Default: none (the driver's, no deadline). The gateway sets
+	// them so that an upstream that answers its headers and then stays
+	// silent never holds a client for ever.
+	DefaultFirstContent time.Duration
+	DefaultGap          time.Duration
 	// HostOptions are appended to the Wasm runtime's options the file's
 	// sandbox section produces (a compilation cache directory, an observer).
 	HostOptions []host.Option

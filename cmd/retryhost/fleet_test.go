@@ -1,19 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -63,73 +60,11 @@ func (u *fleetUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":%q,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n", model)
 }
 
-// replica is one `retryhost serve` process.
-type replica struct {
-	cmd  *exec.Cmd
-	base string
-	mu   sync.Mutex
-	log  strings.Builder
-	done chan struct{}
-}
-
-func (r *replica) logs() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.log.String()
-}
-
-// startReplica starts `retryhost serve --policy pol` on a free loopback
-// port and returns once it listens; it is stopped (SIGTERM) at cleanup.
-func startReplica(t *testing.T, bin, pol string) *replica {
-	t.Helper()
-	r := &replica{cmd: exec.Command(bin, "serve", "--policy", pol, "--addr", "127.0.0.1:0", "--watch=false", "--drain", "2s"),
-		done: make(chan struct{})}
-	r.cmd.Env = append(os.Environ(), "FLEET_KEY=sk-fleet", "RETRYHOST_API_KEYS=")
-	stderr, err := r.cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, r.cmd.Start())
-	addr := make(chan string, 1)
-	go func() {
-		defer close(r.done)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			r.mu.Lock()
-			r.log.WriteString(sc.Text() + "\n")
-			r.mu.Unlock()
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = r.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-r.done:
-		case <-time.After(30 * time.Second): // a guard against a hang, not a timing assertion
-			_ = r.cmd.Process.Kill()
-			<-r.done
-		}
-		_ = r.cmd.Wait()
-	})
-	select {
-	case r.base = <-addr:
-	case <-r.done:
-		t.Fatalf("the replica exited before listening:\n%s", r.logs())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the replica did not listen:\n%s", r.logs())
-	}
-	return r
-}
-
 // ask sends one chat request for route "a" and returns the model that
 // answered and the attempts it took (the gateway's response headers).
-func (r *replica) ask(t *testing.T) (model, attempts string) {
+func (b *servedBinary) ask(t *testing.T) (model, attempts string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, r.base+"/v1/chat/completions",
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, b.base()+"/v1/chat/completions",
 		strings.NewReader(`{"model": "a", "messages": [{"role": "user", "content": "hi"}]}`))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
@@ -137,19 +72,9 @@ func (r *replica) ask(t *testing.T) (model, attempts string) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	require.Equalf(t, http.StatusOK, resp.StatusCode, "%s\n%s", body, r.logs())
+	require.Equalf(t, http.StatusOK, resp.StatusCode, "%s\n%s", body, b.stderr)
 	require.Contains(t, string(body), "hello from b")
 	return resp.Header.Get("X-Retryhost-Model"), resp.Header.Get("X-Retryhost-Attempts")
-}
-
-func (r *replica) metrics(t *testing.T) string {
-	t.Helper()
-	resp, err := http.Get(r.base + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return string(b)
 }
 
 // TestFleet: three `retryhost serve` processes share their fail-over
@@ -162,8 +87,6 @@ func TestFleet(t *testing.T) {
 		t.Skip("builds the binary and runs three replicas and a redis-server")
 	}
 	srv := redistest.Start(t)
-	bin, err := buildOnce()
-	require.NoError(t, err)
 
 	up := &fleetUpstream{hits: map[string]int{}}
 	prov := httptest.NewServer(up)
@@ -171,17 +94,17 @@ func TestFleet(t *testing.T) {
 	pol := filepath.Join(t.TempDir(), "fleet.json")
 	require.NoError(t, os.WriteFile(pol, []byte(fmt.Sprintf(`{
 	"models": [
-		{"name": "a", "provider": "openai", "model": "model-a", "base_url": %[1]q, "api_key_env": "FLEET_KEY"},
-		{"name": "b", "provider": "openai", "model": "model-b", "base_url": %[1]q, "api_key_env": "FLEET_KEY"}
+		{"name": "a", "provider": "openai", "model": "model-a", "base_url": %[1]q, "api_key_env": "UPSTREAM_KEY"},
+		{"name": "b", "provider": "openai", "model": "model-b", "base_url": %[1]q, "api_key_env": "UPSTREAM_KEY"}
 	],
 	"rules": [{"when": {"status": [429]}, "action": "switch", "model": "b"}],
 	"cooldown": {"failures": 3, "for": "1m"},
 	"state": {"redis": {"url": %[2]q, "prefix": "fleet:", "op_timeout": "2s"}}
 }`, prov.URL+"/v1", srv.URL())), 0o600))
 
-	var reps []*replica
+	var reps []*servedBinary
 	for range 3 {
-		reps = append(reps, startReplica(t, bin, pol))
+		reps = append(reps, startServeBinary(t, "--policy", pol, "--watch=false", "--drain", "2s"))
 	}
 
 	model, attempts := reps[0].ask(t)
@@ -198,14 +121,14 @@ func TestFleet(t *testing.T) {
 			require.Equalf(t, "b", model, "replica %d", i+2)
 			require.Equalf(t, "1", attempts, "replica %d starts on b: no failed attempt of its own", i+2)
 		}
-		m := r.metrics(t)
+		m := r.metrics()
 		require.Falsef(t, strings.Contains(m, `model="a"`), "replica %d sent nothing to a:\n%s", i+2, m)
 		require.Falsef(t, strings.Contains(m, `failovers_total{`), "replica %d failed over:\n%s", i+2, m)
 		require.Truef(t, strings.Contains(m, "retryhost_gateway_state_down 0\n"), "replica %d uses the shared state", i+2)
 	}
 	require.Equal(t, 1, up.count("model-a"), "only replica 1 ever asked model a")
 	require.Equal(t, 5, up.count("model-b"))
-	require.True(t, strings.Contains(reps[0].metrics(t), `retryhost_gateway_attempts_total{class="rate-limit",model="a",outcome="error"} 1`))
+	require.True(t, strings.Contains(reps[0].metrics(), `retryhost_gateway_attempts_total{class="rate-limit",model="a",outcome="error"} 1`))
 
 	// Redis goes away: the replicas keep answering on their local copies,
 	// and say so in their metrics and, once, in their logs.
@@ -214,13 +137,13 @@ func TestFleet(t *testing.T) {
 		model, _ := reps[1].ask(t)
 		require.Equal(t, "b", model)
 	}
-	m := reps[1].metrics(t)
+	m := reps[1].metrics()
 	require.Truef(t, strings.Contains(m, "retryhost_gateway_state_down 1\n"), "%s", m)
 	require.Truef(t, strings.Contains(m, "retryhost_gateway_state_outages_total 1\n"), "%s", m)
-	require.Equal(t, 1, strings.Count(reps[1].logs(), "shared state unreachable"), reps[1].logs())
+	require.Equal(t, 1, strings.Count(reps[1].stderr.String(), "shared state unreachable"), reps[1].stderr.String())
 	srv.Restart()
 	require.Eventually(t, func() bool {
 		reps[1].ask(t)
-		return strings.Contains(reps[1].metrics(t), "retryhost_gateway_state_down 0\n")
+		return strings.Contains(reps[1].metrics(), "retryhost_gateway_state_down 0\n")
 	}, 20*time.Second, 50*time.Millisecond, "back on the shared state")
 }

@@ -43,6 +43,7 @@ func init() {
 			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
+			fs.Int64Var(&o.maxAnswer, "max-answer", 32<<20, "the largest answer a non-streaming request holds until it is complete, per attempt, in `BYTES` (payload + 256 per part); past it the attempt fails")
 			fs.IntVar(&o.upstreamConns, "upstream-conns", 256, "connections to each upstream host, idle and active; more requests wait for one")
 			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file, or a plugin file it names by path, changes (SIGHUP reloads it too)")
 			fs.DurationVar(&o.pluginPoll, "plugin-poll", 30*time.Second, "how often to ask the registry for a new version of an \"oci\" plugin that follows a tag (\"follow_tag\"); a new one reloads the policy")
@@ -58,7 +59,7 @@ type serveOpts struct {
 	drain                time.Duration
 	maxConc              int
 	upstreamConns        int
-	maxBody              int64
+	maxBody, maxAnswer   int64
 	watch, printDemo     bool
 	pluginPoll           time.Duration
 	registry             registryFlags
@@ -103,6 +104,7 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		return e.errorf(exitInput, "%v", err)
 	}
 	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody),
+		gateway.WithMaxAnswerBytes(o.maxAnswer),
 		gateway.WithUpstreamConns(o.upstreamConns), gateway.WithPluginPoll(o.pluginPoll)}
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))

@@ -91,14 +91,11 @@ func startServeBinary(t *testing.T, args ...string) *servedBinary {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	// A binary of its own per test (the build cache makes the later ones a
-	// link): buildOnce's is removed by the test that uses it.
-	bin := filepath.Join(t.TempDir(), "retryhost")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin, err := buildOnce()
+	require.NoError(t, err)
 	b := &servedBinary{t: t, stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	b.cmd = exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
-	b.cmd.Env = append(os.Environ(), "UPSTREAM_KEY=sk-upstream")
+	b.cmd.Env = append(os.Environ(), "UPSTREAM_KEY=sk-upstream", "RETRYHOST_API_KEYS=")
 	b.cmd.Stderr = b.stderr
 	require.NoError(t, b.cmd.Start())
 	go func() { _ = b.cmd.Wait(); close(b.exited) }()
@@ -121,8 +118,27 @@ func startServeBinary(t *testing.T, args ...string) *servedBinary {
 	return b
 }
 
+// base is the URL the binary serves on.
+func (b *servedBinary) base() string { return "http://" + b.addr }
+
 func (b *servedBinary) client() oai.Client {
-	return oai.NewClient(option.WithBaseURL("http://"+b.addr+"/v1"), option.WithAPIKey("k"), option.WithMaxRetries(0))
+	return oai.NewClient(option.WithBaseURL(b.base()+"/v1"), option.WithAPIKey("k"), option.WithMaxRetries(0))
+}
+
+func (b *servedBinary) metrics() string {
+	b.t.Helper()
+	return metricsAt(b.t, b.base())
+}
+
+// metricsAt returns the Prometheus text a gateway at base serves.
+func metricsAt(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(body)
 }
 
 // waitExit waits for the process (a guard against a hang, not a timing
@@ -193,15 +209,24 @@ func writeAtomically(t *testing.T, file, data string) {
 	require.NoError(t, os.Rename(tmp, file))
 }
 
-// SIGTERM: the listener closes at once (new connections are refused), a
-// stream in flight finishes whole within the drain, and serve exits 0.
-func TestServeBinary_SIGTERMDrainsInFlightStreams(t *testing.T) {
+// serveHeldStream serves route "m" on a held upstream with the given
+// drain and returns once a stream through it has read its first chunk:
+// the state every signal test starts from.
+func serveHeldStream(t *testing.T, drain string) (*heldUpstream, *servedBinary, *streamReader) {
+	t.Helper()
 	up := newHeldUpstream(t)
 	pol := filepath.Join(t.TempDir(), "policy.json")
 	writeHeldPolicy(t, pol, up.srv.URL, "m")
-	b := startServeBinary(t, "--policy", pol, "--drain", "30s")
+	b := startServeBinary(t, "--policy", pol, "--drain", drain)
 	st, _ := openStream(t, b.client(), "m")
 	<-up.started
+	return up, b, st
+}
+
+// SIGTERM: the listener closes at once (new connections are refused), a
+// stream in flight finishes whole within the drain, and serve exits 0.
+func TestServeBinary_SIGTERMDrainsInFlightStreams(t *testing.T) {
+	up, b, st := serveHeldStream(t, "30s")
 
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
 	b.waitLog("draining")
@@ -232,12 +257,7 @@ func TestServeBinary_SIGTERMDrainsInFlightStreams(t *testing.T) {
 // shutting_down error and no [DONE]: the client's SDK reports an error, not
 // a complete answer.
 func TestServeBinary_SIGTERMPastTheDrainDeadline(t *testing.T) {
-	up := newHeldUpstream(t)
-	pol := filepath.Join(t.TempDir(), "policy.json")
-	writeHeldPolicy(t, pol, up.srv.URL, "m")
-	b := startServeBinary(t, "--policy", pol, "--drain", "300ms")
-	st, _ := openStream(t, b.client(), "m")
-	<-up.started
+	_, b, st := serveHeldStream(t, "300ms")
 
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
 	text, _, err := st.rest()
@@ -252,13 +272,8 @@ func TestServeBinary_SIGTERMPastTheDrainDeadline(t *testing.T) {
 // A second SIGTERM during the drain ends the process at once, as the CLI
 // promises for every command (an operator who does not want to wait).
 func TestServeBinary_SecondSignalEndsTheDrain(t *testing.T) {
-	up := newHeldUpstream(t)
-	pol := filepath.Join(t.TempDir(), "policy.json")
-	writeHeldPolicy(t, pol, up.srv.URL, "m")
-	b := startServeBinary(t, "--policy", pol, "--drain", "5m")
-	st, _ := openStream(t, b.client(), "m")
+	_, b, st := serveHeldStream(t, "5m")
 	defer st.s.Close()
-	<-up.started
 
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
 	b.waitLog("draining")
@@ -312,12 +327,9 @@ func TestServeBinary_ReloadKeepsInFlightOnTheirVersion(t *testing.T) {
 			ms, err = c.Models.List(context.Background())
 			require.NoError(t, err)
 			require.Equal(t, "new", ms.Data[0].ID, "the old policy stays")
-			resp, err := http.Get("http://" + b.addr + "/metrics")
-			require.NoError(t, err)
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			require.Contains(t, string(body), "retryhost_gateway_reload_failures_total 1\n")
-			require.Contains(t, string(body), "retryhost_gateway_reloads_total 1\n")
+			m := b.metrics()
+			require.Contains(t, m, "retryhost_gateway_reload_failures_total 1\n")
+			require.Contains(t, m, "retryhost_gateway_reloads_total 1\n")
 
 			require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
 			require.Equal(t, exitOK, b.waitExit(), b.stderr.String())
@@ -325,40 +337,31 @@ func TestServeBinary_ReloadKeepsInFlightOnTheirVersion(t *testing.T) {
 	}
 }
 
-// --upstream-conns caps the connections to an upstream host: with 1, a
-// second stream waits for the first one's connection.
-func TestServe_UpstreamConnsFlag(t *testing.T) {
+// --max-answer caps what a non-streaming request holds until its answer is
+// complete: past it the client gets 502 answer_too_large; a stream is not
+// bounded by it.
+func TestServe_MaxAnswerFlag(t *testing.T) {
 	up := newHeldUpstream(t)
+	up.free()
 	pol := filepath.Join(t.TempDir(), "policy.json")
 	writeHeldPolicy(t, pol, up.srv.URL, "m")
 	t.Setenv("UPSTREAM_KEY", "sk-upstream")
-	base, _, stop := startServe(t, "--policy", pol, "--upstream-conns", "1")
+	base, _, stop := startServe(t, "--policy", pol, "--max-answer", "1")
 	c := oai.NewClient(option.WithBaseURL(base+"/v1"), option.WithAPIKey("k"), option.WithMaxRetries(0))
-	first, _ := openStream(t, c, "m")
-	<-up.started
-	second := make(chan string, 1)
-	go func() {
-		st, _ := openStream(t, c, "m")
-		text, _, err := st.rest()
-		if err != nil {
-			text = err.Error()
-		}
-		second <- text
-	}()
-	select {
-	case <-up.started:
-		t.Fatal("a second upstream connection was opened past --upstream-conns 1")
-	case <-time.After(200 * time.Millisecond):
-	}
-	up.free()
-	text, _, err := first.rest()
+	_, err := c.Chat.Completions.New(context.Background(), oai.ChatCompletionNewParams{Model: "m",
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("hi")}})
+	var apiErr *oai.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusBadGateway, apiErr.StatusCode)
+	require.Equal(t, "answer_too_large", apiErr.Code)
+	st, _ := openStream(t, c, "m")
+	text, _, err := st.rest()
 	require.NoError(t, err)
 	require.Equal(t, "first second", text)
-	require.Equal(t, "first second", <-second)
 	require.Equal(t, exitOK, stop())
 	var stderr bytes.Buffer
-	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--upstream-conns", "0"}, io.Discard, &stderr))
-	require.Contains(t, stderr.String(), "upstream connections must be positive")
+	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--max-answer", "0"}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "max answer bytes must be positive")
 }
 
 // A change to a plugin file the policy names by path reloads the policy,
@@ -379,13 +382,7 @@ func TestServe_ReloadsWhenAPluginFileChanges(t *testing.T) {
 		"transforms": [{"plugin": {"path": "plugins/refusal.wasm"}}]}`, up.srv.URL+"/v1"))
 	t.Setenv("UPSTREAM_KEY", "sk-upstream")
 	base, stderr, stop := startServe(t, "--policy", pol)
-	metrics := func() string {
-		resp, err := http.Get(base + "/metrics")
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
+	metrics := func() string { return metricsAt(t, base) }
 	require.Contains(t, metrics(), "retryhost_gateway_reloads_total 0\n")
 
 	writeAtomically(t, plugin, "not wasm")

@@ -3,6 +3,7 @@ package archtest
 import (
 	"encoding/json"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -113,33 +114,6 @@ func TestABIBuildsForWasip1(t *testing.T) {
 	require.NoError(t, err, "abi must build for GOOS=wasip1 GOARCH=wasm:\n%s", out)
 }
 
-// TestOCILayer keeps the registry client in package oci: it builds on
-// host (never on driver, policy, the gateway or the CLI), it is the only
-// package that imports an OCI client, and the core never depends on it
-// (host sees a registry only through host.Source).
-func TestOCILayer(t *testing.T) {
-	pkgs := listPackages(t)
-	require.Contains(t, pkgs, module+"/oci")
-	for path, p := range pkgs {
-		if under(path, "oci") {
-			for _, imp := range p.Imports {
-				require.Falsef(t, under(imp, "driver") || under(imp, "policy") || under(imp, "gateway") || under(imp, "cmd"),
-					"%s must not import %s (it builds on host only)", path, imp)
-			}
-			continue
-		}
-		for _, imp := range p.Imports {
-			require.Falsef(t, strings.HasPrefix(imp, "oras.land/") || strings.HasPrefix(imp, "github.com/google/go-containerregistry"),
-				"%s imports the OCI client %s directly; go through package oci", path, imp)
-		}
-		if under(path, "abi") || under(path, "host") || under(path, "driver") || under(path, "plugins") {
-			for _, d := range p.Deps {
-				require.Falsef(t, under(d, "oci"), "core package %s must not depend on oci", path)
-			}
-		}
-	}
-}
-
 // TestPolicyLinksNoSDK: package policy links no provider SDK, so a
 // service that imports it and one adapter links one SDK (adapters register
 // themselves with the policy when imported).
@@ -154,30 +128,63 @@ func TestPolicyLinksNoSDK(t *testing.T) {
 	}
 }
 
-// TestRedisLayer keeps the Redis client in package state/redis: it is the
-// only package that imports go-redis, it builds on driver (never on host,
-// policy, the gateway or the CLI), and the core and policy never depend
-// on it (policy reaches it through internal/stateplug, by import).
-func TestRedisLayer(t *testing.T) {
+// TestClientLayers keeps each third-party client in the one package that
+// wraps it: the package builds only on what it names (never on the CLI,
+// the gateway, or the layers above it), it is the only package that
+// imports the client, and the core never depends on it. oci reaches the
+// core only through host.Source; state/redis only through driver.State,
+// and policy links it by import (through internal/stateplug).
+func TestClientLayers(t *testing.T) {
 	pkgs := listPackages(t)
-	require.Contains(t, pkgs, module+"/state/redis")
-	for path, p := range pkgs {
-		if under(path, "state/redis") {
-			for _, imp := range p.Imports {
-				require.Falsef(t, under(imp, "host") || under(imp, "policy") || under(imp, "gateway") || under(imp, "cmd"),
-					"%s must not import %s (it builds on driver only)", path, imp)
+	for _, l := range []struct {
+		pkg       string   // the package that wraps the client, under the module
+		base      string   // what it builds on, for the message
+		forbidden []string // module packages it must not import
+		client    []string // import path prefixes of the client
+		core      []string // module packages that must not depend on it
+		clientDep bool     // the core must not depend on the client either
+	}{
+		{
+			pkg: "oci", base: "host",
+			forbidden: []string{"driver", "policy", "gateway", "cmd"},
+			client:    []string{"oras.land/", "github.com/google/go-containerregistry"},
+			core:      []string{"abi", "host", "driver", "plugins"},
+		},
+		{
+			pkg: "state/redis", base: "driver",
+			forbidden: []string{"host", "policy", "gateway", "cmd"},
+			client:    []string{"github.com/redis/"},
+			core:      []string{"abi", "host", "driver", "plugins", "policy"},
+			clientDep: true,
+		},
+	} {
+		t.Run(l.pkg, func(t *testing.T) {
+			require.Contains(t, pkgs, module+"/"+l.pkg)
+			underAny := func(path string, dirs []string) bool {
+				return slices.ContainsFunc(dirs, func(d string) bool { return under(path, d) })
 			}
-			continue
-		}
-		for _, imp := range p.Imports {
-			require.Falsef(t, strings.HasPrefix(imp, "github.com/redis/"),
-				"%s imports the Redis client %s directly; go through package state/redis", path, imp)
-		}
-		if under(path, "abi") || under(path, "host") || under(path, "driver") || under(path, "plugins") || under(path, "policy") {
-			for _, d := range p.Deps {
-				require.Falsef(t, under(d, "state/redis") || strings.HasPrefix(d, "github.com/redis/"),
-					"%s must not depend on %s (policy links a store by import)", path, d)
+			isClient := func(path string) bool {
+				return slices.ContainsFunc(l.client, func(c string) bool { return strings.HasPrefix(path, c) })
 			}
-		}
+			for path, p := range pkgs {
+				if under(path, l.pkg) {
+					for _, imp := range p.Imports {
+						require.Falsef(t, underAny(imp, l.forbidden),
+							"%s must not import %s (it builds on %s only)", path, imp, l.base)
+					}
+					continue
+				}
+				for _, imp := range p.Imports {
+					require.Falsef(t, isClient(imp),
+						"%s imports the client %s directly; go through package %s", path, imp, l.pkg)
+				}
+				if underAny(path, l.core) {
+					for _, d := range p.Deps {
+						require.Falsef(t, under(d, l.pkg) || (l.clientDep && isClient(d)),
+							"core package %s must not depend on %s", path, d)
+					}
+				}
+			}
+		})
 	}
 }

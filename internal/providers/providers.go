@@ -27,9 +27,9 @@ type Spec struct {
 	Responses bool
 	// HTTPClient is the client to use; nil: the SDK's own.
 	HTTPClient *http.Client
-	// RawChunks makes streams emit KindRaw parts too, for the fields the
-	// adapters do not map: for each chunk, openai.ChunkFields
-	// (openai.WithChunkFields), or each event the SDK decodes
+	// RawChunks makes streams emit, for each chunk, a KindRaw part with
+	// what the adapter does not map: the fields of an OpenAI-compatible
+	// chunk (openai.WithChunkFields), an Anthropic event
 	// (anthropic.WithRawChunks).
 	RawChunks bool
 }

@@ -145,6 +145,13 @@ func Open(url string, o Options) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
+	return openOwned(opt, o)
+}
+
+// openOwned returns a State on a client of its own made from opt, warmed:
+// the one way Open and a policy's shared pool make a State that owns its
+// connections, so both configure and close them alike.
+func openOwned(opt *goredis.Options, o Options) (*State, error) {
 	s, err := newState(nil, o)
 	if err != nil {
 		return nil, err

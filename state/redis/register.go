@@ -48,14 +48,10 @@ func fromPolicy(spec stateplug.Spec) (*stateplug.Store, error) {
 			opt.Password = spec.Password
 		}
 		o := Options{Prefix: spec.Prefix, OpTimeout: spec.OpTimeout, Logger: spec.Logger}
-		s, err := newState(nil, o)
+		s, err := openOwned(opt, o)
 		if err != nil {
 			return nil, err
 		}
-		configure(opt, s.o.OpTimeout)
-		s.own = goredis.NewClient(opt)
-		s.c = s.own
-		s.warm()
 		p = &pooled{s: s}
 		shared.m[k] = p
 	}
