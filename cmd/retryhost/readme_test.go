@@ -1,0 +1,74 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// readmeUsage returns the README's usage lines that start with prefix
+// ("retryhost serve ") and their continuation lines, joined.
+func readmeUsage(t *testing.T, prefix string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	var out []string
+	in := false
+	for _, l := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(l, prefix+"["):
+			in = true
+			out = append(out, l)
+		case in && strings.HasPrefix(l, "    ") && strings.HasPrefix(strings.TrimSpace(l), "[--"):
+			out = append(out, l)
+		default:
+			in = false
+		}
+	}
+	require.NotEmpty(t, out, "no usage line %q in the README", prefix)
+	return strings.Join(out, " ")
+}
+
+// The README's usage line for serve names every flag serve has, each with
+// its real default ("[--addr 127.0.0.1:8080]", "[--watch=true]"), and no
+// flag serve lacks: a flag added, renamed or given a new default without
+// the README following fails here.
+func TestREADMEServeUsageMatchesFlags(t *testing.T) {
+	usage := readmeUsage(t, "retryhost serve ")
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	commands["serve"].setup(fs)
+
+	placeholder := regexp.MustCompile(`^[A-Z][A-Z:_]*$`)
+	seen := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\[--([a-z-]+)(?:[ =]([^\]]+))?\]`).FindAllStringSubmatch(usage, -1) {
+		name, val := m[1], m[2]
+		seen[name] = true
+		f := fs.Lookup(name)
+		require.NotNil(t, f, "the README's serve usage names --%s, which serve does not have", name)
+		if val == "" || placeholder.MatchString(val) { // a bare boolean, or FILE, DIR, HOST:PORT
+			continue
+		}
+		require.Equal(t, f.DefValue, val, "--%s: the README gives %q as its default", name, val)
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "print-demo-policy" { // its own usage line
+			return
+		}
+		require.True(t, seen[f.Name], "serve's --%s is missing from the README's usage line", f.Name)
+	})
+	require.NotNil(t, fs.Lookup("print-demo-policy"))
+}
+
+// "request headers (http.Server.MaxHeaderBytes in serve): 64 KiB" and
+// "reading a request's headers (serve): 10 s" in the README's limits table.
+func TestREADMEServeServerLimits(t *testing.T) {
+	require.Equal(t, 64<<10, serveMaxHeaderBytes, "README: request headers 64 KiB")
+	require.Equal(t, 10*time.Second, serveReadHeaderTimeout, "README: reading a request's headers 10 s")
+}

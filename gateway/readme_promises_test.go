@@ -1,0 +1,81 @@
+package gateway
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/driver"
+)
+
+// The README's "Run it as a gateway" states these defaults (its "Safe
+// defaults" paragraph and its limits table); a default changed in the code
+// but not in the README fails here, naming the README's wording.
+func TestREADMEGatewayDefaults(t *testing.T) {
+	r := newRig(t, `"rules": []`)
+	c := r.gw.cfg
+	for _, tc := range []struct {
+		readme    string
+		got, want any
+	}{
+		{"request body (--max-body, WithMaxBodyBytes): 8 MiB", c.maxBody, int64(8 << 20)},
+		{"chat requests in flight (WithMaxConcurrent): 1024", c.maxConcurrent, 1024},
+		{"busy: 429 with Retry-After: 1", c.retryAfterBusy, time.Second},
+		{"connections per upstream host (WithUpstreamConns): 256", c.upstreamConns, 256},
+		{"an upstream's response headers (WithUpstreamHeaderTimeout): 60 s", c.headerTimeout, 60 * time.Second},
+		{"each write to a client (WithWriteTimeout): 30 s", c.writeTimeout, 30 * time.Second},
+		{"reading a request's body (WithReadTimeout): 30 s", c.readTimeout, 30 * time.Second},
+		{"serve --plugin-poll / WithPluginPoll: every 30 s", c.pluginPoll, 30 * time.Second},
+		{"a non-streaming answer held until complete: 32 MiB (driver's default)", int64(driver.DefaultMaxAnswerBytes), int64(32 << 20)},
+		{"per-request fallbacks: 8", maxFallbacks, 8},
+		{"a client's X-Request-Id: 128 visible ASCII characters", maxRequestID, 128},
+		{"one upstream SSE event: 4 MiB", maxEventBytes, 4 << 20},
+		{"every retry waits 1 s, doubling up to 8 s, with equal jitter", defaultBackoff,
+			driver.Backoff{Delay: time.Second, Factor: 2, MaxDelay: 8 * time.Second, Jitter: driver.JitterEqual}},
+		{"5 consecutive … failures take a model out of rotation for 10 s", defaultCooldown, driver.Cooldown{Failures: 5, For: 10 * time.Second}},
+		{"2 minutes to first content (DefaultFirstContent)", defaultFirstContent, 2 * time.Minute},
+		{"1 minute of silence between parts (DefaultGap)", defaultGap, time.Minute},
+	} {
+		require.Equal(t, tc.want, tc.got, "README: %s", tc.readme)
+	}
+}
+
+// "per-request fallbacks … at most 8, [] accepted": the boundary both
+// ways, and a 9th is a 400 that names the field.
+func TestREADMEFallbacksBoundary(t *testing.T) {
+	r := newRig(t, `"rules": []`)
+	list := func(n int) string {
+		return `["` + strings.TrimSuffix(strings.Repeat(`backup","`, n), `","`) + `"]`
+	}
+	for _, tc := range []struct {
+		name      string
+		fallbacks string
+		status    int
+		body      string
+	}{
+		{"empty list accepted", `[]`, http.StatusOK, "ok"},
+		{"eight accepted", list(8), http.StatusOK, "ok"},
+		{"nine refused", list(9), http.StatusBadRequest, "fallbacks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r.up["primary"].play(act{chunks: []string{"ok"}})
+			resp, body := r.rawStream(`{"model":"primary","stream":true,"fallbacks":` + tc.fallbacks + `,"messages":[{"role":"user","content":"hi"}]}`)
+			require.Equal(t, tc.status, resp.StatusCode, body)
+			require.Contains(t, body, tc.body)
+		})
+	}
+}
+
+// "A client's X-Request-Id (1-128 visible ASCII characters …) is echoed":
+// 128 is the longest kept (129 is replaced: TestClientRequestIDHonoured).
+func TestREADMERequestIDLongestKept(t *testing.T) {
+	r := newRig(t, `"rules": []`)
+	r.up["primary"].play(act{chunks: []string{"ok"}})
+	rid := strings.Repeat("r", 128)
+	resp, body := r.rawStream(streamBody("primary"), "X-Request-Id", rid)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, rid, resp.Header.Get("X-Request-Id"))
+}
