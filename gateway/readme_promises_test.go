@@ -30,6 +30,7 @@ func TestREADMEGatewayDefaults(t *testing.T) {
 		{"reading a request's body (WithReadTimeout): 30 s", c.readTimeout, 30 * time.Second},
 		{"serve --plugin-poll / WithPluginPoll: every 30 s", c.pluginPoll, 30 * time.Second},
 		{"a non-streaming answer held until complete: 32 MiB (driver's default)", int64(driver.DefaultMaxAnswerBytes), int64(32 << 20)},
+		{"a new plugin version that fails to load is tried again every 10 polls", pluginRetryPolls, 10},
 		{"per-request fallbacks: 8", maxFallbacks, 8},
 		{"a client's X-Request-Id: 128 visible ASCII characters", maxRequestID, 128},
 		{"one upstream SSE event: 4 MiB", maxEventBytes, 4 << 20},

@@ -115,7 +115,7 @@ func TestPluginPushPull_Credentials(t *testing.T) {
 
 	code, _, errOut := runCLI("plugin", "push", "--plain-http", "--plugin-cache", t.TempDir(), file, addr+"/team/cond:v1")
 	require.Equal(t, exitFail, code, "no credentials")
-	require.Contains(t, errOut, "credential")
+	require.Contains(t, errOut, "basic credential not found", "the README quotes it")
 	login("ci:wrong")
 	code, _, errOut = runCLI("plugin", "push", "--plain-http", "--plugin-cache", t.TempDir(), file, addr+"/team/cond:v1")
 	require.Equal(t, exitFail, code, "wrong credentials")
