@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -79,4 +81,52 @@ func TestREADMERequestIDLongestKept(t *testing.T) {
 	resp, body := r.rawStream(streamBody("primary"), "X-Request-Id", rid)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	require.Equal(t, rid, resp.Header.Get("X-Request-Id"))
+}
+
+// The README's Endpoints bullet lists the gateway's metrics; each one it
+// names (but the plugin metrics serve adds) is on /metrics under
+// retryhost_gateway_, with the labels the README gives it. One request
+// that fails over (429 on primary, then backup answers) makes every vector
+// show.
+func TestREADMEMetricNames(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	readme := string(b)
+	start := strings.Index(readme, "- **Endpoints:**")
+	require.GreaterOrEqual(t, start, 0, "the README's Endpoints bullet")
+	end := start + strings.Index(readme[start:], "`GET /healthz`")
+
+	r := newRig(t, `"rules": [{"when": {"status": [429]}, "action": "switch", "model": "backup"}]`)
+	r.up["primary"].play(act{status: 429})
+	r.up["backup"].play(act{chunks: []string{"ok"}})
+	require.NoError(t, r.stream("primary").err)
+	families, err := r.gw.metrics.reg.Gather()
+	require.NoError(t, err)
+	served := map[string][]string{} // name → label names
+	for _, f := range families {
+		var labels []string
+		if len(f.GetMetric()) > 0 {
+			for _, l := range f.GetMetric()[0].GetLabel() {
+				labels = append(labels, l.GetName())
+			}
+		}
+		served[f.GetName()] = labels
+	}
+
+	var names []string
+	for _, m := range regexp.MustCompile("`([a-z_]+)(\\{[a-z,]+\\})?`").FindAllStringSubmatch(readme[start:end], -1) {
+		name, labels := strings.TrimPrefix(m[1], "retryhost_gateway_"), strings.Trim(m[2], "{}")
+		if !strings.Contains(name, "_") || strings.HasPrefix(name, "plugin_") || name == "stream_options" {
+			continue // serve's plugin metrics: cmd/retryhost
+		}
+		names = append(names, name)
+		got, ok := served["retryhost_gateway_"+name]
+		require.True(t, ok, "the README names retryhost_gateway_%s; /metrics has no such family", name)
+		if labels != "" {
+			require.ElementsMatch(t, strings.Split(labels, ","), got, "README: %s{%s}", name, labels)
+		}
+	}
+	require.Contains(t, names, "requests_total", "the bullet was parsed")
+	require.Contains(t, names, "state_down")
+	require.Len(t, names, 16)
 }
