@@ -4,10 +4,12 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/driver"
@@ -100,8 +102,13 @@ func TestREADMEMetricNames(t *testing.T) {
 	r.up["primary"].play(act{status: 429})
 	r.up["backup"].play(act{chunks: []string{"ok"}})
 	require.NoError(t, r.stream("primary").err)
-	families, err := r.gw.metrics.reg.Gather()
-	require.NoError(t, err)
+	var families []*dto.MetricFamily
+	require.Eventually(t, func() bool { // the request is counted after its answer is written
+		var err error
+		families, err = r.gw.metrics.reg.Gather()
+		require.NoError(t, err)
+		return slices.ContainsFunc(families, func(f *dto.MetricFamily) bool { return f.GetName() == "retryhost_gateway_requests_total" })
+	}, 10*time.Second, time.Millisecond)
 	served := map[string][]string{} // name → label names
 	for _, f := range families {
 		var labels []string
