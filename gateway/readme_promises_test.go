@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	"regexp"
@@ -136,4 +137,29 @@ func TestREADMEMetricNames(t *testing.T) {
 	require.Contains(t, names, "requests_total", "the bullet was parsed")
 	require.Contains(t, names, "state_down")
 	require.Len(t, names, 16)
+}
+
+// "`n` other than 1 is refused with a 400 naming `n` (the gateway follows
+// one choice)"; n of 1 is served.
+func TestREADMENOtherThanOne(t *testing.T) {
+	r := newRig(t, `"rules": []`)
+	for _, tc := range []struct {
+		n      string
+		status int
+	}{{"1", http.StatusOK}, {"2", http.StatusBadRequest}, {"0", http.StatusBadRequest}} {
+		t.Run("n="+tc.n, func(t *testing.T) {
+			r.up["primary"].play(act{chunks: []string{"ok"}})
+			resp, body := r.rawStream(`{"model":"primary","stream":true,"n":` + tc.n + `,"messages":[{"role":"user","content":"hi"}]}`)
+			require.Equal(t, tc.status, resp.StatusCode, body)
+			if tc.status == http.StatusOK {
+				return
+			}
+			var e struct {
+				Error struct{ Message, Param string } `json:"error"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(body), &e), body)
+			require.Equal(t, "n", e.Error.Param, body)
+			require.Contains(t, e.Error.Message, "n: only 1", body)
+		})
+	}
 }
