@@ -29,8 +29,8 @@ import (
 func init() {
 	register(&command{
 		name:    "serve",
-		summary: "an OpenAI-compatible fail-over gateway over a policy (none: a demo over 3 loopback providers)",
-		help: "Serves an OpenAI-compatible chat completions endpoint whose routes are the policy's models, " +
+		summary: "an OpenAI- and Anthropic-compatible fail-over gateway over a policy (none: a demo over 3 loopback providers)",
+		help: "Serves OpenAI's chat completions (/v1/chat/completions) and Anthropic's Messages API (/v1/messages), whose routes are the policy's models, " +
 			"with the policy's retry and fail-over (see the README's \"Run it as a gateway\"). Without " +
 			"--policy it serves a demo policy over three loopback providers.\n\n" +
 			"SIGTERM or SIGINT drains in-flight requests (--drain) and exits 0; SIGHUP reloads the policy. " +
