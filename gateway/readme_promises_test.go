@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -160,6 +161,48 @@ func TestREADMENOtherThanOne(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(body), &e), body)
 			require.Equal(t, "n", e.Error.Param, body)
 			require.Contains(t, e.Error.Message, "n: only 1", body)
+		})
+	}
+}
+
+// "client keys … (Authorization: Bearer (any case) or X-Api-Key, on both
+// doors …; 401 otherwise)" and "GET /metrics (… behind the API keys when
+// set)"; /healthz and /readyz need none.
+func TestREADMEKeysOnEveryDoor(t *testing.T) {
+	r := newRig(t, `"rules": []`, WithAPIKeys("k-one"))
+	chat := streamBody("primary")
+	msgs := `{"model":"primary","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	for _, tc := range []struct {
+		name, method, path, body string
+		hdr                      []string
+		status                   int
+	}{
+		{"metrics without a key", http.MethodGet, "/metrics", "", nil, http.StatusUnauthorized},
+		{"metrics with a bearer key", http.MethodGet, "/metrics", "", []string{"Authorization", "BEARER k-one"}, http.StatusOK},
+		{"models without a key", http.MethodGet, "/v1/models", "", nil, http.StatusUnauthorized},
+		{"models with X-Api-Key", http.MethodGet, "/v1/models", "", []string{"X-Api-Key", "k-one"}, http.StatusOK},
+		{"chat without a key", http.MethodPost, "/v1/chat/completions", chat, nil, http.StatusUnauthorized},
+		{"chat with X-Api-Key", http.MethodPost, "/v1/chat/completions", chat, []string{"X-Api-Key", "k-one"}, http.StatusOK},
+		{"messages without a key", http.MethodPost, "/v1/messages", msgs, nil, http.StatusUnauthorized},
+		{"messages with a wrong key", http.MethodPost, "/v1/messages", msgs, []string{"x-api-key", "k-two"}, http.StatusUnauthorized},
+		{"messages with x-api-key", http.MethodPost, "/v1/messages", msgs, []string{"x-api-key", "k-one"}, http.StatusOK},
+		{"messages with a bearer key", http.MethodPost, "/v1/messages", msgs, []string{"Authorization", "bearer k-one"}, http.StatusOK},
+		{"healthz needs none", http.MethodGet, "/healthz", "", nil, http.StatusOK},
+		{"readyz needs none", http.MethodGet, "/readyz", "", nil, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r.up["primary"].play(act{chunks: []string{"ok"}})
+			req, err := http.NewRequest(tc.method, r.srv.URL+tc.path, strings.NewReader(tc.body))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			for i := 0; i+1 < len(tc.hdr); i += 2 {
+				req.Header.Set(tc.hdr[i], tc.hdr[i+1])
+			}
+			resp, err := r.hc.Do(req)
+			require.NoError(t, err)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.Equal(t, tc.status, resp.StatusCode, string(b))
 		})
 	}
 }
