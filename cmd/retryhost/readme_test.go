@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"io"
 	"os"
@@ -71,4 +72,14 @@ func TestREADMEServeUsageMatchesFlags(t *testing.T) {
 func TestREADMEServeServerLimits(t *testing.T) {
 	require.Equal(t, 64<<10, serveMaxHeaderBytes, "README: request headers 64 KiB")
 	require.Equal(t, 10*time.Second, serveReadHeaderTimeout, "README: reading a request's headers 10 s")
+}
+
+// The README writes "retryhost plugin pull [-o FILE] …"; the help lists
+// the flag the same way, not as "--o" (both parse: TestPluginPushPull).
+func TestREADMEPullHelpShowsDashO(t *testing.T) {
+	require.Contains(t, readmeUsage(t, "retryhost plugin pull "), "[-o FILE]")
+	var stdout, stderr strings.Builder
+	require.Equal(t, exitOK, dispatch(context.Background(), []string{"plugin", "pull", "--help"}, &stdout, &stderr), stderr.String())
+	require.Contains(t, stdout.String(), "\n  -o FILE ")
+	require.NotContains(t, stdout.String(), "--o")
 }

@@ -125,12 +125,13 @@ func printFlags(b *strings.Builder, flags []*flag.Flag, withHelp bool) {
 	width := 0
 	for _, f := range flags {
 		name, usage := flag.UnquoteUsage(f)
-		head := "--" + f.Name
-		if name != "" {
-			head += " " + name
+		dash := "--"
+		if len(f.Name) == 1 { // -o, as the README and habit write it (both parse)
+			dash = "-"
 		}
-		if isBool(f) {
-			head = "--" + f.Name
+		head := dash + f.Name
+		if name != "" && !isBool(f) {
+			head += " " + name
 		}
 		rows = append(rows, row{head, strings.ReplaceAll(usage, "\n", " ")})
 		width = max(width, len(head))
