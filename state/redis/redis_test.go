@@ -433,3 +433,30 @@ func TestPoolExhausted(t *testing.T) {
 		return !s.Stats().Down
 	}, 5*time.Second, 5*time.Millisecond)
 }
+
+// TestRestartBetweenOperationsIsNoOutage: Redis restarted between two
+// operations leaves dead connections in the pool; the next operation
+// that draws one retries once on a fresh connection (within OpTimeout)
+// instead of reporting an outage while Redis is up.
+func TestRestartBetweenOperationsIsNoOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv, redisstate.Options{})
+	b := driver.BeginRequest{Key: "k", Models: []string{"a", "b"}, Sticky: true, Budget: true}
+	var wg sync.WaitGroup
+	for range 8 { // several pooled connections
+		wg.Go(func() {
+			for range 20 {
+				s.Begin(ctx, b)
+			}
+		})
+	}
+	wg.Wait()
+	srv.Restart()
+	for range 20 {
+		s.Begin(ctx, b)
+		s.Failed(ctx, failure("a", 0))
+	}
+	st := s.Stats()
+	require.False(t, st.Down)
+	require.Zero(t, st.Outages, "Redis was up for every operation")
+}
