@@ -18,6 +18,7 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/retryhost/retryhost/internal/testutil"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -306,7 +307,7 @@ func TestEndWithoutFinishReason(t *testing.T) {
 // logger (the driver's warnings) included.
 func TestLogsHaveNoTextOnAnyPath(t *testing.T) {
 	const prompt, answer = "PROMPT-7f3a", "ANSWER-91bc"
-	logs := &syncBuffer{}
+	logs := &testutil.LogBuffer{}
 	ups := map[string]*upstream{}
 	var models []string
 	for _, n := range []string{"primary", "backup", "third"} {

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/retryhost/retryhost/internal/testutil"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 )
@@ -49,25 +48,8 @@ type rig struct {
 	hc     *http.Client
 	client oai.Client
 	anth   anthropic.Client // an anthropic-sdk-go client pointed at the gateway
-	logs   *syncBuffer
+	logs   *testutil.LogBuffer
 	key    string
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // newRig starts three upstreams (primary, backup, third), a gateway over a
@@ -86,7 +68,7 @@ func newRigOf(t *testing.T, rules string, anthropic []string, opts ...Option) *r
 	if rules == "" {
 		rules = defaultRules
 	}
-	r := &rig{t: t, up: map[string]*upstream{}, logs: &syncBuffer{}}
+	r := &rig{t: t, up: map[string]*upstream{}, logs: &testutil.LogBuffer{}}
 	var models []string
 	for _, n := range []string{"primary", "backup", "third"} {
 		u := newUpstream(n)
