@@ -131,6 +131,20 @@ type streamed struct {
 	err    error
 }
 
+// streamText streams a request for model under ctx, which bounds it, and
+// returns the text of its deltas and the stream's error.
+func (r *rig) streamText(ctx context.Context, model string) (string, error) {
+	s := r.client.Chat.Completions.NewStreaming(ctx, params(model))
+	defer s.Close()
+	var text string
+	for s.Next() {
+		for _, ch := range s.Current().Choices {
+			text += ch.Delta.Content
+		}
+	}
+	return text, s.Err()
+}
+
 func (r *rig) stream(model string, opts ...option.RequestOption) streamed {
 	r.t.Helper()
 	p := params(model)

@@ -391,15 +391,7 @@ func (s *soak) sdkCall(ctx context.Context, id, route string) {
 		s.fail(id, "sdk call: %d choices", len(cc.Choices))
 		return
 	}
-	if err := checkTagged(cc.Choices[0].Message.Content, true); err != nil {
-		s.fail(id, "sdk call: %v", err)
-		return
-	}
-	if cc.Choices[0].FinishReason != "stop" {
-		s.fail(id, "sdk call: finish %q", cc.Choices[0].FinishReason)
-		return
-	}
-	s.whole.Add(1)
+	s.wholeAnswer(id, "sdk call", cc.Choices[0].Message.Content, cc.Choices[0].FinishReason)
 }
 
 func (s *soak) post(ctx context.Context, id, route string, stream bool) (*http.Response, error) {
@@ -557,12 +549,19 @@ func (s *soak) rawCall(ctx context.Context, id, route string) {
 		s.fail(id, "raw call: 200 with %q", b)
 		return
 	}
-	if err := checkTagged(cc.Choices[0].Message.Content, true); err != nil {
-		s.fail(id, "raw call: %v", err)
+	s.wholeAnswer(id, "raw call", cc.Choices[0].Message.Content, cc.Choices[0].FinishReason)
+}
+
+// wholeAnswer counts a non-streamed answer whole when its text is all of
+// one upstream answer's chunks, in order, and it finished with stop; else it
+// fails the call named how.
+func (s *soak) wholeAnswer(id, how, text, finish string) {
+	if err := checkTagged(text, true); err != nil {
+		s.fail(id, "%s: %v", how, err)
 		return
 	}
-	if cc.Choices[0].FinishReason != "stop" {
-		s.fail(id, "raw call: finish %q", cc.Choices[0].FinishReason)
+	if finish != "stop" {
+		s.fail(id, "%s: finish %q", how, finish)
 		return
 	}
 	s.whole.Add(1)

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -65,12 +64,7 @@ func TestReloadKeepsTheRedisClient(t *testing.T) {
 		return len(ids) == 1 && ids[0] != first[0]
 	}, 5*time.Second, 10*time.Millisecond, "the old prefix's client is closed with the old policy")
 
-	mr, err := r.hc.Get(r.srv.URL + "/metrics")
-	require.NoError(t, err)
-	b, err := io.ReadAll(mr.Body)
-	mr.Body.Close()
-	require.NoError(t, err)
-	body := string(b)
+	body := r.metricsText()
 	require.Contains(t, body, "retryhost_gateway_state_down 0\n")
 	require.Contains(t, body, "retryhost_gateway_state_outages_total 0\n")
 
