@@ -20,9 +20,9 @@ func TestLogBufferConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 100 {
-				n, err := fmt.Fprintf(&l, "g%d line %d\n", g, i)
-				require.NoError(t, err)
-				require.Positive(t, n)
+				if n, err := fmt.Fprintf(&l, "g%d line %d\n", g, i); err != nil || n == 0 {
+					t.Errorf("write: %d, %v", n, err) // not FailNow: this is not the test's goroutine
+				}
 				_ = l.String()
 			}
 		}()
