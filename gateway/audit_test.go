@@ -18,6 +18,7 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/retryhost/retryhost/internal/testutil"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -82,16 +83,7 @@ func TestSilenceBoundedByBudgetAlone(t *testing.T) {
 			// A guard against a hang (the test's failure), not a timing assertion.
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			p := params("primary")
-			s := r.client.Chat.Completions.NewStreaming(ctx, p)
-			var text string
-			for s.Next() {
-				for _, ch := range s.Current().Choices {
-					text += ch.Delta.Content
-				}
-			}
-			err := s.Err()
-			s.Close()
+			text, err := r.streamText(ctx, "primary")
 			require.Error(t, err)
 			require.NoError(t, ctx.Err(), "the client was held past the budget")
 			if c.committed {
@@ -197,12 +189,7 @@ func TestOutageOfAHangingPrimary(t *testing.T) {
 	require.Len(t, r.up["primary"].requests(), 2, "a request during the outage waited on the dead primary")
 	close(dead)
 
-	r.up["primary"].play(act{chunks: []string{"primary"}})
-	require.Eventually(t, func() bool {
-		got := r.stream("primary")
-		require.NoError(t, got.err)
-		return got.models["primary"]
-	}, 30*time.Second, 50*time.Millisecond, "the recovered primary is used again")
+	r.primaryRecovers()
 }
 
 // While the gateway drains, /readyz says so (503) and /healthz stays 200:
@@ -306,7 +293,7 @@ func TestEndWithoutFinishReason(t *testing.T) {
 // logger (the driver's warnings) included.
 func TestLogsHaveNoTextOnAnyPath(t *testing.T) {
 	const prompt, answer = "PROMPT-7f3a", "ANSWER-91bc"
-	logs := &syncBuffer{}
+	logs := &testutil.LogBuffer{}
 	ups := map[string]*upstream{}
 	var models []string
 	for _, n := range []string{"primary", "backup", "third"} {
@@ -515,15 +502,7 @@ func TestDefaultDeadlinesBoundASilentUpstream(t *testing.T) {
 			// A guard against a hang (the test's failure), not a timing assertion.
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			s := r.client.Chat.Completions.NewStreaming(ctx, params("primary"))
-			var text string
-			for s.Next() {
-				for _, ch := range s.Current().Choices {
-					text += ch.Delta.Content
-				}
-			}
-			err := s.Err()
-			s.Close()
+			text, err := r.streamText(ctx, "primary")
 			require.NoError(t, ctx.Err(), "the client was held by a silent upstream")
 			require.Equal(t, c.want, text)
 			if c.failover {

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -72,15 +71,7 @@ func TestDefaultBackoffNeverBursts(t *testing.T) {
 		{"when": {"status": [429]}, "action": "retry", "attempts": 4},
 		{"when": {"status": [429]}, "action": "switch", "model": "backup"}
 	]`)
-	r.up["primary"].play(act{status: 429})
-	r.up["backup"].play(act{chunks: []string{"from backup"}})
-	got := r.stream("primary")
-	require.NoError(t, got.err)
-	require.Equal(t, "from backup", got.text)
-	hits := r.up["primary"].requests()
-	require.Len(t, hits, 4, "the rule's 4 attempts on the rate-limited model")
-	require.LessOrEqual(t, maxInWindow(hits, 1500*time.Millisecond), 2, "a burst: %v", gaps(hits))
-	require.LessOrEqual(t, maxInWindow(hits, 3*time.Second), 4)
+	r.backsOffThenBackup()
 	require.Len(t, r.up["backup"].requests(), 1)
 	r.healthy()
 }
@@ -90,15 +81,24 @@ func TestDefaultBackoffNeverBursts(t *testing.T) {
 // the requests that follow go straight to the backup.
 func TestDefaultCooldownSkipsADeadPrimary(t *testing.T) {
 	r := newRig(t, `"rules": [{"when": {"status_range": [500, 599]}, "action": "switch", "model": "backup"}]`)
-	r.up["primary"].play(act{status: 503})
-	r.up["backup"].play(act{chunks: []string{"backup"}})
-	for i := range 9 {
-		got := r.stream("primary")
-		require.NoError(t, got.err, "request %d", i)
-		require.Equal(t, map[string]bool{"backup": true}, got.models, "request %d", i)
-	}
-	require.Len(t, r.up["primary"].requests(), 5, "after 5 failures the dead primary is skipped")
-	require.Len(t, r.up["backup"].requests(), 9)
+	r.skipsDeadPrimary(9, 5)
+}
+
+// backsOffThenBackup makes the primary answer 429 without Retry-After and
+// the backup stream, sends one request, and requires the backup's answer
+// after 4 attempts on the primary that never burst: at most 2 in any 1.5 s,
+// 4 in any 3 s, counted on the upstream's own clock.
+func (r *rig) backsOffThenBackup() {
+	r.t.Helper()
+	r.up["primary"].play(act{status: 429})
+	r.up["backup"].play(act{chunks: []string{"from backup"}})
+	got := r.stream("primary")
+	require.NoError(r.t, got.err)
+	require.Equal(r.t, "from backup", got.text)
+	hits := r.up["primary"].requests()
+	require.Len(r.t, hits, 4, "4 attempts on the rate-limited model")
+	require.LessOrEqual(r.t, maxInWindow(hits, 1500*time.Millisecond), 2, "a burst: %v", gaps(hits))
+	require.LessOrEqual(r.t, maxInWindow(hits, 3*time.Second), 4, "a burst: %v", gaps(hits))
 }
 
 // gaps lists the time between consecutive hits, for a failure message.
@@ -116,16 +116,12 @@ func TestWithMetrics(t *testing.T) {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "caller_things_total", Help: "Things."})
 	c.Add(3)
 	r := newRig(t, `"rules": []`, WithMetrics(c))
-	resp, err := r.hc.Get(r.srv.URL + "/metrics")
-	require.NoError(t, err)
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.NoError(t, err)
-	require.Contains(t, string(b), "\ncaller_things_total 3\n")
-	require.Contains(t, string(b), "retryhost_gateway_inflight_requests")
+	body := r.metricsText()
+	require.Contains(t, body, "\ncaller_things_total 3\n")
+	require.Contains(t, body, "retryhost_gateway_inflight_requests")
 
 	clash := prometheus.NewGauge(prometheus.GaugeOpts{Name: "retryhost_gateway_inflight_requests", Help: "x"})
-	_, err = New(context.Background(), Bytes("p.json", []byte(`{"models": [{"name": "m", "provider": "openai", "model": "x", "base_url": "http://127.0.0.1:1/v1", "api_key_env": "K"}]}`),
+	_, err := New(context.Background(), Bytes("p.json", []byte(`{"models": [{"name": "m", "provider": "openai", "model": "x", "base_url": "http://127.0.0.1:1/v1", "api_key_env": "K"}]}`),
 		policy.Options{Getenv: func(string) string { return "k" }}), WithMetrics(clash))
 	require.ErrorContains(t, err, "WithMetrics")
 	_, err = New(context.Background(), Bytes("p.json", nil, policy.Options{}), WithMetrics(nil))

@@ -182,15 +182,7 @@ func TestRateLimitHonoursRetryAfter(t *testing.T) {
 func TestRateLimitBackoffNeverBursts(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "")
-	r.up["primary"].play(act{status: 429})
-	r.up["backup"].play(act{chunks: []string{"from backup"}})
-	got := r.stream("primary")
-	require.NoError(t, got.err)
-	require.Equal(t, "from backup", got.text)
-	hits := r.up["primary"].requests()
-	require.Len(t, hits, 4, "the policy's 4 attempts on the rate-limited model")
-	require.LessOrEqual(t, maxInWindow(hits, 1500*time.Millisecond), 2)
-	require.LessOrEqual(t, maxInWindow(hits, 3*time.Second), 4)
+	r.backsOffThenBackup()
 	r.healthy()
 }
 
@@ -319,25 +311,41 @@ func TestShutdownWaitsForStreams(t *testing.T) {
 func TestOutageCooldownAndRecovery(t *testing.T) {
 	r := newRig(t, `"rules": [{"when": {"status_range": [500, 599]}, "action": "switch", "model": "backup"}],
 		"cooldown": {"failures": 2, "for": "400ms"}`)
-	r.up["primary"].play(act{status: 503})
-	r.up["backup"].play(act{chunks: []string{"backup"}})
-	for i := range 5 {
-		got := r.stream("primary")
-		require.NoError(t, got.err, "request %d", i)
-		require.Equal(t, map[string]bool{"backup": true}, got.models, "request %d", i)
-	}
-	require.Len(t, r.up["primary"].requests(), 2, "after 2 failures the dead primary is skipped")
-	require.Len(t, r.up["backup"].requests(), 5)
+	r.skipsDeadPrimary(5, 2)
 
-	r.up["primary"].play(act{chunks: []string{"primary"}})
-	require.Eventually(t, func() bool {
-		got := r.stream("primary")
-		require.NoError(t, got.err)
-		return got.models["primary"]
-	}, 30*time.Second, 50*time.Millisecond, "the recovered primary is used again")
+	r.primaryRecovers()
 	got := r.stream("primary")
 	require.NoError(t, got.err)
 	require.Equal(t, map[string]bool{"primary": true}, got.models)
+}
+
+// skipsDeadPrimary makes the primary answer 503 and the backup stream,
+// sends n requests, and requires each served by the backup while the
+// primary saw only its first tries: after them the cooldown skips it.
+func (r *rig) skipsDeadPrimary(n, tries int) {
+	r.t.Helper()
+	r.up["primary"].play(act{status: 503})
+	r.up["backup"].play(act{chunks: []string{"backup"}})
+	for i := range n {
+		got := r.stream("primary")
+		require.NoError(r.t, got.err, "request %d", i)
+		require.Equal(r.t, map[string]bool{"backup": true}, got.models, "request %d", i)
+	}
+	require.Len(r.t, r.up["primary"].requests(), tries, "after %d failures the dead primary is skipped", tries)
+	require.Len(r.t, r.up["backup"].requests(), n)
+}
+
+// primaryRecovers makes the primary answer again and requires that a
+// request is served by it once its cooldown has ended (a guard of 30 s
+// against a hang, not a timing assertion).
+func (r *rig) primaryRecovers() {
+	r.t.Helper()
+	r.up["primary"].play(act{chunks: []string{"primary"}})
+	require.Eventually(r.t, func() bool {
+		got := r.stream("primary")
+		require.NoError(r.t, got.err)
+		return got.models["primary"]
+	}, 30*time.Second, 50*time.Millisecond, "the recovered primary is used again")
 }
 
 // Upstreams that stay silent never hold the client past the policy's

@@ -275,11 +275,7 @@ func TestMetrics(t *testing.T) {
 	// it returns and records it: read /metrics until every request is
 	// recorded and nothing is in flight.
 	require.Eventually(t, func() bool {
-		mr, err := r.hc.Get(r.srv.URL + "/metrics")
-		require.NoError(t, err)
-		b, _ := io.ReadAll(mr.Body)
-		mr.Body.Close()
-		body = string(b)
+		body = r.metricsText()
 		for _, want := range wants {
 			if !strings.Contains(body, want) {
 				return false

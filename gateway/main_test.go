@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/retryhost/retryhost/internal/testutil"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 )
@@ -49,25 +48,8 @@ type rig struct {
 	hc     *http.Client
 	client oai.Client
 	anth   anthropic.Client // an anthropic-sdk-go client pointed at the gateway
-	logs   *syncBuffer
+	logs   *testutil.LogBuffer
 	key    string
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // newRig starts three upstreams (primary, backup, third), a gateway over a
@@ -86,7 +68,7 @@ func newRigOf(t *testing.T, rules string, anthropic []string, opts ...Option) *r
 	if rules == "" {
 		rules = defaultRules
 	}
-	r := &rig{t: t, up: map[string]*upstream{}, logs: &syncBuffer{}}
+	r := &rig{t: t, up: map[string]*upstream{}, logs: &testutil.LogBuffer{}}
 	var models []string
 	for _, n := range []string{"primary", "backup", "third"} {
 		u := newUpstream(n)
@@ -147,6 +129,20 @@ type streamed struct {
 	finish string
 	usage  *oai.CompletionUsage
 	err    error
+}
+
+// streamText streams a request for model under ctx, which bounds it, and
+// returns the text of its deltas and the stream's error.
+func (r *rig) streamText(ctx context.Context, model string) (string, error) {
+	s := r.client.Chat.Completions.NewStreaming(ctx, params(model))
+	defer s.Close()
+	var text string
+	for s.Next() {
+		for _, ch := range s.Current().Choices {
+			text += ch.Delta.Content
+		}
+	}
+	return text, s.Err()
 }
 
 func (r *rig) stream(model string, opts ...option.RequestOption) streamed {

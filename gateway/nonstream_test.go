@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -156,11 +155,7 @@ func TestNonStreamingFailOverMetrics(t *testing.T) {
 
 	var body string
 	require.Eventually(t, func() bool {
-		mr, err := r.hc.Get(r.srv.URL + "/metrics")
-		require.NoError(t, err)
-		b, _ := io.ReadAll(mr.Body)
-		mr.Body.Close()
-		body = string(b)
+		body = r.metricsText()
 		return strings.Contains(body, "retryhost_gateway_inflight_requests 0")
 	}, 10*time.Second, 10*time.Millisecond)
 	for _, want := range []string{
@@ -215,38 +210,9 @@ func TestNonStreamingAnswerBounded(t *testing.T) {
 
 // BenchmarkNonStreaming measures one non-streamed answer of 100 content
 // chunks through the gateway, held until complete (CommitAtEnd) and
-// collected into one chat.completion.
+// collected into one chat.completion (the row BenchmarkNonStreaming/gateway).
 // go test ./gateway -run '^$' -bench NonStreaming -benchmem
-func BenchmarkNonStreaming(b *testing.B) {
-	chunks := make([]string, 100)
-	for i := range chunks {
-		chunks[i] = "word "
-	}
-	up := newUpstream("primary", act{chunks: chunks})
-	defer up.srv.Close()
-	pol := `{"models": [{"name": "primary", "provider": "openai", "model": "m", "base_url": "` + up.url() + `", "api_key_env": "K"}]}`
-	gw, err := New(context.Background(), Bytes("bench", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}))
-	require.NoError(b, err)
-	defer gw.Close(context.Background())
-	srv := newTestServer(b, gw)
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	defer hc.CloseIdleConnections()
-	body := `{"model":"primary","messages":[{"role":"user","content":"hi"}]}`
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			resp, err := hc.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
-			if err != nil {
-				b.Fatal(err)
-			}
-			n, _ := io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || n == 0 {
-				b.Fatalf("status %d, %d bytes", resp.StatusCode, n)
-			}
-		}
-	})
-}
+func BenchmarkNonStreaming(b *testing.B) { benchStream(b, 100, false) }
 
 // A non-streaming answer is judged whole by the policy's rules, as a
 // Generate response is: a content-filter finish after content switches

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/retryhost/retryhost/internal/testutil"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -31,7 +32,7 @@ func TestReload(t *testing.T) {
 		require.NoError(t, os.WriteFile(file, []byte(`{"models": [`+strings.Join(ms, ",")+`]}`), 0o600))
 	}
 	write("old")
-	logs := &syncBuffer{}
+	logs := &testutil.LogBuffer{}
 	gw, err := New(context.Background(), File(file, policy.Options{Getenv: func(string) string { return "k" }}), WithLogger(newJSONLogger(logs)))
 	require.NoError(t, err)
 	r := &rig{t: t, gw: gw, up: map[string]*upstream{"one": up}, logs: logs}

@@ -15,21 +15,31 @@ func FuzzParseChat(f *testing.F) {
 	f.Add(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		c, err := parseChat([]byte(body), []string{"openai"})
-		if err != nil {
-			var re *requestError
-			require.ErrorAs(t, err, &re)
-			return
-		}
-		require.NotEmpty(t, c.model)
-		require.NotEmpty(t, c.req.Messages)
-		var fields map[string]json.RawMessage
-		require.NoError(t, json.Unmarshal([]byte(body), &fields))
-		fwd := c.req.ProviderOptions["openai"].(map[string]any)
-		for k := range fields {
-			_, ok := fwd[k]
-			require.Equal(t, !gatewayFields[k], ok, k)
-		}
+		requireParsed(t, body, "openai", c, err)
 	})
+}
+
+// requireParsed checks what both parsers promise for any body: an error
+// is a *requestError; a request has a route and messages and forwards every
+// field but the gateway's own to the provider's upstreams. It reports
+// whether body parsed.
+func requireParsed(t *testing.T, body, provider string, c *chatRequest, err error) bool {
+	t.Helper()
+	if err != nil {
+		var re *requestError
+		require.ErrorAs(t, err, &re)
+		return false
+	}
+	require.NotEmpty(t, c.model)
+	require.NotEmpty(t, c.req.Messages)
+	var fields map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(body), &fields))
+	fwd := c.req.ProviderOptions[provider].(map[string]any)
+	for k := range fields {
+		_, ok := fwd[k]
+		require.Equal(t, !gatewayFields[k], ok, k)
+	}
+	return true
 }
 
 // FuzzParseMessages: any body is a request or a *requestError, never a
@@ -39,19 +49,8 @@ func FuzzParseMessages(f *testing.F) {
 	f.Add(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		c, err := parseMessages([]byte(body), []string{"anthropic"}, []string{"openai"})
-		if err != nil {
-			var re *requestError
-			require.ErrorAs(t, err, &re)
+		if !requireParsed(t, body, "anthropic", c, err) {
 			return
-		}
-		require.NotEmpty(t, c.model)
-		require.NotEmpty(t, c.req.Messages)
-		var fields map[string]json.RawMessage
-		require.NoError(t, json.Unmarshal([]byte(body), &fields))
-		fwd := c.req.ProviderOptions["anthropic"].(map[string]any)
-		for k := range fields {
-			_, ok := fwd[k]
-			require.Equal(t, !gatewayFields[k], ok, k)
 		}
 		for _, m := range c.req.Messages {
 			require.Contains(t, []driver.Role{driver.RoleUser, driver.RoleAssistant, driver.RoleTool}, m.Role)

@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/retryhost/retryhost/internal/testutil"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 )
@@ -99,7 +100,7 @@ func soakRun(t *testing.T, seed uint64, load time.Duration, transforms string, r
 		%[2]s
 		"cooldown": {"failures": 3, "for": "300ms"}
 	}`, up.srv.URL+"/v1", transforms)
-	logs := &syncBuffer{}
+	logs := &testutil.LogBuffer{}
 	gw, err := New(context.Background(), Bytes("soak.json", []byte(pol), policy.Options{Getenv: func(string) string { return "sk" }, Builtin: plugins.Module}),
 		WithLogger(newJSONLogger(logs)), WithUpstreamHeaderTimeout(300*time.Millisecond), WithMaxConcurrent(20))
 	require.NoError(t, err)
@@ -390,15 +391,7 @@ func (s *soak) sdkCall(ctx context.Context, id, route string) {
 		s.fail(id, "sdk call: %d choices", len(cc.Choices))
 		return
 	}
-	if err := checkTagged(cc.Choices[0].Message.Content, true); err != nil {
-		s.fail(id, "sdk call: %v", err)
-		return
-	}
-	if cc.Choices[0].FinishReason != "stop" {
-		s.fail(id, "sdk call: finish %q", cc.Choices[0].FinishReason)
-		return
-	}
-	s.whole.Add(1)
+	s.wholeAnswer(id, "sdk call", cc.Choices[0].Message.Content, cc.Choices[0].FinishReason)
 }
 
 func (s *soak) post(ctx context.Context, id, route string, stream bool) (*http.Response, error) {
@@ -556,12 +549,19 @@ func (s *soak) rawCall(ctx context.Context, id, route string) {
 		s.fail(id, "raw call: 200 with %q", b)
 		return
 	}
-	if err := checkTagged(cc.Choices[0].Message.Content, true); err != nil {
-		s.fail(id, "raw call: %v", err)
+	s.wholeAnswer(id, "raw call", cc.Choices[0].Message.Content, cc.Choices[0].FinishReason)
+}
+
+// wholeAnswer counts a non-streamed answer whole when its text is all of
+// one upstream answer's chunks, in order, and it finished with stop; else it
+// fails the call named how.
+func (s *soak) wholeAnswer(id, how, text, finish string) {
+	if err := checkTagged(text, true); err != nil {
+		s.fail(id, "%s: %v", how, err)
 		return
 	}
-	if cc.Choices[0].FinishReason != "stop" {
-		s.fail(id, "raw call: finish %q", cc.Choices[0].FinishReason)
+	if finish != "stop" {
+		s.fail(id, "%s: finish %q", how, finish)
 		return
 	}
 	s.whole.Add(1)

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/internal/redistest"
+	"github.com/retryhost/retryhost/internal/testutil"
 	"github.com/retryhost/retryhost/policy"
 	_ "github.com/retryhost/retryhost/state/redis" // "state": {"redis": …}
 )
@@ -41,7 +41,7 @@ func TestReloadKeepsTheRedisClient(t *testing.T) {
 	write("gw:")
 	gw, err := New(context.Background(), File(file, policy.Options{Getenv: func(string) string { return "k" }}))
 	require.NoError(t, err)
-	r := &rig{t: t, gw: gw, up: map[string]*upstream{"one": up}, logs: &syncBuffer{}}
+	r := &rig{t: t, gw: gw, up: map[string]*upstream{"one": up}, logs: &testutil.LogBuffer{}}
 	r.srv = newTestServer(t, gw)
 	r.hc = &http.Client{Transport: &http.Transport{}}
 	defer r.hc.CloseIdleConnections()
@@ -64,12 +64,7 @@ func TestReloadKeepsTheRedisClient(t *testing.T) {
 		return len(ids) == 1 && ids[0] != first[0]
 	}, 5*time.Second, 10*time.Millisecond, "the old prefix's client is closed with the old policy")
 
-	mr, err := r.hc.Get(r.srv.URL + "/metrics")
-	require.NoError(t, err)
-	b, err := io.ReadAll(mr.Body)
-	mr.Body.Close()
-	require.NoError(t, err)
-	body := string(b)
+	body := r.metricsText()
 	require.Contains(t, body, "retryhost_gateway_state_down 0\n")
 	require.Contains(t, body, "retryhost_gateway_state_outages_total 0\n")
 

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/internal/testutil"
 )
 
 // fixture returns the bytes of testdata/<name>.wasm (built by make wasm).
@@ -44,23 +45,12 @@ func newRuntime(t testing.TB, opts ...Option) *Runtime {
 	return rt
 }
 
-// logBuffer is a concurrency-safe slog sink for assertions on logs.
+// logBuffer is a concurrency-safe slog sink for assertions on logs: String
+// returns the records as text lines, messages their messages.
 type logBuffer struct {
-	mu   sync.Mutex
-	buf  bytes.Buffer
+	testutil.LogBuffer
+	mu   sync.Mutex // orders msgs and the text lines alike
 	msgs []string
-}
-
-func (l *logBuffer) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(b)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 func (l *logBuffer) logger() *slog.Logger { return slog.New(&recorder{l: l}) }
@@ -75,16 +65,18 @@ type recorder struct {
 func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
 
 func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	var line bytes.Buffer
+	fmt.Fprintf(&line, "level=%s msg=%q", rec.Level, rec.Message)
+	rec.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&line, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	line.WriteByte('\n')
 	r.l.mu.Lock()
 	defer r.l.mu.Unlock()
 	r.l.msgs = append(r.l.msgs, rec.Message)
-	fmt.Fprintf(&r.l.buf, "level=%s msg=%q", rec.Level, rec.Message)
-	rec.Attrs(func(a slog.Attr) bool {
-		fmt.Fprintf(&r.l.buf, " %s=%v", a.Key, a.Value)
-		return true
-	})
-	r.l.buf.WriteByte('\n')
-	return nil
+	_, err := r.l.Write(line.Bytes())
+	return err
 }
 
 func (r *recorder) WithAttrs(as []slog.Attr) slog.Handler {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -53,26 +54,9 @@ func startRegistry(t testing.TB, wrap func(http.Handler) http.Handler) (string, 
 	return strings.TrimPrefix(srv.URL, "http://"), srv
 }
 
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func newClient(t *testing.T, opts ...Option) (*Client, *logBuffer) {
+func newClient(t *testing.T, opts ...Option) (*Client, *testutil.LogBuffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testutil.LogBuffer{}
 	base := []Option{
 		WithCacheDir(t.TempDir()),
 		WithPlainHTTP(),

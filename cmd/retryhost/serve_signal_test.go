@@ -21,6 +21,8 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/internal/testutil"
 )
 
 // These tests drive the real `retryhost serve` binary with real signals, as
@@ -82,7 +84,7 @@ type servedBinary struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	addr   string
-	stderr *lockedBuffer
+	stderr *testutil.LogBuffer
 	exited chan struct{}
 }
 
@@ -93,7 +95,7 @@ func startServeBinary(t *testing.T, args ...string) *servedBinary {
 	}
 	bin, err := buildOnce()
 	require.NoError(t, err)
-	b := &servedBinary{t: t, stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	b := &servedBinary{t: t, stderr: &testutil.LogBuffer{}, exited: make(chan struct{})}
 	b.cmd = exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
 	b.cmd.Env = append(os.Environ(), "UPSTREAM_KEY=sk-upstream", "RETRYHOST_API_KEYS=")
 	b.cmd.Stderr = b.stderr

@@ -18,35 +18,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/retryhost/retryhost/internal/testutil"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
 
 // startServe runs `retryhost serve args...` until the returned stop is
 // called; it returns the base URL and the exit code channel.
-func startServe(t *testing.T, args ...string) (string, *lockedBuffer, func() int) {
+func startServe(t *testing.T, args ...string) (string, *testutil.LogBuffer, func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr lockedBuffer
+	var stderr testutil.LogBuffer
 	code := make(chan int, 1)
 	go func() {
 		code <- dispatch(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...), io.Discard, &stderr)

@@ -118,6 +118,7 @@ type State struct {
 	retryAt  atomic.Int64 // while down: when (unix ns) the next operation may try Redis
 	errs     atomic.Int64
 	outages  atomic.Int64
+	epoch    atomic.Int64 // recoveries so far (see done)
 	localOps atomic.Int64
 	closed   atomic.Bool
 	mu       sync.Mutex // orders the outage's log lines
@@ -178,7 +179,7 @@ func (s *State) warm() {
 			break
 		}
 	}
-	s.done(ctx, err)
+	s.done(ctx, s.epoch.Load(), err)
 }
 
 // configure bounds a client's waits by the operation's deadline: an
@@ -260,26 +261,32 @@ func (s *State) opCtx(ctx context.Context) (context.Context, context.CancelFunc)
 }
 
 // tryStore reports whether an operation should go to Redis: always while
-// it is up; while it is down, one operation per RetryInterval.
-func (s *State) tryStore() bool {
+// it is up; while it is down, one operation per RetryInterval. It returns
+// the epoch the operation starts in, for done.
+func (s *State) tryStore() (epoch int64, ok bool) {
+	epoch = s.epoch.Load()
 	if s.closed.Load() {
-		return false
+		return epoch, false
 	}
 	if !s.down.Load() {
-		return true
+		return epoch, true
 	}
 	now := time.Now().UnixNano()
 	at := s.retryAt.Load()
-	return now >= at && s.retryAt.CompareAndSwap(at, now+int64(s.o.RetryInterval))
+	return epoch, now >= at && s.retryAt.CompareAndSwap(at, now+int64(s.o.RetryInterval))
 }
 
-// done records an operation's outcome against Redis and reports whether
-// its answer stands (otherwise the caller answers locally).
-func (s *State) done(ctx context.Context, err error) bool {
+// done records the outcome of an operation that started in epoch against
+// Redis and reports whether its answer stands (otherwise the caller
+// answers locally). An operation that started before the last recovery
+// (an outage's retry still failing after another found Redis back) does
+// not start a new outage: its error is counted, nothing more.
+func (s *State) done(ctx context.Context, epoch int64, err error) bool {
 	if err == nil || errors.Is(err, goredis.Nil) {
 		if s.down.Load() {
 			s.mu.Lock()
 			if s.down.Swap(false) {
+				s.epoch.Add(1)
 				s.o.Logger.LogAttrs(ctx, slog.LevelInfo, "retryhost: shared state reachable again; leaving the local copy",
 					slog.String("store", "redis"), slog.Duration("outage", time.Since(s.since)))
 			}
@@ -291,9 +298,9 @@ func (s *State) done(ctx context.Context, err error) bool {
 		return false // the caller gave up: not Redis's fault
 	}
 	s.errs.Add(1)
-	if !s.down.Load() {
+	if !s.down.Load() && epoch == s.epoch.Load() {
 		s.mu.Lock()
-		if !s.down.Load() {
+		if !s.down.Load() && epoch == s.epoch.Load() {
 			s.since = time.Now()
 			s.retryAt.Store(time.Now().Add(s.o.RetryInterval).UnixNano())
 			s.down.Store(true)
@@ -313,7 +320,8 @@ func (s *State) fallback() { s.localOps.Add(1) }
 // scopes' state, uses the sticky fallback and counts the request in the
 // budget.
 func (s *State) Begin(ctx context.Context, b driver.BeginRequest) driver.Snapshot {
-	if !s.tryStore() {
+	epoch, ok := s.tryStore()
+	if !ok {
 		s.fallback()
 		return s.localBegin(ctx, b)
 	}
@@ -338,7 +346,7 @@ func (s *State) Begin(ctx context.Context, b driver.BeginRequest) driver.Snapsho
 	if err == nil && len(res) != 4*len(b.Models)+len(b.Scopes)+1 {
 		err = fmt.Errorf("redis: begin script returned %d values", len(res))
 	}
-	if !s.done(ctx, err) {
+	if !s.done(ctx, epoch, err) {
 		s.fallback()
 		return s.localBegin(ctx, b)
 	}
@@ -392,11 +400,11 @@ func (s *State) RetryEnded(context.Context, string) {}
 // retries started in the window are fewer than max(MinRetries, Percent %
 // of the requests started in it).
 func (s *State) TryRetry(ctx context.Context, key string, budget driver.RetryBudget) bool {
-	if s.tryStore() {
+	if epoch, ok := s.tryStore(); ok {
 		octx, cancel := s.opCtx(ctx)
 		v, err := retryScript.Run(octx, s.c, []string{s.budgetKey(key)}, budget.Percent, budget.MinRetries, ms(s.o.BudgetWindow)).Int64()
 		cancel()
-		if s.done(ctx, err) {
+		if s.done(ctx, epoch, err) {
 			return v == 1
 		}
 	}
@@ -408,7 +416,8 @@ func (s *State) TryRetry(ctx context.Context, key string, budget driver.RetryBud
 // too, so that it knows this replica's view if Redis goes away.
 func (s *State) Failed(ctx context.Context, f driver.Failure) (driver.ModelState, bool) {
 	ls, lcooled := s.local.Failed(ctx, f)
-	if !s.tryStore() {
+	epoch, ok := s.tryStore()
+	if !ok {
 		s.fallback()
 		return ls, lcooled
 	}
@@ -428,7 +437,7 @@ func (s *State) Failed(ctx context.Context, f driver.Failure) (driver.ModelState
 	if err == nil && len(res) != 3 {
 		err = fmt.Errorf("redis: failed script returned %d values", len(res))
 	}
-	if !s.done(ctx, err) {
+	if !s.done(ctx, epoch, err) {
 		s.fallback()
 		return ls, lcooled
 	}
@@ -438,7 +447,8 @@ func (s *State) Failed(ctx context.Context, f driver.Failure) (driver.ModelState
 // Succeeded implements [driver.State].
 func (s *State) Succeeded(ctx context.Context, model string) bool {
 	lended := s.local.Succeeded(ctx, model)
-	if !s.tryStore() {
+	epoch, ok := s.tryStore()
+	if !ok {
 		s.fallback()
 		return lended
 	}
@@ -446,7 +456,7 @@ func (s *State) Succeeded(ctx context.Context, model string) bool {
 	octx, cancel := s.opCtx(ctx)
 	v, err := succeededScript.Run(octx, s.c, []string{k.c, k.h, k.f, k.p}).Int64()
 	cancel()
-	if !s.done(ctx, err) {
+	if !s.done(ctx, epoch, err) {
 		s.fallback()
 		return lended
 	}
@@ -456,12 +466,12 @@ func (s *State) Succeeded(ctx context.Context, model string) bool {
 // TakeProbe implements [driver.State]: SET NX PX, so one caller across
 // the fleet holds the lease.
 func (s *State) TakeProbe(ctx context.Context, model string, lease time.Duration) bool {
-	if s.tryStore() {
+	if epoch, ok := s.tryStore(); ok {
 		k := s.keysOf(model)
 		octx, cancel := s.opCtx(ctx)
 		v, err := probeScript.Run(octx, s.c, []string{k.c, k.h, k.p}, ms(lease)).Int64()
 		cancel()
-		if s.done(ctx, err) {
+		if s.done(ctx, epoch, err) {
 			return v == 1
 		}
 	}
@@ -472,7 +482,8 @@ func (s *State) TakeProbe(ctx context.Context, model string, lease time.Duration
 // SetSticky implements [driver.State]. The local copy learns it too.
 func (s *State) SetSticky(ctx context.Context, key, model string, requests int, period time.Duration) {
 	s.local.SetSticky(ctx, key, model, requests, period)
-	if !s.tryStore() {
+	epoch, ok := s.tryStore()
+	if !ok {
 		s.fallback()
 		return
 	}
@@ -485,7 +496,7 @@ func (s *State) SetSticky(ctx context.Context, key, model string, requests int, 
 	octx, cancel := s.opCtx(ctx)
 	err := stickyScript.Run(octx, s.c, []string{s.stickyKey(key)}, model, requests, ms(ttl)).Err()
 	cancel()
-	if !s.done(ctx, err) {
+	if !s.done(ctx, epoch, err) {
 		s.fallback()
 	}
 }

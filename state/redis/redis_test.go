@@ -1,7 +1,6 @@
 package redis_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/internal/redistest"
+	"github.com/retryhost/retryhost/internal/testutil"
 	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
@@ -270,7 +270,7 @@ func TestBudgetShared(t *testing.T) {
 // the state is shared again.
 func TestOutage(t *testing.T) {
 	srv := redistest.Start(t)
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	s := open(t, srv, redisstate.Options{Logger: logger, RetryInterval: 20 * time.Millisecond})
 	other := open(t, srv, redisstate.Options{})
@@ -340,23 +340,6 @@ func TestOptions(t *testing.T) {
 	require.Error(t, err)
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestMemoryPerModel bounds what a model costs in Redis at its worst,
 // with the default prefix and a 32-byte model key: three keys, either
 // cooling (c, h, f) or half-open with its probe lease (h, f, p). The
@@ -391,7 +374,7 @@ func TestMemoryPerModel(t *testing.T) {
 func TestOpenBeforeRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Kill()
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	s := open(t, srv, redisstate.Options{RetryInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.Equal(t, redisstate.Stats{Errors: 1, Outages: 1, Down: true}, s.Stats())
 	_, cooled := s.Failed(ctx, failure("a", time.Minute))
@@ -432,4 +415,31 @@ func TestPoolExhausted(t *testing.T) {
 		s.Begin(ctx, driver.BeginRequest{Models: []string{"a"}})
 		return !s.Stats().Down
 	}, 5*time.Second, 5*time.Millisecond)
+}
+
+// TestRestartBetweenOperationsIsNoOutage: Redis restarted between two
+// operations leaves dead connections in the pool; the next operation
+// that draws one retries once on a fresh connection (within OpTimeout)
+// instead of reporting an outage while Redis is up.
+func TestRestartBetweenOperationsIsNoOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv, redisstate.Options{})
+	b := driver.BeginRequest{Key: "k", Models: []string{"a", "b"}, Sticky: true, Budget: true}
+	var wg sync.WaitGroup
+	for range 8 { // several pooled connections
+		wg.Go(func() {
+			for range 20 {
+				s.Begin(ctx, b)
+			}
+		})
+	}
+	wg.Wait()
+	srv.Restart()
+	for range 20 {
+		s.Begin(ctx, b)
+		s.Failed(ctx, failure("a", 0))
+	}
+	st := s.Stats()
+	require.False(t, st.Down)
+	require.Zero(t, st.Outages, "Redis was up for every operation")
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/internal/redistest"
+	"github.com/retryhost/retryhost/internal/testutil"
 	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
@@ -98,7 +99,7 @@ func TestRetryAfterCoolsTheFleet(t *testing.T) {
 // other).
 func TestOutageUnderLoad(t *testing.T) {
 	srv := redistest.Start(t)
-	var logs [2]syncBuffer
+	var logs [2]testutil.LogBuffer
 	var reps [2]*redisstate.State
 	var runners [2]*driver.Runner
 	for i := range reps {
