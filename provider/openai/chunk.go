@@ -180,20 +180,28 @@ func (d *lean) object(depth int, member func(d *lean, key []byte, depth int) boo
 		} else if !d.skip(depth + 1) {
 			return false
 		}
-		d.ws()
-		if d.i >= len(d.b) {
-			return false
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
-			return true
-		default:
-			return false
+		if more, ok := d.next('}'); !more {
+			return ok
 		}
 	}
+}
+
+// next reads what follows an object's member or an array's element: ','
+// (more follows) or close (the end; ok). Anything else is not ok.
+func (d *lean) next(close byte) (more, ok bool) {
+	d.ws()
+	if d.i >= len(d.b) {
+		return false, false
+	}
+	switch d.b[d.i] {
+	case ',':
+		d.i++
+		return true, true
+	case close:
+		d.i++
+		return false, true
+	}
+	return false, false
 }
 
 // array reads an array, calling elem for each element.
@@ -212,18 +220,8 @@ func (d *lean) array(depth int, elem func(d *lean, depth int) bool) bool {
 		if !elem(d, depth+1) {
 			return false
 		}
-		d.ws()
-		if d.i >= len(d.b) {
-			return false
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case ']':
-			d.i++
-			return true
-		default:
-			return false
+		if more, ok := d.next(']'); !more {
+			return ok
 		}
 	}
 }
