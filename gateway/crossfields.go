@@ -45,16 +45,17 @@ func toOpenAIFields(r *driver.Request, fields map[string]json.RawMessage, provid
 // toAnthropicFields translates a Chat Completions request's tool_choice,
 // parallel_tool_calls and user for the Anthropic upstreams named by
 // providers. Values it cannot translate are left out (an OpenAI upstream
-// judges them).
-func toAnthropicFields(r *driver.Request, body []byte, providers []string) {
+// judges them). It reads them from the fields parseChat decoded, not the
+// body again; a value of the wrong type is left out too.
+func toAnthropicFields(r *driver.Request, fields map[string]json.RawMessage, providers []string) {
 	var f struct {
-		ToolChoice        json.RawMessage `json:"tool_choice"`
-		ParallelToolCalls *bool           `json:"parallel_tool_calls"`
-		User              string          `json:"user"`
+		ToolChoice        json.RawMessage
+		ParallelToolCalls *bool
+		User              string
 	}
-	if json.Unmarshal(body, &f) != nil { // the chat door parsed it already
-		return
-	}
+	f.ToolChoice = fields["tool_choice"]
+	_ = json.Unmarshal(fields["parallel_tool_calls"], &f.ParallelToolCalls)
+	_ = json.Unmarshal(fields["user"], &f.User)
 	out := map[string]any{}
 	var tc map[string]any
 	var s string

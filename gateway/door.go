@@ -70,11 +70,7 @@ type chatDoor struct{}
 func (chatDoor) newID() string { return newID("chatcmpl-rh") }
 
 func (chatDoor) parse(body []byte, _ http.Header, gen *generation) (*chatRequest, error) {
-	cr, err := parseChat(body, gen.providers)
-	if err == nil && len(gen.anthropic) > 0 {
-		toAnthropicFields(&cr.req, body, gen.anthropic)
-	}
-	return cr, err
+	return parseChat(body, gen.providers, gen.anthropic)
 }
 
 func (chatDoor) encoder(id, model string, cr *chatRequest) encoder {

@@ -41,8 +41,9 @@ var gatewayFields = map[string]bool{"model": true, "stream": true, "stream_optio
 // parseChat reads the body into the driver's request (the fields it
 // models, for every provider) and keeps every other field, and the
 // original messages and tools, raw for OpenAI-compatible upstreams
-// (forward).
-func parseChat(body []byte, providers []string) (*chatRequest, error) {
+// (forward), and translates the fields the Anthropic upstreams named by
+// anthropic understand differently (toAnthropicFields).
+func parseChat(body []byte, providers, anthropic []string) (*chatRequest, error) {
 	fields, c, err := parseCommon(body)
 	if err != nil {
 		return nil, err
@@ -118,6 +119,9 @@ func parseChat(body []byte, providers []string) (*chatRequest, error) {
 		}
 	}
 	forward(r, fields, providers)
+	if len(anthropic) > 0 {
+		toAnthropicFields(r, fields, anthropic)
+	}
 	return c, nil
 }
 
