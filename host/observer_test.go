@@ -122,8 +122,19 @@ func TestObserver_unsetAllocatesNothing(t *testing.T) {
 	require.NoError(t, err)
 	defer st.Close()
 	part := abi.Part{Kind: abi.KindStreamStart}
-	hooked := testing.AllocsPerRun(50, func() { _, _ = st.Part(ctx, &part) })
-	body := testing.AllocsPerRun(50, func() { _, _ = st.(*stream).part(ctx, &part) })
+	// On a loaded machine the two measurements can take different paths
+	// (a call that runs over a quarter of its deadline marks the plugin
+	// slow, and its later calls are timed in CPU time, measuredCall):
+	// measure again, up to three times, so that only an observer hook
+	// that allocates on every call fails.
+	var hooked, body float64
+	for range 3 {
+		hooked = testing.AllocsPerRun(50, func() { _, _ = st.Part(ctx, &part) })
+		body = testing.AllocsPerRun(50, func() { _, _ = st.(*stream).part(ctx, &part) })
+		if hooked == body {
+			break
+		}
+	}
 	require.Equal(t, body, hooked)
 }
 
