@@ -21,7 +21,7 @@ import (
 
 // wireEvents returns the (event name, compacted data) pairs of a recorded
 // Anthropic stream, as replay sends them.
-func wireEvents(t *testing.T, name string) (names, data []string) {
+func wireEvents(t testing.TB, name string) (names, data []string) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "testdata", "wire", name))
 	require.NoError(t, err)

@@ -345,8 +345,11 @@ func (e *messagesEncoder) raw(b []byte, p *abi.Part) []byte {
 			b, _ = e.block(b, abi.KindRaw, u.id, nil)
 		}
 	case "content_block_delta":
+		if mapped(u.kind, ev.Delta.Type) {
+			return b
+		}
 		d := rawJSON(ev.JSON.Delta.Raw())
-		if d == "" || mapped(u.kind, ev.Delta.Type) {
+		if d == "" {
 			return b
 		}
 		idx := -1
@@ -664,19 +667,24 @@ func (e *messagesEncoder) collectRaw(p *abi.Part) {
 	case "content_block_delta":
 		d := &ev.Delta
 		switch {
-		case mapped(u.kind, d.Type):
+		case mapped(u.kind, d.Type) || rawJSON(ev.JSON.Delta.Raw()) == "": // as raw does
 		case u.kind == abi.KindRaw:
 			if ob := e.find(abi.KindRaw, u.id); ob != nil {
 				blk := e.blocks[ob.index]
 				blk.deltas = append(blk.deltas, rawDelta{d.Type, deltaValue(d)})
 			}
-		case u.kind == abi.KindTextStart && d.Type == "citations_delta":
-			if c := rawJSON(d.JSON.Citation.Raw()); c != "" {
-				blk := e.collected(abi.KindTextStart, u.id)
-				blk.citations = append(blk.citations, c)
+		case u.kind == abi.KindTextStart || u.kind == abi.KindReasoningStart:
+			// The block opens as in a stream; what the delta adds to it is
+			// known for a citation and a signature.
+			blk := e.collected(u.kind, u.id)
+			switch {
+			case u.kind == abi.KindTextStart && d.Type == "citations_delta":
+				if c := rawJSON(d.JSON.Citation.Raw()); c != "" {
+					blk.citations = append(blk.citations, c)
+				}
+			case u.kind == abi.KindReasoningStart && d.Type == "signature_delta":
+				blk.sig += d.Signature
 			}
-		case u.kind == abi.KindReasoningStart && d.Type == "signature_delta":
-			e.collected(abi.KindReasoningStart, u.id).sig += d.Signature
 		}
 	case "content_block_stop":
 		if u.kind == abi.KindRaw {
