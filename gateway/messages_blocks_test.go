@@ -229,3 +229,46 @@ func TestMessagesBlocksRenumbered(t *testing.T) {
 		require.Contains(t, m.Content[2].RawJSON(), `"chart_id":"ch_7"`)
 	}
 }
+
+// Across APIs. A Chat Completions answer has no place for an Anthropic
+// upstream's redacted thinking, signatures, citations, a block newer than
+// the SDK or the stop sequence: an OpenAI client gets what it can carry
+// (the thinking as reasoning_content, the text, the server tool's call as
+// a tool call), streamed and not, and nothing breaks on the rest.
+func TestChatAnswerFromAnthropicBlocks(t *testing.T) {
+	r := newRigOf(t, "", allAnthropic)
+	const text = "It is sunny in New York today, with clear skies tonight. END"
+	r.up["primary"].play(act{transcript: "anthropic/blocks.json"})
+	resp, body := r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	for _, leak := range []string{"EmwKAhgBEgy3va3pzix", "EqQBCgIYAhIM1gbcDa9G", "encrypted_index", "wc_01", "weather_card", "###"} {
+		require.NotContains(t, body, leak)
+	}
+	r.up["primary"].play(act{transcript: "anthropic/blocks.json"})
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, text, cc.Choices[0].Message.Content)
+	require.Contains(t, cc.Choices[0].Message.RawJSON(), `"reasoning_content":"I should look the weather up."`)
+	require.Len(t, cc.Choices[0].Message.ToolCalls, 1)
+	require.Equal(t, "web_search", cc.Choices[0].Message.ToolCalls[0].Function.Name)
+	require.EqualValues(t, 510, cc.Usage.CompletionTokens)
+}
+
+// The other way: an OpenAI-compatible model answers /v1/messages with the
+// blocks its parts make (text here), nothing relayed from raw events, and
+// its usage at the end (message_start's is zero, as no Anthropic
+// message_start came).
+func TestMessagesFromOpenAIUpstreamNothingToRelay(t *testing.T) {
+	r := newRigOf(t, "", []string{"backup"})
+	r.up["primary"].play(act{preamble: true, chunks: []string{"Par", "is"}, logprobs: true, tier: "priority"})
+	resp, body := r.rawMessages(messagesStreamBody)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	names, data := sseEvents(body)
+	require.Equal(t, []string{"message_start", "content_block_start", "content_block_delta", "content_block_delta",
+		"content_block_stop", "message_delta", "message_stop"}, names)
+	require.Contains(t, data[0], `"usage":{"input_tokens":0,"output_tokens":0}`)
+	require.Equal(t, `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`, data[1])
+	require.Contains(t, data[5], `"delta":{"stop_reason":"end_turn","stop_sequence":null}`)
+	require.NotContains(t, body, "logprobs")
+	require.NotContains(t, body, "priority")
+}

@@ -33,9 +33,12 @@ func (m memTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // anthropicParts runs body through the Anthropic adapter, raw events on,
 // as a policy's model streams them to the gateway; false if the stream
 // failed (the gateway relays no answer then, or ends it in-band).
-func anthropicParts(t testing.TB, body []byte) ([]abi.Part, bool) {
+func anthropicParts(t testing.TB, body []byte, raw ...pant.Option) ([]abi.Part, bool) {
 	hc := &http.Client{Transport: memTransport{body}}
-	m, err := pant.New("m", pant.WithBaseURL("http://mem"), pant.WithAPIKey("k"), pant.WithHTTPClient(hc), pant.WithRawChunks())
+	if len(raw) == 0 {
+		raw = []pant.Option{pant.WithUnmappedEvents()} // as a policy's model
+	}
+	m, err := pant.New("m", append(raw, pant.WithBaseURL("http://mem"), pant.WithAPIKey("k"), pant.WithHTTPClient(hc))...)
 	require.NoError(t, err)
 	st, err := m.Stream(context.Background(), &driver.Request{})
 	if err != nil {
@@ -97,12 +100,17 @@ func FuzzMessagesEncoder(f *testing.F) {
 	f.Fuzz(checkMessagesEncoder)
 }
 
-// checkMessagesEncoder checks FuzzMessagesEncoder's invariants on body.
+// checkMessagesEncoder checks FuzzMessagesEncoder's invariants on body,
+// with the raw events a policy's model sends and with all of them.
 func checkMessagesEncoder(t *testing.T, body []byte) {
-	parts, ok := anthropicParts(t, body)
-	if !ok {
-		return
+	for _, raw := range []pant.Option{pant.WithUnmappedEvents(), pant.WithRawChunks()} {
+		if parts, ok := anthropicParts(t, body, raw); ok {
+			checkEncoded(t, parts)
+		}
 	}
+}
+
+func checkEncoded(t *testing.T, parts []abi.Part) {
 	enc := &messagesEncoder{id: "msg_rh1", model: "route"}
 	var out []byte
 	var u abi.Usage
