@@ -213,12 +213,6 @@ func emptyToolUse(id string, t *abi.ToolInfo) func([]byte) []byte {
 	}
 }
 
-// rawEvent returns the Anthropic stream event p carries, if any.
-func rawEvent(p *abi.Part) (*ant.MessageStreamEventUnion, bool) {
-	ev, ok := p.Raw.(ant.MessageStreamEventUnion)
-	return &ev, ok
-}
-
 // rawJSON returns an object's JSON as an upstream sent it, on one line (an
 // SSE data line ends at a line break), or "" if it is not an object.
 func rawJSON(s string) string {
@@ -331,11 +325,11 @@ func mapped(kind abi.PartKind, typ string) bool {
 // block, which opens if it has not yet (a signature for an empty thinking
 // block, a citation before the text).
 func (e *messagesEncoder) raw(b []byte, p *abi.Part) []byte {
-	ev, ok := rawEvent(p)
+	ev, ok := p.Raw.(ant.MessageStreamEventUnion)
 	if !ok {
 		return b
 	}
-	u := e.note(ev)
+	u := e.note(&ev)
 	if u == nil {
 		return b
 	}
@@ -651,11 +645,11 @@ func (e *messagesEncoder) collect(p *abi.Part) {
 
 // collectRaw is raw for a non-streaming answer: the same blocks, built.
 func (e *messagesEncoder) collectRaw(p *abi.Part) {
-	ev, ok := rawEvent(p)
+	ev, ok := p.Raw.(ant.MessageStreamEventUnion)
 	if !ok {
 		return
 	}
-	u := e.note(ev)
+	u := e.note(&ev)
 	if u == nil {
 		return
 	}
