@@ -292,3 +292,47 @@ func TestMessagesRawEventOnOneLine(t *testing.T) {
 	require.Contains(t, string(out), `"content_block":{"type":"redacted_thinking","data":"Ered"}}`+"\n\n")
 	checkMessagesEncoder(t, []byte(body))
 }
+
+// The encoder tracks at most maxUpBlocks upstream blocks at once (the
+// adapter ends a stream with more open); past that a block only raw
+// events carry is not relayed, and a stop frees its slot.
+func TestMessagesUpstreamBlocksCapped(t *testing.T) {
+	rawPart := func(js string) *abi.Part {
+		var ev anthropic.MessageStreamEventUnion
+		require.NoError(t, json.Unmarshal([]byte(js), &ev))
+		return &abi.Part{Kind: abi.KindRaw, Raw: ev}
+	}
+	start := func(i int) *abi.Part {
+		return rawPart(`{"type":"content_block_start","index":` + strconv.Itoa(i) + `,"content_block":{"type":"gadget"}}`)
+	}
+	enc := &messagesEncoder{id: "msg_rh1", model: "route"}
+	var out []byte
+	for i := range maxUpBlocks + 10 {
+		out = enc.raw(out, start(i))
+	}
+	require.Len(t, enc.up, maxUpBlocks)
+	require.Equal(t, maxUpBlocks, strings.Count(string(out), `"content_block":{"type":"gadget"}`))
+	out = enc.raw(out, rawPart(`{"type":"content_block_stop","index":0}`))
+	require.Len(t, enc.up, maxUpBlocks-1)
+	out = enc.raw(out, start(maxUpBlocks+10))
+	require.Len(t, enc.up, maxUpBlocks)
+	require.Equal(t, maxUpBlocks+1, strings.Count(string(out), `"content_block":{"type":"gadget"}`))
+}
+
+// A policy with "commit": "legacy" gets no raw events (one would commit
+// the stream before any content): /v1/messages answers from the parts
+// alone, without what only raw events carry.
+func TestMessagesLegacyCommitRelaysNoRawBlocks(t *testing.T) {
+	r := newRigOf(t, defaultRules+`, "commit": "legacy"`, allAnthropic)
+	r.up["primary"].play(act{transcript: "anthropic/blocks.json"})
+	m, err := r.anth.Messages.New(context.Background(), msgParams("primary"))
+	require.NoError(t, err)
+	var types []string
+	for _, b := range m.Content {
+		types = append(types, b.Type)
+	}
+	require.Equal(t, []string{"thinking", "server_tool_use", "web_search_tool_result", "text", "text"}, types)
+	require.Empty(t, m.Content[0].Signature)
+	require.Empty(t, m.Content[3].Citations)
+	require.Equal(t, "It is sunny in New York today, with clear skies tonight.", m.Content[3].Text)
+}
