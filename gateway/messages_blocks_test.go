@@ -144,6 +144,7 @@ func requireBlocks(t *testing.T, m *anthropic.Message, streamed bool) {
 	require.Equal(t, anthropic.StopReasonStopSequence, m.StopReason)
 	require.Equal(t, "###", m.StopSequence)
 	require.EqualValues(t, 1, m.Usage.ServerToolUse.WebSearchRequests)
+	require.EqualValues(t, "standard", m.Usage.ServiceTier, "message_start's usage members")
 	require.EqualValues(t, 10682, m.Usage.InputTokens)
 	require.EqualValues(t, 510, m.Usage.OutputTokens)
 	_ = streamed

@@ -745,8 +745,28 @@ func (e *messagesEncoder) appendAnswer(b []byte) []byte {
 	b = appendJSONString(b, stopReason(e.reason))
 	b = e.appendEndMembers(b)
 	b = append(b, `,"usage":`...)
-	b = e.appendUsage(b, &e.usage)
+	b = e.appendAnswerUsage(b)
 	return append(b, "}\n"...)
+}
+
+// appendAnswerUsage appends a non-streaming answer's usage: as
+// anthropic-sdk-go accumulates a stream's, message_start's usage object
+// with message_delta's members over it (service_tier comes in the first,
+// server_tool_use in the second), with the driver's counts.
+func (e *messagesEncoder) appendAnswerUsage(b []byte) []byte {
+	if e.startUsage != "" {
+		over, ok := members(e.endUsage)
+		if !ok {
+			over = nil
+		}
+		var merged []byte
+		if merged, ok = appendMerged(nil, e.startUsage, over); ok {
+			if out, ok := appendMerged(b, string(merged), anthropicUsage(&e.usage)); ok {
+				return out
+			}
+		}
+	}
+	return e.appendUsage(b, &e.usage)
 }
 
 // appendJSON appends the block: as the upstream opened it (its members
