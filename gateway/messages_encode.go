@@ -71,8 +71,9 @@ type upBlock struct {
 
 // maxUpBlocks caps the upstream blocks the encoder tracks at once (their
 // starts until they stop): the adapter caps the open blocks of a stream
-// at 1,024 and ends it past that; a block past the cap is relayed from its
-// parts alone.
+// at 1,024 and ends it past that. A block past the cap goes out from its
+// parts alone (without the upstream's own fields), or not at all when no
+// part carries it (redacted_thinking, a newer type).
 const maxUpBlocks = 1024
 
 type openBlock struct {
