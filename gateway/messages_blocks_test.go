@@ -94,6 +94,25 @@ func TestMessagesBlocksThroughAnthropicClient(t *testing.T) {
 			require.NoError(t, got.accumErr)
 			requireBlocks(t, &got.msg, true)
 
+			// The answer goes back as the next turn's assistant message: the
+			// upstream gets its thinking blocks whole (signed, redacted), as
+			// Anthropic requires to continue after them.
+			r.up["primary"].play(act{chunks: []string{"ok"}})
+			p := msgParams("primary")
+			p.Messages = append(p.Messages, got.msg.ToParam(), anthropic.NewUserMessage(anthropic.NewTextBlock("And?")))
+			_, err := r.anth.Messages.New(context.Background(), p)
+			require.NoError(t, err)
+			var sent []struct {
+				Content []struct{ Type, Data, Signature string }
+			}
+			require.NoError(t, json.Unmarshal(r.up["primary"].requests()[1].body["messages"], &sent))
+			require.Equal(t, "redacted_thinking", sent[1].Content[0].Type)
+			require.Equal(t, got.msg.Content[0].Data, sent[1].Content[0].Data)
+			require.Equal(t, "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds", sent[1].Content[1].Signature)
+			require.Len(t, sent[1].Content, 8)
+			require.Equal(t, "ErUBCkYIBBgCIkB2Zm9tX2VtcHR5X3RoaW5raW5n", sent[1].Content[6].Signature, "the thinking block with only a signature")
+			r.up["primary"].reset()
+
 			r.up["primary"].play(act{transcript: "anthropic/blocks.json"})
 			m, err := r.anth.Messages.New(context.Background(), msgParams("primary"))
 			require.NoError(t, err)
