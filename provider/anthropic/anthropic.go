@@ -144,7 +144,7 @@ func WithRawChunks() Option { return func(c *config) { c.rawChunks = true } }
 // and deltas this adapter does not map, message_delta). It is what
 // retryhost serve's Messages door relays from (policy.Options.RawChunks
 // turns it on), at a fraction of the cost: the SDK's event is large, and
-// boxed for every raw part. Default: off.
+// boxed for every raw part. With WithRawChunks too, it wins. Default: off.
 func WithUnmappedEvents() Option {
 	return func(c *config) { c.rawChunks, c.unmapped = true, true }
 }
