@@ -336,3 +336,36 @@ func TestMessagesLegacyCommitRelaysNoRawBlocks(t *testing.T) {
 	require.Empty(t, m.Content[3].Citations)
 	require.Equal(t, "It is sunny in New York today, with clear skies tonight.", m.Content[3].Text)
 }
+
+// A non-streaming answer folds the deltas of a block only raw events carry
+// (a beta mcp_tool_use, a newer type) when their type is one the SDK
+// folds: input JSON into its input, text into its text, citations
+// appended; the start's other members as they were, a delta of an unknown
+// type left out.
+func TestMessagesRawBlockDeltasFolded(t *testing.T) {
+	ev := func(name, data string) string { return "event: " + name + "\ndata: " + data + "\n\n" }
+	body := ev("message_start", `{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":1,"output_tokens":1}}}`) +
+		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"mcp_tool_use","id":"mcptoolu_1","name":"echo","server_name":"tools","input":{}}}`) +
+		ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"say\": "}}`) +
+		ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"\"hi\"}"}}`) +
+		ev("content_block_stop", `{"type":"content_block_stop","index":0}`) +
+		ev("content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"note","text":"a","citations":[{"type":"char_location","cited_text":"x"}],"z":1}}`) +
+		ev("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"b"}}`) +
+		ev("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"citations_delta","citation":{"type":"char_location","cited_text":"y"}}}`) +
+		ev("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"wobble_delta","w":2}}`) +
+		ev("content_block_stop", `{"type":"content_block_stop","index":1}`) +
+		ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}`) +
+		ev("message_stop", `{"type":"message_stop"}`)
+	parts, ok := anthropicParts(t, []byte(body))
+	require.True(t, ok)
+	enc := &messagesEncoder{id: "msg_rh1", model: "route"}
+	for i := range parts {
+		enc.collect(&parts[i])
+	}
+	var m struct{ Content []json.RawMessage }
+	require.NoError(t, json.Unmarshal(enc.appendAnswer(nil), &m))
+	require.Len(t, m.Content, 2)
+	require.Equal(t, `{"type":"mcp_tool_use","id":"mcptoolu_1","name":"echo","server_name":"tools","input":{"say": "hi"}}`, string(m.Content[0]))
+	require.Equal(t, `{"type":"note","text":"ab","citations":[{"type":"char_location","cited_text":"x"},{"type":"char_location","cited_text":"y"}],"z":1}`, string(m.Content[1]))
+	checkMessagesEncoder(t, []byte(body))
+}
