@@ -374,7 +374,9 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			return
 		}
 		if p.Kind == abi.KindRaw {
-			enc.raw(&p)
+			if buf = enc.raw(buf, &p); hook == nil {
+				send()
+			}
 			continue
 		}
 		l.parts++
@@ -443,7 +445,7 @@ func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, d door, l 
 			return
 		}
 		if p.Kind == abi.KindRaw {
-			enc.raw(&p)
+			enc.collect(&p)
 			continue
 		}
 		l.parts++
