@@ -39,10 +39,6 @@ func TestCompletionCarriesEveryField(t *testing.T) {
 	}
 	enc := &chunkEncoder{id: "chatcmpl-rh1", model: "route", created: 42}
 	for i := range parts {
-		if parts[i].Kind == abi.KindRaw {
-			enc.raw(&parts[i])
-			continue
-		}
 		enc.collect(&parts[i])
 	}
 	b := enc.appendAnswer(nil)

@@ -921,7 +921,13 @@ func (e *messagesEncoder) answerSize() int {
 	const messageFrame, blockFrame = 384, 96
 	n := messageFrame + len(e.id) + len(e.model)
 	for _, blk := range e.blocks {
-		n += blockFrame + len(blk.id) + len(blk.name) + blk.text.Len() + len(blk.result) + len(blk.sig)
+		n += blockFrame + len(blk.id) + len(blk.name) + blk.text.Len() + len(blk.result) + len(blk.sig) + len(blk.start)
+		for _, c := range blk.citations {
+			n += len(c) + 1
+		}
+		for _, d := range blk.deltas {
+			n += len(d.value)
+		}
 	}
 	return n
 }
