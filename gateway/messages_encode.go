@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -729,8 +730,10 @@ func (e *messagesEncoder) close(kind abi.PartKind, id string) {
 	}
 }
 
-// appendAnswer appends the message object of a non-streaming answer.
+// appendAnswer appends the message object of a non-streaming answer,
+// growing b once for the whole answer (see answerSize).
 func (e *messagesEncoder) appendAnswer(b []byte) []byte {
+	b = slices.Grow(b, e.answerSize())
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, e.id)
 	b = append(b, `,"type":"message","role":"assistant","model":`...)
@@ -924,4 +927,22 @@ func appendToolInput(b []byte, s string) []byte {
 		return append(b, s...)
 	}
 	return appendJSONString(b, s)
+}
+
+// answerSize estimates the length of the message object appendAnswer
+// writes: its blocks' text unescaped, plus a frame for the keys and the
+// usage (messageFrame) and one per block (blockFrame).
+func (e *messagesEncoder) answerSize() int {
+	const messageFrame, blockFrame = 384, 96
+	n := messageFrame + len(e.id) + len(e.model)
+	for _, blk := range e.blocks {
+		n += blockFrame + len(blk.id) + len(blk.name) + blk.text.Len() + len(blk.result) + len(blk.sig) + len(blk.start)
+		for _, c := range blk.citations {
+			n += len(c) + 1
+		}
+		for _, d := range blk.deltas {
+			n += len(d.value)
+		}
+	}
+	return n
 }
