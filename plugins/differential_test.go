@@ -322,3 +322,101 @@ var (
 	refusalStreamParts = plugintest.TextStream("I'm sorry, but I can't help with that request.", 3)
 	answerStreamParts  = plugintest.TextStream("Sure! Here is the code you asked for.", 3)
 )
+
+// withoutAside is parts without their reasoning and source parts: the
+// stream a detector with "reasoning": "hold" judges.
+func withoutAside(parts []abi.Part) []abi.Part {
+	var out []abi.Part
+	for _, p := range parts {
+		switch p.Kind {
+		case abi.KindReasoningStart, abi.KindReasoningDelta, abi.KindReasoningEnd, abi.KindSource:
+		default:
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// thinkingStreams are answers that think (or cite) before their text:
+// refusals and ordinary answers, cut in several ways.
+func thinkingStreams() [][]abi.Part {
+	var out [][]abi.Part
+	for _, text := range []string{"I'm sorry, but I can't help with that.", "Sure! Here is the code:", "I", ""} {
+		for _, size := range []int{1, 3, 50} {
+			ps := plugintest.TextStream(text, size)
+			think := plugintest.ReasoningBlock("r0", "The user wants", " something I must decline.")
+			cite := abi.Part{Kind: abi.KindSource, ID: "t0", Source: &abi.Source{URL: "https://example.com/a", Title: "a"}}
+			redacted := []abi.Part{{Kind: abi.KindReasoningStart, ID: "r1"}, {Kind: abi.KindReasoningEnd, ID: "r1"}}
+			out = append(out,
+				concat(ps[:2], think, ps[2:]),                                 // extended thinking, then the text
+				concat(ps[:2], redacted, think, ps[2:]),                       // redacted_thinking, then thinking
+				concat(ps[:3], []abi.Part{cite}, ps[3:]),                      // a citation opening the text
+				concat(ps[:min(4, len(ps)-2)], think, ps[min(4, len(ps)-2):]), // thinking after the first delta
+			)
+		}
+	}
+	return out
+}
+
+func concat(pss ...[]abi.Part) []abi.Part {
+	var out []abi.Part
+	for _, ps := range pss {
+		out = append(out, ps...)
+	}
+	return out
+}
+
+// TestRefusalReasoningHold: with "reasoning": "hold" both Wasm builds
+// agree verdict for verdict, and decide each stream as the native
+// detector decides it with its reasoning and source parts taken out: a
+// refusal after thinking, or after a citation, fails the attempt; any
+// other stream passes whole, in order (the held reasoning released with
+// the text). Without the option (the default) the same streams detach at
+// the thinking and the refusal passes.
+func TestRefusalReasoningHold(t *testing.T) {
+	ctx := context.Background()
+	native := nativeRefusal(t)
+	hold := map[string]abi.Transformer{
+		"go": load(t, "refusal", plugintest.GoRef("refusal"), `{"reasoning":"hold"}`, false),
+		"c":  load(t, "refusal", plugins.Refusal, `{"reasoning":"hold"}`, false),
+	}
+	streams := thinkingStreams()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 300 {
+		streams = append(streams, plugintest.RandomStream(rng))
+	}
+	thoughtRefusals := 0
+	for _, ps := range streams {
+		want, err := plugintest.Run(ctx, native, abi.StreamInfo{ID: 1}, withoutAside(ps))
+		require.NoError(t, err)
+		var actions []abi.PartAction
+		for _, name := range []string{"go", "c"} {
+			got, err := plugintest.Run(ctx, hold[name], abi.StreamInfo{ID: 1}, ps)
+			require.NoError(t, err, name)
+			require.Equal(t, want.Err, got.Err, "%s: the decision over %q", name, ps)
+			if got.Err == nil {
+				require.Equal(t, ps, got.Out, "%s: every part, once, in order", name)
+			}
+			if actions == nil {
+				actions = got.Actions
+			} else {
+				require.Equal(t, actions, got.Actions, "go and c: verdicts over %q", ps)
+			}
+		}
+		if want.Err != nil && len(withoutAside(ps)) < len(ps) {
+			thoughtRefusals++
+		}
+	}
+	require.Greater(t, thoughtRefusals, 20, "the streams include refusals after thinking or a citation")
+
+	// The default detaches at the thinking: the refusal after it passes.
+	def := refusals(t)
+	for _, ps := range thinkingStreams()[:3] {
+		for name, tr := range def {
+			got, err := plugintest.Run(ctx, tr, abi.StreamInfo{ID: 1}, ps)
+			require.NoError(t, err)
+			require.NoError(t, got.Err, "%s: the default judges no text after thinking or a citation", name)
+			require.Equal(t, ps, got.Out, name)
+		}
+	}
+}
