@@ -420,3 +420,46 @@ func TestRefusalReasoningHold(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRefusalReasoningHold extends TestRefusalReasoningHold to fuzzed
+// text, thinking and cuts (go test ./plugins -fuzz FuzzRefusalReasoningHold):
+// with "reasoning": "hold" the Go and C builds give the same verdicts, and
+// the decision is the native detector's over the text alone.
+func FuzzRefusalReasoningHold(f *testing.F) {
+	f.Add("I'm sorry, but I can't", "Let me think.", uint8(3), uint8(0))
+	f.Add("Sure, here", "", uint8(1), uint8(1))
+	f.Add("I\u2019m sorry,\u2003but I cannot", "x", uint8(5), uint8(2))
+	ctx := context.Background()
+	native := nativeRefusal(f)
+	hold := map[string]abi.Transformer{
+		"go": load(f, "refusal", plugintest.GoRef("refusal"), `{"reasoning":"hold"}`, false),
+		"c":  load(f, "refusal", plugins.Refusal, `{"reasoning":"hold"}`, false),
+	}
+	f.Fuzz(func(t *testing.T, text, thought string, size, where uint8) {
+		if len(text) > 400 {
+			text = text[:400] // the C guest holds at most 1000 bytes of undecided text
+		}
+		ps := plugintest.TextStream(text, int(size%16)+1)
+		aside := plugintest.ReasoningBlock("r", thought)
+		if where%3 == 2 {
+			aside = []abi.Part{{Kind: abi.KindSource, ID: "t0", Source: &abi.Source{URL: thought}}}
+		}
+		at := []int{2, 3, min(4, len(ps)-2)}[where%3]
+		ps = concat(ps[:at], aside, ps[at:])
+		want, err := plugintest.Run(ctx, native, abi.StreamInfo{ID: 1}, withoutAside(ps))
+		require.NoError(t, err)
+		var actions []abi.PartAction
+		for _, name := range []string{"go", "c"} {
+			got, err := plugintest.Run(ctx, hold[name], abi.StreamInfo{ID: 1}, ps)
+			require.NoError(t, err, name)
+			require.Equal(t, want.Err, got.Err, "%s: the decision over %q", name, ps)
+			if got.Err == nil {
+				require.Equal(t, ps, got.Out, "%s: every part, once, in order", name)
+			}
+			if name == "c" {
+				require.Equal(t, actions, got.Actions, "go and c: verdicts over %q", ps)
+			}
+			actions = got.Actions
+		}
+	})
+}

@@ -125,3 +125,34 @@ func TestGenerateThinkingRefusalFailsOver(t *testing.T) {
 		}
 	}
 }
+
+// TestThinkingHeldUnderTheHoldCaps: held thinking counts for the
+// detector's hold caps like held text, and on_cap decides at a cap: "fail"
+// fails the attempt with a HoldCapError and the caller sees nothing;
+// "flush" releases every part once, in order, and the refusal after the
+// thinking passes (the detector has detached).
+func TestThinkingHeldUnderTheHoldCaps(t *testing.T) {
+	ctx := context.Background()
+	rt := plugintest.Runtime(t)
+	for guest, wasm := range map[string][]byte{"go": plugintest.GoRef("refusal"), "c": plugins.Refusal} {
+		for _, onCap := range []string{"fail", "flush"} {
+			t.Run(guest+"/"+onCap, func(t *testing.T) {
+				p, err := rt.Load(ctx, "refusal", wasm, host.WithConfig([]byte(
+					`{"reasoning":"hold","max_held_parts":4,"on_cap":"`+onCap+`"}`)))
+				require.NoError(t, err)
+				defer p.Close(ctx)
+				m := &streamer{key: "p/a", parts: thinkingThen("I'm sorry, but I can't help with that.", 8)}
+				out, err := throughPlugin(ctx, t, m, p)
+				if onCap == "fail" {
+					var hc *abi.HoldCapError
+					require.ErrorAs(t, err, &hc)
+					require.Equal(t, 4, hc.Parts)
+					require.Empty(t, out)
+					return
+				}
+				require.NoError(t, err)
+				require.Equal(t, m.parts, out, "flushed at the cap, every part once, in order")
+			})
+		}
+	}
+}
