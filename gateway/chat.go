@@ -198,7 +198,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 		s     driver.Stream
 		prior int // the attempts of the chain's failed links
 	)
-	offStack(func() {
+	g.openers.run(func() {
 		for i, rt := range chain {
 			l.fallbacks = i
 			s, err = gen.pol.Model.Stream(driver.StartOn(sctx, rt.model), &cr.req)
@@ -232,36 +232,6 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 // errShutdown is the answer to a request that arrives while the gateway
 // shuts down.
 var errShutdown = apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "shutting_down", msg: ErrShuttingDown.Error()}
-
-// offStack runs fn on a goroutine of its own and waits for it (a panic in
-// fn is raised again here). Opening a policy request up to its commit is
-// deep work (the SDK's reflective request encoding, the HTTP round trip)
-// that would grow the handler's stack, and a stream then held open for
-// minutes would keep that stack: thousands of open streams would each
-// carry tens of KiB for nothing. The worker's stack goes back to the
-// runtime when it ends. (It costs a stack growth per request, a few
-// percent of the gateway's CPU: measured, the memory is worth more.)
-func offStack(fn func()) {
-	var (
-		p        any
-		panicked = true
-		done     = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		defer func() {
-			if panicked {
-				p = recover()
-			}
-		}()
-		fn()
-		panicked = false
-	}()
-	<-done
-	if panicked {
-		panic(p)
-	}
-}
 
 // chainOn reports whether a route's failure moves a request on to its
 // per-request fallbacks: not when the upstream rejected the request itself
