@@ -35,9 +35,17 @@ type openers struct {
 	stopped sync.Once
 }
 
+// opening is the work an opener runs: a request's call (chat.go).
+type opening interface{ open() }
+
+// openFunc is a func as an opening.
+type openFunc func()
+
+func (f openFunc) open() { f() }
+
 // openJob is one run: the work and, back from the worker, how it ended.
 type openJob struct {
-	fn       func()
+	fn       opening
 	panicked bool
 	p        any
 	done     chan struct{} // buffered: the worker never waits on the caller
@@ -55,11 +63,11 @@ func newOpeners(maxIdle int32) *openers {
 	return &openers{jobs: make(chan *openJob), quit: make(chan struct{}), maxIdle: maxIdle}
 }
 
-// run runs fn on a worker and waits for it. A panic in fn is raised again
+// run runs fn.open on a worker and waits for it. A panic in it is raised again
 // here, on the caller's goroutine (where net/http recovers a handler's
 // panic), never on the worker's, which would end the process. After stop,
 // run still runs fn, on a goroutine that ends with it.
-func (o *openers) run(fn func()) {
+func (o *openers) run(fn opening) {
 	j := openJobs.Get().(*openJob)
 	j.fn = fn
 	select {
@@ -107,7 +115,7 @@ func (j *openJob) do() {
 		j.done <- struct{}{}
 	}()
 	j.panicked = true
-	j.fn()
+	j.fn.open()
 	j.panicked = false
 }
 

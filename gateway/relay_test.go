@@ -121,11 +121,11 @@ func TestOpenersRunAndPanic(t *testing.T) {
 	o := newOpeners(2)
 	defer o.stop()
 	ran := false
-	o.run(func() { ran = true })
+	o.run(openFunc(func() { ran = true }))
 	require.True(t, ran)
-	require.PanicsWithValue(t, "boom", func() { o.run(func() { panic("boom") }) })
+	require.PanicsWithValue(t, "boom", func() { o.run(openFunc(func() { panic("boom") })) })
 	ran = false
-	o.run(func() { ran = true })
+	o.run(openFunc(func() { ran = true }))
 	require.True(t, ran)
 }
 
@@ -144,8 +144,8 @@ func goid() string {
 func TestOpenersReuseWorkers(t *testing.T) {
 	o := newOpeners(2)
 	var first, second string
-	o.run(func() { first = goid() })
-	o.run(func() { second = goid() })
+	o.run(openFunc(func() { first = goid() }))
+	o.run(openFunc(func() { second = goid() }))
 	require.NotEqual(t, goid(), first)
 	require.Equal(t, first, second, "the second opening did not run on the idle worker")
 
@@ -157,7 +157,7 @@ func TestOpenersReuseWorkers(t *testing.T) {
 		done.Add(1)
 		go func() {
 			defer done.Done()
-			o.run(func() { started.Done(); <-release })
+			o.run(openFunc(func() { started.Done(); <-release }))
 		}()
 	}
 	started.Wait()
