@@ -36,6 +36,12 @@ var ErrAnswerTooLarge = errors.New("retryhost: the answer is too large to hold u
 // a raw chunk.
 const partOverhead = 256
 
+// atEndParts is the capacity an attempt that commits at its end starts its
+// held parts with: a short answer (stream start, metadata, a block's
+// start, delta and end, a finish, and a raw chunk beside each chunk's part)
+// fits without the slice growing from one part by doubling.
+const atEndParts = 16
+
 // attemptSpec is what one attempt of the stream driver runs with.
 type attemptSpec struct {
 	model        Model
@@ -115,8 +121,12 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 	// What the gate holds before commit, usually a preamble (stream start,
 	// response metadata, a text start) and the first content: one
 	// allocation rather than three growing ones; recv lets it go once
-	// replayed.
-	s.out = make([]Part, 0, 4)
+	// replayed. An attempt that commits at its end holds the whole answer.
+	gateParts := 4
+	if sp.atEnd {
+		gateParts = atEndParts
+	}
+	s.out = make([]Part, 0, gateParts)
 
 	scanned, content := 0, false
 	var held int64 // what the attempt holds, committing at its end
