@@ -380,6 +380,15 @@ func TestRefusalReasoningHold(t *testing.T) {
 		"go": load(t, "refusal", plugintest.GoRef("refusal"), `{"reasoning":"hold"}`, false),
 		"c":  load(t, "refusal", plugins.Refusal, `{"reasoning":"hold"}`, false),
 	}
+	// and on wazero's interpreter (see TestRefusalDifferentialInterpreter)
+	eng := wasmtest.NewEngine(true, "")
+	t.Cleanup(func() { eng.Close(ctx) })
+	for name, bin := range map[string][]byte{"go": plugintest.GoRef("refusal"), "c": plugins.Refusal} {
+		in, err := eng.Load(ctx, "refusal", bin, wasmtest.Options{Config: []byte(`{"reasoning":"hold"}`)})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = in.Close(ctx) })
+		hold[name+"-interpreter"] = in
+	}
 	streams := thinkingStreams()
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range 300 {
@@ -390,7 +399,7 @@ func TestRefusalReasoningHold(t *testing.T) {
 		want, err := plugintest.Run(ctx, native, abi.StreamInfo{ID: 1}, withoutAside(ps))
 		require.NoError(t, err)
 		var actions []abi.PartAction
-		for _, name := range []string{"go", "c"} {
+		for _, name := range []string{"go", "c", "go-interpreter", "c-interpreter"} {
 			got, err := plugintest.Run(ctx, hold[name], abi.StreamInfo{ID: 1}, ps)
 			require.NoError(t, err, name)
 			require.Equal(t, want.Err, got.Err, "%s: the decision over %q", name, ps)
@@ -400,7 +409,7 @@ func TestRefusalReasoningHold(t *testing.T) {
 			if actions == nil {
 				actions = got.Actions
 			} else {
-				require.Equal(t, actions, got.Actions, "go and c: verdicts over %q", ps)
+				require.Equal(t, actions, got.Actions, "%s and go: verdicts over %q", name, ps)
 			}
 		}
 		if want.Err != nil && len(withoutAside(ps)) < len(ps) {
