@@ -25,6 +25,7 @@ type chunk struct {
 	choices           []choice // the choices with index 0, in order (n > 1 is not modelled)
 
 	lastID, lastModel string // the previous chunk's, reused when they repeat
+	d                 lean   // decodeChunk's reader
 }
 
 type choice struct {
@@ -97,13 +98,16 @@ func (c *chunk) fromSDK(sc *oai.ChatCompletionChunk) {
 // event is never accepted here.
 func decodeChunk(data []byte, c *chunk) bool {
 	c.reset()
-	d := lean{b: data}
+	// The reader is the chunk's: the member functions it is handed to
+	// would move a local one to the heap, once per event.
+	d := &c.d
+	*d = lean{b: data}
 	d.ws()
-	if !d.object(0, c.top) {
-		return false
-	}
+	ok := d.object(0, c.top)
 	d.ws()
-	return d.i == len(d.b)
+	ok = ok && d.i == len(d.b)
+	*d = lean{} // the event's data is its body's, and only until its next event
+	return ok
 }
 
 // lean is a strict, validating JSON reader over one document.
@@ -452,8 +456,11 @@ func (d *lean) extraStr(v *string) bool {
 			*v = string(raw)
 			return true
 		}
-		*v = ""
-		return json.Unmarshal(d.b[s:d.i], v) == nil
+		// Into a local: v would go to the heap with it, on every call.
+		var u string
+		ok = json.Unmarshal(d.b[s:d.i], &u) == nil
+		*v = u
+		return ok
 	}
 	*v = ""
 	return d.skip(0)
