@@ -1,7 +1,9 @@
 package openai
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -149,8 +151,13 @@ func (d *lean) object(depth int, member func(d *lean, key []byte, depth int) boo
 		return true
 	}
 	var (
-		seen [maxLeanKeys][]byte
-		n    int
+		// The keys so far, as offset<<32 | length: a third of the bytes
+		// of slices to clear per object; and a bit per (length + first
+		// byte + twice the last) mod 64, so that a new key is compared
+		// with the others only when one may equal it.
+		seen  [maxLeanKeys]uint64
+		bloom uint64
+		n     int
 	)
 	for {
 		d.ws()
@@ -163,12 +170,19 @@ func (d *lean) object(depth int, member func(d *lean, key []byte, depth int) boo
 			if n == len(seen) {
 				return false
 			}
-			for _, k := range seen[:n] {
-				if string(k) == string(key) {
-					return false
+			h := uint(len(key))
+			if len(key) > 0 {
+				h += uint(key[0]) + uint(key[len(key)-1])<<1
+			}
+			if bloom&(1<<(h&63)) != 0 {
+				for _, k := range seen[:n] {
+					if off := k >> 32; string(d.b[off:off+k&0xffffffff]) == string(key) {
+						return false
+					}
 				}
 			}
-			seen[n] = key
+			bloom |= 1 << (h & 63)
+			seen[n] = uint64(d.i-1-len(key))<<32 | uint64(len(key))
 			n++
 		}
 		d.ws()
@@ -355,7 +369,18 @@ func (d *lean) rawString() (raw []byte, escaped, ok bool) {
 	}
 	d.i++
 	s := d.i
-	for d.i < len(d.b) {
+	for {
+		if len(d.b)-d.i >= 8 { // 8 bytes at a time, to the first that is not plain
+			m := special8(binary.LittleEndian.Uint64(d.b[d.i:]))
+			if m == 0 {
+				d.i += 8
+				continue
+			}
+			d.i += bits.TrailingZeros64(m) >> 3
+		}
+		if d.i >= len(d.b) {
+			return nil, false, false
+		}
 		c := d.b[d.i]
 		switch {
 		case c == '"':
@@ -390,7 +415,20 @@ func (d *lean) rawString() (raw []byte, escaped, ok bool) {
 			d.i++
 		}
 	}
-	return nil, false, false
+}
+
+// special8 marks, with the high bit of its byte, each of the 8 bytes in v
+// (little-endian) that is '"', '\\' or a control character, and may mark
+// plain bytes above the first one marked, never below: the lowest mark
+// is the first special byte. (The tests for a zero byte and for a byte
+// below n, bytes - 0x01… or n…, masked by the bytes' own high bits, have
+// no false negatives; a false positive needs a borrow from a true one
+// below it.)
+func special8(v uint64) uint64 {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q := v ^ lo*'"'
+	b := v ^ lo*'\\'
+	return ((q-lo)&^q | (b-lo)&^b | (v-lo*0x20)&^v) & hi
 }
 
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }

@@ -3,9 +3,11 @@ package openai
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/bits"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -244,4 +246,40 @@ func TestEventsSkipMalformed(t *testing.T) {
 
 	_, err = streamParts(t, []byte(body), false)
 	require.Error(t, err, "no skipping without SkipMalformed")
+}
+
+// special8's lowest mark is the first quote, backslash or control
+// character in the word, wherever it sits and whatever follows it; a word
+// of common text has none.
+func TestSpecial8(t *testing.T) {
+	first := func(w []byte) int {
+		m := special8(binary.LittleEndian.Uint64(w))
+		if m == 0 {
+			return -1
+		}
+		return bits.TrailingZeros64(m) >> 3
+	}
+	for pos := range 8 {
+		for c := range 256 {
+			w := []byte("aaaaaaaa")
+			w[pos] = byte(c)
+			want := -1
+			if c == '"' || c == '\\' || c < 0x20 {
+				want = pos
+			}
+			require.Equal(t, want, first(w), "byte %#x at %d", c, pos)
+			for _, after := range []byte{0, '"', '\\', 0x1f, 0x20, 0x80, 0xff} {
+				for q := pos + 1; q < 8; q++ {
+					w2 := bytes.Clone(w)
+					w2[q] = after
+					if want >= 0 {
+						require.Equal(t, want, first(w2), "byte %#x at %d, %#x at %d", c, pos, after, q)
+					}
+				}
+			}
+		}
+	}
+	for _, w := range []string{"h\xc3\xa9llo wo", "\xf0\x9f\x98\x80\xf0\x9f\x98\x80", "chatcmpl", "{}[]:,/ ", "\x7f\x80\xff~!#$%"} {
+		require.Equal(t, -1, first([]byte(w)), "%q", w)
+	}
 }
