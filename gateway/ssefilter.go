@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"mime"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -29,7 +29,7 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	hook, _ := r.Context().Value(flushKey{}).(*flushHook)
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
+	if isEventStream(resp.Header.Get("Content-Type")) {
 		resp.Body = newEventReader(resp.Body, f.skipped, hook)
 	} else if hook != nil {
 		resp.Body = &hookedBody{ReadCloser: resp.Body, hook: hook}
@@ -38,6 +38,14 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 		hook.bodies.Add(1)
 	}
 	return resp, nil
+}
+
+// isEventStream reports whether a Content-Type is text/event-stream, as
+// mime.ParseMediaType would find, without its allocations: the media
+// type is what comes before any parameter, in any case.
+func isEventStream(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
 }
 
 // eventBufSize is the filter's read buffer per upstream stream; a longer
@@ -217,14 +225,15 @@ type eventReader struct {
 	skipped *atomic.Int64
 
 	// Read's state.
-	event   []byte // the event being read, its lines as they came
-	data    []byte // its data, joined (ReadEvent's too)
-	partial []byte // a line longer than the read buffer, so far
-	hasData bool
-	tooBig  bool
-	out     []byte // released bytes; out[off:] not yet read
-	off     int
-	err     error
+	event    []byte // the event being read, its lines as they came; released: event[off:] is not read yet
+	released bool
+	off      int
+	data     []byte // its data, joined, past its first data line (ReadEvent's data too)
+	value    [2]int // its first data line's value, in event
+	nData    int    // its data lines
+	partial  []byte // a line longer than the read buffer, so far
+	tooBig   bool
+	err      error
 
 	typ []byte // ReadEvent's event type
 }
@@ -335,17 +344,20 @@ func (e *eventReader) SkipMalformed(data []byte) bool {
 }
 
 func (e *eventReader) Read(p []byte) (int, error) {
-	for len(e.out) == 0 && e.err == nil {
+	for !e.released && e.err == nil {
 		e.step()
 	}
-	if len(e.out) > 0 {
-		n := copy(p, e.out[e.off:])
-		if e.off += n; e.off == len(e.out) {
-			e.out, e.off = e.out[:0], 0
-		}
-		return n, nil
+	if !e.released {
+		return 0, e.err
 	}
-	return 0, e.err
+	n := copy(p, e.event[e.off:])
+	if e.off += n; e.off == len(e.event) {
+		e.event, e.off, e.released = e.event[:0], 0, false
+		if cap(e.event) > maxKeptData {
+			e.event = nil
+		}
+	}
+	return n, nil
 }
 
 // step reads one line and, at the blank line that ends an event, releases
@@ -371,11 +383,13 @@ func (e *eventReader) step() {
 		e.line(line)
 	}
 	e.partial = e.partial[:0]
+	if cap(e.partial) > maxKeptData {
+		e.partial = nil
+	}
 	if err != nil {
 		if len(e.event) > 0 && !e.tooBig {
-			e.out = append(e.out, e.event...) // a last event with no blank line: as it came
+			e.released = true // a last event with no blank line: as it came
 		}
-		e.event = nil
 		e.err = err
 	}
 }
@@ -383,37 +397,57 @@ func (e *eventReader) step() {
 func (e *eventReader) line(line []byte) {
 	trimmed := bytes.TrimSuffix(line, []byte("\n"))
 	if len(trimmed) == 0 { // the end of an event
-		if len(e.event) > 0 || e.tooBig {
-			if e.hasData && !e.tooBig && wellFormed(e.data) {
-				e.out = append(append(e.out, e.event...), line...)
-			} else if e.hasData || e.tooBig {
-				e.skipped.Add(1)
-			} else {
-				e.out = append(append(e.out, e.event...), line...) // comments, ids: as they came
-			}
-		} else {
-			e.out = append(e.out, line...)
+		switch {
+		case e.tooBig:
+			e.skipped.Add(1)
+			e.event = e.event[:0]
+		case e.nData > 0 && !e.wellFormed():
+			e.skipped.Add(1)
+			e.event = e.event[:0]
+		default: // well formed; or comments, ids: as they came
+			e.event = append(e.event, line...)
+			e.released = true
 		}
-		e.event, e.data, e.hasData, e.tooBig = e.event[:0], e.data[:0], false, false
+		e.data, e.nData, e.tooBig = e.data[:0], 0, false
+		if cap(e.data) > maxKeptData {
+			e.data = nil
+		}
 		return
 	}
 	if e.tooBig {
 		return
 	}
 	if len(e.event)+len(line) > maxEventBytes {
-		e.tooBig, e.event, e.data = true, e.event[:0], e.data[:0]
+		e.tooBig, e.event, e.data, e.nData = true, e.event[:0], e.data[:0], 0
 		return
 	}
+	at := len(e.event)
 	e.event = append(e.event, line...)
 	// A field's name ends at its first colon, as the SDKs' decoders split
 	// it: a line "data" is a data line with nothing in it.
-	if name, v, _ := bytes.Cut(trimmed, []byte(":")); string(name) == "data" {
-		if e.hasData {
-			e.data = append(e.data, '\n')
-		}
-		e.hasData = true
-		e.data = append(e.data, bytes.TrimPrefix(v, []byte(" "))...)
+	name, v, _ := bytes.Cut(trimmed, []byte(":"))
+	if string(name) != "data" {
+		return
 	}
+	v = bytes.TrimPrefix(v, []byte(" "))
+	if e.nData++; e.nData == 1 { // the common event: its data is checked where it lies
+		start := at + len(trimmed) - len(v)
+		e.value = [2]int{start, start + len(v)}
+		return
+	}
+	if e.nData == 2 {
+		e.data = append(e.data, e.event[e.value[0]:e.value[1]]...)
+	}
+	e.data = append(append(e.data, '\n'), v...)
+}
+
+// wellFormed reports whether the data of the event Read gathered is
+// [DONE] or a JSON object.
+func (e *eventReader) wellFormed() bool {
+	if e.nData == 1 {
+		return wellFormed(e.event[e.value[0]:e.value[1]])
+	}
+	return wellFormed(e.data)
 }
 
 // wellFormed reports whether an event's data is [DONE] or a JSON object.

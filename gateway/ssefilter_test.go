@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -180,4 +181,46 @@ func FuzzEventReader(f *testing.F) {
 		require.Equal(t, sdkEvents(t, out), evs)
 		require.Equal(t, n, m)
 	})
+}
+
+// isEventStream finds what mime.ParseMediaType finds, the filter's check
+// before it.
+func TestIsEventStream(t *testing.T) {
+	for _, ct := range []string{"text/event-stream", "Text/Event-Stream; charset=utf-8", " text/event-stream ", "text/event-stream;", "text/event-stream; charset",
+		"text/event-streamx", "text/event-stream x", "application/json", "", ";text/event-stream", "text/plain; x=text/event-stream"} {
+		mt, _, _ := mime.ParseMediaType(ct)
+		require.Equal(t, mt == "text/event-stream", isEventStream(ct), "%q", ct)
+	}
+}
+
+// Read keeps small buffers too, and allocates nothing per event once they
+// are made (the events Anthropic's SDK decoder reads through it).
+func TestReadKeepsBuffersSmall(t *testing.T) {
+	long := "data: {\"x\":\"" + strings.Repeat("b", 100<<10) + "\",\n" + "data: \"y\":1}\n\n"
+	small := "event: e\ndata: {\"type\":\"ping\"}\n\n"
+	var n atomic.Int64
+	er := newEventReader(io.NopCloser(iotest.HalfReader(strings.NewReader(long+strings.Repeat(small, 4000)))), &n, nil)
+	p := make([]byte, 512)
+	var got []byte
+	for len(got) < len(long)+len(small) {
+		k, err := er.Read(p)
+		require.NoError(t, err)
+		got = append(got, p[:k]...)
+	}
+	require.True(t, string(got) == long+small, "the long event and the next, as they came")
+	require.Zero(t, n.Load())
+	require.Len(t, er.lr.buf, eventBufSize)
+	require.LessOrEqual(t, cap(er.event), maxKeptData)
+	require.LessOrEqual(t, cap(er.data), maxKeptData)
+	require.LessOrEqual(t, cap(er.partial), maxKeptData)
+	read := func() {
+		if k, err := er.Read(p); err != nil || string(p[:k]) != small {
+			t.Fatal(err, string(p[:k]))
+		}
+	}
+	allocs := testing.AllocsPerRun(500, read)
+	for i := 0; i < 5 && allocs > 0; i++ {
+		allocs = min(allocs, testing.AllocsPerRun(500, read))
+	}
+	require.Zero(t, allocs)
 }
