@@ -36,6 +36,12 @@ var ErrAnswerTooLarge = errors.New("retryhost: the answer is too large to hold u
 // a raw chunk.
 const partOverhead = 256
 
+// atEndParts is the capacity an attempt that commits at its end starts its
+// held parts with: a short answer (stream start, metadata, a block's
+// start, delta and end, a finish, and a raw chunk beside each chunk's part)
+// fits without the slice growing from one part by doubling.
+const atEndParts = 16
+
 // attemptSpec is what one attempt of the stream driver runs with.
 type attemptSpec struct {
 	model        Model
@@ -87,6 +93,9 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		clock:  sp.clock,
 	}
 	s.first = armFirstContent(sp.clock, sp.firstContent, cancel)
+	if sp.atEnd {
+		s.out = make([]Part, 0, atEndParts) // it holds the whole answer
+	}
 
 	fail := func(err error) attemptResult {
 		if actx.Err() != nil {

@@ -335,7 +335,8 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 	var (
 		buf    []byte
 		usage  *abi.Usage
-		broken bool // a write or flush failed: the client is gone
+		broken bool     // a write or flush failed: the client is gone
+		p      abi.Part // one for the whole stream: the encoder's methods take its address, which moves it to the heap
 	)
 	send := func() {
 		if len(buf) == 0 || broken {
@@ -353,7 +354,8 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		if hook != nil && len(buf) > 0 {
 			hook.arm(send)
 		}
-		p, err := s.Recv()
+		var err error
+		p, err = s.Recv()
 		if hook != nil {
 			hook.disarm()
 		}
@@ -372,7 +374,9 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			return
 		}
 		if p.Kind == abi.KindRaw {
-			enc.raw(&p)
+			if buf = enc.raw(buf, &p); hook == nil {
+				send()
+			}
 			continue
 		}
 		l.parts++
@@ -424,8 +428,10 @@ func (g *Gateway) endErr(ctx context.Context, err error) string {
 // while reading it (the client gone, the gateway shutting down) is still an
 // error answer, never a truncated 200.
 func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, d door, l *accessLog, s driver.Stream, enc encoder) {
+	var p abi.Part // one for the whole answer (see relay)
 	for {
-		p, err := s.Recv()
+		var err error
+		p, err = s.Recv()
 		if err == io.EOF {
 			break
 		}
@@ -439,7 +445,7 @@ func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, d door, l 
 			return
 		}
 		if p.Kind == abi.KindRaw {
-			enc.raw(&p)
+			enc.collect(&p)
 			continue
 		}
 		l.parts++
