@@ -39,8 +39,15 @@ const partOverhead = 256
 // atEndParts is the capacity an attempt that commits at its end starts its
 // held parts with: a short answer (stream start, metadata, a block's
 // start, delta and end, a finish, and a raw chunk beside each chunk's part)
-// fits without the slice growing from one part by doubling.
-const atEndParts = 16
+// fits without the slice growing from one part by doubling. A longer
+// answer is held in segments (attemptStream.held), each twice the last up
+// to atEndSegment parts, so holding it never copies what it holds and
+// allocates about what it holds, not up to twice that; the replay lets
+// go of each segment as it is read.
+const (
+	atEndParts   = 16
+	atEndSegment = 1024
+)
 
 // attemptSpec is what one attempt of the stream driver runs with.
 type attemptSpec struct {
@@ -92,9 +99,9 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		gap:    sp.gap,
 		clock:  sp.clock,
 	}
-	s.first = armFirstContent(sp.clock, sp.firstContent, cancel)
-	if sp.atEnd {
-		s.out = make([]Part, 0, atEndParts) // it holds the whole answer
+	if sp.firstContent > 0 {
+		s.firstV.arm(sp.clock, sp.firstContent, cancel)
+		s.first = &s.firstV
 	}
 
 	fail := func(err error) attemptResult {
@@ -106,8 +113,8 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 	}
 
 	info := abi.StreamInfo{ID: streamIDs.Add(1), Model: sp.model.Key(), Attempt: sp.number}
-	ch, err := openChain(actx, sp.clock, sp.transformers, info)
-	if err != nil {
+	ch := &s.chainV
+	if err := ch.open(actx, sp.clock, sp.transformers, info); err != nil {
 		return fail(err)
 	}
 	s.ch = ch
@@ -118,9 +125,19 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 	}
 	s.up = up
 	s.stopAF = context.AfterFunc(actx, func() { _ = up.Close() })
+	// What the gate holds before commit, usually a preamble (stream start,
+	// response metadata, a text start) and the first content: one
+	// allocation rather than three growing ones; recv lets it go once
+	// replayed. An attempt that commits at its end holds the whole answer.
+	gateParts := 4
+	if sp.atEnd {
+		gateParts = atEndParts
+	}
+	s.out = make([]Part, 0, gateParts)
 
 	scanned, content := 0, false
-	var held int64 // what the attempt holds, committing at its end
+	var finish *abi.Finish // the last finish part scanned
+	var held int64         // what the attempt holds, committing at its end
 	for {
 		p, expired, err := s.next()
 		if expired {
@@ -145,6 +162,9 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 			if q.Kind == abi.KindError {
 				return fail(partError(q))
 			}
+			if q.Kind == abi.KindFinish {
+				finish = q.Finish
+			}
 			if sp.atEnd {
 				if held += int64(q.Size()) + partOverhead; held > sp.maxAnswer {
 					return fail(fmt.Errorf("%w: more than %d bytes held before the end of the stream", ErrAnswerTooLarge, sp.maxAnswer))
@@ -167,16 +187,21 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 			}
 		}
 		if s.upDone {
-			r := attemptResult{stream: s, empty: !content, whole: sp.atEnd}
-			for i := range s.out {
-				if s.out[i].Kind == abi.KindFinish {
-					r.finish = s.out[i].Finish
-				}
-			}
+			r := attemptResult{stream: s, empty: !content, whole: sp.atEnd, finish: finish}
 			if err := s.commitNow(); err != nil {
 				return fail(err)
 			}
+			if len(s.held) > 0 { // the replay starts at the first segment
+				s.held = append(s.held, s.out)
+				s.out, s.held[0] = s.held[0], nil
+				s.held = s.held[1:]
+			}
 			return r
+		}
+		if sp.atEnd && len(s.out) == cap(s.out) {
+			s.held = append(s.held, s.out)
+			s.out = make([]Part, 0, min(2*cap(s.out), atEndSegment))
+			scanned = 0
 		}
 	}
 }
@@ -220,9 +245,15 @@ type attemptStream struct {
 	clock  clock
 	gap    time.Duration
 
-	first  *firstWatch
-	gapW   *gapWatch
+	first  *firstWatch // &firstV when armed, else nil
+	gapW   *gapWatch   // &gapV once armed, else nil
 	stopAF func() bool
+
+	// The watches and the chain live in the attemptStream, so that an
+	// attempt allocates them with it rather than one by one.
+	firstV firstWatch
+	gapV   gapWatch
+	chainV chain
 
 	// rd reads the upstream while a transform holds parts (see next);
 	// inflight reports a Recv it runs whose result next has not taken yet
@@ -233,6 +264,7 @@ type attemptStream struct {
 
 	mu     sync.Mutex // the slow path of Recv vs a concurrent Close
 	out    []Part
+	held   [][]Part // an answer held to its end: the segments that follow out, in order (see atEndSegment)
 	head   int
 	upDone bool        // the upstream ended cleanly and the chain was resolved
 	fast   atomic.Bool // nothing queued, every transform detached
@@ -258,7 +290,8 @@ func (s *attemptStream) commitNow() error {
 	if s.gapW != nil { // armed by firstContent: the stream is over
 		s.gapW.stop()
 	} else if s.gap > 0 && !s.upDone {
-		s.gapW = startGapWatch(s.clock, s.gap, s.cancel)
+		s.gapV.start(s.clock, s.gap, s.cancel)
+		s.gapW = &s.gapV
 	}
 	s.committed = true
 	return nil
@@ -273,7 +306,8 @@ func (s *attemptStream) firstContent() error {
 		return s.first.err
 	}
 	if s.gap > 0 {
-		s.gapW = startGapWatch(s.clock, s.gap, s.cancel)
+		s.gapV.start(s.clock, s.gap, s.cancel)
+		s.gapW = &s.gapV
 	}
 	return nil
 }
@@ -376,11 +410,19 @@ func (s *attemptStream) recv() (Part, error) {
 			s.head++
 			return s.deliver(p)
 		}
+		if len(s.held) > 0 { // the next segment of an answer held to its end
+			s.out, s.held[0], s.head = s.held[0], nil, 0
+			s.held = s.held[1:]
+			continue
+		}
 		if s.err != nil {
 			return Part{}, s.err
 		}
 		if s.head != 0 {
 			s.out, s.head = s.out[:0], 0
+			if s.ch.active == 0 {
+				s.out = nil // replayed, and no transform will hold parts in it again: a held stream keeps none
+			}
 		}
 		if !s.upDone && s.ch.active == 0 && !s.inflight {
 			s.fast.Store(true) // from the next Recv on
@@ -437,7 +479,7 @@ func (s *attemptStream) recv() (Part, error) {
 func (s *attemptStream) deliver(p Part) (Part, error) {
 	if p.Kind == abi.KindError {
 		clear(s.out[s.head:])
-		s.out, s.head = s.out[:0], 0
+		s.out, s.held, s.head = s.out[:0], nil, 0
 		s.end(partError(&p))
 		return Part{}, s.err
 	}
@@ -622,7 +664,7 @@ func (s *attemptStream) Close() error {
 	s.mu.Lock()
 	if s.err == nil {
 		clear(s.out)
-		s.out, s.head = nil, 0
+		s.out, s.held, s.head = nil, nil, 0
 		s.end(ErrStreamClosed)
 	}
 	s.mu.Unlock()

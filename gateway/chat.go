@@ -94,9 +94,12 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) { g.serve(w, r, c
 // serve answers one request of door d: admission, body, routing, the
 // commit gate, then the answer relayed or collected in d's format.
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
-	l := &accessLog{id: d.newID(), start: time.Now()}
+	c := &call{}
+	l := &c.l
+	l.id, l.start = d.newID(), time.Now()
 	l.requestID = requestID(r.Header.Get("X-Request-Id"), l.id)
-	w.Header().Set("X-Request-Id", l.requestID) // on every answer; sent with the first byte, never before commit
+	c.hv[0] = l.requestID
+	w.Header()["X-Request-Id"] = c.hv[0:1:1] // on every answer; sent with the first byte, never before commit
 	defer g.logAccess(r.Context(), r, l)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
@@ -153,9 +156,17 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	if cr.req.Headers == nil {
 		cr.req.Headers = http.Header{}
 	}
-	cr.req.Headers.Set("X-Request-Id", l.requestID) // for the upstreams' logs
-	chain := make([]*route, 0, 1+len(cr.fallbacks))
-	for i, name := range append([]string{cr.model}, cr.fallbacks...) {
+	c.hv[1] = l.requestID
+	cr.req.Headers["X-Request-Id"] = c.hv[1:2:2] // for the upstreams' logs
+	chain := c.one[:0]
+	if len(cr.fallbacks) > 0 {
+		chain = make([]*route, 0, 1+len(cr.fallbacks))
+	}
+	for i := 0; i <= len(cr.fallbacks); i++ {
+		name := cr.model
+		if i > 0 {
+			name = cr.fallbacks[i-1]
+		}
 		rt := gen.routes[name]
 		if rt == nil {
 			param := "model"
@@ -177,11 +188,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	defer cancel(nil)
 	stopAfter := context.AfterFunc(g.stopCtx, func() { cancel(context.Cause(g.stopCtx)) })
 	defer stopAfter()
-	st := &reqState{atEnd: !cr.stream}
+	st := &c.st
+	st.atEnd = !cr.stream
 	ctx = context.WithValue(ctx, stateKey{}, st)
 	var hook *flushHook
 	if cr.stream && g.client != nil {
-		hook = &flushHook{}
+		hook = &c.hook
 		ctx = context.WithValue(ctx, flushKey{}, hook)
 	}
 
@@ -194,20 +206,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	if !cr.stream {
 		sctx = driver.CommitAtEnd(ctx)
 	}
-	var (
-		s     driver.Stream
-		prior int // the attempts of the chain's failed links
-	)
-	offStack(func() {
-		for i, rt := range chain {
-			l.fallbacks = i
-			s, err = gen.pol.Model.Stream(driver.StartOn(sctx, rt.model), &cr.req)
-			if err == nil || ctx.Err() != nil || !chainOn(err) {
-				break
-			}
-			prior += attempts(err)
-		}
-	})
+	c.gen, c.chain, c.ctx, c.sctx, c.req = gen, chain, ctx, sctx, &cr.req
+	g.openers.run(c)
+	s, err, prior := c.s, c.err, c.prior
 	if err != nil {
 		l.attempts = prior + attempts(err)
 		g.fail(ctx, w, d, l, err)
@@ -216,8 +217,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	defer s.Close()
 	l.commitAt = time.Since(l.start)
 	l.model, l.attempts = gen.name(st.committed), prior+st.attempts
-	w.Header().Set("X-Retryhost-Model", l.model)
-	w.Header().Set("X-Retryhost-Attempts", strconv.Itoa(l.attempts))
+	c.hv[2], c.hv[3] = l.model, strconv.Itoa(l.attempts)
+	h := w.Header()
+	h["X-Retryhost-Model"], h["X-Retryhost-Attempts"] = c.hv[2:3:3], c.hv[3:4:4]
 	enc := d.encoder(l.id, l.model, cr)
 	if cr.stream {
 		if hook != nil && (hook.bodies.Load() == 0 || !gen.hooked[st.committed]) {
@@ -229,39 +231,44 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	}
 }
 
+// call is what one request keeps beyond serve's own variables: its access
+// log, the commit hook's state, the flush hook and the opening's inputs and
+// result, in one allocation. Its open runs on an opener (openers.go).
+type call struct {
+	l    accessLog
+	st   reqState
+	hook flushHook
+	// hv hold header values (the answer's X-Request-Id, the upstream's,
+	// X-Retryhost-Model, X-Retryhost-Attempts), each a slice of its own.
+	hv [4]string
+
+	// The opening's inputs, then what it hands back.
+	gen       *generation
+	chain     []*route  // the route, then the request's fallbacks
+	one       [1]*route // chain's array when there are no fallbacks
+	ctx, sctx context.Context
+	req       *driver.Request
+	s         driver.Stream
+	err       error
+	prior     int // the attempts of the chain's failed links
+}
+
+// open opens the policy request on each link of the chain in turn, until
+// one commits or fails for a reason that does not move it on.
+func (c *call) open() {
+	for i, rt := range c.chain {
+		c.l.fallbacks = i
+		c.s, c.err = c.gen.pol.Model.Stream(driver.StartOn(c.sctx, rt.model), c.req)
+		if c.err == nil || c.ctx.Err() != nil || !chainOn(c.err) {
+			break
+		}
+		c.prior += attempts(c.err)
+	}
+}
+
 // errShutdown is the answer to a request that arrives while the gateway
 // shuts down.
 var errShutdown = apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "shutting_down", msg: ErrShuttingDown.Error()}
-
-// offStack runs fn on a goroutine of its own and waits for it (a panic in
-// fn is raised again here). Opening a policy request up to its commit is
-// deep work (the SDK's reflective request encoding, the HTTP round trip)
-// that would grow the handler's stack, and a stream then held open for
-// minutes would keep that stack: thousands of open streams would each
-// carry tens of KiB for nothing. The worker's stack goes back to the
-// runtime when it ends. (It costs a stack growth per request, a few
-// percent of the gateway's CPU: measured, the memory is worth more.)
-func offStack(fn func()) {
-	var (
-		p        any
-		panicked = true
-		done     = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		defer func() {
-			if panicked {
-				p = recover()
-			}
-		}()
-		fn()
-		panicked = false
-	}()
-	<-done
-	if panicked {
-		panic(p)
-	}
-}
 
 // chainOn reports whether a route's failure moves a request on to its
 // per-request fallbacks: not when the upstream rejected the request itself

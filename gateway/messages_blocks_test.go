@@ -94,6 +94,25 @@ func TestMessagesBlocksThroughAnthropicClient(t *testing.T) {
 			require.NoError(t, got.accumErr)
 			requireBlocks(t, &got.msg, true)
 
+			// The answer goes back as the next turn's assistant message: the
+			// upstream gets its thinking blocks whole (signed, redacted), as
+			// Anthropic requires to continue after them.
+			r.up["primary"].play(act{chunks: []string{"ok"}})
+			p := msgParams("primary")
+			p.Messages = append(p.Messages, got.msg.ToParam(), anthropic.NewUserMessage(anthropic.NewTextBlock("And?")))
+			_, err := r.anth.Messages.New(context.Background(), p)
+			require.NoError(t, err)
+			var sent []struct {
+				Content []struct{ Type, Data, Signature string }
+			}
+			require.NoError(t, json.Unmarshal(r.up["primary"].requests()[1].body["messages"], &sent))
+			require.Equal(t, "redacted_thinking", sent[1].Content[0].Type)
+			require.Equal(t, got.msg.Content[0].Data, sent[1].Content[0].Data)
+			require.Equal(t, "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds", sent[1].Content[1].Signature)
+			require.Len(t, sent[1].Content, 8)
+			require.Equal(t, "ErUBCkYIBBgCIkB2Zm9tX2VtcHR5X3RoaW5raW5n", sent[1].Content[6].Signature, "the thinking block with only a signature")
+			r.up["primary"].reset()
+
 			r.up["primary"].play(act{transcript: "anthropic/blocks.json"})
 			m, err := r.anth.Messages.New(context.Background(), msgParams("primary"))
 			require.NoError(t, err)
@@ -144,6 +163,7 @@ func requireBlocks(t *testing.T, m *anthropic.Message, streamed bool) {
 	require.Equal(t, anthropic.StopReasonStopSequence, m.StopReason)
 	require.Equal(t, "###", m.StopSequence)
 	require.EqualValues(t, 1, m.Usage.ServerToolUse.WebSearchRequests)
+	require.EqualValues(t, "standard", m.Usage.ServiceTier, "message_start's usage members")
 	require.EqualValues(t, 10682, m.Usage.InputTokens)
 	require.EqualValues(t, 510, m.Usage.OutputTokens)
 	_ = streamed
@@ -228,4 +248,47 @@ func TestMessagesBlocksRenumbered(t *testing.T) {
 		require.Equal(t, "chart", m.Content[2].Type)
 		require.Contains(t, m.Content[2].RawJSON(), `"chart_id":"ch_7"`)
 	}
+}
+
+// Across APIs. A Chat Completions answer has no place for an Anthropic
+// upstream's redacted thinking, signatures, citations, a block newer than
+// the SDK or the stop sequence: an OpenAI client gets what it can carry
+// (the thinking as reasoning_content, the text, the server tool's call as
+// a tool call), streamed and not, and nothing breaks on the rest.
+func TestChatAnswerFromAnthropicBlocks(t *testing.T) {
+	r := newRigOf(t, "", allAnthropic)
+	const text = "It is sunny in New York today, with clear skies tonight. END"
+	r.up["primary"].play(act{transcript: "anthropic/blocks.json"})
+	resp, body := r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	for _, leak := range []string{"EmwKAhgBEgy3va3pzix", "EqQBCgIYAhIM1gbcDa9G", "encrypted_index", "wc_01", "weather_card", "###"} {
+		require.NotContains(t, body, leak)
+	}
+	r.up["primary"].play(act{transcript: "anthropic/blocks.json"})
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, text, cc.Choices[0].Message.Content)
+	require.Contains(t, cc.Choices[0].Message.RawJSON(), `"reasoning_content":"I should look the weather up."`)
+	require.Len(t, cc.Choices[0].Message.ToolCalls, 1)
+	require.Equal(t, "web_search", cc.Choices[0].Message.ToolCalls[0].Function.Name)
+	require.EqualValues(t, 510, cc.Usage.CompletionTokens)
+}
+
+// The other way: an OpenAI-compatible model answers /v1/messages with the
+// blocks its parts make (text here), nothing relayed from raw events, and
+// its usage at the end (message_start's is zero, as no Anthropic
+// message_start came).
+func TestMessagesFromOpenAIUpstreamNothingToRelay(t *testing.T) {
+	r := newRigOf(t, "", []string{"backup"})
+	r.up["primary"].play(act{preamble: true, chunks: []string{"Par", "is"}, logprobs: true, tier: "priority"})
+	resp, body := r.rawMessages(messagesStreamBody)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	names, data := sseEvents(body)
+	require.Equal(t, []string{"message_start", "content_block_start", "content_block_delta", "content_block_delta",
+		"content_block_stop", "message_delta", "message_stop"}, names)
+	require.Contains(t, data[0], `"usage":{"input_tokens":0,"output_tokens":0}`)
+	require.Equal(t, `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`, data[1])
+	require.Contains(t, data[5], `"delta":{"stop_reason":"end_turn","stop_sequence":null}`)
+	require.NotContains(t, body, "logprobs")
+	require.NotContains(t, body, "priority")
 }

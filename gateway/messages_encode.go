@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -71,8 +72,9 @@ type upBlock struct {
 
 // maxUpBlocks caps the upstream blocks the encoder tracks at once (their
 // starts until they stop): the adapter caps the open blocks of a stream
-// at 1,024 and ends it past that; a block past the cap is relayed from its
-// parts alone.
+// at 1,024 and ends it past that. A block past the cap goes out from its
+// parts alone (without the upstream's own fields), or not at all when no
+// part carries it (redacted_thinking, a newer type).
 const maxUpBlocks = 1024
 
 type openBlock struct {
@@ -213,12 +215,6 @@ func emptyToolUse(id string, t *abi.ToolInfo) func([]byte) []byte {
 	}
 }
 
-// rawEvent returns the Anthropic stream event p carries, if any.
-func rawEvent(p *abi.Part) (*ant.MessageStreamEventUnion, bool) {
-	ev, ok := p.Raw.(ant.MessageStreamEventUnion)
-	return &ev, ok
-}
-
 // rawJSON returns an object's JSON as an upstream sent it, on one line (an
 // SSE data line ends at a line break), or "" if it is not an object.
 func rawJSON(s string) string {
@@ -331,11 +327,11 @@ func mapped(kind abi.PartKind, typ string) bool {
 // block, which opens if it has not yet (a signature for an empty thinking
 // block, a citation before the text).
 func (e *messagesEncoder) raw(b []byte, p *abi.Part) []byte {
-	ev, ok := rawEvent(p)
+	ev, ok := p.Raw.(ant.MessageStreamEventUnion)
 	if !ok {
 		return b
 	}
-	u := e.note(ev)
+	u := e.note(&ev)
 	if u == nil {
 		return b
 	}
@@ -651,11 +647,11 @@ func (e *messagesEncoder) collect(p *abi.Part) {
 
 // collectRaw is raw for a non-streaming answer: the same blocks, built.
 func (e *messagesEncoder) collectRaw(p *abi.Part) {
-	ev, ok := rawEvent(p)
+	ev, ok := p.Raw.(ant.MessageStreamEventUnion)
 	if !ok {
 		return
 	}
-	u := e.note(ev)
+	u := e.note(&ev)
 	if u == nil {
 		return
 	}
@@ -734,8 +730,10 @@ func (e *messagesEncoder) close(kind abi.PartKind, id string) {
 	}
 }
 
-// appendAnswer appends the message object of a non-streaming answer.
+// appendAnswer appends the message object of a non-streaming answer,
+// growing b once for the whole answer (see answerSize).
 func (e *messagesEncoder) appendAnswer(b []byte) []byte {
+	b = slices.Grow(b, e.answerSize())
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, e.id)
 	b = append(b, `,"type":"message","role":"assistant","model":`...)
@@ -751,8 +749,28 @@ func (e *messagesEncoder) appendAnswer(b []byte) []byte {
 	b = appendJSONString(b, stopReason(e.reason))
 	b = e.appendEndMembers(b)
 	b = append(b, `,"usage":`...)
-	b = e.appendUsage(b, &e.usage)
+	b = e.appendAnswerUsage(b)
 	return append(b, "}\n"...)
+}
+
+// appendAnswerUsage appends a non-streaming answer's usage: as
+// anthropic-sdk-go accumulates a stream's, message_start's usage object
+// with message_delta's members over it (service_tier comes in the first,
+// server_tool_use in the second), with the driver's counts.
+func (e *messagesEncoder) appendAnswerUsage(b []byte) []byte {
+	if e.startUsage != "" {
+		over, ok := members(e.endUsage)
+		if !ok {
+			over = nil
+		}
+		var merged []byte
+		if merged, ok = appendMerged(nil, e.startUsage, over); ok {
+			if out, ok := appendMerged(b, string(merged), anthropicUsage(&e.usage)); ok {
+				return out
+			}
+		}
+	}
+	return e.appendUsage(b, &e.usage)
 }
 
 // appendJSON appends the block: as the upstream opened it (its members
@@ -909,4 +927,22 @@ func appendToolInput(b []byte, s string) []byte {
 		return append(b, s...)
 	}
 	return appendJSONString(b, s)
+}
+
+// answerSize estimates the length of the message object appendAnswer
+// writes: its blocks' text unescaped, plus a frame for the keys and the
+// usage (messageFrame) and one per block (blockFrame).
+func (e *messagesEncoder) answerSize() int {
+	const messageFrame, blockFrame = 384, 96
+	n := messageFrame + len(e.id) + len(e.model)
+	for _, blk := range e.blocks {
+		n += blockFrame + len(blk.id) + len(blk.name) + blk.text.Len() + len(blk.result) + len(blk.sig) + len(blk.start)
+		for _, c := range blk.citations {
+			n += len(c) + 1
+		}
+		for _, d := range blk.deltas {
+			n += len(d.value)
+		}
+	}
+	return n
 }

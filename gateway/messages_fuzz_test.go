@@ -33,9 +33,12 @@ func (m memTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // anthropicParts runs body through the Anthropic adapter, raw events on,
 // as a policy's model streams them to the gateway; false if the stream
 // failed (the gateway relays no answer then, or ends it in-band).
-func anthropicParts(t testing.TB, body []byte) ([]abi.Part, bool) {
+func anthropicParts(t testing.TB, body []byte, raw ...pant.Option) ([]abi.Part, bool) {
 	hc := &http.Client{Transport: memTransport{body}}
-	m, err := pant.New("m", pant.WithBaseURL("http://mem"), pant.WithAPIKey("k"), pant.WithHTTPClient(hc), pant.WithRawChunks())
+	if len(raw) == 0 {
+		raw = []pant.Option{pant.WithUnmappedEvents()} // as a policy's model
+	}
+	m, err := pant.New("m", append(raw, pant.WithBaseURL("http://mem"), pant.WithAPIKey("k"), pant.WithHTTPClient(hc))...)
 	require.NoError(t, err)
 	st, err := m.Stream(context.Background(), &driver.Request{})
 	if err != nil {
@@ -97,12 +100,17 @@ func FuzzMessagesEncoder(f *testing.F) {
 	f.Fuzz(checkMessagesEncoder)
 }
 
-// checkMessagesEncoder checks FuzzMessagesEncoder's invariants on body.
+// checkMessagesEncoder checks FuzzMessagesEncoder's invariants on body,
+// with the raw events a policy's model sends and with all of them.
 func checkMessagesEncoder(t *testing.T, body []byte) {
-	parts, ok := anthropicParts(t, body)
-	if !ok {
-		return
+	for _, raw := range []pant.Option{pant.WithUnmappedEvents(), pant.WithRawChunks()} {
+		if parts, ok := anthropicParts(t, body, raw); ok {
+			checkEncoded(t, parts)
+		}
 	}
+}
+
+func checkEncoded(t *testing.T, parts []abi.Part) {
 	enc := &messagesEncoder{id: "msg_rh1", model: "route"}
 	var out []byte
 	var u abi.Usage
@@ -282,5 +290,82 @@ func TestMessagesRawEventOnOneLine(t *testing.T) {
 	}
 	require.Contains(t, string(out), `"usage":{"input_tokens":7,"output_tokens":1}}}`+"\n\n")
 	require.Contains(t, string(out), `"content_block":{"type":"redacted_thinking","data":"Ered"}}`+"\n\n")
+	checkMessagesEncoder(t, []byte(body))
+}
+
+// The encoder tracks at most maxUpBlocks upstream blocks at once (the
+// adapter ends a stream with more open); past that a block only raw
+// events carry is not relayed, and a stop frees its slot.
+func TestMessagesUpstreamBlocksCapped(t *testing.T) {
+	rawPart := func(js string) *abi.Part {
+		var ev anthropic.MessageStreamEventUnion
+		require.NoError(t, json.Unmarshal([]byte(js), &ev))
+		return &abi.Part{Kind: abi.KindRaw, Raw: ev}
+	}
+	start := func(i int) *abi.Part {
+		return rawPart(`{"type":"content_block_start","index":` + strconv.Itoa(i) + `,"content_block":{"type":"gadget"}}`)
+	}
+	enc := &messagesEncoder{id: "msg_rh1", model: "route"}
+	var out []byte
+	for i := range maxUpBlocks + 10 {
+		out = enc.raw(out, start(i))
+	}
+	require.Len(t, enc.up, maxUpBlocks)
+	require.Equal(t, maxUpBlocks, strings.Count(string(out), `"content_block":{"type":"gadget"}`))
+	out = enc.raw(out, rawPart(`{"type":"content_block_stop","index":0}`))
+	require.Len(t, enc.up, maxUpBlocks-1)
+	out = enc.raw(out, start(maxUpBlocks+10))
+	require.Len(t, enc.up, maxUpBlocks)
+	require.Equal(t, maxUpBlocks+1, strings.Count(string(out), `"content_block":{"type":"gadget"}`))
+}
+
+// A policy with "commit": "legacy" gets no raw events (one would commit
+// the stream before any content): /v1/messages answers from the parts
+// alone, without what only raw events carry.
+func TestMessagesLegacyCommitRelaysNoRawBlocks(t *testing.T) {
+	r := newRigOf(t, defaultRules+`, "commit": "legacy"`, allAnthropic)
+	r.up["primary"].play(act{transcript: "anthropic/blocks.json"})
+	m, err := r.anth.Messages.New(context.Background(), msgParams("primary"))
+	require.NoError(t, err)
+	var types []string
+	for _, b := range m.Content {
+		types = append(types, b.Type)
+	}
+	require.Equal(t, []string{"thinking", "server_tool_use", "web_search_tool_result", "text", "text"}, types)
+	require.Empty(t, m.Content[0].Signature)
+	require.Empty(t, m.Content[3].Citations)
+	require.Equal(t, "It is sunny in New York today, with clear skies tonight.", m.Content[3].Text)
+}
+
+// A non-streaming answer folds the deltas of a block only raw events carry
+// (a beta mcp_tool_use, a newer type) when their type is one the SDK
+// folds: input JSON into its input, text into its text, citations
+// appended; the start's other members as they were, a delta of an unknown
+// type left out.
+func TestMessagesRawBlockDeltasFolded(t *testing.T) {
+	ev := func(name, data string) string { return "event: " + name + "\ndata: " + data + "\n\n" }
+	body := ev("message_start", `{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":1,"output_tokens":1}}}`) +
+		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"mcp_tool_use","id":"mcptoolu_1","name":"echo","server_name":"tools","input":{}}}`) +
+		ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"say\": "}}`) +
+		ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"\"hi\"}"}}`) +
+		ev("content_block_stop", `{"type":"content_block_stop","index":0}`) +
+		ev("content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"note","text":"a","citations":[{"type":"char_location","cited_text":"x"}],"z":1}}`) +
+		ev("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"b"}}`) +
+		ev("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"citations_delta","citation":{"type":"char_location","cited_text":"y"}}}`) +
+		ev("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"wobble_delta","w":2}}`) +
+		ev("content_block_stop", `{"type":"content_block_stop","index":1}`) +
+		ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}`) +
+		ev("message_stop", `{"type":"message_stop"}`)
+	parts, ok := anthropicParts(t, []byte(body))
+	require.True(t, ok)
+	enc := &messagesEncoder{id: "msg_rh1", model: "route"}
+	for i := range parts {
+		enc.collect(&parts[i])
+	}
+	var m struct{ Content []json.RawMessage }
+	require.NoError(t, json.Unmarshal(enc.appendAnswer(nil), &m))
+	require.Len(t, m.Content, 2)
+	require.Equal(t, `{"type":"mcp_tool_use","id":"mcptoolu_1","name":"echo","server_name":"tools","input":{"say": "hi"}}`, string(m.Content[0]))
+	require.Equal(t, `{"type":"note","text":"ab","citations":[{"type":"char_location","cited_text":"x"},{"type":"char_location","cited_text":"y"}],"z":1}`, string(m.Content[1]))
 	checkMessagesEncoder(t, []byte(body))
 }

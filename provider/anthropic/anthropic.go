@@ -48,6 +48,7 @@ type config struct {
 	maxRetries  int
 	maxTokens   int
 	rawChunks   bool
+	unmapped    bool // WithUnmappedEvents
 	sdkTraces   bool
 	sdkOpts     []option.RequestOption
 }
@@ -135,6 +136,19 @@ func WithDefaultMaxTokens(n int) Option { return func(c *config) { c.maxTokens =
 // default commit rule. Default: off.
 func WithRawChunks() Option { return func(c *config) { c.rawChunks = true } }
 
+// WithUnmappedEvents is WithRawChunks without the events whose whole
+// content the parts carry: a text block's text_delta, a thinking block's
+// thinking_delta and a tool_use block's input_json_delta, most of a
+// stream, are not emitted as raw parts; every other event is (message and
+// block starts and stops, signature_delta, citations_delta, the blocks
+// and deltas this adapter does not map, message_delta). It is what
+// retryhost serve's Messages door relays from (policy.Options.RawChunks
+// turns it on), at a fraction of the cost: the SDK's event is large, and
+// boxed for every raw part. With WithRawChunks too, it wins. Default: off.
+func WithUnmappedEvents() Option {
+	return func(c *config) { c.rawChunks, c.unmapped = true, true }
+}
+
 // WithRequestOptions passes SDK request options through, after the
 // model's own (so they win): headers, beta flags, middleware, timeouts…
 func WithRequestOptions(opts ...option.RequestOption) Option {
@@ -150,6 +164,7 @@ type Model struct {
 	params2   []option.RequestOption // WithParam's, after the request's own
 	maxTokens int64
 	raw       bool
+	unmapped  bool
 	client    ant.Client
 	host      string // the server it calls, for telemetry
 	port      int
@@ -221,7 +236,7 @@ func New(id string, opts ...Option) (*Model, error) {
 	if !c.scopeSet {
 		scope = adapter.RateLimitScope(c.provider, base, cmp.Or(c.apiKey, os.Getenv("ANTHROPIC_API_KEY")), id)
 	}
-	return &Model{scope: scope, id: id, provider: c.provider, key: key, params2: params, maxTokens: int64(c.maxTokens), raw: c.rawChunks,
+	return &Model{scope: scope, id: id, provider: c.provider, key: key, params2: params, maxTokens: int64(c.maxTokens), raw: c.rawChunks, unmapped: c.unmapped,
 		client: ant.NewClient(sdk...), host: host, port: port}, nil
 }
 
@@ -306,12 +321,12 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		return nil, err
 	}
 	var raw *http.Response
-	st := m.client.Messages.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), option.WithMiddleware(adapter.NormalizeSSE))...)
+	st := m.client.Messages.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), normalizeSSE)...)
 	if err := st.Err(); err != nil {
 		_ = st.Close()
 		return nil, openError(ctx, err, raw)
 	}
-	src := &source{st: st, blocks: map[int64]*block{}, raw: m.raw}
+	src := &source{st: st, blocks: map[int64]*block{}, raw: m.raw, unmapped: m.unmapped}
 	s := adapter.NewStream(ctx, provider, src, abi.Part{Kind: abi.KindStreamStart, Warnings: warnings})
 	if raw != nil {
 		s.SetHeader(raw.Header)
@@ -411,7 +426,19 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 	if req.Seed != nil {
 		warnings = append(warnings, abi.Warning{Type: "unsupported", Feature: "seed", Message: "the Messages API has no seed; it was not sent"})
 	}
-	var opts []option.RequestOption
+	var fields map[string]any
+	if po, ok := req.ProviderOptions[provider]; ok {
+		if fields, ok = po.(map[string]any); !ok {
+			return p, nil, nil, fmt.Errorf("anthropic: ProviderOptions[%q] is %T, want map[string]any", provider, po)
+		}
+	}
+	// One allocation for every option of the request, with room for what
+	// Generate and Stream append (the response's address, the SSE middleware).
+	n := 2 + len(fields) + len(m.params2) + 2
+	for _, vs := range req.Headers {
+		n += len(vs)
+	}
+	opts := make([]option.RequestOption, 0, n)
 	// SDK v2 has no fields for these sampling settings; the API still takes them.
 	if req.Temperature != nil {
 		opts = append(opts, option.WithJSONSet("temperature", *req.Temperature))
@@ -424,12 +451,9 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 			opts = append(opts, option.WithHeaderAdd(k, v))
 		}
 	}
-	if po, ok := req.ProviderOptions[provider]; ok {
-		fields, ok := po.(map[string]any)
-		if !ok {
-			return p, nil, nil, fmt.Errorf("anthropic: ProviderOptions[%q] is %T, want map[string]any", provider, po)
-		}
-		keys := make([]string, 0, len(fields))
+	if len(fields) > 0 {
+		var buf [16]string // a request's forwarded fields are seldom more
+		keys := buf[:0]
 		for k := range fields {
 			keys = append(keys, k)
 		}
@@ -440,6 +464,9 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 	}
 	return p, append(opts, m.params2...), warnings, nil
 }
+
+// normalizeSSE is the SSE middleware every stream installs, made once.
+var normalizeSSE = option.WithMiddleware(adapter.NormalizeSSE)
 
 func message(msg *driver.Message) (ant.MessageParam, error) {
 	var blocks []ant.ContentBlockParamUnion
