@@ -91,31 +91,89 @@ func newID(prefix string) string {
 // chat serves POST /v1/chat/completions.
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) { g.serve(w, r, chatDoor{}) }
 
-// serve answers one request of door d: admission, body, routing, the
-// commit gate, then the answer relayed or collected in d's format.
+// serve answers one request of door d: open (admission, body, routing,
+// the commit gate), then the answer relayed or collected in d's format.
+//
+// A held stream spends its whole life in relay, and its handler's stack
+// keeps every frame above it: open's many locals are gone by then, so
+// that thousands of held streams do not each keep a stack grown past 8 KiB
+// (BenchmarkHeldStreams reports it).
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	l := &accessLog{id: d.newID(), start: time.Now()}
+	defer g.logAccess(r.Context(), r, l)
+	x, ok := g.open(w, r, d, l)
+	if !ok {
+		return
+	}
+	defer x.close()
+	if x.stream {
+		g.relay(x.ctx, w, l, x.s, x.enc, x.hook)
+	} else {
+		g.collect(x.ctx, w, d, l, x.s, x.enc)
+	}
+}
+
+// exchange is what a committed request holds until its answer is out.
+type exchange struct {
+	ctx    context.Context
+	s      driver.Stream
+	enc    encoder
+	hook   *flushHook
+	stream bool
+
+	g         *Gateway // set once admitted (g.enter)
+	gen       *generation
+	cancel    context.CancelCauseFunc
+	stopAfter func() bool
+}
+
+// close releases what open took, in the reverse order.
+func (x *exchange) close() {
+	if x.s != nil {
+		_ = x.s.Close()
+	}
+	if x.stopAfter != nil {
+		x.stopAfter()
+	}
+	if x.cancel != nil {
+		x.cancel(nil)
+	}
+	if x.gen != nil {
+		x.gen.release()
+	}
+	if x.g != nil {
+		x.g.leave()
+	}
+}
+
+// open takes a request up to its commit: ok is false when it was answered
+// already (refused, or failed before commit) and released what it took.
+func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, l *accessLog) (x exchange, ok bool) {
 	l.requestID = requestID(r.Header.Get("X-Request-Id"), l.id)
 	w.Header().Set("X-Request-Id", l.requestID) // on every answer; sent with the first byte, never before commit
-	defer g.logAccess(r.Context(), r, l)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		l.status, l.outcome = http.StatusMethodNotAllowed, "client_error"
 		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "method_not_allowed", msg: "retryhost gateway: use POST"})
-		return
+		return x, false
 	}
 	if !g.enter(w, d) {
 		l.status, l.outcome = http.StatusTooManyRequests, "rejected"
-		return
+		return x, false
 	}
-	defer g.leave()
+	x.g = g
+	defer func() {
+		if !ok {
+			x.close()
+		}
+	}()
 	gen := g.acquire()
 	if gen == nil {
 		l.status, l.outcome = http.StatusServiceUnavailable, "shutdown"
 		writeErr(w, d, errShutdown)
-		return
+		return x, false
 	}
-	defer gen.release()
+	x.gen = gen
 
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.readTimeout))
@@ -139,7 +197,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 		default:
 			l.status, l.outcome = 499, "client_closed"
 		}
-		return
+		return x, false
 	}
 	cr, err := d.parse(body, r.Header, gen)
 	if err != nil {
@@ -147,7 +205,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 		var re *requestError
 		errors.As(err, &re)
 		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "invalid_request", msg: re.msg, param: re.param})
-		return
+		return x, false
 	}
 	l.stream = cr.stream
 	if cr.req.Headers == nil {
@@ -165,7 +223,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 			l.status, l.outcome = http.StatusNotFound, "client_error"
 			writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "model_not_found", param: param,
 				msg: "retryhost gateway: no route named " + strconv.Quote(name) + " (GET /v1/models lists them)"})
-			return
+			return x, false
 		}
 		chain = append(chain, rt)
 	}
@@ -174,9 +232,8 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	// The request's context: the client's, ended also by the gateway's
 	// shutdown (with ErrShuttingDown as its cause).
 	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
-	stopAfter := context.AfterFunc(g.stopCtx, func() { cancel(context.Cause(g.stopCtx)) })
-	defer stopAfter()
+	x.cancel = cancel
+	x.stopAfter = context.AfterFunc(g.stopCtx, func() { cancel(context.Cause(g.stopCtx)) })
 	st := &reqState{atEnd: !cr.stream}
 	ctx = context.WithValue(ctx, stateKey{}, st)
 	var hook *flushHook
@@ -211,22 +268,21 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	if err != nil {
 		l.attempts = prior + attempts(err)
 		g.fail(ctx, w, d, l, err)
-		return
+		return x, false
 	}
-	defer s.Close()
+	x.s = s
 	l.commitAt = time.Since(l.start)
 	l.model, l.attempts = gen.name(st.committed), prior+st.attempts
 	w.Header().Set("X-Retryhost-Model", l.model)
 	w.Header().Set("X-Retryhost-Attempts", strconv.Itoa(l.attempts))
-	enc := d.encoder(l.id, l.model, cr)
+	x.ctx, x.enc, x.stream = ctx, d.encoder(l.id, l.model, cr), cr.stream
 	if cr.stream {
 		if hook != nil && (hook.bodies.Load() == 0 || !gen.hooked[st.committed]) {
 			hook = nil // the committed model may wait elsewhere than in a hooked body
 		}
-		g.relay(ctx, w, l, s, enc, hook)
-	} else {
-		g.collect(ctx, w, d, l, s, enc)
+		x.hook = hook
 	}
+	return x, true
 }
 
 // errShutdown is the answer to a request that arrives while the gateway
@@ -336,6 +392,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		buf    []byte
 		usage  *abi.Usage
 		broken bool // a write or flush failed: the client is gone
+		headed bool // the status line and headers are out
 	)
 	send := func() {
 		if len(buf) == 0 || broken {
@@ -348,6 +405,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		}
 		buf = buf[:0]
 		broken = rc.Flush() != nil
+		headed = true
 	}
 	for {
 		if hook != nil && len(buf) > 0 {
@@ -382,7 +440,14 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
 		}
 		buf = enc.appendPart(buf, &p)
-		if hook == nil {
+		// The first content part (what commits the stream, under the
+		// default commit rule) goes out at once, with the status line,
+		// the headers and the preamble the gate held: it is the event
+		// the client waits for, and writing the headers is deep work
+		// (net/http's chunkWriter.writeHeader has a 2.8 KiB frame) that
+		// the flush hook would do from under the upstream read, growing
+		// the stack every held stream keeps (see serve).
+		if hook == nil || !headed && driver.CommitOnOutput.IsContent(&p) {
 			send()
 		}
 	}
