@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/retryhost/retryhost/abi"
@@ -390,6 +391,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 	defer g.metrics.streams.Dec()
 	var (
 		buf    []byte
+		box    *[]byte // buf's array, from relayBufs; nil while nothing is encoded
 		usage  *abi.Usage
 		broken bool // a write or flush failed: the client is gone
 		headed bool // the status line and headers are out
@@ -403,15 +405,26 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			broken = true
 			return
 		}
-		buf = buf[:0]
 		broken = rc.Flush() != nil
 		headed = true
+		// Written: the array goes back to the pool, so that a stream
+		// waiting on its upstream (which is when the hook sends) does
+		// not keep one.
+		if box != nil && cap(buf) <= maxPooledBuf {
+			*box = buf[:0]
+			relayBufs.Put(box)
+		}
+		buf, box = nil, nil
 	}
+	// p is the stream's one part: the encoders take it by pointer, which
+	// would otherwise put every part received on the heap.
+	p := new(abi.Part)
 	for {
 		if hook != nil && len(buf) > 0 {
 			hook.arm(send)
 		}
-		p, err := s.Recv()
+		var err error
+		*p, err = s.Recv()
 		if hook != nil {
 			hook.disarm()
 		}
@@ -430,16 +443,20 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			return
 		}
 		if p.Kind == abi.KindRaw {
-			enc.raw(&p)
+			enc.raw(p)
 			continue
 		}
 		l.parts++
-		upstreamModel(w, &p)
+		upstreamModel(w, p)
 		if p.Kind == abi.KindFinish && p.Finish != nil {
 			usage = &p.Finish.Usage
 			l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
 		}
-		buf = enc.appendPart(buf, &p)
+		if box == nil {
+			box = relayBufs.Get().(*[]byte)
+			buf = *box
+		}
+		buf = enc.appendPart(buf, p)
 		// The first content part (what commits the stream, under the
 		// default commit rule) goes out at once, with the status line,
 		// the headers and the preamble the gate held: it is the event
@@ -447,7 +464,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		// (net/http's chunkWriter.writeHeader has a 2.8 KiB frame) that
 		// the flush hook would do from under the upstream read, growing
 		// the stack every held stream keeps (see serve).
-		if hook == nil || !headed && driver.CommitOnOutput.IsContent(&p) {
+		if hook == nil || !headed && driver.CommitOnOutput.IsContent(p) {
 			send()
 		}
 	}
@@ -462,6 +479,12 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 	}
 	l.outcome = "ok"
 }
+
+// relayBufs holds the relays' event buffers between writes; one grown past
+// maxPooledBuf (a large tool call) is left to the collector.
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1<<10); return &b }}
+
+const maxPooledBuf = 64 << 10
 
 // upstreamModel names, in X-Retryhost-Upstream-Model, the model id the
 // upstream reported (such as "gpt-4o-2024-08-06"): the preamble's metadata
