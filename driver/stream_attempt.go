@@ -246,6 +246,9 @@ func (s *attemptStream) commitNow() error {
 	if err := s.ctx.Err(); err != nil {
 		return context.Cause(s.ctx)
 	}
+	// Disarmed for good: its timer and error are not kept for the
+	// stream's life (release and the deadline's own func need no more).
+	s.first = nil
 	if s.gapW != nil { // armed by firstContent: the stream is over
 		s.gapW.stop()
 	} else if s.gap > 0 && !s.upDone {
