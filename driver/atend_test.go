@@ -2,6 +2,7 @@ package driver
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -205,4 +206,69 @@ func TestCommitAtEnd_maxAnswerBytes(t *testing.T) {
 		_, err = NewRetryableModel(mustNew(t, base), WithMaxAnswerBytes(n))
 		require.ErrorContains(t, err, "max answer bytes must be positive")
 	}
+}
+
+// An answer held to its end is held in segments past its first 16 parts
+// (atEndSegment): the replay gives every part once and in order — also
+// when a transform releases parts in batches, which overfill a segment —
+// a finish part that a segment boundary separated from the end still
+// reaches the rules, and Close mid-replay ends the stream.
+func TestCommitAtEnd_longAnswerHeldInSegments(t *testing.T) {
+	const n = 3000 // past 16+32+…+1024: segments of every size, the largest more than once
+	words := make([]string, n)
+	want := []string{"stream-start", "response-metadata", "text-start"}
+	for i := range words {
+		words[i] = strconv.Itoa(i) + " "
+		want = append(want, "text-delta:"+words[i])
+	}
+	want = append(want, "text-end", "finish")
+	rules := func(_, b, _ Model) []Condition { return []Condition{AnyError().Switch(b)} }
+	batches := &funcTransform{name: "batches", policy: abi.TransformPolicy{Fail: abi.FailClosed},
+		part: func(i int, _ *Part) (abi.Verdict, error) {
+			if i%7 != 6 {
+				return verdict(abi.PartHold), nil
+			}
+			return verdict(abi.PartPass), nil
+		}}
+	for _, tc := range []struct {
+		name  string
+		sopts []StreamOption
+	}{
+		{"without transforms", nil},
+		{"through a transform releasing batches", []StreamOption{WithTransforms(batches)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, [3][]sstep{answer(words...), answer("b"), nil}, rules, nil, tc.sopts...)
+			s, err := h.rm.Stream(CommitAtEnd(t.Context()), &Request{})
+			require.NoError(t, err)
+			parts, err := drain(s)
+			require.NoError(t, err)
+			require.Equal(t, want, kinds(parts))
+			require.Equal(t, 0, h.models[1].opened())
+		})
+	}
+
+	// The finish is the 16th part, the last of the first segment; the
+	// answer goes on past it. The rules still judge it.
+	filtered := sscript(preamble(), texts(words[:11]...), pKind(abi.KindTextEnd), pFinish(abi.ReasonContentFilter), texts(words[11:100]...))
+	h := newHarness(t, [3][]sstep{filtered, answer("b"), nil},
+		func(_, b, _ Model) []Condition { return []Condition{OnFinish(abi.ReasonContentFilter).Switch(b)} }, nil)
+	s, err := h.rm.Stream(CommitAtEnd(t.Context()), &Request{})
+	require.NoError(t, err)
+	parts, err := drain(s)
+	require.NoError(t, err)
+	require.Contains(t, kinds(parts), "text-delta:b")
+	require.Equal(t, 1, h.models[1].opened())
+
+	// Close in the middle of the replay.
+	h = newHarness(t, [3][]sstep{answer(words...), nil, nil}, rules, nil)
+	s, err = h.rm.Stream(CommitAtEnd(t.Context()), &Request{})
+	require.NoError(t, err)
+	for range 100 {
+		_, err = s.Recv()
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Close())
+	_, err = s.Recv()
+	require.ErrorIs(t, err, ErrStreamClosed)
 }

@@ -36,6 +36,19 @@ var ErrAnswerTooLarge = errors.New("retryhost: the answer is too large to hold u
 // a raw chunk.
 const partOverhead = 256
 
+// atEndParts is the capacity an attempt that commits at its end starts its
+// held parts with: a short answer (stream start, metadata, a block's
+// start, delta and end, a finish, and a raw chunk beside each chunk's part)
+// fits without the slice growing from one part by doubling. A longer
+// answer is held in segments (attemptStream.held), each twice the last up
+// to atEndSegment parts, so holding it never copies what it holds and
+// allocates about what it holds, not up to twice that; the replay lets
+// go of each segment as it is read.
+const (
+	atEndParts   = 16
+	atEndSegment = 1024
+)
+
 // attemptSpec is what one attempt of the stream driver runs with.
 type attemptSpec struct {
 	model        Model
@@ -87,6 +100,9 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		clock:  sp.clock,
 	}
 	s.first = armFirstContent(sp.clock, sp.firstContent, cancel)
+	if sp.atEnd {
+		s.out = make([]Part, 0, atEndParts) // it holds the whole answer
+	}
 
 	fail := func(err error) attemptResult {
 		if actx.Err() != nil {
@@ -111,7 +127,8 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 	s.stopAF = context.AfterFunc(actx, func() { _ = up.Close() })
 
 	scanned, content := 0, false
-	var held int64 // what the attempt holds, committing at its end
+	var finish *abi.Finish // the last finish part scanned
+	var held int64         // what the attempt holds, committing at its end
 	for {
 		p, expired, err := s.next()
 		if expired {
@@ -136,6 +153,9 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 			if q.Kind == abi.KindError {
 				return fail(partError(q))
 			}
+			if q.Kind == abi.KindFinish {
+				finish = q.Finish
+			}
 			if sp.atEnd {
 				if held += int64(q.Size()) + partOverhead; held > sp.maxAnswer {
 					return fail(fmt.Errorf("%w: more than %d bytes held before the end of the stream", ErrAnswerTooLarge, sp.maxAnswer))
@@ -158,16 +178,21 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 			}
 		}
 		if s.upDone {
-			r := attemptResult{stream: s, empty: !content, whole: sp.atEnd}
-			for i := range s.out {
-				if s.out[i].Kind == abi.KindFinish {
-					r.finish = s.out[i].Finish
-				}
-			}
+			r := attemptResult{stream: s, empty: !content, whole: sp.atEnd, finish: finish}
 			if err := s.commitNow(); err != nil {
 				return fail(err)
 			}
+			if len(s.held) > 0 { // the replay starts at the first segment
+				s.held = append(s.held, s.out)
+				s.out, s.held[0] = s.held[0], nil
+				s.held = s.held[1:]
+			}
 			return r
+		}
+		if sp.atEnd && len(s.out) == cap(s.out) {
+			s.held = append(s.held, s.out)
+			s.out = make([]Part, 0, min(2*cap(s.out), atEndSegment))
+			scanned = 0
 		}
 	}
 }
@@ -224,6 +249,7 @@ type attemptStream struct {
 
 	mu     sync.Mutex // the slow path of Recv vs a concurrent Close
 	out    []Part
+	held   [][]Part // an answer held to its end: the segments that follow out, in order (see atEndSegment)
 	head   int
 	upDone bool        // the upstream ended cleanly and the chain was resolved
 	fast   atomic.Bool // nothing queued, every transform detached
@@ -400,6 +426,11 @@ func (s *attemptStream) recv() (Part, error) {
 			s.head++
 			return s.deliver(p)
 		}
+		if len(s.held) > 0 { // the next segment of an answer held to its end
+			s.out, s.held[0], s.head = s.held[0], nil, 0
+			s.held = s.held[1:]
+			continue
+		}
 		if s.err != nil {
 			return Part{}, s.err
 		}
@@ -460,7 +491,7 @@ func (s *attemptStream) recv() (Part, error) {
 func (s *attemptStream) deliver(p Part) (Part, error) {
 	if p.Kind == abi.KindError {
 		clear(s.out[s.head:])
-		s.out, s.head = s.out[:0], 0
+		s.out, s.held, s.head = s.out[:0], nil, 0
 		s.end(partError(&p))
 		return Part{}, s.err
 	}
@@ -645,7 +676,7 @@ func (s *attemptStream) Close() error {
 	s.mu.Lock()
 	if s.err == nil {
 		clear(s.out)
-		s.out, s.head = nil, 0
+		s.out, s.held, s.head = nil, nil, 0
 		s.end(ErrStreamClosed)
 	}
 	s.mu.Unlock()

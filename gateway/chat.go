@@ -393,8 +393,9 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		buf    []byte
 		box    *[]byte // buf's array, from relayBufs; nil while nothing is encoded
 		usage  *abi.Usage
-		broken bool // a write or flush failed: the client is gone
-		headed bool // the status line and headers are out
+		broken bool     // a write or flush failed: the client is gone
+		headed bool     // the status line and headers are out
+		p      abi.Part // one for the whole stream: the encoder's methods take its address, which moves it to the heap
 	)
 	send := func() {
 		if len(buf) == 0 || broken {
@@ -416,15 +417,18 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		}
 		buf, box = nil, nil
 	}
-	// p is the stream's one part: the encoders take it by pointer, which
-	// would otherwise put every part received on the heap.
-	p := new(abi.Part)
+	take := func() { // buf gets an array from the pool when it has none
+		if box == nil {
+			box = relayBufs.Get().(*[]byte)
+			buf = *box
+		}
+	}
 	for {
 		if hook != nil && len(buf) > 0 {
 			hook.arm(send)
 		}
 		var err error
-		*p, err = s.Recv()
+		p, err = s.Recv()
 		if hook != nil {
 			hook.disarm()
 		}
@@ -443,20 +447,20 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			return
 		}
 		if p.Kind == abi.KindRaw {
-			enc.raw(p)
+			take()
+			if buf = enc.raw(buf, &p); hook == nil {
+				send()
+			}
 			continue
 		}
 		l.parts++
-		upstreamModel(w, p)
+		upstreamModel(w, &p)
 		if p.Kind == abi.KindFinish && p.Finish != nil {
 			usage = &p.Finish.Usage
 			l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
 		}
-		if box == nil {
-			box = relayBufs.Get().(*[]byte)
-			buf = *box
-		}
-		buf = enc.appendPart(buf, p)
+		take()
+		buf = enc.appendPart(buf, &p)
 		// The first content part (what commits the stream, under the
 		// default commit rule) goes out at once, with the status line,
 		// the headers and the preamble the gate held: it is the event
@@ -464,7 +468,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		// (net/http's chunkWriter.writeHeader has a 2.8 KiB frame) that
 		// the flush hook would do from under the upstream read, growing
 		// the stack every held stream keeps (see serve).
-		if hook == nil || !headed && driver.CommitOnOutput.IsContent(p) {
+		if hook == nil || !headed && driver.CommitOnOutput.IsContent(&p) {
 			send()
 		}
 	}
@@ -512,8 +516,10 @@ func (g *Gateway) endErr(ctx context.Context, err error) string {
 // while reading it (the client gone, the gateway shutting down) is still an
 // error answer, never a truncated 200.
 func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, d door, l *accessLog, s driver.Stream, enc encoder) {
+	var p abi.Part // one for the whole answer (see relay)
 	for {
-		p, err := s.Recv()
+		var err error
+		p, err = s.Recv()
 		if err == io.EOF {
 			break
 		}
@@ -527,7 +533,7 @@ func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, d door, l 
 			return
 		}
 		if p.Kind == abi.KindRaw {
-			enc.raw(&p)
+			enc.collect(&p)
 			continue
 		}
 		l.parts++

@@ -29,9 +29,10 @@ type door interface {
 // An encoder writes one committed answer in a door's format: a stream's
 // events, or the whole answer at once.
 type encoder interface {
-	// raw reads a raw provider chunk (KindRaw: fields the driver does not
-	// carry), which goes out with the parts mapped from it.
-	raw(p *abi.Part)
+	// raw reads a raw provider chunk of a stream (KindRaw: what the driver
+	// does not carry) and appends the events it maps to (often none: most
+	// of it goes out with the parts mapped from it).
+	raw(b []byte, p *abi.Part) []byte
 	// appendPart appends the events p maps to (often none).
 	appendPart(b []byte, p *abi.Part) []byte
 	// appendEnd appends what ends a complete stream (the usage it carries
@@ -40,7 +41,8 @@ type encoder interface {
 	// appendErrorEvent appends the in-band event that ends a stream which
 	// failed after commit; no end marker follows it.
 	appendErrorEvent(b []byte, e *apiError) []byte
-	// collect takes one part of a non-streaming request's answer.
+	// collect takes one part of a non-streaming request's answer, raw
+	// chunks included.
 	collect(p *abi.Part)
 	// appendAnswer appends the whole answer collected.
 	appendAnswer(b []byte) []byte
@@ -92,9 +94,16 @@ func (e *chunkEncoder) appendEnd(b []byte, u *abi.Usage) []byte {
 	return append(b, "data: [DONE]\n\n"...)
 }
 
-func (e *chunkEncoder) raw(p *abi.Part) { e.up.raw(p) }
+func (e *chunkEncoder) raw(b []byte, p *abi.Part) []byte {
+	e.up.raw(p)
+	return b
+}
 
 func (e *chunkEncoder) collect(p *abi.Part) {
+	if p.Kind == abi.KindRaw {
+		e.up.raw(p)
+		return
+	}
 	if p.Kind == abi.KindTextDelta && p.Delta != "" {
 		e.up.take(p) // the delta's logprobs, for the whole answer's
 	}

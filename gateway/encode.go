@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -244,8 +245,26 @@ func (c *completion) add(p *abi.Part) {
 	}
 }
 
-// appendCompletion appends the chat.completion object of c.
+// completionFrame is about what a chat.completion takes beside its
+// variable fields (the keys, the usage numbers, a tool call's frame).
+const completionFrame = 512
+
+// size estimates the length of c's chat.completion: its text and fields
+// unescaped, so an answer that needs escapes grows the buffer once more.
+func (e *chunkEncoder) size(c *completion) int {
+	n := completionFrame + len(e.id) + len(e.model) + len(e.up.fingerprint) + len(e.up.tier) +
+		c.text.Len() + c.reasoning.Len() + c.refusal.Len() + len(e.up.allContent) + len(e.up.allRefusal)
+	for i := range c.calls {
+		t := &c.calls[i]
+		n += 64 + len(t.id) + len(t.name) + t.args.Len()
+	}
+	return n
+}
+
+// appendCompletion appends the chat.completion object of c, growing b
+// once for the whole answer rather than by doubling from its first bytes.
 func (e *chunkEncoder) appendCompletion(b []byte, c *completion) []byte {
+	b = slices.Grow(b, e.size(c))
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, e.id)
 	b = append(b, `,"object":"chat.completion","created":`...)

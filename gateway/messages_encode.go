@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,6 +22,18 @@ import (
 // relayed), a tool_use block at its tool-input-start; several may be open
 // at once (deltas name their index), and every open block is closed
 // before message_delta.
+//
+// From an Anthropic upstream's raw events (policy.Options.RawChunks) it
+// relays what the parts do not carry, as the upstream sent it: blocks no
+// part maps (redacted_thinking, container_upload, types newer than this
+// code) with their deltas; the deltas the parts do not map (a thinking
+// block's signature_delta, a text block's citations_delta, delta types
+// newer than this code); each block's content_block as the upstream
+// opened it (fields such as a tool_use's caller or a text block's
+// citations), a server tool's result whole; the stop_sequence and the
+// usage members the driver does not count. Transforms never see raw
+// events; the driver keeps them in their place among the parts and drops
+// them with parts a transform replaces (ABI §6.5).
 type messagesEncoder struct {
 	id    string
 	model string
@@ -29,7 +43,12 @@ type messagesEncoder struct {
 	open     []openBlock // blocks started and not stopped (streamed, or collected)
 	tools    map[string]bool
 	finished bool
-	sigs     map[string]string // reasoning block id → its signature, until the block ends
+
+	// From an Anthropic upstream's raw events.
+	up         map[int64]*upBlock // its blocks by its index, from start to stop
+	startUsage string             // message_start's usage object
+	endDelta   string             // message_delta's delta object (stop_sequence, stop_details…)
+	endUsage   string             // message_delta's usage object
 
 	// A non-streaming answer.
 	blocks []*msgBlock
@@ -37,8 +56,29 @@ type messagesEncoder struct {
 	usage  abi.Usage
 }
 
+// upBlock is one block of an Anthropic upstream's answer, as its raw
+// content_block_start told it.
+type upBlock struct {
+	// kind is the block the parts make of it (KindTextStart,
+	// KindReasoningStart, KindToolInputStart, KindToolResult), or KindRaw
+	// for a block that only raw events carry.
+	kind abi.PartKind
+	// id is the parts' id of the block: the upstream's index for text,
+	// thinking and raw blocks, the tool call's id for a tool and its result.
+	id    string
+	start string // its content_block JSON, when it can open the block
+	sig   string // a thinking block's signature in its start
+}
+
+// maxUpBlocks caps the upstream blocks the encoder tracks at once (their
+// starts until they stop): the adapter caps the open blocks of a stream
+// at 1,024 and ends it past that. A block past the cap goes out from its
+// parts alone (without the upstream's own fields), or not at all when no
+// part carries it (redacted_thinking, a newer type).
+const maxUpBlocks = 1024
+
 type openBlock struct {
-	kind  abi.PartKind // KindTextStart, KindReasoningStart or KindToolInputStart
+	kind  abi.PartKind // KindTextStart, KindReasoningStart, KindToolInputStart or KindRaw
 	id    string
 	index int
 }
@@ -62,8 +102,13 @@ func (e *messagesEncoder) start(b []byte) []byte {
 	b = appendJSONString(b, e.id)
 	b = append(b, `,"type":"message","role":"assistant","model":`...)
 	b = appendJSONString(b, e.model)
-	// Usage is known at the end: message_delta carries every count.
-	return append(b, `,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}`+"\n\n"...)
+	b = append(b, `,"content":[],"stop_reason":null,"stop_sequence":null,"usage":`...)
+	if e.startUsage != "" { // the upstream's own
+		b = append(b, e.startUsage...)
+	} else { // usage is known at the end: message_delta carries every count
+		b = append(b, `{"input_tokens":0,"output_tokens":0}`...)
+	}
+	return append(b, "}}\n\n"...)
 }
 
 // find returns the open block of kind and id, or nil.
@@ -82,6 +127,10 @@ func (e *messagesEncoder) block(b []byte, kind abi.PartKind, id string, empty fu
 	if ob := e.find(kind, id); ob != nil {
 		return b, ob.index
 	}
+	u := e.upstream(kind, id)
+	if empty == nil && (u == nil || u.start == "") {
+		return b, -1 // a raw block opens only as the upstream opened it
+	}
 	b = e.start(b)
 	idx := e.next
 	e.next++
@@ -90,8 +139,24 @@ func (e *messagesEncoder) block(b []byte, kind abi.PartKind, id string, empty fu
 	b = append(b, `{"type":"content_block_start","index":`...)
 	b = strconv.AppendInt(b, int64(idx), 10)
 	b = append(b, `,"content_block":`...)
-	b = empty(b)
+	if u != nil && u.start != "" {
+		b = append(b, u.start...)
+		b = append(b, "}\n\n"...)
+	} else {
+		b = empty(b)
+	}
 	return b, idx
+}
+
+// upstream returns the upstream block the parts of kind and id come from,
+// or nil.
+func (e *messagesEncoder) upstream(kind abi.PartKind, id string) *upBlock {
+	for _, u := range e.up {
+		if u.kind == kind && u.id == id {
+			return u
+		}
+	}
+	return nil
 }
 
 // stop appends content_block_stop for the open block of kind and id.
@@ -150,27 +215,165 @@ func emptyToolUse(id string, t *abi.ToolInfo) func([]byte) []byte {
 	}
 }
 
-// raw reads an Anthropic upstream's raw event (policy.Options.RawChunks;
-// transforms never see it, and one held behind a thinking block a
-// transform replaces is dropped with it): a thinking block's signature
-// (signature_delta), which the adapter maps to no part, goes out with its
-// block, so that a client can send the block back in its next turn.
-func (e *messagesEncoder) raw(p *abi.Part) {
-	ev, ok := p.Raw.(ant.MessageStreamEventUnion)
-	if !ok || ev.Type != "content_block_delta" || ev.Delta.Type != "signature_delta" || ev.Delta.Signature == "" {
-		return
+// rawJSON returns an object's JSON as an upstream sent it, on one line (an
+// SSE data line ends at a line break), or "" if it is not an object.
+func rawJSON(s string) string {
+	if strings.ContainsAny(s, "\r\n") {
+		var buf bytes.Buffer
+		if json.Compact(&buf, []byte(s)) != nil {
+			return ""
+		}
+		s = buf.String()
 	}
-	if e.sigs == nil {
-		e.sigs = map[string]string{}
+	if len(s) < 2 || s[0] != '{' {
+		return ""
 	}
-	e.sigs[strconv.FormatInt(ev.Index, 10)] += ev.Delta.Signature // the adapter's reasoning block id
+	return s
 }
 
-// signature returns and forgets the signature of reasoning block id.
-func (e *messagesEncoder) signature(id string) string {
-	sig := e.sigs[id]
-	delete(e.sigs, id)
-	return sig
+// note reads the message-level members of a raw event and tracks its
+// blocks: it returns the block a content_block event is about (nil if
+// untracked), and for content_block_stop forgets it.
+func (e *messagesEncoder) note(ev *ant.MessageStreamEventUnion) *upBlock {
+	switch ev.Type {
+	case "message_start":
+		e.startUsage = rawJSON(ev.Message.JSON.Usage.Raw())
+	case "message_delta":
+		if d := rawJSON(ev.JSON.Delta.Raw()); d != "" {
+			e.endDelta = d
+		}
+		if u := rawJSON(ev.JSON.Usage.Raw()); u != "" {
+			e.endUsage = u
+		}
+	case "content_block_start":
+		if e.up == nil {
+			e.up = map[int64]*upBlock{}
+		}
+		if _, ok := e.up[ev.Index]; !ok && len(e.up) >= maxUpBlocks {
+			return nil
+		}
+		u := upstreamBlock(ev)
+		if u == nil {
+			delete(e.up, ev.Index)
+			return nil
+		}
+		e.up[ev.Index] = u
+		return u
+	case "content_block_delta":
+		return e.up[ev.Index]
+	case "content_block_stop":
+		u := e.up[ev.Index]
+		delete(e.up, ev.Index)
+		return u
+	}
+	return nil
+}
+
+// upstreamBlock reads a content_block_start: which block the adapter's
+// parts make of it, and whether its JSON can open that block (a text or
+// thinking block opens empty, its text comes in deltas; a tool_use opens
+// with an empty input).
+func upstreamBlock(ev *ant.MessageStreamEventUnion) *upBlock {
+	cb := &ev.ContentBlock
+	start := rawJSON(ev.JSON.ContentBlock.Raw())
+	u := &upBlock{kind: abi.KindRaw, id: strconv.FormatInt(ev.Index, 10)}
+	switch cb.Type {
+	case "":
+		return nil
+	case "text":
+		u.kind = abi.KindTextStart
+		if cb.Text == "" {
+			u.start = start
+		}
+	case "thinking":
+		u.kind = abi.KindReasoningStart
+		if cb.Thinking == "" {
+			u.start, u.sig = start, cb.Signature
+		}
+	case "tool_use", "server_tool_use":
+		u.kind, u.id = abi.KindToolInputStart, cb.ID
+		if in := cb.JSON.Input.Raw(); in == "" || in == "{}" {
+			u.start = start
+		}
+	default:
+		if strings.HasSuffix(cb.Type, "_tool_result") && cb.ToolUseID != "" {
+			u.kind, u.id = abi.KindToolResult, cb.ToolUseID // the adapter's tool-result part
+		}
+		if start == "" {
+			return nil
+		}
+		u.start = start
+	}
+	return u
+}
+
+// mapped reports whether the adapter maps a delta of typ on a block of
+// kind to parts (so that it goes out from them).
+func mapped(kind abi.PartKind, typ string) bool {
+	switch typ {
+	case "text_delta":
+		return kind == abi.KindTextStart
+	case "thinking_delta":
+		return kind == abi.KindReasoningStart
+	case "input_json_delta":
+		return kind == abi.KindToolInputStart
+	}
+	return false
+}
+
+// raw relays what an Anthropic upstream's raw event carries that its parts
+// do not (see messagesEncoder): a block no part maps opens, takes its
+// deltas and stops with the raw events; an unmapped delta goes to its
+// block, which opens if it has not yet (a signature for an empty thinking
+// block, a citation before the text).
+func (e *messagesEncoder) raw(b []byte, p *abi.Part) []byte {
+	ev, ok := p.Raw.(ant.MessageStreamEventUnion)
+	if !ok {
+		return b
+	}
+	u := e.note(&ev)
+	if u == nil {
+		return b
+	}
+	switch ev.Type {
+	case "content_block_start":
+		if u.kind == abi.KindRaw {
+			b, _ = e.block(b, abi.KindRaw, u.id, nil)
+		}
+	case "content_block_delta":
+		if mapped(u.kind, ev.Delta.Type) {
+			return b
+		}
+		d := rawJSON(ev.JSON.Delta.Raw())
+		if d == "" {
+			return b
+		}
+		idx := -1
+		switch u.kind {
+		case abi.KindTextStart:
+			b, idx = e.block(b, u.kind, u.id, emptyText)
+		case abi.KindReasoningStart:
+			b, idx = e.block(b, u.kind, u.id, emptyThinking)
+		case abi.KindRaw, abi.KindToolInputStart:
+			if ob := e.find(u.kind, u.id); ob != nil {
+				idx = ob.index
+			}
+		}
+		if idx < 0 {
+			return b // a server tool's result arrives whole; a block stopped already
+		}
+		b = event(b, "content_block_delta")
+		b = append(b, `{"type":"content_block_delta","index":`...)
+		b = strconv.AppendInt(b, int64(idx), 10)
+		b = append(b, `,"delta":`...)
+		b = append(b, d...)
+		return append(b, "}\n\n"...)
+	case "content_block_stop":
+		if u.kind == abi.KindRaw {
+			b = e.stop(b, abi.KindRaw, u.id)
+		}
+	}
+	return b
 }
 
 func (e *messagesEncoder) appendPart(b []byte, p *abi.Part) []byte {
@@ -191,11 +394,6 @@ func (e *messagesEncoder) appendPart(b []byte, p *abi.Part) []byte {
 		b, idx = e.block(b, abi.KindReasoningStart, p.ID, emptyThinking)
 		return delta(b, idx, "thinking_delta", "thinking", p.Delta)
 	case abi.KindReasoningEnd:
-		if sig := e.signature(p.ID); sig != "" {
-			if ob := e.find(abi.KindReasoningStart, p.ID); ob != nil {
-				b = delta(b, ob.index, "signature_delta", "signature", sig)
-			}
-		}
 		return e.stop(b, abi.KindReasoningStart, p.ID)
 	case abi.KindToolInputStart:
 		if e.tools[p.ID] {
@@ -233,7 +431,11 @@ func (e *messagesEncoder) appendPart(b []byte, p *abi.Part) []byte {
 		b = append(b, `{"type":"content_block_start","index":`...)
 		b = strconv.AppendInt(b, int64(idx), 10)
 		b = append(b, `,"content_block":`...)
-		b = appendToolResult(b, p.Tool.Name, p.ID, p.Tool.Result)
+		if u := e.upstream(abi.KindToolResult, p.ID); u != nil {
+			b = append(b, u.start...) // as the upstream sent it
+		} else {
+			b = appendToolResult(b, p.Tool.Name, p.ID, p.Tool.Result)
+		}
 		b = append(b, "}\n\n"...)
 		return appendBlockStop(b, idx)
 	case abi.KindFinish:
@@ -261,11 +463,58 @@ func (e *messagesEncoder) finish(b []byte, r abi.FinishReason, u *abi.Usage) []b
 	}
 	e.open = e.open[:0]
 	b = event(b, "message_delta")
-	b = append(b, `{"type":"message_delta","delta":{"stop_reason":`...)
-	b = appendJSONString(b, stopReason(r))
-	b = append(b, `,"stop_sequence":null},"usage":`...)
-	b = appendAnthropicUsage(b, u)
+	b = append(b, `{"type":"message_delta","delta":`...)
+	b = e.appendDelta(b, r)
+	b = append(b, `,"usage":`...)
+	b = e.appendUsage(b, u)
 	return append(b, "}\n\n"...)
+}
+
+// appendDelta appends message_delta's delta: the upstream's (its
+// stop_sequence, stop_details, container… kept) with the stop_reason of r.
+func (e *messagesEncoder) appendDelta(b []byte, r abi.FinishReason) []byte {
+	reason := string(appendJSONString(nil, stopReason(r)))
+	if e.endDelta != "" {
+		if out, ok := appendMerged(b, e.endDelta, []member{{"stop_reason", reason}}); ok {
+			return out
+		}
+	}
+	b = append(b, `{"stop_reason":`...)
+	b = append(b, reason...)
+	return append(b, `,"stop_sequence":null}`...)
+}
+
+// appendEndMembers appends, for a non-streaming answer, the members of
+// the upstream's message_delta delta after stop_reason (stop_sequence,
+// stop_details, container…): the message's own.
+func (e *messagesEncoder) appendEndMembers(b []byte) []byte {
+	ms, ok := members(e.endDelta)
+	if !ok {
+		return append(b, `,"stop_sequence":null`...)
+	}
+	seq := false
+	for _, m := range ms {
+		if m.key != "stop_reason" {
+			seq = seq || m.key == "stop_sequence"
+			b = appendMember(b, true, m)
+		}
+	}
+	if !seq {
+		b = append(b, `,"stop_sequence":null`...)
+	}
+	return b
+}
+
+// appendUsage appends usage: the upstream's usage object when it sent one
+// (members such as server_tool_use and service_tier kept), with the
+// driver's counts.
+func (e *messagesEncoder) appendUsage(b []byte, u *abi.Usage) []byte {
+	if e.endUsage != "" {
+		if out, ok := appendMerged(b, e.endUsage, anthropicUsage(u)); ok {
+			return out
+		}
+	}
+	return appendAnthropicUsage(b, u)
 }
 
 // appendEnd appends message_stop (after message_delta, should the stream
@@ -300,6 +549,18 @@ func appendAnthropicUsage(b []byte, u *abi.Usage) []byte {
 	return append(b, '}')
 }
 
+// anthropicUsage returns the members appendAnthropicUsage writes, for
+// appendMerged.
+func anthropicUsage(u *abi.Usage) []member {
+	n := func(v int64) string { return strconv.FormatInt(v, 10) }
+	return []member{
+		{"input_tokens", n(max(0, u.InputTokens-u.CacheReadTokens-u.CacheWriteTokens))},
+		{"cache_creation_input_tokens", n(u.CacheWriteTokens)},
+		{"cache_read_input_tokens", n(u.CacheReadTokens)},
+		{"output_tokens", n(u.OutputTokens)},
+	}
+}
+
 // stopReason is the Messages API stop_reason of r: the provider's own word
 // when it is one of Anthropic's, else the unified reason's.
 func stopReason(r abi.FinishReason) string {
@@ -320,20 +581,30 @@ func stopReason(r abi.FinishReason) string {
 
 // msgBlock is one content block of a non-streaming answer.
 type msgBlock struct {
-	kind   abi.PartKind // KindTextStart, KindReasoningStart, KindToolInputStart or KindToolResult
+	kind   abi.PartKind // KindTextStart, KindReasoningStart, KindToolInputStart, KindToolResult or KindRaw
 	id     string
 	name   string
 	server bool            // server_tool_use: the provider ran the tool
 	text   strings.Builder // the text, thinking, or tool input
 	result string          // a server tool's result (JSON)
 	sig    string          // a thinking block's signature
+
+	// From an Anthropic upstream's raw events.
+	start     string     // the block's content_block as the upstream opened it
+	citations []string   // a text block's citations (JSON objects)
+	deltas    []rawDelta // a raw block's deltas
 }
+
+// rawDelta is one delta of a block only raw events carry.
+type rawDelta struct{ typ, value string }
 
 // collect builds the answer's blocks in the order they came (text,
 // tool_use, a server tool's result, more text…), as Anthropic returns
 // them.
 func (e *messagesEncoder) collect(p *abi.Part) {
 	switch p.Kind {
+	case abi.KindRaw:
+		e.collectRaw(p)
 	case abi.KindTextDelta:
 		if p.Delta != "" {
 			e.collected(abi.KindTextStart, p.ID).text.WriteString(p.Delta)
@@ -357,14 +628,15 @@ func (e *messagesEncoder) collect(p *abi.Part) {
 		}
 	case abi.KindToolResult:
 		if p.Tool != nil && p.Tool.ProviderExecuted {
-			e.blocks = append(e.blocks, &msgBlock{kind: abi.KindToolResult, id: p.ID, name: p.Tool.Name, result: p.Tool.Result})
+			blk := &msgBlock{kind: abi.KindToolResult, id: p.ID, name: p.Tool.Name, result: p.Tool.Result}
+			if u := e.upstream(abi.KindToolResult, p.ID); u != nil {
+				blk.start = u.start
+			}
+			e.blocks = append(e.blocks, blk)
 		}
 	case abi.KindTextEnd:
 		e.close(abi.KindTextStart, p.ID)
 	case abi.KindReasoningEnd:
-		if ob := e.find(abi.KindReasoningStart, p.ID); ob != nil {
-			e.blocks[ob.index].sig = e.signature(p.ID)
-		}
 		e.close(abi.KindReasoningStart, p.ID)
 	case abi.KindFinish:
 		if p.Finish != nil {
@@ -373,14 +645,80 @@ func (e *messagesEncoder) collect(p *abi.Part) {
 	}
 }
 
+// collectRaw is raw for a non-streaming answer: the same blocks, built.
+func (e *messagesEncoder) collectRaw(p *abi.Part) {
+	ev, ok := p.Raw.(ant.MessageStreamEventUnion)
+	if !ok {
+		return
+	}
+	u := e.note(&ev)
+	if u == nil {
+		return
+	}
+	switch ev.Type {
+	case "content_block_start":
+		if u.kind == abi.KindRaw {
+			e.collected(abi.KindRaw, u.id)
+		}
+	case "content_block_delta":
+		d := &ev.Delta
+		switch {
+		case mapped(u.kind, d.Type) || rawJSON(ev.JSON.Delta.Raw()) == "": // as raw does
+		case u.kind == abi.KindRaw:
+			if ob := e.find(abi.KindRaw, u.id); ob != nil {
+				blk := e.blocks[ob.index]
+				blk.deltas = append(blk.deltas, rawDelta{d.Type, deltaValue(d)})
+			}
+		case u.kind == abi.KindTextStart || u.kind == abi.KindReasoningStart:
+			// The block opens as in a stream; what the delta adds to it is
+			// known for a citation and a signature.
+			blk := e.collected(u.kind, u.id)
+			switch {
+			case u.kind == abi.KindTextStart && d.Type == "citations_delta":
+				if c := rawJSON(d.JSON.Citation.Raw()); c != "" {
+					blk.citations = append(blk.citations, c)
+				}
+			case u.kind == abi.KindReasoningStart && d.Type == "signature_delta":
+				blk.sig += d.Signature
+			}
+		}
+	case "content_block_stop":
+		if u.kind == abi.KindRaw {
+			e.close(abi.KindRaw, u.id)
+		}
+	}
+}
+
+// deltaValue returns what a delta adds to its block: its text, thinking,
+// signature or partial JSON, or its citation's JSON.
+func deltaValue(d *ant.MessageStreamEventUnionDelta) string {
+	switch d.Type {
+	case "text_delta":
+		return d.Text
+	case "thinking_delta":
+		return d.Thinking
+	case "signature_delta":
+		return d.Signature
+	case "input_json_delta":
+		return d.PartialJSON
+	case "citations_delta":
+		return rawJSON(d.JSON.Citation.Raw())
+	}
+	return ""
+}
+
 // collected returns the open block of kind and id, starting one if none.
 func (e *messagesEncoder) collected(kind abi.PartKind, id string) *msgBlock {
 	if ob := e.find(kind, id); ob != nil {
 		return e.blocks[ob.index]
 	}
+	blk := &msgBlock{kind: kind, id: id}
+	if u := e.upstream(kind, id); u != nil {
+		blk.start, blk.sig = u.start, u.sig
+	}
 	e.open = append(e.open, openBlock{kind: kind, id: id, index: len(e.blocks)})
-	e.blocks = append(e.blocks, &msgBlock{kind: kind, id: id})
-	return e.blocks[len(e.blocks)-1]
+	e.blocks = append(e.blocks, blk)
+	return blk
 }
 
 func (e *messagesEncoder) close(kind abi.PartKind, id string) {
@@ -392,8 +730,10 @@ func (e *messagesEncoder) close(kind abi.PartKind, id string) {
 	}
 }
 
-// appendAnswer appends the message object of a non-streaming answer.
+// appendAnswer appends the message object of a non-streaming answer,
+// growing b once for the whole answer (see answerSize).
 func (e *messagesEncoder) appendAnswer(b []byte) []byte {
+	b = slices.Grow(b, e.answerSize())
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, e.id)
 	b = append(b, `,"type":"message","role":"assistant","model":`...)
@@ -403,36 +743,153 @@ func (e *messagesEncoder) appendAnswer(b []byte) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		switch blk.kind {
-		case abi.KindTextStart:
-			b = append(b, `{"type":"text","text":`...)
-			b = appendJSONString(b, blk.text.String())
-			b = append(b, '}')
-		case abi.KindReasoningStart:
-			b = append(b, `{"type":"thinking","thinking":`...)
-			b = appendJSONString(b, blk.text.String())
-			b = append(b, `,"signature":`...)
-			b = appendJSONString(b, blk.sig)
-			b = append(b, '}')
-		case abi.KindToolInputStart:
-			b = append(b, `{"type":"`...)
-			b = append(b, toolUseType(blk.server)...)
-			b = append(b, `","id":`...)
-			b = appendJSONString(b, blk.id)
-			b = append(b, `,"name":`...)
-			b = appendJSONString(b, blk.name)
-			b = append(b, `,"input":`...)
-			b = appendToolInput(b, blk.text.String())
-			b = append(b, '}')
-		case abi.KindToolResult:
-			b = appendToolResult(b, blk.name, blk.id, blk.result)
-		}
+		b = blk.appendJSON(b)
 	}
 	b = append(b, `],"stop_reason":`...)
 	b = appendJSONString(b, stopReason(e.reason))
-	b = append(b, `,"stop_sequence":null,"usage":`...)
-	b = appendAnthropicUsage(b, &e.usage)
+	b = e.appendEndMembers(b)
+	b = append(b, `,"usage":`...)
+	b = e.appendAnswerUsage(b)
 	return append(b, "}\n"...)
+}
+
+// appendAnswerUsage appends a non-streaming answer's usage: as
+// anthropic-sdk-go accumulates a stream's, message_start's usage object
+// with message_delta's members over it (service_tier comes in the first,
+// server_tool_use in the second), with the driver's counts.
+func (e *messagesEncoder) appendAnswerUsage(b []byte) []byte {
+	if e.startUsage != "" {
+		over, ok := members(e.endUsage)
+		if !ok {
+			over = nil
+		}
+		var merged []byte
+		if merged, ok = appendMerged(nil, e.startUsage, over); ok {
+			if out, ok := appendMerged(b, string(merged), anthropicUsage(&e.usage)); ok {
+				return out
+			}
+		}
+	}
+	return e.appendUsage(b, &e.usage)
+}
+
+// appendJSON appends the block: as the upstream opened it (its members
+// kept, in their order) with what came after, when the upstream's raw
+// events told its start, else in the gateway's words.
+func (blk *msgBlock) appendJSON(b []byte) []byte {
+	var set []member
+	switch blk.kind {
+	case abi.KindTextStart:
+		set = []member{{"text", string(appendJSONString(nil, blk.text.String()))}}
+		if len(blk.citations) > 0 {
+			set = append(set, member{"citations", "[" + strings.Join(blk.citations, ",") + "]"})
+		}
+	case abi.KindReasoningStart:
+		set = []member{{"thinking", string(appendJSONString(nil, blk.text.String()))},
+			{"signature", string(appendJSONString(nil, blk.sig))}}
+	case abi.KindToolInputStart:
+		set = []member{{"input", string(appendToolInput(nil, blk.text.String()))}}
+	case abi.KindToolResult, abi.KindRaw:
+		set = foldDeltas(blk.start, blk.deltas)
+	}
+	if blk.start != "" {
+		if out, ok := appendMerged(b, blk.start, set); ok {
+			return out
+		}
+	}
+	switch blk.kind {
+	case abi.KindTextStart:
+		b = append(b, `{"type":"text",`...)
+		for i, m := range set {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, m.key)
+			b = append(b, ':')
+			b = append(b, m.value...)
+		}
+		return append(b, '}')
+	case abi.KindReasoningStart:
+		b = append(b, `{"type":"thinking","thinking":`...)
+		b = appendJSONString(b, blk.text.String())
+		b = append(b, `,"signature":`...)
+		b = appendJSONString(b, blk.sig)
+		return append(b, '}')
+	case abi.KindToolInputStart:
+		b = append(b, `{"type":"`...)
+		b = append(b, toolUseType(blk.server)...)
+		b = append(b, `","id":`...)
+		b = appendJSONString(b, blk.id)
+		b = append(b, `,"name":`...)
+		b = appendJSONString(b, blk.name)
+		b = append(b, `,"input":`...)
+		b = appendToolInput(b, blk.text.String())
+		return append(b, '}')
+	case abi.KindToolResult:
+		return appendToolResult(b, blk.name, blk.id, blk.result)
+	}
+	return append(b, "null"...) // unreachable: a raw block always has its start
+}
+
+// foldDeltas returns the members a raw block's deltas change, folded as
+// anthropic-sdk-go's Message.Accumulate folds them into a block it knows
+// (text, thinking and signature appended to the start's, partial JSON
+// making the input, citations appended). A delta of a type newer than
+// this code has no known meaning, so a non-streaming answer goes without
+// it (a stream relays it).
+func foldDeltas(start string, deltas []rawDelta) []member {
+	if len(deltas) == 0 {
+		return nil
+	}
+	var v map[string]json.RawMessage
+	_ = json.Unmarshal([]byte(start), &v)
+	str := func(key string) *strings.Builder {
+		var sb strings.Builder
+		var s string
+		if json.Unmarshal(v[key], &s) == nil {
+			sb.WriteString(s)
+		}
+		return &sb
+	}
+	acc := map[string]*strings.Builder{}
+	var input strings.Builder
+	var citations []string
+	for _, d := range deltas {
+		switch d.typ {
+		case "text_delta", "thinking_delta", "signature_delta":
+			key := strings.TrimSuffix(d.typ, "_delta")
+			if acc[key] == nil {
+				acc[key] = str(key)
+			}
+			acc[key].WriteString(d.value)
+		case "input_json_delta":
+			input.WriteString(d.value)
+		case "citations_delta":
+			if d.value != "" {
+				citations = append(citations, d.value)
+			}
+		}
+	}
+	var set []member
+	for _, key := range []string{"text", "thinking", "signature"} {
+		if sb := acc[key]; sb != nil {
+			set = append(set, member{key, string(appendJSONString(nil, sb.String()))})
+		}
+	}
+	if in := strings.TrimSpace(input.String()); in != "" && json.Valid([]byte(in)) {
+		set = append(set, member{"input", in})
+	}
+	if len(citations) > 0 {
+		var items []string
+		var old []json.RawMessage
+		if json.Unmarshal(v["citations"], &old) == nil {
+			for _, c := range old {
+				items = append(items, string(c))
+			}
+		}
+		set = append(set, member{"citations", "[" + strings.Join(append(items, citations...), ",") + "]"})
+	}
+	return set
 }
 
 func toolUseType(server bool) string {
@@ -470,4 +927,22 @@ func appendToolInput(b []byte, s string) []byte {
 		return append(b, s...)
 	}
 	return appendJSONString(b, s)
+}
+
+// answerSize estimates the length of the message object appendAnswer
+// writes: its blocks' text unescaped, plus a frame for the keys and the
+// usage (messageFrame) and one per block (blockFrame).
+func (e *messagesEncoder) answerSize() int {
+	const messageFrame, blockFrame = 384, 96
+	n := messageFrame + len(e.id) + len(e.model)
+	for _, blk := range e.blocks {
+		n += blockFrame + len(blk.id) + len(blk.name) + blk.text.Len() + len(blk.result) + len(blk.sig) + len(blk.start)
+		for _, c := range blk.citations {
+			n += len(c) + 1
+		}
+		for _, d := range blk.deltas {
+			n += len(d.value)
+		}
+	}
+	return n
 }

@@ -145,10 +145,12 @@ type Options struct {
 	// RawChunks makes the file's provider models stream, for every chunk,
 	// a KindRaw part with what the adapter does not map (an
 	// openai.ChunkFields from OpenAI-compatible models, with
-	// openai.WithChunkFields; the SDK's event from Anthropic's, with
-	// anthropic.WithRawChunks), for the fields the driver does not model:
-	// the gateway takes logprobs, system_fingerprint and service_tier
-	// from OpenAI's, thinking signatures from Anthropic's. The file's
+	// openai.WithChunkFields; the SDK's event from Anthropic's, but for
+	// the text, thinking and tool-input deltas its parts carry whole, with
+	// anthropic.WithUnmappedEvents), for the fields the driver does not
+	// model: the gateway takes logprobs, system_fingerprint and
+	// service_tier from OpenAI's; signatures, citations, redacted thinking,
+	// newer blocks and the blocks' own fields from Anthropic's. The file's
 	// transforms never see the raw parts (the driver keeps them in their
 	// place around the parts a transform holds, see
 	// driver.WithTransforms). It is ignored in a file whose commit rule is

@@ -47,6 +47,7 @@ var (
 	rhBin    = flag.String("retryhost", "", "path of a built retryhost binary (empty: skip that row)")
 	pkDir    = flag.String("portkey-dir", "", "folder with node_modules/@portkey-ai/gateway (empty: skip that row)")
 	held     = flag.String("held-streams", "", "after the phases, hold this many streams open at once and report the proxy's RSS; a comma-separated list holds each count in turn (empty: skip)")
+	heldH2C  = flag.Bool("held-h2c", false, "hold the streams over HTTP/2 without TLS (h2c, 250 streams a connection) to the Go proxies (bare and retryhost serve --h2c), so that a proxy holding N streams needs N+N/250 descriptors, not 2N; Portkey stays on HTTP/1.1")
 	upConns  = flag.Int("upstream-conns", 16384, "retryhost serve's --upstream-conns and --max-concurrent (the bench holds up to -held-streams streams to one upstream host)")
 	workDir  = flag.String("workdir", "", "folder for the policy file and the children's logs (default: a temp folder)")
 
@@ -241,7 +242,11 @@ func holdStreams(ctx context.Context, t *target, upstream string, n int) (opened
 				req.Header[k] = v
 			}
 			req.Header.Set("Content-Type", "application/json")
-			resp, err := holdClient.Do(req)
+			c := holdClient
+			if *heldH2C && (t.name == "revproxy" || t.name == "retryhost") {
+				c = holdClientH2C
+			}
+			resp, err := c.Do(req)
 			if err != nil {
 				return
 			}
@@ -267,7 +272,7 @@ func holdStreams(ctx context.Context, t *target, upstream string, n int) (opened
 					got += c
 				}
 			}
-			if resp.StatusCode == http.StatusOK && done && got == "held " {
+			if resp.StatusCode == http.StatusOK && done && got == "held " && (c == holdClient || resp.ProtoMajor == 2) {
 				ok.Add(1)
 			}
 		}()
@@ -284,6 +289,7 @@ func holdStreams(ctx context.Context, t *target, upstream string, n int) (opened
 		fmt.Fprintln(os.Stderr, "release:", err)
 	}
 	wg.Wait()
+	holdClientH2C.CloseIdleConnections()
 	return opened, int(ok.Load()), rss0, rss1
 }
 
@@ -294,6 +300,14 @@ type holdResult struct {
 
 // holdClient has no overall timeout (the streams are held on purpose) and no idle pool.
 var holdClient = &http.Client{Transport: &http.Transport{DisableCompression: true, DisableKeepAlives: true}}
+
+// holdClientH2C speaks HTTP/2 by prior knowledge (-held-h2c): a new
+// connection each time one has 250 streams open.
+var holdClientH2C = func() *http.Client {
+	tr := &http.Transport{DisableCompression: true, Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: tr}
+}()
 
 // procRSS is a process's resident set in bytes (Linux /proc; 0 elsewhere).
 func procRSS(pid int) int64 {
@@ -332,6 +346,12 @@ func serveRevProxy(upstream string) {
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1
 	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}
+	srv := &http.Server{Handler: rp}
+	if *heldH2C {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -342,7 +362,7 @@ func serveRevProxy(upstream string) {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
 	}()
-	_ = http.Serve(ln, rp)
+	_ = srv.Serve(ln)
 }
 
 // ---- targets ----
@@ -411,7 +431,7 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(self, "-serve-revproxy", upstream)
+		cmd := exec.Command(self, "-serve-revproxy", upstream, "-held-h2c="+strconv.FormatBool(*heldH2C))
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			return nil, err
@@ -450,7 +470,7 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 			return nil, err
 		}
 		cmd := exec.Command(*rhBin, "serve", "--policy", pf, "--addr", addr, "--watch=false",
-			"--max-concurrent", strconv.Itoa(*upConns), "--upstream-conns", strconv.Itoa(*upConns))
+			"--max-concurrent", strconv.Itoa(*upConns), "--upstream-conns", strconv.Itoa(*upConns), "--h2c="+strconv.FormatBool(*heldH2C))
 		cmd.Env = append(os.Environ(), "BENCH_UPSTREAM_KEY=k", "RETRYHOST_API_KEYS=")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		done, err := startChild(cmd)
@@ -819,7 +839,11 @@ func run(ctx context.Context) error {
 		fmt.Println()
 	}
 	for i, n := range heldCounts {
-		fmt.Printf("%d streams held open at once (proxy RSS; per stream = (RSS held - RSS before) / opened)\n", n)
+		over := "HTTP/1.1, one connection a stream"
+		if *heldH2C {
+			over = "h2c to the Go proxies (250 streams a connection), HTTP/1.1 to Portkey"
+		}
+		fmt.Printf("%d streams held open at once over %s (proxy RSS; per stream = (RSS held - RSS before) / opened)\n", n, over)
 		fmt.Println("| target | opened | RSS before | RSS held | per stream | intact after release |")
 		fmt.Println("|---|---|---|---|---|---|")
 		for _, r := range rows {

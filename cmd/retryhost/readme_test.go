@@ -48,7 +48,7 @@ func TestREADMEServeUsageMatchesFlags(t *testing.T) {
 
 	placeholder := regexp.MustCompile(`^[A-Z][A-Z:_]*$`)
 	seen := map[string]bool{}
-	for _, m := range regexp.MustCompile(`\[--([a-z-]+)(?:[ =]([^\]]+))?\]`).FindAllStringSubmatch(usage, -1) {
+	for _, m := range regexp.MustCompile(`\[--([a-z0-9-]+)(?:[ =]([^\]]+))?\]`).FindAllStringSubmatch(usage, -1) {
 		name, val := m[1], m[2]
 		seen[name] = true
 		f := fs.Lookup(name)
@@ -72,6 +72,7 @@ func TestREADMEServeUsageMatchesFlags(t *testing.T) {
 func TestREADMEServeServerLimits(t *testing.T) {
 	require.Equal(t, 64<<10, serveMaxHeaderBytes, "README: request headers 64 KiB")
 	require.Equal(t, 10*time.Second, serveReadHeaderTimeout, "README: reading a request's headers 10 s")
+	require.Equal(t, 250, serveH2Streams, "README: streams open at once on one HTTP/2 connection 250")
 }
 
 // The README writes "retryhost plugin pull [-o FILE] …"; the help lists

@@ -44,6 +44,7 @@ func init() {
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
 			fs.Int64Var(&o.maxAnswer, "max-answer", 32<<20, "the largest answer a non-streaming request holds until it is complete, per attempt, in `BYTES` (payload + 256 per part); past it the attempt fails")
+			fs.BoolVar(&o.h2c, "h2c", false, "also accept HTTP/2 without TLS (prior knowledge, as a mesh sidecar or a load balancer speaks it), on the same port as HTTP/1.1")
 			fs.IntVar(&o.upstreamConns, "upstream-conns", 256, "connections to each upstream host, idle and active; more requests wait for one")
 			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file, or a plugin file it names by path, changes (SIGHUP reloads it too)")
 			fs.DurationVar(&o.pluginPoll, "plugin-poll", 30*time.Second, "how often to ask the registry for a new version of an \"oci\" plugin that follows a tag (\"follow_tag\"); a new one reloads the policy")
@@ -61,6 +62,7 @@ type serveOpts struct {
 	upstreamConns        int
 	maxBody, maxAnswer   int64
 	watch, printDemo     bool
+	h2c                  bool
 	pluginPoll           time.Duration
 	registry             registryFlags
 }
@@ -71,6 +73,9 @@ const (
 	serveReadHeaderTimeout = 10 * time.Second
 	serveIdleTimeout       = 120 * time.Second
 	serveWatchInterval     = time.Second
+	// serveH2Streams is the streams one HTTP/2 connection may have open at
+	// once (--h2c): net/http's own default.
+	serveH2Streams = 250
 )
 
 func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
@@ -137,6 +142,16 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	}
 	srv := &http.Server{Handler: gw, MaxHeaderBytes: serveMaxHeaderBytes, ReadHeaderTimeout: serveReadHeaderTimeout,
 		IdleTimeout: serveIdleTimeout, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	if o.h2c {
+		// Each HTTP/2 stream is a request like any other: the body, header
+		// (MaxHeaderBytes bounds the decoded header list too) and
+		// concurrency limits apply per stream, and a connection carries at
+		// most serveH2Streams of them at once.
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: serveH2Streams}
+	}
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(stderr, "retryhost serve: listening on %s\n", base)
 	if o.file == "" {

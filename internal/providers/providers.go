@@ -29,8 +29,8 @@ type Spec struct {
 	HTTPClient *http.Client
 	// RawChunks makes streams emit, for each chunk, a KindRaw part with
 	// what the adapter does not map: the fields of an OpenAI-compatible
-	// chunk (openai.WithChunkFields), an Anthropic event
-	// (anthropic.WithRawChunks).
+	// chunk (openai.WithChunkFields), the Anthropic events it does not map
+	// whole (anthropic.WithUnmappedEvents).
 	RawChunks bool
 }
 

@@ -48,6 +48,7 @@ type config struct {
 	maxRetries  int
 	maxTokens   int
 	rawChunks   bool
+	unmapped    bool // WithUnmappedEvents
 	sdkTraces   bool
 	sdkOpts     []option.RequestOption
 }
@@ -135,6 +136,19 @@ func WithDefaultMaxTokens(n int) Option { return func(c *config) { c.maxTokens =
 // default commit rule. Default: off.
 func WithRawChunks() Option { return func(c *config) { c.rawChunks = true } }
 
+// WithUnmappedEvents is WithRawChunks without the events whose whole
+// content the parts carry: a text block's text_delta, a thinking block's
+// thinking_delta and a tool_use block's input_json_delta, most of a
+// stream, are not emitted as raw parts; every other event is (message and
+// block starts and stops, signature_delta, citations_delta, the blocks
+// and deltas this adapter does not map, message_delta). It is what
+// retryhost serve's Messages door relays from (policy.Options.RawChunks
+// turns it on), at a fraction of the cost: the SDK's event is large, and
+// boxed for every raw part. With WithRawChunks too, it wins. Default: off.
+func WithUnmappedEvents() Option {
+	return func(c *config) { c.rawChunks, c.unmapped = true, true }
+}
+
 // WithRequestOptions passes SDK request options through, after the
 // model's own (so they win): headers, beta flags, middleware, timeouts…
 func WithRequestOptions(opts ...option.RequestOption) Option {
@@ -150,6 +164,7 @@ type Model struct {
 	params2   []option.RequestOption // WithParam's, after the request's own
 	maxTokens int64
 	raw       bool
+	unmapped  bool
 	client    ant.Client
 	host      string // the server it calls, for telemetry
 	port      int
@@ -221,7 +236,7 @@ func New(id string, opts ...Option) (*Model, error) {
 	if !c.scopeSet {
 		scope = adapter.RateLimitScope(c.provider, base, cmp.Or(c.apiKey, os.Getenv("ANTHROPIC_API_KEY")), id)
 	}
-	return &Model{scope: scope, id: id, provider: c.provider, key: key, params2: params, maxTokens: int64(c.maxTokens), raw: c.rawChunks,
+	return &Model{scope: scope, id: id, provider: c.provider, key: key, params2: params, maxTokens: int64(c.maxTokens), raw: c.rawChunks, unmapped: c.unmapped,
 		client: ant.NewClient(sdk...), host: host, port: port}, nil
 }
 
@@ -311,7 +326,7 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		_ = st.Close()
 		return nil, openError(ctx, err, raw)
 	}
-	src := &source{st: st, blocks: map[int64]*block{}, raw: m.raw}
+	src := &source{st: st, blocks: map[int64]*block{}, raw: m.raw, unmapped: m.unmapped}
 	s := adapter.NewStream(ctx, provider, src, abi.Part{Kind: abi.KindStreamStart, Warnings: warnings})
 	if raw != nil {
 		s.SetHeader(raw.Header)

@@ -7,6 +7,9 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -696,4 +699,74 @@ func TestProviderOptionsForwardedLiterally(t *testing.T) {
 	require.JSONEq(t, `[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}]`, string(body["system"]))
 	require.Equal(t, "true", string(body["weird*?|#@:key"]))
 	require.NotContains(t, body, "x")
+}
+
+// TestStreamUnmappedEvents: WithUnmappedEvents passes every event but the
+// text, thinking and tool-input deltas of their own blocks (their parts
+// carry them whole), each before what was mapped from it, and changes
+// nothing else; on a stream with every kind of block, one newer than the
+// SDK and the adapter among them, interleaved with a text block.
+func TestStreamUnmappedEvents(t *testing.T) {
+	collect := func(opts ...anthropic.Option) []abi.Part {
+		srv := wiretest.ServeFile(t, wire("blocks"))
+		st, err := model(t, srv, opts...).Stream(context.Background(), request())
+		require.NoError(t, err)
+		parts, err := wiretest.Collect(st, 1000)
+		require.NoError(t, err)
+		return parts
+	}
+	plain := collect()
+	for name, opt := range map[string]anthropic.Option{"raw": anthropic.WithRawChunks(), "unmapped": anthropic.WithUnmappedEvents()} {
+		t.Run(name, func(t *testing.T) {
+			parts := collect(opt)
+			var mapped []abi.Part
+			var events []string
+			for _, p := range parts {
+				if p.Kind != abi.KindRaw {
+					mapped = append(mapped, p)
+					continue
+				}
+				ev, ok := p.Raw.(ant.MessageStreamEventUnion)
+				require.True(t, ok, "Raw is the SDK's event, got %T", p.Raw)
+				e := ev.Type
+				if e == "content_block_delta" {
+					e = ev.Delta.Type
+				}
+				events = append(events, e+"@"+strconv.FormatInt(ev.Index, 10))
+			}
+			require.Equal(t, plain, mapped)
+			all := []string{"message_start@0",
+				"content_block_start@0", "content_block_stop@0",
+				"content_block_start@1", "thinking_delta@1", "signature_delta@1", "content_block_stop@1",
+				"content_block_start@2", "input_json_delta@2", "input_json_delta@2", "content_block_stop@2",
+				"content_block_start@3", "content_block_stop@3",
+				"content_block_start@4", "citations_delta@4", "text_delta@4",
+				"content_block_start@5", "reading_delta@5", "citations_delta@4", "reading_delta@5", "text_delta@4",
+				"content_block_stop@5", "content_block_stop@4",
+				"content_block_start@6", "signature_delta@6", "content_block_stop@6",
+				"content_block_start@7", "text_delta@7", "content_block_stop@7",
+				"message_delta@0", "message_stop@0"}
+			if name == "unmapped" {
+				all = slices.DeleteFunc(all, func(e string) bool {
+					return strings.HasPrefix(e, "text_delta@") || strings.HasPrefix(e, "thinking_delta@") || strings.HasPrefix(e, "input_json_delta@")
+				})
+			}
+			require.Equal(t, all, events)
+		})
+	}
+	// What the parts make of it: the redacted block an empty reasoning
+	// block, the newer block nothing, the citations sources.
+	var kinds []string
+	for _, p := range plain {
+		kinds = append(kinds, p.Kind.String()+":"+p.ID)
+	}
+	require.Equal(t, []string{"stream-start:", "response-metadata:msg_01Bk7xWf3TDnh5ZAz1oT4V2Q",
+		"reasoning-start:0", "reasoning-end:0",
+		"reasoning-start:1", "reasoning-delta:1", "reasoning-end:1",
+		"tool-input-start:srvtoolu_01WYG3ziw53XMcoyKL4XcZmE", "tool-input-delta:srvtoolu_01WYG3ziw53XMcoyKL4XcZmE",
+		"tool-input-end:srvtoolu_01WYG3ziw53XMcoyKL4XcZmE", "tool-call:srvtoolu_01WYG3ziw53XMcoyKL4XcZmE",
+		"tool-result:srvtoolu_01WYG3ziw53XMcoyKL4XcZmE", "source:srvtoolu_01WYG3ziw53XMcoyKL4XcZmE",
+		"text-start:4", "source:4", "text-delta:4", "source:4", "text-delta:4", "text-end:4",
+		"reasoning-start:6", "reasoning-end:6",
+		"text-start:7", "text-delta:7", "text-end:7", "finish:"}, kinds)
 }

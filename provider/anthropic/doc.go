@@ -34,6 +34,12 @@
 //	ping, signature_delta                nothing
 //	every event, with WithRawChunks      raw (Raw = the ant.MessageStreamEventUnion),
 //	                                     before the parts mapped from it
+//	… with WithUnmappedEvents            the same, but for the text_delta, thinking_delta
+//	                                     and input_json_delta of their own blocks
+//	                                     (what retryhost serve's /v1/messages relays
+//	                                     from: signatures, citations, redacted_thinking,
+//	                                     blocks newer than this adapter, which map to
+//	                                     nothing or to less than they carry)
 //
 // Generate maps the same content: server tool calls and results, and each
 // text block's citations as source parts after its text.

@@ -30,7 +30,7 @@ func fromSpec(s providers.Spec) (driver.Model, error) {
 		opts = append(opts, WithParam(k, s.Params[k]))
 	}
 	if s.RawChunks {
-		opts = append(opts, WithRawChunks())
+		opts = append(opts, WithUnmappedEvents())
 	}
 	return New(s.Model, opts...)
 }

@@ -14,8 +14,9 @@ import (
 
 // source turns Messages stream events into parts (adapter.Source).
 type source struct {
-	st  *ssestream.Stream[ant.MessageStreamEventUnion]
-	raw bool // emit each event as a KindRaw part too (WithRawChunks)
+	st       *ssestream.Stream[ant.MessageStreamEventUnion]
+	raw      bool // emit each event as a KindRaw part too (WithRawChunks)
+	unmapped bool // … but those the parts carry whole (WithUnmappedEvents)
 
 	blocks map[int64]*block
 	// content reports that a part that commits a stream (under the
@@ -49,6 +50,7 @@ type block struct {
 	kind     blockKind
 	id, name string
 	server   bool
+	redacted bool // a redacted_thinking block
 	input    strings.Builder
 }
 
@@ -64,7 +66,7 @@ func (s *source) Next(q []abi.Part) ([]abi.Part, error) {
 		}
 		var err error
 		ev := s.st.Current()
-		if s.raw {
+		if s.raw && (!s.unmapped || !s.mapsWhole(&ev)) {
 			q = append(q, abi.Part{Kind: abi.KindRaw, Raw: ev})
 		}
 		n := len(q)
@@ -75,6 +77,27 @@ func (s *source) Next(q []abi.Part) ([]abi.Part, error) {
 		}
 	}
 	return q, nil
+}
+
+// mapsWhole reports whether the parts mapped from ev carry all of it: a
+// delta of its block's own text, thinking or tool input.
+func (s *source) mapsWhole(ev *ant.MessageStreamEventUnion) bool {
+	if ev.Type != "content_block_delta" {
+		return false
+	}
+	b := s.blocks[ev.Index]
+	if b == nil {
+		return false
+	}
+	switch ev.Delta.Type {
+	case "text_delta":
+		return b.kind == blockText
+	case "thinking_delta":
+		return b.kind == blockReasoning && !b.redacted
+	case "input_json_delta":
+		return b.kind == blockTool
+	}
+	return false
 }
 
 // noteContent records whether parts carry output. An empty text or
@@ -109,7 +132,7 @@ func (s *source) event(q []abi.Part, ev ant.MessageStreamEventUnion) ([]abi.Part
 				q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: b.id, Delta: cb.Text})
 			}
 		case "thinking", "redacted_thinking":
-			b.kind = blockReasoning
+			b.kind, b.redacted = blockReasoning, cb.Type == "redacted_thinking"
 			q = append(q, abi.Part{Kind: abi.KindReasoningStart, ID: b.id})
 			if cb.Thinking != "" {
 				q = append(q, abi.Part{Kind: abi.KindReasoningDelta, ID: b.id, Delta: cb.Thinking})
