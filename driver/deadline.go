@@ -53,9 +53,13 @@ const (
 // right at commit either fails the attempt before anything reaches the
 // caller, or is ignored: it never ends a committed stream.
 type firstWatch struct {
-	state atomic.Uint32
-	t     stopper
-	err   *DeadlineError
+	state  atomic.Uint32
+	t      stopper
+	limit  time.Duration
+	cancel context.CancelCauseFunc
+	// err is the deadline's error, made when it fires (it rarely does):
+	// written before the state says fired, read only after.
+	err *DeadlineError
 }
 
 // armFirstContent arms the first-content deadline d; zero d arms nothing.
@@ -63,13 +67,27 @@ func armFirstContent(c clock, d time.Duration, cancel context.CancelCauseFunc) *
 	if d <= 0 {
 		return nil
 	}
-	w := &firstWatch{err: &DeadlineError{Deadline: abi.DeadlineFirstContent, Limit: d}}
-	w.t = c.AfterFunc(d, func() {
-		if w.state.CompareAndSwap(firstArmed, firstFired) {
-			cancel(w.err)
-		}
-	})
+	w := &firstWatch{}
+	w.arm(c, d, cancel)
 	return w
+}
+
+// arm arms w, a zero firstWatch (one held in an attemptStream, so that an
+// attempt allocates its watches with itself), for the deadline d > 0.
+func (w *firstWatch) arm(c clock, d time.Duration, cancel context.CancelCauseFunc) {
+	w.limit, w.cancel = d, cancel
+	w.t = c.AfterFunc(d, w.fire)
+}
+
+func (w *firstWatch) fire() {
+	if w.state.Load() != firstArmed {
+		return
+	}
+	err := &DeadlineError{Deadline: abi.DeadlineFirstContent, Limit: w.limit}
+	w.err = err
+	if w.state.CompareAndSwap(firstArmed, firstFired) {
+		w.cancel(err)
+	}
 }
 
 // disarm stops the deadline at commit. It reports false when the deadline
@@ -107,16 +125,23 @@ type gapWatch struct {
 	idle    int
 	every   time.Duration
 	stopped bool
-	fire    func()
+	limit   time.Duration
+	cancel  context.CancelCauseFunc
 }
 
 func startGapWatch(c clock, gap time.Duration, cancel context.CancelCauseFunc) *gapWatch {
-	err := &DeadlineError{Deadline: abi.DeadlineGap, Limit: gap}
-	g := &gapWatch{every: max(gap/gapTicks, 1), fire: func() { cancel(err) }}
+	g := &gapWatch{}
+	g.start(c, gap, cancel)
+	return g
+}
+
+// start starts g, a zero gapWatch (one held in an attemptStream), for the
+// gap deadline gap > 0.
+func (g *gapWatch) start(c clock, gap time.Duration, cancel context.CancelCauseFunc) {
+	g.every, g.limit, g.cancel = max(gap/gapTicks, 1), gap, cancel
 	g.mu.Lock()
 	g.t = c.AfterFunc(g.every, g.tick)
 	g.mu.Unlock()
-	return g
 }
 
 // waiting marks the start of a wait on the upstream.
@@ -143,7 +168,7 @@ func (g *gapWatch) tick() {
 	} else if s&1 == 1 {
 		if g.idle++; g.idle >= gapTicks {
 			g.stopped = true
-			g.fire()
+			g.cancel(&DeadlineError{Deadline: abi.DeadlineGap, Limit: g.limit})
 			return
 		}
 	}

@@ -99,9 +99,9 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		gap:    sp.gap,
 		clock:  sp.clock,
 	}
-	s.first = armFirstContent(sp.clock, sp.firstContent, cancel)
-	if sp.atEnd {
-		s.out = make([]Part, 0, atEndParts) // it holds the whole answer
+	if sp.firstContent > 0 {
+		s.firstV.arm(sp.clock, sp.firstContent, cancel)
+		s.first = &s.firstV
 	}
 
 	fail := func(err error) attemptResult {
@@ -113,8 +113,8 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 	}
 
 	info := abi.StreamInfo{ID: streamIDs.Add(1), Model: sp.model.Key(), Attempt: sp.number}
-	ch, err := openChain(actx, sp.clock, sp.transformers, info)
-	if err != nil {
+	ch := &s.chainV
+	if err := ch.open(actx, sp.clock, sp.transformers, info); err != nil {
 		return fail(err)
 	}
 	s.ch = ch
@@ -125,6 +125,15 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 	}
 	s.up = up
 	s.stopAF = context.AfterFunc(actx, func() { _ = up.Close() })
+	// What the gate holds before commit, usually a preamble (stream start,
+	// response metadata, a text start) and the first content: one
+	// allocation rather than three growing ones; recv lets it go once
+	// replayed. An attempt that commits at its end holds the whole answer.
+	gateParts := 4
+	if sp.atEnd {
+		gateParts = atEndParts
+	}
+	s.out = make([]Part, 0, gateParts)
 
 	scanned, content := 0, false
 	var finish *abi.Finish // the last finish part scanned
@@ -236,9 +245,15 @@ type attemptStream struct {
 	clock  clock
 	gap    time.Duration
 
-	first  *firstWatch
-	gapW   *gapWatch
+	first  *firstWatch // &firstV when armed, else nil
+	gapW   *gapWatch   // &gapV once armed, else nil
 	stopAF func() bool
+
+	// The watches and the chain live in the attemptStream, so that an
+	// attempt allocates them with it rather than one by one.
+	firstV firstWatch
+	gapV   gapWatch
+	chainV chain
 
 	// rd reads the upstream while a transform holds parts (see next);
 	// inflight reports a Recv it runs whose result next has not taken yet
@@ -278,7 +293,8 @@ func (s *attemptStream) commitNow() error {
 	if s.gapW != nil { // armed by firstContent: the stream is over
 		s.gapW.stop()
 	} else if s.gap > 0 && !s.upDone {
-		s.gapW = startGapWatch(s.clock, s.gap, s.cancel)
+		s.gapV.start(s.clock, s.gap, s.cancel)
+		s.gapW = &s.gapV
 	}
 	s.committed = true
 	return nil
@@ -293,7 +309,8 @@ func (s *attemptStream) firstContent() error {
 		return s.first.err
 	}
 	if s.gap > 0 {
-		s.gapW = startGapWatch(s.clock, s.gap, s.cancel)
+		s.gapV.start(s.clock, s.gap, s.cancel)
+		s.gapW = &s.gapV
 	}
 	return nil
 }
@@ -436,6 +453,9 @@ func (s *attemptStream) recv() (Part, error) {
 		}
 		if s.head != 0 {
 			s.out, s.head = s.out[:0], 0
+			if s.ch.active == 0 {
+				s.out = nil // replayed, and no transform will hold parts in it again: a held stream keeps none
+			}
 		}
 		if !s.upDone && s.ch.active == 0 && !s.inflight {
 			// From here on every part goes straight through (recvFast),

@@ -42,9 +42,18 @@ type chain struct {
 // transformer that fails to open (or panics) is subject to its FailPolicy:
 // fail-open leaves its stage detached, fail-closed fails the attempt.
 func openChain(ctx context.Context, c clock, ts []abi.Transformer, info abi.StreamInfo) (*chain, error) {
-	ch := &chain{ctx: ctx, clock: c}
+	ch := &chain{}
+	if err := ch.open(ctx, c, ts, info); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// open is openChain into ch, a zero chain (one held in an attemptStream).
+func (ch *chain) open(ctx context.Context, c clock, ts []abi.Transformer, info abi.StreamInfo) error {
+	ch.ctx, ch.clock = ctx, c
 	if len(ts) == 0 {
-		return ch, nil
+		return nil
 	}
 	ch.stages = make([]stage, len(ts))
 	for i, t := range ts {
@@ -55,14 +64,14 @@ func openChain(ctx context.Context, c clock, ts []abi.Transformer, info abi.Stre
 		if err != nil {
 			if s.policy.Fail == abi.FailClosed {
 				ch.close()
-				return nil, &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: "open: " + err.Error(), Err: err}
+				return &abi.TransformError{Transform: s.name, Class: abi.ClassPlugin, Message: "open: " + err.Error(), Err: err}
 			}
 			continue
 		}
 		s.st = st
 		ch.active++
 	}
-	return ch, nil
+	return nil
 }
 
 func withPolicyDefaults(p abi.TransformPolicy) abi.TransformPolicy {

@@ -100,81 +100,51 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) { g.serve(w, r, c
 // that thousands of held streams do not each keep a stack grown past 8 KiB
 // (BenchmarkHeldStreams reports it).
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
-	l := &accessLog{id: d.newID(), start: time.Now()}
+	c := &call{}
+	l := &c.l
+	l.id, l.start = d.newID(), time.Now()
 	defer g.logAccess(r.Context(), r, l)
-	x, ok := g.open(w, r, d, l)
-	if !ok {
+	if !g.open(w, r, d, c) {
 		return
 	}
-	defer x.close()
-	if x.stream {
-		g.relay(x.ctx, w, l, x.s, x.enc, x.hook)
+	defer c.close(g)
+	if c.stream {
+		g.relay(c.ctx, w, l, c.s, c.enc, c.relayHook)
 	} else {
-		g.collect(x.ctx, w, d, l, x.s, x.enc)
+		g.collect(c.ctx, w, d, l, c.s, c.enc)
 	}
 }
 
-// exchange is what a committed request holds until its answer is out.
-type exchange struct {
-	ctx    context.Context
-	s      driver.Stream
-	enc    encoder
-	hook   *flushHook
-	stream bool
-
-	g         *Gateway // set once admitted (g.enter)
-	gen       *generation
-	cancel    context.CancelCauseFunc
-	stopAfter func() bool
-}
-
-// close releases what open took, in the reverse order.
-func (x *exchange) close() {
-	if x.s != nil {
-		_ = x.s.Close()
-	}
-	if x.stopAfter != nil {
-		x.stopAfter()
-	}
-	if x.cancel != nil {
-		x.cancel(nil)
-	}
-	if x.gen != nil {
-		x.gen.release()
-	}
-	if x.g != nil {
-		x.g.leave()
-	}
-}
-
-// open takes a request up to its commit: ok is false when it was answered
-// already (refused, or failed before commit) and released what it took.
-func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, l *accessLog) (x exchange, ok bool) {
+// open takes a request up to its commit: false when it was answered
+// already (refused, or failed before commit), with what it took released.
+func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) (ok bool) {
+	l := &c.l
 	l.requestID = requestID(r.Header.Get("X-Request-Id"), l.id)
-	w.Header().Set("X-Request-Id", l.requestID) // on every answer; sent with the first byte, never before commit
+	c.hv[0] = l.requestID
+	w.Header()["X-Request-Id"] = c.hv[0:1:1] // on every answer; sent with the first byte, never before commit
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		l.status, l.outcome = http.StatusMethodNotAllowed, "client_error"
 		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "method_not_allowed", msg: "retryhost gateway: use POST"})
-		return x, false
+		return
 	}
 	if !g.enter(w, d) {
 		l.status, l.outcome = http.StatusTooManyRequests, "rejected"
-		return x, false
+		return
 	}
-	x.g = g
+	c.entered = true
 	defer func() {
 		if !ok {
-			x.close()
+			c.close(g)
 		}
 	}()
 	gen := g.acquire()
 	if gen == nil {
 		l.status, l.outcome = http.StatusServiceUnavailable, "shutdown"
 		writeErr(w, d, errShutdown)
-		return x, false
+		return
 	}
-	x.gen = gen
+	c.gen = gen
 
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.readTimeout))
@@ -198,7 +168,7 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, l *access
 		default:
 			l.status, l.outcome = 499, "client_closed"
 		}
-		return x, false
+		return
 	}
 	cr, err := d.parse(body, r.Header, gen)
 	if err != nil {
@@ -206,15 +176,23 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, l *access
 		var re *requestError
 		errors.As(err, &re)
 		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "invalid_request", msg: re.msg, param: re.param})
-		return x, false
+		return
 	}
 	l.stream = cr.stream
 	if cr.req.Headers == nil {
 		cr.req.Headers = http.Header{}
 	}
-	cr.req.Headers.Set("X-Request-Id", l.requestID) // for the upstreams' logs
-	chain := make([]*route, 0, 1+len(cr.fallbacks))
-	for i, name := range append([]string{cr.model}, cr.fallbacks...) {
+	c.hv[1] = l.requestID
+	cr.req.Headers["X-Request-Id"] = c.hv[1:2:2] // for the upstreams' logs
+	chain := c.one[:0]
+	if len(cr.fallbacks) > 0 {
+		chain = make([]*route, 0, 1+len(cr.fallbacks))
+	}
+	for i := 0; i <= len(cr.fallbacks); i++ {
+		name := cr.model
+		if i > 0 {
+			name = cr.fallbacks[i-1]
+		}
 		rt := gen.routes[name]
 		if rt == nil {
 			param := "model"
@@ -224,7 +202,7 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, l *access
 			l.status, l.outcome = http.StatusNotFound, "client_error"
 			writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "model_not_found", param: param,
 				msg: "retryhost gateway: no route named " + strconv.Quote(name) + " (GET /v1/models lists them)"})
-			return x, false
+			return
 		}
 		chain = append(chain, rt)
 	}
@@ -233,13 +211,14 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, l *access
 	// The request's context: the client's, ended also by the gateway's
 	// shutdown (with ErrShuttingDown as its cause).
 	ctx, cancel := context.WithCancelCause(r.Context())
-	x.cancel = cancel
-	x.stopAfter = context.AfterFunc(g.stopCtx, func() { cancel(context.Cause(g.stopCtx)) })
-	st := &reqState{atEnd: !cr.stream}
+	c.cancel = cancel
+	c.stopAfter = context.AfterFunc(g.stopCtx, func() { cancel(context.Cause(g.stopCtx)) })
+	st := &c.st
+	st.atEnd = !cr.stream
 	ctx = context.WithValue(ctx, stateKey{}, st)
 	var hook *flushHook
 	if cr.stream && g.client != nil {
-		hook = &flushHook{}
+		hook = &c.hook
 		ctx = context.WithValue(ctx, flushKey{}, hook)
 	}
 
@@ -252,73 +231,94 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, l *access
 	if !cr.stream {
 		sctx = driver.CommitAtEnd(ctx)
 	}
-	var (
-		s     driver.Stream
-		prior int // the attempts of the chain's failed links
-	)
-	offStack(func() {
-		for i, rt := range chain {
-			l.fallbacks = i
-			s, err = gen.pol.Model.Stream(driver.StartOn(sctx, rt.model), &cr.req)
-			if err == nil || ctx.Err() != nil || !chainOn(err) {
-				break
-			}
-			prior += attempts(err)
-		}
-	})
+	c.chain, c.ctx, c.sctx, c.req = chain, ctx, sctx, &cr.req
+	g.openers.run(c)
+	err, prior := c.err, c.prior
 	if err != nil {
 		l.attempts = prior + attempts(err)
 		g.fail(ctx, w, d, l, err)
-		return x, false
+		return
 	}
-	x.s = s
 	l.commitAt = time.Since(l.start)
 	l.model, l.attempts = gen.name(st.committed), prior+st.attempts
-	w.Header().Set("X-Retryhost-Model", l.model)
-	w.Header().Set("X-Retryhost-Attempts", strconv.Itoa(l.attempts))
-	x.ctx, x.enc, x.stream = ctx, d.encoder(l.id, l.model, cr), cr.stream
+	c.hv[2], c.hv[3] = l.model, strconv.Itoa(l.attempts)
+	h := w.Header()
+	h["X-Retryhost-Model"], h["X-Retryhost-Attempts"] = c.hv[2:3:3], c.hv[3:4:4]
+	c.enc, c.stream = d.encoder(l.id, l.model, cr), cr.stream
 	if cr.stream {
 		if hook != nil && (hook.bodies.Load() == 0 || !gen.hooked[st.committed]) {
 			hook = nil // the committed model may wait elsewhere than in a hooked body
 		}
-		x.hook = hook
+		c.relayHook = hook
 	}
-	return x, true
+	return true
+}
+
+// close releases what open took, in the reverse order.
+func (c *call) close(g *Gateway) {
+	if c.s != nil {
+		_ = c.s.Close()
+	}
+	if c.stopAfter != nil {
+		c.stopAfter()
+	}
+	if c.cancel != nil {
+		c.cancel(nil)
+	}
+	if c.gen != nil {
+		c.gen.release()
+	}
+	if c.entered {
+		g.leave()
+	}
+}
+
+// call is what one request keeps beyond serve's own variables: its access
+// log, the commit hook's state, the flush hook and the opening's inputs and
+// result, in one allocation. Its open runs on an opener (openers.go).
+type call struct {
+	l    accessLog
+	st   reqState
+	hook flushHook
+	// hv hold header values (the answer's X-Request-Id, the upstream's,
+	// X-Retryhost-Model, X-Retryhost-Attempts), each a slice of its own.
+	hv [4]string
+
+	// The opening's inputs, then what it hands back.
+	gen       *generation
+	chain     []*route  // the route, then the request's fallbacks
+	one       [1]*route // chain's array when there are no fallbacks
+	ctx, sctx context.Context
+	req       *driver.Request
+	s         driver.Stream
+	err       error
+	prior     int // the attempts of the chain's failed links
+
+	// What serve needs after open, and what close releases.
+	enc       encoder
+	stream    bool
+	relayHook *flushHook // the flush hook the relay arms; nil: flush every event
+	entered   bool       // admitted (g.enter)
+	cancel    context.CancelCauseFunc
+	stopAfter func() bool
+}
+
+// open opens the policy request on each link of the chain in turn, until
+// one commits or fails for a reason that does not move it on.
+func (c *call) open() {
+	for i, rt := range c.chain {
+		c.l.fallbacks = i
+		c.s, c.err = c.gen.pol.Model.Stream(driver.StartOn(c.sctx, rt.model), c.req)
+		if c.err == nil || c.ctx.Err() != nil || !chainOn(c.err) {
+			break
+		}
+		c.prior += attempts(c.err)
+	}
 }
 
 // errShutdown is the answer to a request that arrives while the gateway
 // shuts down.
 var errShutdown = apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "shutting_down", msg: ErrShuttingDown.Error()}
-
-// offStack runs fn on a goroutine of its own and waits for it (a panic in
-// fn is raised again here). Opening a policy request up to its commit is
-// deep work (the SDK's reflective request encoding, the HTTP round trip)
-// that would grow the handler's stack, and a stream then held open for
-// minutes would keep that stack: thousands of open streams would each
-// carry tens of KiB for nothing. The worker's stack goes back to the
-// runtime when it ends. (It costs a stack growth per request, a few
-// percent of the gateway's CPU: measured, the memory is worth more.)
-func offStack(fn func()) {
-	var (
-		p        any
-		panicked = true
-		done     = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		defer func() {
-			if panicked {
-				p = recover()
-			}
-		}()
-		fn()
-		panicked = false
-	}()
-	<-done
-	if panicked {
-		panic(p)
-	}
-}
 
 // chainOn reports whether a route's failure moves a request on to its
 // per-request fallbacks: not when the upstream rejected the request itself

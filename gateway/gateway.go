@@ -265,6 +265,8 @@ type Gateway struct {
 	stop     context.CancelCauseFunc
 
 	poller pluginPoller // follows the policy's tagged plugins (WithPluginPoll)
+
+	openers *openers // run the opening of policy requests off the handlers' stacks
 }
 
 // New loads src's policy and returns the gateway serving it. Every policy
@@ -277,7 +279,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		maxBody: 8 << 20, maxConcurrent: 1024, upstreamConns: 256,
 		headerTimeout: 60 * time.Second, writeTimeout: 30 * time.Second, readTimeout: 30 * time.Second,
 		retryAfterBusy: time.Second, pluginPoll: defaultPluginPoll,
-	}, stats: &stats{}}
+	}, stats: &stats{}, openers: newOpeners(defaultMaxIdleOpeners())}
 	g.stats.cur = g.cur.Load
 	g.metrics = newMetrics(g.stats)
 	for _, o := range opts {
@@ -400,6 +402,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	g.openers.stop()
 	g.reloadMu.Lock()
 	old := g.cur.Swap(nil)
 	g.reloadMu.Unlock()

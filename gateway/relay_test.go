@@ -6,8 +6,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,12 +144,56 @@ func TestStreamPartNeverHeldForTheNext(t *testing.T) {
 	}
 }
 
-// offStack runs its work to the end and raises its panic on the caller's
+// openers run their work to the end and raise its panic on the caller's
 // goroutine (where net/http recovers a handler's panic), never on a
-// goroutine of its own, which would end the process.
-func TestOffStack(t *testing.T) {
+// worker's, which would end the process; a worker survives a panic.
+func TestOpenersRunAndPanic(t *testing.T) {
+	o := newOpeners(2)
+	defer o.stop()
 	ran := false
-	offStack(func() { ran = true })
+	o.run(openFunc(func() { ran = true }))
 	require.True(t, ran)
-	require.PanicsWithValue(t, "boom", func() { offStack(func() { panic("boom") }) })
+	require.PanicsWithValue(t, "boom", func() { o.run(openFunc(func() { panic("boom") })) })
+	ran = false
+	o.run(openFunc(func() { ran = true }))
+	require.True(t, ran)
+}
+
+// goid returns the current goroutine's id.
+func goid() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(b), "goroutine "), " ")
+	return id
+}
+
+// An opening runs on a worker that keeps its stack between requests (the
+// stack an earlier opening grew), not on the handler's goroutine, and not on
+// a goroutine started per request; at most maxIdle workers wait, and stop
+// ends them.
+func TestOpenersReuseWorkers(t *testing.T) {
+	o := newOpeners(2)
+	var first, second string
+	o.run(openFunc(func() { first = goid() }))
+	o.run(openFunc(func() { second = goid() }))
+	require.NotEqual(t, goid(), first)
+	require.Equal(t, first, second, "the second opening did not run on the idle worker")
+
+	// Five openings at once: five workers, of which two stay.
+	release := make(chan struct{})
+	var started, done sync.WaitGroup
+	for range 5 {
+		started.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			o.run(openFunc(func() { started.Done(); <-release }))
+		}()
+	}
+	started.Wait()
+	close(release)
+	done.Wait()
+	require.Eventually(t, func() bool { return o.idle.Load() == 2 }, 5*time.Second, time.Millisecond)
+	o.stop()
+	require.Zero(t, o.idle.Load())
 }

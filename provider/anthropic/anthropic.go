@@ -321,7 +321,7 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		return nil, err
 	}
 	var raw *http.Response
-	st := m.client.Messages.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), option.WithMiddleware(adapter.NormalizeSSE))...)
+	st := m.client.Messages.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), normalizeSSE)...)
 	if err := st.Err(); err != nil {
 		_ = st.Close()
 		return nil, openError(ctx, err, raw)
@@ -426,7 +426,19 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 	if req.Seed != nil {
 		warnings = append(warnings, abi.Warning{Type: "unsupported", Feature: "seed", Message: "the Messages API has no seed; it was not sent"})
 	}
-	var opts []option.RequestOption
+	var fields map[string]any
+	if po, ok := req.ProviderOptions[provider]; ok {
+		if fields, ok = po.(map[string]any); !ok {
+			return p, nil, nil, fmt.Errorf("anthropic: ProviderOptions[%q] is %T, want map[string]any", provider, po)
+		}
+	}
+	// One allocation for every option of the request, with room for what
+	// Generate and Stream append (the response's address, the SSE middleware).
+	n := 2 + len(fields) + len(m.params2) + 2
+	for _, vs := range req.Headers {
+		n += len(vs)
+	}
+	opts := make([]option.RequestOption, 0, n)
 	// SDK v2 has no fields for these sampling settings; the API still takes them.
 	if req.Temperature != nil {
 		opts = append(opts, option.WithJSONSet("temperature", *req.Temperature))
@@ -439,12 +451,9 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 			opts = append(opts, option.WithHeaderAdd(k, v))
 		}
 	}
-	if po, ok := req.ProviderOptions[provider]; ok {
-		fields, ok := po.(map[string]any)
-		if !ok {
-			return p, nil, nil, fmt.Errorf("anthropic: ProviderOptions[%q] is %T, want map[string]any", provider, po)
-		}
-		keys := make([]string, 0, len(fields))
+	if len(fields) > 0 {
+		var buf [16]string // a request's forwarded fields are seldom more
+		keys := buf[:0]
 		for k := range fields {
 			keys = append(keys, k)
 		}
@@ -455,6 +464,9 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 	}
 	return p, append(opts, m.params2...), warnings, nil
 }
+
+// normalizeSSE is the SSE middleware every stream installs, made once.
+var normalizeSSE = option.WithMiddleware(adapter.NormalizeSSE)
 
 func message(msg *driver.Message) (ant.MessageParam, error) {
 	var blocks []ant.ContentBlockParamUnion

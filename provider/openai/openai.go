@@ -399,7 +399,7 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 	}
 	params.StreamOptions.IncludeUsage = param.NewOpt(true)
 	var raw *http.Response
-	st := m.client.Chat.Completions.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), option.WithMiddleware(adapter.NormalizeSSE))...)
+	st := m.client.Chat.Completions.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), normalizeSSE)...)
 	if err := st.Err(); err != nil {
 		_ = st.Close()
 		return nil, m.openError(ctx, err, raw)
@@ -515,32 +515,46 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 
 // passThrough returns the request options for req's Headers and its
 // ProviderOptions entry (top-level body fields, set in key order), then
-// the model's WithParam fields (last, so they win), and that entry.
+// the model's WithParam fields (last, so they win), and that entry. The
+// options' slice has room for extraOpts more, which the caller appends.
 func (m *Model) passThrough(req *driver.Request) ([]option.RequestOption, map[string]any, error) {
-	var opts []option.RequestOption
+	var fields map[string]any
+	po, ok := req.ProviderOptions[m.provider]
+	if ok {
+		if fields, ok = po.(map[string]any); !ok {
+			return nil, nil, fmt.Errorf("openai: ProviderOptions[%q] is %T, want map[string]any", m.provider, po)
+		}
+	}
+	n := len(fields) + len(m.params2) + extraOpts
+	for _, vs := range req.Headers {
+		n += len(vs)
+	}
+	opts := make([]option.RequestOption, 0, n)
 	for k, vs := range req.Headers {
 		for _, v := range vs {
 			opts = append(opts, option.WithHeaderAdd(k, v))
 		}
 	}
-	po, ok := req.ProviderOptions[m.provider]
-	if !ok {
-		return append(opts, m.params2...), nil, nil
-	}
-	fields, ok := po.(map[string]any)
-	if !ok {
-		return nil, nil, fmt.Errorf("openai: ProviderOptions[%q] is %T, want map[string]any", m.provider, po)
-	}
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		opts = append(opts, option.WithJSONSet(adapter.JSONKey(k), fields[k]))
+	if len(fields) > 0 {
+		var buf [16]string // a request's forwarded fields are seldom more
+		keys := buf[:0]
+		for k := range fields {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			opts = append(opts, option.WithJSONSet(adapter.JSONKey(k), fields[k]))
+		}
 	}
 	return append(opts, m.params2...), fields, nil
 }
+
+// extraOpts is how many request options the calls append to passThrough's
+// (Stream: the response's address and the SSE middleware).
+const extraOpts = 2
+
+// normalizeSSE is the SSE middleware every stream installs, made once.
+var normalizeSSE = option.WithMiddleware(adapter.NormalizeSSE)
 
 func messages(msg *driver.Message) ([]oai.ChatCompletionMessageParamUnion, error) {
 	switch msg.Role {

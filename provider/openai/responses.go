@@ -105,7 +105,7 @@ func (m *Model) streamResponses(ctx context.Context, req *driver.Request) (drive
 		return nil, err
 	}
 	var raw *http.Response
-	st := m.client.Responses.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), option.WithMiddleware(adapter.NormalizeSSE))...)
+	st := m.client.Responses.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), normalizeSSE)...)
 	if err := st.Err(); err != nil {
 		_ = st.Close()
 		return nil, m.openError(ctx, err, raw)
