@@ -481,7 +481,9 @@ func TestAPIKeyBearerSchemeAnyCase(t *testing.T) {
 // file gives wins over the default.
 func TestDefaultDeadlinesBoundASilentUpstream(t *testing.T) {
 	first, gap := defaultFirstContent, defaultGap
-	defaultFirstContent, defaultGap = 300*time.Millisecond, 300*time.Millisecond
+	// A second, not less: under -race on a loaded machine the backup's own
+	// first content once took longer than 300 ms, and timed out too.
+	defaultFirstContent, defaultGap = time.Second, time.Second
 	t.Cleanup(func() { defaultFirstContent, defaultGap = first, gap })
 	silent := make(chan struct{})
 	defer close(silent)
@@ -514,7 +516,7 @@ func TestDefaultDeadlinesBoundASilentUpstream(t *testing.T) {
 	}
 	t.Run("the file's own deadline wins", func(t *testing.T) {
 		defaultFirstContent = time.Hour
-		r := newRig(t, rules+`, "deadlines": {"first_content": "300ms"}`)
+		r := newRig(t, rules+`, "deadlines": {"first_content": "1s"}`)
 		r.up["primary"].play(act{preamble: true, beforeText: silent, chunks: []string{"never"}})
 		r.up["backup"].play(act{chunks: []string{"backup"}})
 		got := r.stream("primary")

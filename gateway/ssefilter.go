@@ -1,13 +1,11 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
-	"mime"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -31,8 +29,8 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	hook, _ := r.Context().Value(flushKey{}).(*flushHook)
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
-		resp.Body = &eventReader{src: resp.Body, r: newBufReader(resp.Body), skipped: f.skipped, hook: hook}
+	if isEventStream(resp.Header.Get("Content-Type")) {
+		resp.Body = newEventReader(resp.Body, f.skipped, hook)
 	} else if hook != nil {
 		resp.Body = &hookedBody{ReadCloser: resp.Body, hook: hook}
 	}
@@ -42,14 +40,23 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// isEventStream reports whether a Content-Type is text/event-stream, as
+// mime.ParseMediaType would find, without its allocations: the media
+// type is what comes before any parameter, in any case.
+func isEventStream(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
+}
+
 // eventBufSize is the filter's read buffer per upstream stream; a longer
 // line is gathered past it (up to maxEventBytes), so it only needs to
 // hold the common event (a held stream keeps it while it is open).
 const eventBufSize = 2 << 10
 
-func newBufReader(r io.Reader) *bufio.Reader {
-	return bufio.NewReaderSize(&lfReader{r: r}, eventBufSize)
-}
+// maxKeptData is the most an event reader keeps of the buffer it gathered
+// a long event's data in, for the next event: past it, the buffer goes (a
+// held stream would keep it while it is open).
+const maxKeptData = 2 * eventBufSize
 
 // flushHook lets a streaming answer coalesce its events: the relay arms
 // it with a flush of the events it has encoded but not written, and an
@@ -103,23 +110,88 @@ func (b *hookedBody) Read(p []byte) (int, error) {
 	return b.ReadCloser.Read(p)
 }
 
-// lfReader folds the line endings SSE allows (CRLF, CR, LF) into LF, in
-// place, so that events split on LF.
-type lfReader struct {
-	r  io.Reader
-	cr bool // the last byte read was a CR: a LF right after it is its pair
+// lineReader reads an upstream event stream line by line through its own
+// fixed buffer: it folds the line endings SSE allows (CRLF, CR, LF) into
+// LF in place as bytes arrive, drops a leading byte-order mark, and hands
+// out lines as slices of the buffer, so a byte is copied once, from the
+// network. Before a read that may wait on the network it runs the hook.
+type lineReader struct {
+	src     io.Reader
+	hook    *flushHook // nil: no relay waits on this body
+	buf     []byte     // eventBufSize, made at the first read
+	r, w    int        // buf[r:w] is read and not yet handed out
+	cr      bool       // the last byte read was a CR: a LF right after it is its pair
+	started bool       // the byte-order mark was looked for
+	err     error      // what ended src, returned after buf[r:w]
 }
 
-func (l *lfReader) Read(p []byte) (int, error) {
+// buffered reports whether a whole line is buffered, that is, whether the
+// next call to line leaves the slices it handed out before intact.
+func (l *lineReader) buffered() bool { return bytes.IndexByte(l.buf[l.r:l.w], '\n') >= 0 }
+
+// line returns the next line with its LF, as a slice of the buffer valid
+// until the next call. A line longer than the buffer comes in pieces, with
+// more set on all but its last. At the end of src it returns what is left
+// (no LF, maybe nothing) and the error that ended it, sticky.
+func (l *lineReader) line() (line []byte, more bool, err error) {
 	for {
-		n, err := l.r.Read(p)
-		if n = l.fold(p[:n]); n > 0 || err != nil || len(p) == 0 {
-			return n, err
+		if i := bytes.IndexByte(l.buf[l.r:l.w], '\n'); i >= 0 {
+			line = l.buf[l.r : l.r+i+1]
+			l.r += i + 1
+			return l.bom(line), false, nil
 		}
+		if l.err != nil {
+			line = l.buf[l.r:l.w]
+			l.r = l.w
+			return l.bom(line), false, l.err
+		}
+		if l.buf != nil && l.r == 0 && l.w == len(l.buf) {
+			l.w = 0
+			return l.bom(l.buf), true, nil
+		}
+		l.fill()
 	}
 }
 
-func (l *lfReader) fold(b []byte) int {
+// bom drops a byte-order mark opening the stream.
+func (l *lineReader) bom(line []byte) []byte {
+	if !l.started {
+		l.started = true
+		line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
+	}
+	return line
+}
+
+// fill reads once more from src into the free end of the buffer, after
+// moving what is left to its start.
+func (l *lineReader) fill() {
+	if l.buf == nil {
+		l.buf = make([]byte, eventBufSize)
+	}
+	if l.r > 0 {
+		l.w = copy(l.buf, l.buf[l.r:l.w])
+		l.r = 0
+	}
+	l.hook.flush() // the next bytes need the network
+	for range 100 {
+		n, err := l.src.Read(l.buf[l.w:])
+		l.w += l.fold(l.buf[l.w : l.w+n])
+		if err != nil {
+			l.err = err
+			return
+		}
+		if n > 0 {
+			return // n is what was read: a fold to nothing (the LF of a CRLF) reads again from line
+		}
+	}
+	l.err = io.ErrNoProgress
+}
+
+// fold rewrites the line endings in b in place and returns its new length.
+func (l *lineReader) fold(b []byte) int {
+	if !l.cr && bytes.IndexByte(b, '\r') < 0 {
+		return len(b) // the common case: nothing to do
+	}
 	w := 0
 	for _, c := range b {
 		if l.cr && c == '\n' {
@@ -136,50 +208,163 @@ func (l *lfReader) fold(b []byte) int {
 	return w
 }
 
-// eventReader passes well-formed events through unchanged.
+// eventReader is an upstream event stream that drops the events it finds
+// malformed. Its reader uses one of two ways, never both:
+//
+//   - Read passes well-formed events through as they came (folded), for
+//     the SDKs' own decoders: it checks every event's data itself.
+//   - ReadEvent hands out events already split into their type and data,
+//     for a decoder that validates what it decodes anyway (the OpenAI
+//     adapter's lean decoder): that one asks SkipMalformed about an event
+//     it cannot decode, so the JSON of an event is checked once.
+//
+// Both skip and count an event past maxEventBytes.
 type eventReader struct {
 	src     io.ReadCloser
-	r       *bufio.Reader
+	lr      lineReader
 	skipped *atomic.Int64
-	hook    *flushHook // nil: no relay waits on this body
 
-	event   []byte // the event being read, its lines as they came
-	data    []byte // its data, joined
-	partial []byte // a line longer than the read buffer, so far
-	hasData bool
-	tooBig  bool
-	started bool   // past the first line
-	out     []byte // released bytes; out[off:] not yet read
-	off     int
-	err     error
+	// Read's state.
+	event    []byte // the event being read, its lines as they came; released: event[off:] is not read yet
+	released bool
+	off      int
+	data     []byte // its data, joined, past its first data line (ReadEvent's data too)
+	value    [2]int // its first data line's value, in event
+	nData    int    // its data lines
+	partial  []byte // a line longer than the read buffer, so far
+	tooBig   bool
+	err      error
+
+	typ []byte // ReadEvent's event type
+}
+
+func newEventReader(body io.ReadCloser, skipped *atomic.Int64, hook *flushHook) *eventReader {
+	return &eventReader{src: body, lr: lineReader{src: body, hook: hook}, skipped: skipped}
 }
 
 func (e *eventReader) Close() error { return e.src.Close() }
 
+// ReadEvent returns the next event that has data, split as the OpenAI
+// SDK's decoder splits events (a field's name ends at its first colon and
+// one space after that is dropped; data lines are joined, each followed by
+// a LF; an event with no data line is no event): its type and data, valid
+// until the next call. At the end of the body it returns the error that
+// ended it (io.EOF), and an event without its blank line is dropped. An
+// event past maxEventBytes is skipped and counted; the JSON of the others
+// is not looked at (see SkipMalformed).
+func (e *eventReader) ReadEvent() (typ, data []byte, err error) {
+	if cap(e.data) > maxKeptData {
+		e.data = nil
+	}
+	e.typ, e.data = e.typ[:0], e.data[:0]
+	var (
+		lent    []byte // the data while it is one line in the read buffer
+		hasData bool
+		size    int  // the event's bytes so far
+		tooBig  bool // past the cap: skipped to its end
+		cont    bool // the rest of a long line comes next
+		into    *[]byte
+	)
+	for {
+		if lent != nil && !e.lr.buffered() {
+			e.data, lent = append(e.data, lent...), nil // the next read may move it
+		}
+		line, more, err := e.lr.line()
+		if err != nil {
+			return nil, nil, err
+		}
+		if !cont && len(line) == 1 { // a blank line: the end of an event
+			switch {
+			case tooBig:
+				e.skipped.Add(1)
+			case hasData && lent != nil:
+				return e.typ, lent, nil
+			case hasData:
+				return e.typ, e.data, nil
+			}
+			e.typ, e.data, lent, hasData, size, tooBig = e.typ[:0], e.data[:0], nil, false, 0, false
+			continue
+		}
+		if size += len(line); size > maxEventBytes && !tooBig {
+			tooBig, lent, e.data = true, nil, nil
+		}
+		if tooBig {
+			cont = more
+			continue
+		}
+		if cont { // more of a long line
+			if into != nil {
+				*into = append(*into, line...)
+			}
+		} else { // a field: its value, with the line's LF if it came
+			body := line
+			if !more {
+				body = line[:len(line)-1]
+			}
+			name, value := body, line[len(body):]
+			if i := bytes.IndexByte(body, ':'); i >= 0 {
+				name, value = body[:i], line[i+1:]
+				if len(value) > 0 && value[0] == ' ' {
+					value = value[1:]
+				}
+			}
+			into = nil
+			switch string(name) {
+			case "data":
+				hasData = true
+				if lent == nil && len(e.data) == 0 && !more {
+					lent = value // the common event: no copy
+					break
+				}
+				if lent != nil {
+					e.data, lent = append(e.data, lent...), nil
+				}
+				e.data = append(e.data, value...)
+				into = &e.data
+			case "event":
+				e.typ = append(e.typ[:0], value...)
+				into = &e.typ
+			}
+		}
+		if cont = more; !more && into == &e.typ {
+			e.typ = e.typ[:len(e.typ)-1] // its LF
+		}
+	}
+}
+
+// SkipMalformed reports whether an event's data (from ReadEvent), which
+// its reader could not decode, is to be skipped: it is neither [DONE] nor
+// a JSON object. Such an event is counted.
+func (e *eventReader) SkipMalformed(data []byte) bool {
+	if wellFormed(data) {
+		return false
+	}
+	e.skipped.Add(1)
+	return true
+}
+
 func (e *eventReader) Read(p []byte) (int, error) {
-	for len(e.out) == 0 && e.err == nil {
+	for !e.released && e.err == nil {
 		e.step()
 	}
-	if len(e.out) > 0 {
-		n := copy(p, e.out[e.off:])
-		if e.off += n; e.off == len(e.out) {
-			e.out, e.off = e.out[:0], 0
-		}
-		return n, nil
+	if !e.released {
+		return 0, e.err
 	}
-	return 0, e.err
+	n := copy(p, e.event[e.off:])
+	if e.off += n; e.off == len(e.event) {
+		e.event, e.off, e.released = e.event[:0], 0, false
+		if cap(e.event) > maxKeptData {
+			e.event = nil
+		}
+	}
+	return n, nil
 }
 
 // step reads one line and, at the blank line that ends an event, releases
 // or drops it.
 func (e *eventReader) step() {
-	if e.hook != nil {
-		if buf, _ := e.r.Peek(e.r.Buffered()); bytes.IndexByte(buf, '\n') < 0 {
-			e.hook.flush() // the next line needs the network
-		}
-	}
-	chunk, err := e.r.ReadSlice('\n')
-	if errors.Is(err, bufio.ErrBufferFull) { // a long line: gather it, up to the cap
+	chunk, more, err := e.lr.line()
+	if more { // a long line: gather it, up to the cap
 		if !e.tooBig {
 			if len(e.event)+len(e.partial)+len(chunk) > maxEventBytes {
 				e.tooBig, e.partial = true, e.partial[:0]
@@ -198,51 +383,71 @@ func (e *eventReader) step() {
 		e.line(line)
 	}
 	e.partial = e.partial[:0]
+	if cap(e.partial) > maxKeptData {
+		e.partial = nil
+	}
 	if err != nil {
 		if len(e.event) > 0 && !e.tooBig {
-			e.out = append(e.out, e.event...) // a last event with no blank line: as it came
+			e.released = true // a last event with no blank line: as it came
 		}
-		e.event = nil
 		e.err = err
 	}
 }
 
 func (e *eventReader) line(line []byte) {
-	if !e.started { // a byte-order mark may open the stream
-		e.started = true
-		line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
-	}
 	trimmed := bytes.TrimSuffix(line, []byte("\n"))
 	if len(trimmed) == 0 { // the end of an event
-		if len(e.event) > 0 || e.tooBig {
-			if e.hasData && !e.tooBig && wellFormed(e.data) {
-				e.out = append(append(e.out, e.event...), line...)
-			} else if e.hasData || e.tooBig {
-				e.skipped.Add(1)
-			} else {
-				e.out = append(append(e.out, e.event...), line...) // comments, ids: as they came
-			}
-		} else {
-			e.out = append(e.out, line...)
+		switch {
+		case e.tooBig:
+			e.skipped.Add(1)
+			e.event = e.event[:0]
+		case e.nData > 0 && !e.wellFormed():
+			e.skipped.Add(1)
+			e.event = e.event[:0]
+		default: // well formed; or comments, ids: as they came
+			e.event = append(e.event, line...)
+			e.released = true
 		}
-		e.event, e.data, e.hasData, e.tooBig = e.event[:0], e.data[:0], false, false
+		e.data, e.nData, e.tooBig = e.data[:0], 0, false
+		if cap(e.data) > maxKeptData {
+			e.data = nil
+		}
 		return
 	}
 	if e.tooBig {
 		return
 	}
 	if len(e.event)+len(line) > maxEventBytes {
-		e.tooBig, e.event, e.data = true, e.event[:0], e.data[:0]
+		e.tooBig, e.event, e.data, e.nData = true, e.event[:0], e.data[:0], 0
 		return
 	}
+	at := len(e.event)
 	e.event = append(e.event, line...)
-	if v, ok := bytes.CutPrefix(trimmed, []byte("data:")); ok {
-		if e.hasData {
-			e.data = append(e.data, '\n')
-		}
-		e.hasData = true
-		e.data = append(e.data, bytes.TrimPrefix(v, []byte(" "))...)
+	// A field's name ends at its first colon, as the SDKs' decoders split
+	// it: a line "data" is a data line with nothing in it.
+	name, v, _ := bytes.Cut(trimmed, []byte(":"))
+	if string(name) != "data" {
+		return
 	}
+	v = bytes.TrimPrefix(v, []byte(" "))
+	if e.nData++; e.nData == 1 { // the common event: its data is checked where it lies
+		start := at + len(trimmed) - len(v)
+		e.value = [2]int{start, start + len(v)}
+		return
+	}
+	if e.nData == 2 {
+		e.data = append(e.data, e.event[e.value[0]:e.value[1]]...)
+	}
+	e.data = append(append(e.data, '\n'), v...)
+}
+
+// wellFormed reports whether the data of the event Read gathered is
+// [DONE] or a JSON object.
+func (e *eventReader) wellFormed() bool {
+	if e.nData == 1 {
+		return wellFormed(e.event[e.value[0]:e.value[1]])
+	}
+	return wellFormed(e.data)
 }
 
 // wellFormed reports whether an event's data is [DONE] or a JSON object.

@@ -27,7 +27,8 @@ type rawGuest struct {
 	policy []byte
 }
 
-func loadRaw(t *testing.T, wasm []byte, interpreter bool) *rawGuest {
+// loadRaw instantiates wasm bare, with config (empty: the defaults).
+func loadRaw(t *testing.T, wasm []byte, interpreter bool, config ...string) *rawGuest {
 	ctx := context.Background()
 	cfg := wazero.NewRuntimeConfigCompiler()
 	if interpreter {
@@ -41,8 +42,12 @@ func loadRaw(t *testing.T, wasm []byte, interpreter bool) *rawGuest {
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(_ context.Context, _ api.Module, s []uint64) {
 		g.buf, s[0] = uint32(s[0]), 0
 	}), []api.ValueType{i32, i32}, []api.ValueType{i32}).Export(abi.ImportBuffer).
-		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(_ context.Context, _ api.Module, s []uint64) {
-		s[0] = 0 // no config: the default phrases
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(_ context.Context, m api.Module, s []uint64) {
+		cfg := strings.Join(config, "")
+		if uint32(s[1]) >= uint32(len(cfg)) {
+			m.Memory().Write(uint32(s[0]), []byte(cfg))
+		}
+		s[0] = uint64(len(cfg))
 	}), []api.ValueType{i32, i32}, []api.ValueType{i32}).Export(abi.ImportInput).
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(_ context.Context, m api.Module, s []uint64) {
 		b, _ := m.Memory().Read(uint32(s[0]), uint32(s[1]))
@@ -53,7 +58,7 @@ func loadRaw(t *testing.T, wasm []byte, interpreter bool) *rawGuest {
 	require.NoError(t, err)
 	g.mod, err = rt.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStartFunctions())
 	require.NoError(t, err)
-	require.Equal(t, uint64(0), g.call(abi.ExportInit, 0))
+	require.Equal(t, uint64(0), g.call(abi.ExportInit, uint64(len(strings.Join(config, "")))))
 	return g
 }
 
@@ -102,8 +107,12 @@ func delta(s string) abi.Part { return abi.Part{Kind: abi.KindTextDelta, ID: "t"
 // verdict from the guest too, and the guest forgets a stream by itself
 // after ERROR or DETACH (auto_close).
 func TestCRefusalHints(t *testing.T) {
-	for _, interp := range []bool{false, true} {
-		g := loadRaw(t, plugins.Refusal, interp)
+	for _, tc := range []struct {
+		interp bool
+		config string
+	}{{false, ""}, {true, ""}, {false, `{"reasoning":"hold"}`}, {true, `{"reasoning":"detach"}`}} {
+		interp := tc.interp
+		g := loadRaw(t, plugins.Refusal, interp, tc.config)
 		pol, hints, err := abi.DecodePolicyHints(g.policy)
 		require.NoError(t, err)
 		require.Equal(t, abi.TransformPolicy{}, pol, "the default policy")
@@ -114,7 +123,12 @@ func TestCRefusalHints(t *testing.T) {
 		for k := abi.KindTextEnd; k <= abi.KindError; k++ {
 			want[k] = abi.PartDetach
 		}
-		require.Equal(t, want, hints.Static)
+		if tc.config == `{"reasoning":"hold"}` { // reasoning and citations are held with the text
+			for _, k := range []abi.PartKind{abi.KindReasoningStart, abi.KindReasoningDelta, abi.KindReasoningEnd, abi.KindSource} {
+				want[k] = abi.PartHold
+			}
+		}
+		require.Equal(t, want, hints.Static, "config %q", tc.config)
 
 		// Each static verdict is the guest's answer, mid-stream (after a
 		// held text) as at the start; after a DETACH the handle is free.

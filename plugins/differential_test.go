@@ -322,3 +322,153 @@ var (
 	refusalStreamParts = plugintest.TextStream("I'm sorry, but I can't help with that request.", 3)
 	answerStreamParts  = plugintest.TextStream("Sure! Here is the code you asked for.", 3)
 )
+
+// withoutAside is parts without their reasoning and source parts: the
+// stream a detector with "reasoning": "hold" judges.
+func withoutAside(parts []abi.Part) []abi.Part {
+	var out []abi.Part
+	for _, p := range parts {
+		switch p.Kind {
+		case abi.KindReasoningStart, abi.KindReasoningDelta, abi.KindReasoningEnd, abi.KindSource:
+		default:
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// thinkingStreams are answers that think (or cite) before their text:
+// refusals and ordinary answers, cut in several ways.
+func thinkingStreams() [][]abi.Part {
+	var out [][]abi.Part
+	for _, text := range []string{"I'm sorry, but I can't help with that.", "Sure! Here is the code:", "I", ""} {
+		for _, size := range []int{1, 3, 50} {
+			ps := plugintest.TextStream(text, size)
+			think := plugintest.ReasoningBlock("r0", "The user wants", " something I must decline.")
+			cite := abi.Part{Kind: abi.KindSource, ID: "t0", Source: &abi.Source{URL: "https://example.com/a", Title: "a"}}
+			redacted := []abi.Part{{Kind: abi.KindReasoningStart, ID: "r1"}, {Kind: abi.KindReasoningEnd, ID: "r1"}}
+			out = append(out,
+				concat(ps[:2], think, ps[2:]),                                 // extended thinking, then the text
+				concat(ps[:2], redacted, think, ps[2:]),                       // redacted_thinking, then thinking
+				concat(ps[:3], []abi.Part{cite}, ps[3:]),                      // a citation opening the text
+				concat(ps[:min(4, len(ps)-2)], think, ps[min(4, len(ps)-2):]), // thinking after the first delta
+			)
+		}
+	}
+	return out
+}
+
+func concat(pss ...[]abi.Part) []abi.Part {
+	var out []abi.Part
+	for _, ps := range pss {
+		out = append(out, ps...)
+	}
+	return out
+}
+
+// TestRefusalReasoningHold: with "reasoning": "hold" both Wasm builds
+// agree verdict for verdict, and decide each stream as the native
+// detector decides it with its reasoning and source parts taken out: a
+// refusal after thinking, or after a citation, fails the attempt; any
+// other stream passes whole, in order (the held reasoning released with
+// the text). Without the option (the default) the same streams detach at
+// the thinking and the refusal passes.
+func TestRefusalReasoningHold(t *testing.T) {
+	ctx := context.Background()
+	native := nativeRefusal(t)
+	hold := map[string]abi.Transformer{
+		"go": load(t, "refusal", plugintest.GoRef("refusal"), `{"reasoning":"hold"}`, false),
+		"c":  load(t, "refusal", plugins.Refusal, `{"reasoning":"hold"}`, false),
+	}
+	// and on wazero's interpreter (see TestRefusalDifferentialInterpreter)
+	eng := wasmtest.NewEngine(true, "")
+	t.Cleanup(func() { eng.Close(ctx) })
+	for name, bin := range map[string][]byte{"go": plugintest.GoRef("refusal"), "c": plugins.Refusal} {
+		in, err := eng.Load(ctx, "refusal", bin, wasmtest.Options{Config: []byte(`{"reasoning":"hold"}`)})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = in.Close(ctx) })
+		hold[name+"-interpreter"] = in
+	}
+	streams := thinkingStreams()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 300 {
+		streams = append(streams, plugintest.RandomStream(rng))
+	}
+	thoughtRefusals := 0
+	for _, ps := range streams {
+		want, err := plugintest.Run(ctx, native, abi.StreamInfo{ID: 1}, withoutAside(ps))
+		require.NoError(t, err)
+		var actions []abi.PartAction
+		for _, name := range []string{"go", "c", "go-interpreter", "c-interpreter"} {
+			got, err := plugintest.Run(ctx, hold[name], abi.StreamInfo{ID: 1}, ps)
+			require.NoError(t, err, name)
+			require.Equal(t, want.Err, got.Err, "%s: the decision over %q", name, ps)
+			if got.Err == nil {
+				require.Equal(t, ps, got.Out, "%s: every part, once, in order", name)
+			}
+			if actions == nil {
+				actions = got.Actions
+			} else {
+				require.Equal(t, actions, got.Actions, "%s and go: verdicts over %q", name, ps)
+			}
+		}
+		if want.Err != nil && len(withoutAside(ps)) < len(ps) {
+			thoughtRefusals++
+		}
+	}
+	require.Greater(t, thoughtRefusals, 20, "the streams include refusals after thinking or a citation")
+
+	// The default detaches at the thinking: the refusal after it passes.
+	def := refusals(t)
+	for _, ps := range thinkingStreams()[:3] {
+		for name, tr := range def {
+			got, err := plugintest.Run(ctx, tr, abi.StreamInfo{ID: 1}, ps)
+			require.NoError(t, err)
+			require.NoError(t, got.Err, "%s: the default judges no text after thinking or a citation", name)
+			require.Equal(t, ps, got.Out, name)
+		}
+	}
+}
+
+// FuzzRefusalReasoningHold extends TestRefusalReasoningHold to fuzzed
+// text, thinking and cuts (go test ./plugins -fuzz FuzzRefusalReasoningHold):
+// with "reasoning": "hold" the Go and C builds give the same verdicts, and
+// the decision is the native detector's over the text alone.
+func FuzzRefusalReasoningHold(f *testing.F) {
+	f.Add("I'm sorry, but I can't", "Let me think.", uint8(3), uint8(0))
+	f.Add("Sure, here", "", uint8(1), uint8(1))
+	f.Add("I\u2019m sorry,\u2003but I cannot", "x", uint8(5), uint8(2))
+	ctx := context.Background()
+	native := nativeRefusal(f)
+	hold := map[string]abi.Transformer{
+		"go": load(f, "refusal", plugintest.GoRef("refusal"), `{"reasoning":"hold"}`, false),
+		"c":  load(f, "refusal", plugins.Refusal, `{"reasoning":"hold"}`, false),
+	}
+	f.Fuzz(func(t *testing.T, text, thought string, size, where uint8) {
+		if len(text) > 400 {
+			text = text[:400] // the C guest holds at most 1000 bytes of undecided text
+		}
+		ps := plugintest.TextStream(text, int(size%16)+1)
+		aside := plugintest.ReasoningBlock("r", thought)
+		if where%3 == 2 {
+			aside = []abi.Part{{Kind: abi.KindSource, ID: "t0", Source: &abi.Source{URL: thought}}}
+		}
+		at := []int{2, 3, min(4, len(ps)-2)}[where%3]
+		ps = concat(ps[:at], aside, ps[at:])
+		want, err := plugintest.Run(ctx, native, abi.StreamInfo{ID: 1}, withoutAside(ps))
+		require.NoError(t, err)
+		var actions []abi.PartAction
+		for _, name := range []string{"go", "c"} {
+			got, err := plugintest.Run(ctx, hold[name], abi.StreamInfo{ID: 1}, ps)
+			require.NoError(t, err, name)
+			require.Equal(t, want.Err, got.Err, "%s: the decision over %q", name, ps)
+			if got.Err == nil {
+				require.Equal(t, ps, got.Out, "%s: every part, once, in order", name)
+			}
+			if name == "c" {
+				require.Equal(t, actions, got.Actions, "go and c: verdicts over %q", ps)
+			}
+			actions = got.Actions
+		}
+	})
+}

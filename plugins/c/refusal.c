@@ -5,9 +5,12 @@
  *   - stream start, response metadata and text start: HOLD;
  *   - a text delta: append it, normalise the text so far; it starts with a
  *     phrase: ERROR with a refusal; it is a prefix of one: HOLD; else DETACH;
+ *   - reasoning (kinds 6-8) and source (15) parts: HOLD with
+ *     "reasoning": "hold", else DETACH;
  *   - any other part: DETACH; end of stream: PASS.
  * It is an ABI v1.1 guest: it declares those per-kind answers as static
- * verdicts (HOLD for kinds 1-3, DETACH for 5-18) and auto_close, forgets a
+ * verdicts (HOLD for kinds 1-3, DETACH for 5-18 but those the reasoning
+ * option holds) and auto_close, forgets a
  * stream by itself once it answers ERROR or DETACH, and exports
  * retryhost_open_part. On a host that ignores the hints (v1.0) it answers
  * every call the same, and ignores the close of a stream it forgot.
@@ -319,7 +322,7 @@ static int add_phrase(const u8 *s, u32 n) {
 }
 
 /* The config (JSON, as the Go build's): every field optional. */
-static u8 fail_closed, on_cap;
+static u8 fail_closed, on_cap, hold_aside;
 static i64 max_held_parts, max_held_bytes, max_hold_time;
 static u8 sbuf[CFG_CAP];
 
@@ -361,12 +364,22 @@ static int parse_config(i32 len) {
 			if (!field(&seen, 4, "max_held_bytes") || !integer(MAX_CAP, &max_held_bytes, "want an integer 0-2147483647")) return 0;
 		} else if (key_is("max_hold_time")) {
 			if (!field(&seen, 5, "max_hold_time") || !dur(&max_hold_time, "want a non-negative Go duration such as \"10s\"")) return 0;
+		} else if (key_is("reasoning")) {
+			if (!field(&seen, 6, "reasoning") || !str(sbuf, 16, &n, "must be \"detach\" or \"hold\"")) return 0;
+			if (bytes_eq(sbuf, n, "hold")) hold_aside = 1;
+			else if (n != 0 && !bytes_eq(sbuf, n, "detach")) return fail("must be \"detach\" or \"hold\"");
 		} else {
 			return unknown();
 		}
 	}
 	return js_finish();
 }
+
+/* aside reports whether the reasoning option holds kind k: reasoning
+ * (6-8) and source (15) parts are no words of the answer, so the text after
+ * them is still its opening. A raw part (17) never reaches a transform
+ * (ABI.md §6.5). */
+static int aside(u32 k) { return hold_aside && ((k >= 6 && k <= 8) || k == 15); }
 
 RH_EXPORT("retryhost_init") i32 rh_init(i32 len) {
 	if (rh_buffer(rh_buf, RH_BUF_CAP) != 0) return -1;
@@ -386,7 +399,7 @@ RH_EXPORT("retryhost_init") i32 rh_init(i32 len) {
 	wr32(pol + 24, 1); /* flags: auto_close */
 	wr32(pol + 28, 19);
 	pol[32 + 0] = 0xff;
-	for (u32 k = 1; k < 19; k++) pol[32 + k] = k <= 3 ? RH_HOLD : k == 4 ? 0xff : RH_DETACH;
+	for (u32 k = 1; k < 19; k++) pol[32 + k] = k <= 3 ? RH_HOLD : k == 4 ? 0xff : aside(k) ? RH_HOLD : RH_DETACH;
 	rh_policy(pol, sizeof pol);
 	return 0;
 }
@@ -487,7 +500,7 @@ static u64 part(struct slot *st, const u8 *rec, u32 len, u8 *out, u32 room) {
 	case 4:
 		break;
 	default:
-		return RH_DETACH;
+		return aside(rec[0]) ? RH_HOLD : RH_DETACH;
 	}
 	u32 idn = rd32(rec + 4);
 	if (idn > len - 12) return RH_FAIL_VERDICT;

@@ -39,6 +39,12 @@ type config struct {
 	// (fail the attempt) when a cap is hit; empty follows fail: "closed"
 	// fails, "open" flushes (ABI v1.2's default).
 	OnCap string `json:"on_cap"`
+	// Reasoning is "detach" (default: a reasoning or source part ends the
+	// judging, as any part that is no text) or "hold" (reasoning and
+	// source parts are held with the text that follows, which is judged:
+	// an answer that thinks, or cites, before it refuses fails over, at
+	// the cost of holding the whole thinking back from the client).
+	Reasoning string `json:"reasoning"`
 }
 
 func init() {
@@ -51,6 +57,8 @@ func main() {}
 type detector struct {
 	m      *refusalcore.Matcher
 	policy abi.TransformPolicy
+	// hold is "reasoning": "hold": reasoning and source parts are held.
+	hold bool
 	// free holds closed streams for reuse: an instance is single-threaded,
 	// and its streams come and go, so after warm-up Open allocates
 	// nothing. It never holds more than the most streams open at once.
@@ -119,6 +127,13 @@ func newDetector(raw []byte) (*detector, error) {
 	default:
 		return nil, errors.New(`config: "on_cap": must be "flush" or "fail"`)
 	}
+	switch c.Reasoning {
+	case "", "detach":
+	case "hold":
+		d.hold = true
+	default:
+		return nil, errors.New(`config: "reasoning": must be "detach" or "hold"`)
+	}
 	if c.MaxHeldParts < 0 || c.MaxHeldParts > cfgrule.MaxCap {
 		return nil, errors.New(`config: "max_held_parts": want an integer 0-2147483647`)
 	}
@@ -136,8 +151,9 @@ func newDetector(raw []byte) (*detector, error) {
 func (d *detector) Policy() abi.TransformPolicy { return d.policy }
 
 // Static declares what the stream answers without reading a part (see
-// stream): the preamble is held, every kind but a text delta detaches.
-// The host (or the SDK) answers those parts without a call.
+// stream): the preamble is held, every kind but a text delta detaches;
+// with "reasoning": "hold", reasoning and source parts are held too. The
+// host (or the SDK) answers those parts without a call.
 func (d *detector) Static() map[abi.PartKind]abi.PartAction {
 	m := map[abi.PartKind]abi.PartAction{
 		abi.KindStreamStart:  abi.PartHold,
@@ -147,8 +163,18 @@ func (d *detector) Static() map[abi.PartKind]abi.PartAction {
 	for k := abi.KindTextEnd; k <= abi.KindError; k++ {
 		m[k] = abi.PartDetach
 	}
+	if d.hold {
+		for _, k := range heldAside {
+			m[k] = abi.PartHold
+		}
+	}
 	return m
 }
+
+// heldAside are the kinds "reasoning": "hold" holds: no words of the
+// answer, so the text after them is still its opening. A raw part never
+// reaches a transform (ABI.md §6.5): it waits behind the held parts.
+var heldAside = [...]abi.PartKind{abi.KindReasoningStart, abi.KindReasoningDelta, abi.KindReasoningEnd, abi.KindSource}
 
 func (d *detector) Open(abi.StreamInfo) (transform.Stream, error) {
 	var s *stream
@@ -168,7 +194,9 @@ func (d *detector) Open(abi.StreamInfo) (transform.Stream, error) {
 //   - text deltas are held while the normalised text is a prefix of a
 //     phrase, fail the attempt with a refusal when it starts with one, and
 //     detach when it can no longer become one;
-//   - any other part detaches (a tool call or reasoning is no refusal);
+//   - reasoning and source parts are held with "reasoning": "hold", and
+//     detach by default;
+//   - any other part detaches (a tool call is no refusal);
 //   - at the end, whatever is held passes.
 type stream struct {
 	d    *detector
@@ -189,6 +217,11 @@ func (s *stream) Part(p *abi.Part) (abi.Verdict, error) {
 	case abi.KindStreamStart, abi.KindResponseMeta, abi.KindTextStart:
 		return abi.Verdict{Action: abi.PartHold}, nil
 	case abi.KindTextDelta:
+	case abi.KindReasoningStart, abi.KindReasoningDelta, abi.KindReasoningEnd, abi.KindSource:
+		if s.d.hold {
+			return abi.Verdict{Action: abi.PartHold}, nil
+		}
+		return abi.Verdict{Action: abi.PartDetach}, nil
 	default:
 		return abi.Verdict{Action: abi.PartDetach}, nil
 	}

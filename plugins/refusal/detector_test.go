@@ -39,6 +39,9 @@ func TestConfig(t *testing.T) {
 		{name: "empty phrase", config: `{"phrases":["  "]}`, err: "empty once normalised"},
 		{name: "bad fail", config: `{"fail":"maybe"}`, err: `"fail": must be`},
 		{name: "bad cap", config: `{"on_cap":"explode"}`, err: `"on_cap": must be`},
+		{name: "reasoning hold", config: `{"reasoning":"hold"}`},
+		{name: "reasoning detach", config: `{"reasoning":"detach"}`},
+		{name: "bad reasoning", config: `{"reasoning":"skip"}`, err: `"reasoning": must be "detach" or "hold"`},
 		{name: "bad time", config: `{"max_hold_time":"soon"}`, err: "max_hold_time"},
 		{name: "negative cap", config: `{"max_held_parts":-1}`, err: "0-2147483647"},
 		{name: "huge cap", config: `{"max_held_bytes":2147483648}`, err: "0-2147483647"},
@@ -89,6 +92,17 @@ func TestStreams(t *testing.T) {
 		{name: "upstream ends undecided: the held parts pass", parts: plugintest.TextStream("I'm sorry", 1)[:3+9], calls: 12},
 		{name: "custom phrase", config: `{"phrases":["Nope."]}`, parts: plugintest.TextStream("NOPE. never", 2),
 			phrase: "nope.", calls: 6},
+		{name: "thinking detaches by default", parts: thinking(plugintest.TextStream("I'm sorry, but I can't", 5)), calls: 3},
+		{name: "thinking held, then the refusal", config: `{"reasoning":"hold"}`,
+			parts: thinking(plugintest.TextStream("I'm sorry, but I can't", 5)), phrase: "i'm sorry, but i can't", calls: 5 + 1 + 5},
+		{name: "thinking held, then an answer detaches", config: `{"reasoning":"hold"}`,
+			parts: thinking(plugintest.TextStream("Sure! Here it is.", 5)), calls: 5 + 1 + 1},
+		{name: "a citation held, then the refusal", config: `{"reasoning":"hold"}`,
+			parts: cited(plugintest.TextStream("I'm sorry, but I can't", 5)), phrase: "i'm sorry, but i can't", calls: 4 + 5},
+		{name: "a citation detaches by default", parts: cited(plugintest.TextStream("I'm sorry, but I can't", 5)), calls: 4},
+		{name: "tool call detaches under hold", config: `{"reasoning":"hold"}`, parts: append(thinking(plugintest.TextStream(""))[:5],
+			abi.Part{Kind: abi.KindToolCall, ID: "c", Tool: &abi.ToolInfo{Name: "f", Input: "{}"}},
+			abi.Part{Kind: abi.KindFinish, Finish: &abi.Finish{}}), calls: 6},
 		{name: "custom list drops defaults", config: `{"phrases":["Nope."]}`,
 			parts: plugintest.TextStream("I'm sorry, but I can't", 50), calls: 4},
 	} {
@@ -190,4 +204,17 @@ func TestStreamStatesReused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// thinking puts a thinking block (start, a delta, end) after ps's stream
+// start and metadata, as an answer with extended thinking opens.
+func thinking(ps []abi.Part) []abi.Part {
+	think := plugintest.ReasoningBlock("r", "The user asks for x.")
+	return append(append(ps[:2:2], think...), ps[2:]...)
+}
+
+// cited puts a citation after ps's text start, as a text that opens with one.
+func cited(ps []abi.Part) []abi.Part {
+	src := abi.Part{Kind: abi.KindSource, ID: "t0", Source: &abi.Source{URL: "https://example.com", Title: "x"}}
+	return append(append(ps[:3:3], src), ps[3:]...)
 }

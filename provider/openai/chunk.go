@@ -1,7 +1,9 @@
 package openai
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -25,6 +27,7 @@ type chunk struct {
 	choices           []choice // the choices with index 0, in order (n > 1 is not modelled)
 
 	lastID, lastModel string // the previous chunk's, reused when they repeat
+	d                 lean   // decodeChunk's reader
 }
 
 type choice struct {
@@ -97,13 +100,16 @@ func (c *chunk) fromSDK(sc *oai.ChatCompletionChunk) {
 // event is never accepted here.
 func decodeChunk(data []byte, c *chunk) bool {
 	c.reset()
-	d := lean{b: data}
+	// The reader is the chunk's: the member functions it is handed to
+	// would move a local one to the heap, once per event.
+	d := &c.d
+	*d = lean{b: data}
 	d.ws()
-	if !d.object(0, c.top) {
-		return false
-	}
+	ok := d.object(0, c.top)
 	d.ws()
-	return d.i == len(d.b)
+	ok = ok && d.i == len(d.b)
+	*d = lean{} // the event's data is its body's, and only until its next event
+	return ok
 }
 
 // lean is a strict, validating JSON reader over one document.
@@ -145,8 +151,13 @@ func (d *lean) object(depth int, member func(d *lean, key []byte, depth int) boo
 		return true
 	}
 	var (
-		seen [maxLeanKeys][]byte
-		n    int
+		// The keys so far, as offset<<32 | length: a third of the bytes
+		// of slices to clear per object; and a bit per (length + first
+		// byte + twice the last) mod 64, so that a new key is compared
+		// with the others only when one may equal it.
+		seen  [maxLeanKeys]uint64
+		bloom uint64
+		n     int
 	)
 	for {
 		d.ws()
@@ -159,12 +170,19 @@ func (d *lean) object(depth int, member func(d *lean, key []byte, depth int) boo
 			if n == len(seen) {
 				return false
 			}
-			for _, k := range seen[:n] {
-				if string(k) == string(key) {
-					return false
+			h := uint(len(key))
+			if len(key) > 0 {
+				h += uint(key[0]) + uint(key[len(key)-1])<<1
+			}
+			if bloom&(1<<(h&63)) != 0 {
+				for _, k := range seen[:n] {
+					if off := k >> 32; string(d.b[off:off+k&0xffffffff]) == string(key) {
+						return false
+					}
 				}
 			}
-			seen[n] = key
+			bloom |= 1 << (h & 63)
+			seen[n] = uint64(d.i-1-len(key))<<32 | uint64(len(key))
 			n++
 		}
 		d.ws()
@@ -351,7 +369,18 @@ func (d *lean) rawString() (raw []byte, escaped, ok bool) {
 	}
 	d.i++
 	s := d.i
-	for d.i < len(d.b) {
+	for {
+		if len(d.b)-d.i >= 8 { // 8 bytes at a time, to the first that is not plain
+			m := special8(binary.LittleEndian.Uint64(d.b[d.i:]))
+			if m == 0 {
+				d.i += 8
+				continue
+			}
+			d.i += bits.TrailingZeros64(m) >> 3
+		}
+		if d.i >= len(d.b) {
+			return nil, false, false
+		}
 		c := d.b[d.i]
 		switch {
 		case c == '"':
@@ -386,7 +415,20 @@ func (d *lean) rawString() (raw []byte, escaped, ok bool) {
 			d.i++
 		}
 	}
-	return nil, false, false
+}
+
+// special8 marks, with the high bit of its byte, each of the 8 bytes in v
+// (little-endian) that is '"', '\\' or a control character, and may mark
+// plain bytes above the first one marked, never below: the lowest mark
+// is the first special byte. (The tests for a zero byte and for a byte
+// below n, bytes - 0x01… or n…, masked by the bytes' own high bits, have
+// no false negatives; a false positive needs a borrow from a true one
+// below it.)
+func special8(v uint64) uint64 {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q := v ^ lo*'"'
+	b := v ^ lo*'\\'
+	return ((q-lo)&^q | (b-lo)&^b | (v-lo*0x20)&^v) & hi
 }
 
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
@@ -452,8 +494,11 @@ func (d *lean) extraStr(v *string) bool {
 			*v = string(raw)
 			return true
 		}
-		*v = ""
-		return json.Unmarshal(d.b[s:d.i], v) == nil
+		// Into a local: v would go to the heap with it, on every call.
+		var u string
+		ok = json.Unmarshal(d.b[s:d.i], &u) == nil
+		*v = u
+		return ok
 	}
 	*v = ""
 	return d.skip(0)

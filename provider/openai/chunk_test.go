@@ -1,9 +1,13 @@
 package openai
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math/bits"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/provider/internal/adapter"
 	"github.com/retryhost/retryhost/provider/internal/wiretest"
 )
 
@@ -180,4 +185,101 @@ func TestChunkFields(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, n, "one per chunk: %q", parts)
+}
+
+// skipBody is an event body that, like the gateway's upstream bodies,
+// has the decoder skip the events it cannot decode unless they are JSON
+// objects or [DONE], and counts them.
+type skipBody struct {
+	adapter.EventBody
+	skipped []string
+}
+
+func (b *skipBody) SkipMalformed(data []byte) bool {
+	if d := bytes.TrimSpace(data); string(d) == "[DONE]" || len(d) > 0 && d[0] == '{' && json.Valid(d) {
+		return false
+	}
+	b.skipped = append(b.skipped, string(data))
+	return true
+}
+
+type skipTransport struct{ body *skipBody }
+
+func (s skipTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: s.body, Request: r}, nil
+}
+
+// A body that skips malformed events gets asked about exactly the events
+// the lean decoder declines, and only those it skips are gone: the JSON of
+// an event is checked once. Without it, the first malformed event ends the
+// stream, as in the SDK.
+func TestEventsSkipMalformed(t *testing.T) {
+	body := "data: {oops\n\n" +
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n" +
+		"data: [DONE]x\n\n" +
+		"data: {\"choices\":[{\"index\":\"0\",\"delta\":{\"content\":\"lenient\"}}]}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
+		"data: [DONE] \n\n" +
+		"data: {\"never\":1}\n\n"
+	sb := &skipBody{EventBody: adapter.SSEBody(io.NopCloser(strings.NewReader(body)))}
+	m, err := New("m", WithBaseURL("http://mem/v1"), WithAPIKey("k"), WithHTTPClient(&http.Client{Transport: skipTransport{sb}}))
+	require.NoError(t, err)
+	st, err := m.Stream(context.Background(), &driver.Request{})
+	require.NoError(t, err)
+	defer st.Close()
+	var text strings.Builder
+	var finish *abi.Finish
+	for {
+		p, err := st.Recv()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		text.WriteString(p.Delta)
+		if p.Finish != nil {
+			finish = p.Finish
+		}
+	}
+	require.Equal(t, "Hilenient", text.String(), "the SDK decodes what the lean decoder declines, when well formed")
+	require.NotNil(t, finish)
+	require.Equal(t, []string{"{oops\n", "[DONE]x\n"}, sb.skipped)
+
+	_, err = streamParts(t, []byte(body), false)
+	require.Error(t, err, "no skipping without SkipMalformed")
+}
+
+// special8's lowest mark is the first quote, backslash or control
+// character in the word, wherever it sits and whatever follows it; a word
+// of common text has none.
+func TestSpecial8(t *testing.T) {
+	first := func(w []byte) int {
+		m := special8(binary.LittleEndian.Uint64(w))
+		if m == 0 {
+			return -1
+		}
+		return bits.TrailingZeros64(m) >> 3
+	}
+	for pos := range 8 {
+		for c := range 256 {
+			w := []byte("aaaaaaaa")
+			w[pos] = byte(c)
+			want := -1
+			if c == '"' || c == '\\' || c < 0x20 {
+				want = pos
+			}
+			require.Equal(t, want, first(w), "byte %#x at %d", c, pos)
+			for _, after := range []byte{0, '"', '\\', 0x1f, 0x20, 0x80, 0xff} {
+				for q := pos + 1; q < 8; q++ {
+					w2 := bytes.Clone(w)
+					w2[q] = after
+					if want >= 0 {
+						require.Equal(t, want, first(w2), "byte %#x at %d, %#x at %d", c, pos, after, q)
+					}
+				}
+			}
+		}
+	}
+	for _, w := range []string{"h\xc3\xa9llo wo", "\xf0\x9f\x98\x80\xf0\x9f\x98\x80", "chatcmpl", "{}[]:,/ ", "\x7f\x80\xff~!#$%"} {
+		require.Equal(t, -1, first([]byte(w)), "%q", w)
+	}
 }

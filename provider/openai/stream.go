@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"slices"
@@ -261,54 +260,63 @@ func (s *source) closeAll(q []abi.Part) []abi.Part {
 // chunk with decodeChunk, and hands only what that declines to the SDK's
 // own per-event decoding (oneEvent), so the parts are the same either way
 // while the common chunk costs no reflection and no per-field allocation.
+// The body splits the events (adapter.EventBody): an event's data comes
+// as one slice, most often of the body's read buffer, copied by no one.
 type events struct {
-	body io.Reader
-	scn  *bufio.Scanner // made at the first read: no buffer for a stream never read
-	data []byte         // the current event's data, reused
+	body io.ReadCloser
+	src  adapter.EventBody // made at the first read
+	// skip is the body's SkipMalformed, if it has one (the gateway's):
+	// an event decodeChunk declines is skipped when it says so, before
+	// the SDK could end the stream with it.
+	skip interface{ SkipMalformed(data []byte) bool }
 	done bool
 	err  error
 }
 
-// maxEventLine is the SDK decoder's line limit (bufio.MaxScanTokenSize<<9);
-// eventLineStart is the line buffer a stream starts with.
-const (
-	maxEventLine   = bufio.MaxScanTokenSize << 9
-	eventLineStart = 1 << 10
-)
-
 // next decodes the next chunk into c: false at the end of the stream
 // ("[DONE]" or the body's end), or the error that ended it.
 func (e *events) next(c *chunk) (bool, error) {
+	if e.src == nil {
+		e.src = adapter.Events(e.body)
+		e.skip, _ = e.src.(interface{ SkipMalformed([]byte) bool })
+	}
 	for {
 		if e.done || e.err != nil {
 			return false, e.err
 		}
-		typ, ok := e.event()
-		if !ok {
-			e.done = true
-			if err := e.scn.Err(); err != nil {
+		typ, data, err := e.src.ReadEvent()
+		if err != nil {
+			if e.done = true; err != io.EOF {
 				e.err = err
 			}
 			return false, e.err
 		}
-		if bytes.HasPrefix(e.data, []byte("[DONE]")) {
+		if string(data) == "[DONE]\n" {
 			e.done = true
 			return false, nil
 		}
-		if !strings.HasPrefix(typ, "thread.") && decodeChunk(e.data, c) {
+		thread := bytes.HasPrefix(typ, []byte("thread."))
+		if !thread && decodeChunk(data, c) {
 			return true, nil
 		}
-		return e.sdk(typ, c)
+		if e.skip != nil && e.skip.SkipMalformed(data) {
+			continue
+		}
+		if bytes.HasPrefix(data, []byte("[DONE]")) {
+			e.done = true
+			return false, nil
+		}
+		return e.sdk(string(typ), data, c)
 	}
 }
 
-// sdk decodes the current event by the SDK's own rules: its "error"
-// member, its synthesised thread.* data, its lenient decoding. Not
-// inlined, to keep the SDK's large chunk off the waiting frames.
+// sdk decodes an event by the SDK's own rules: its "error" member, its
+// synthesised thread.* data, its lenient decoding. Not inlined, to keep
+// the SDK's large chunk off the waiting frames.
 //
 //go:noinline
-func (e *events) sdk(typ string, c *chunk) (bool, error) {
-	st := ssestream.NewStream[oai.ChatCompletionChunk](&oneEvent{ev: ssestream.Event{Type: typ, Data: e.data}}, nil)
+func (e *events) sdk(typ string, data []byte, c *chunk) (bool, error) {
+	st := ssestream.NewStream[oai.ChatCompletionChunk](&oneEvent{ev: ssestream.Event{Type: typ, Data: data}}, nil)
 	if st.Next() {
 		sc := st.Current()
 		c.fromSDK(&sc)
@@ -319,42 +327,6 @@ func (e *events) sdk(typ string, c *chunk) (bool, error) {
 		e.err = io.ErrUnexpectedEOF // not reached: one event, not [DONE]
 	}
 	return false, e.err
-}
-
-// event reads lines up to the blank line that ends an event with data,
-// as the SDK's eventStreamDecoder does; false at the end of the body (an
-// event without its blank line is dropped there, as the SDK drops it).
-func (e *events) event() (typ string, ok bool) {
-	if e.scn == nil {
-		// A chunk's line is a few hundred bytes: start small (the scanner
-		// doubles its buffer for a longer line), since a held stream keeps
-		// its buffer for as long as it is open.
-		e.scn = bufio.NewScanner(e.body)
-		e.scn.Buffer(make([]byte, eventLineStart), maxEventLine)
-	}
-	e.data = e.data[:0]
-	for e.scn.Scan() {
-		txt := e.scn.Bytes()
-		if len(txt) == 0 {
-			if len(e.data) == 0 {
-				typ = ""
-				continue
-			}
-			return typ, true
-		}
-		name, value, _ := bytes.Cut(txt, []byte(":"))
-		if len(value) > 0 && value[0] == ' ' {
-			value = value[1:]
-		}
-		switch string(name) {
-		case "event":
-			typ = string(value)
-		case "data":
-			e.data = append(e.data, value...)
-			e.data = append(e.data, '\n')
-		}
-	}
-	return "", false
 }
 
 // oneEvent is an ssestream.Decoder of one event, for the SDK's per-event

@@ -131,8 +131,9 @@ var openings = []string{
 }
 
 // RandomStream generates a stream from rng: an opening (maybe mangled by
-// a random byte), cut at random sizes, sometimes with reasoning or a tool
-// call first, sometimes without a finish.
+// a random byte), cut at random sizes, sometimes with reasoning (a lone
+// delta or a whole block), a tool call first or a citation opening the
+// text, sometimes without a finish.
 func RandomStream(rng *rand.Rand) []abi.Part {
 	text := openings[rng.IntN(len(openings))]
 	if rng.IntN(4) == 0 && len(text) > 0 {
@@ -150,6 +151,20 @@ func RandomStream(rng *rand.Rand) []abi.Part {
 		ps = append(ps[:2:2], append([]abi.Part{{Kind: abi.KindToolCall, ID: "c1", Tool: &abi.ToolInfo{Name: "f", Input: "{}"}}}, ps[2:]...)...)
 	case 2:
 		ps = ps[:len(ps)-1]
+	case 3: // extended thinking: a whole reasoning block before the text
+		ps = append(ps[:2:2], append(ReasoningBlock("r0", "Let me think.", "The user asks for x."), ps[2:]...)...)
+	case 4: // a citation opening the text
+		ps = append(ps[:3:3], append([]abi.Part{{Kind: abi.KindSource, ID: "t0", Source: &abi.Source{URL: "https://example.com", Title: "ex"}}}, ps[3:]...)...)
 	}
 	return ps
+}
+
+// ReasoningBlock is a reasoning block (start, one delta per text, end), as
+// an answer with extended thinking opens.
+func ReasoningBlock(id string, texts ...string) []abi.Part {
+	ps := []abi.Part{{Kind: abi.KindReasoningStart, ID: id}}
+	for _, t := range texts {
+		ps = append(ps, abi.Part{Kind: abi.KindReasoningDelta, ID: id, Delta: t})
+	}
+	return append(ps, abi.Part{Kind: abi.KindReasoningEnd, ID: id})
 }

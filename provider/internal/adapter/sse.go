@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -18,7 +19,40 @@ var bom = []byte{0xEF, 0xBB, 0xBF}
 // rewrites in place as it reads (no buffering of the body, no allocation
 // per read) and keeps one bit of state for a "\r\n" split across reads.
 // Close closes the wrapped body. Not safe for concurrent Reads (no body is).
-func SSEBody(rc io.ReadCloser) io.ReadCloser { return &sseBody{rc: rc} }
+//
+// The body is an [EventBody] too: read with ReadEvent instead (never
+// both), it splits the events itself, with one small buffer.
+func SSEBody(rc io.ReadCloser) EventBody { return &sseBody{rc: rc} }
+
+// EventBody is an event stream's body that splits its events itself, so
+// that a decoder gets each event's data as one slice, with no line
+// scanning and no copy of its own. The bodies SSEBody makes are
+// EventBodies; so are the retryhost gateway's upstream bodies, which
+// NormalizeSSE leaves alone (they are normalized already), and which also
+// have a method SkipMalformed(data []byte) bool that a decoder calls with
+// the data of an event it cannot decode: true means the event is to be
+// skipped (the gateway counts it).
+type EventBody interface {
+	io.ReadCloser
+	// ReadEvent returns the next event that has data, split as the OpenAI
+	// SDK's decoder splits events (a field's name ends at its first colon
+	// and one space after that is dropped; data lines are joined, each
+	// followed by a LF; an event with no data line is no event): its type
+	// and its data, valid until the next call. At the end of the body it
+	// returns the error that ended it (io.EOF); an event without its
+	// blank line is dropped there.
+	ReadEvent() (typ, data []byte, err error)
+}
+
+// Events returns body as an EventBody: itself if it is one, else
+// SSEBody(body) (a body a middleware replaced after NormalizeSSE ran:
+// normalizing it again changes nothing in a normalized one).
+func Events(body io.ReadCloser) EventBody {
+	if eb, ok := body.(EventBody); ok {
+		return eb
+	}
+	return SSEBody(body)
+}
 
 type sseBody struct {
 	rc      io.ReadCloser
@@ -27,6 +61,164 @@ type sseBody struct {
 	head    [3]byte
 	pend    []byte // the opening bytes read to look for the BOM, still to deliver
 	err     error  // the error that ended the opening read, after pend; sticky
+
+	// ReadEvent's state: buf[r:w] is read and not yet split; data and typ
+	// gather an event that is not one line in buf.
+	buf       []byte
+	r, w      int
+	data, typ []byte
+}
+
+// eventBufSize is ReadEvent's read buffer: a longer line is gathered past
+// it, so it need only hold a common event (a held stream keeps it).
+// maxKeptData is the most ReadEvent keeps of what it gathered an event in.
+const (
+	eventBufSize = 1 << 10
+	maxKeptData  = 4 << 10
+)
+
+// maxEventLine is the SDK decoder's line limit (bufio.MaxScanTokenSize<<9):
+// a longer line ends the stream with bufio.ErrTooLong, as there.
+const maxEventLine = bufio.MaxScanTokenSize << 9
+
+func (b *sseBody) ReadEvent() (typ, data []byte, err error) {
+	if cap(b.data) > maxKeptData {
+		b.data = nil
+	}
+	b.typ, b.data = b.typ[:0], b.data[:0]
+	var (
+		lent    []byte // the data while it is one line in buf
+		hasData bool
+		long    int // the length of a long line so far
+		into    *[]byte
+	)
+	for {
+		if lent != nil && bytes.IndexByte(b.buf[b.r:b.w], '\n') < 0 {
+			b.data, lent = append(b.data, lent...), nil // the next read may move it
+		}
+		line, more, err := b.line()
+		if err != nil {
+			return nil, nil, err
+		}
+		if long > 0 { // more of a long line
+			n := len(line)
+			if !more {
+				n-- // its LF
+			}
+			if long += n; long >= maxEventLine {
+				b.err = bufio.ErrTooLong
+				return nil, nil, b.err
+			}
+			if into != nil {
+				*into = append(*into, line...)
+			}
+		} else {
+			if len(line) == 1 { // a blank line: the end of an event
+				switch {
+				case hasData && lent != nil:
+					return b.typ, lent, nil
+				case hasData:
+					return b.typ, b.data, nil
+				}
+				b.typ = b.typ[:0]
+				continue
+			}
+			body := line
+			if !more {
+				body = line[:len(line)-1]
+			}
+			name, value := body, line[len(body):]
+			if i := bytes.IndexByte(body, ':'); i >= 0 {
+				name, value = body[:i], line[i+1:]
+				if len(value) > 0 && value[0] == ' ' {
+					value = value[1:]
+				}
+			}
+			into = nil
+			switch string(name) {
+			case "data":
+				hasData = true
+				if lent == nil && len(b.data) == 0 && !more {
+					lent = value // the common event: no copy
+					break
+				}
+				if lent != nil {
+					b.data, lent = append(b.data, lent...), nil
+				}
+				b.data = append(b.data, value...)
+				into = &b.data
+			case "event":
+				b.typ = append(b.typ[:0], value...)
+				into = &b.typ
+			}
+			if more {
+				long = len(line)
+			}
+		}
+		if !more {
+			long = 0
+			if into == &b.typ {
+				b.typ = b.typ[:len(b.typ)-1] // its LF
+			}
+		}
+	}
+}
+
+// line returns the next line with its LF, as a slice of buf valid until
+// the next call. A line longer than buf comes in pieces, with more set on
+// all but its last. At the end of the body it returns what is left (no
+// LF, maybe nothing) and the error that ended it, sticky.
+func (b *sseBody) line() (line []byte, more bool, err error) {
+	for {
+		if i := bytes.IndexByte(b.buf[b.r:b.w], '\n'); i >= 0 {
+			line = b.buf[b.r : b.r+i+1]
+			b.r += i + 1
+			return b.bom(line), false, nil
+		}
+		if b.err != nil {
+			line = b.buf[b.r:b.w]
+			b.r = b.w
+			return b.bom(line), false, b.err
+		}
+		if b.buf != nil && b.r == 0 && b.w == len(b.buf) {
+			b.w = 0
+			return b.bom(b.buf), true, nil
+		}
+		b.fill()
+	}
+}
+
+// bom drops a byte-order mark opening the stream.
+func (b *sseBody) bom(line []byte) []byte {
+	if !b.started {
+		b.started = true
+		line = bytes.TrimPrefix(line, bom)
+	}
+	return line
+}
+
+// fill reads once more into the free end of buf, after moving what is
+// left to its start.
+func (b *sseBody) fill() {
+	if b.buf == nil {
+		b.buf = make([]byte, eventBufSize)
+	}
+	if b.r > 0 {
+		b.w = copy(b.buf, b.buf[b.r:b.w])
+		b.r = 0
+	}
+	for range 100 {
+		n, err := b.rc.Read(b.buf[b.w:])
+		b.w += b.fold(b.buf[b.w : b.w+n])
+		if err != nil {
+			b.err = err
+			return
+		}
+		if n > 0 {
+			return
+		}
+	}
+	b.err = io.ErrNoProgress
 }
 
 func (b *sseBody) Read(p []byte) (int, error) {
@@ -93,12 +285,14 @@ func (b *sseBody) Close() error { return b.rc.Close() }
 
 // NormalizeSSE is an SDK middleware (the signature of both SDKs'
 // option.Middleware) that wraps a successful response's body in
-// [SSEBody]. Stream calls install it; error responses are JSON and left
-// alone.
+// [SSEBody], unless it is an [EventBody] already. Stream calls install
+// it; error responses are JSON and left alone.
 func NormalizeSSE(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
 	resp, err := next(req)
 	if err == nil && resp != nil && resp.Body != nil && resp.StatusCode < 300 {
-		resp.Body = SSEBody(resp.Body)
+		if _, ok := resp.Body.(EventBody); !ok {
+			resp.Body = SSEBody(resp.Body)
+		}
 	}
 	return resp, err
 }
