@@ -69,7 +69,8 @@ func (r RefusalReasoning) String() string {
 }
 
 // RefusalConfig configures [NewRefusalDetectorWith]; the zero value is the
-// detector [NewRefusalDetector] builds with no phrases.
+// detector [NewRefusalDetector] builds with no phrases. It is a plain
+// value, read once when the detector is built.
 type RefusalConfig struct {
 	// Phrases replaces the default phrase list (refusalcore.DefaultPhrases)
 	// when not empty.
