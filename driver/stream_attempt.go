@@ -124,7 +124,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		return fail(err)
 	}
 	s.up = up
-	s.stopAF = context.AfterFunc(actx, func() { _ = up.Close() })
+	s.stopAF = context.AfterFunc(actx, s.closeUp)
 	// What the gate holds before commit, usually a preamble (stream start,
 	// response metadata, a text start) and the first content: one
 	// allocation rather than three growing ones; recv lets it go once
@@ -248,6 +248,10 @@ type attemptStream struct {
 	first  *firstWatch // &firstV when armed, else nil
 	gapW   *gapWatch   // &gapV once armed, else nil
 	stopAF func() bool
+	// upClose closes the upstream once: a deadline's cancel (the
+	// AfterFunc) and release may both get there, at the same moment, and
+	// a provider's Close need not be safe against itself.
+	upClose sync.Once
 
 	// The watches and the chain live in the attemptStream, so that an
 	// attempt allocates them with it rather than one by one.
@@ -325,6 +329,9 @@ func (s *attemptStream) cause() error {
 	return context.Cause(s.ctx)
 }
 
+// closeUp closes the upstream, once; a second caller waits for the first.
+func (s *attemptStream) closeUp() { s.upClose.Do(func() { _ = s.up.Close() }) }
+
 // release ends the attempt: timers, upstream and transforms. Idempotent.
 func (s *attemptStream) release() {
 	s.first.disarm()
@@ -334,7 +341,7 @@ func (s *attemptStream) release() {
 	}
 	s.cancel(errAttemptOver)
 	if s.up != nil {
-		_ = s.up.Close()
+		s.closeUp() // waits for a close the AfterFunc started
 	}
 	s.rd.stop()
 	if s.ch != nil {
