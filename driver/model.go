@@ -48,7 +48,7 @@ type Stream interface {
 	Recv() (Part, error)
 	// Close releases the stream and its connection. It may be called at any
 	// time, also concurrently with a blocked Recv (which then returns), and
-	// more than once.
+	// more than once. The driver never calls it concurrently with itself.
 	Close() error
 }
 

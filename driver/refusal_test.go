@@ -37,6 +37,62 @@ func TestRefusalDetector_nonTextPartsDetach(t *testing.T) {
 	}
 }
 
+func TestNewRefusalDetectorWith(t *testing.T) {
+	_, err := NewRefusalDetectorWith(RefusalConfig{Reasoning: ReasoningHold + 1})
+	require.ErrorContains(t, err, "unknown refusal reasoning 2")
+	_, err = NewRefusalDetectorWith(RefusalConfig{Phrases: []string{" "}, Reasoning: ReasoningHold})
+	require.ErrorIs(t, err, refusalcore.ErrEmptyPhrase)
+	require.Equal(t, "detach", RefusalConfig{}.Reasoning.String(), "the default")
+	require.Equal(t, "hold", ReasoningHold.String())
+}
+
+// With ReasoningHold the reasoning and source parts before the text are
+// held and the text after them is judged: a refusal after thinking (or a
+// citation) fails the attempt and the caller sees nothing of it; an
+// answer releases every part once, in order. By default (and with
+// ReasoningDetach) the same refusal passes, as before the option.
+func TestRefusalDetector_reasoningHold(t *testing.T) {
+	thinking := sscript(pKind(abi.KindReasoningStart), pKind(abi.KindReasoningDelta), pKind(abi.KindReasoningEnd))
+	for _, tc := range []struct {
+		name      string
+		reasoning RefusalReasoning
+		aside     []sstep
+		text      string
+		refused   bool
+	}{
+		{"hold: thinking then refusal", ReasoningHold, thinking, " sorry, but I can't", true},
+		{"hold: a citation then refusal", ReasoningHold, sscript(pKind(abi.KindSource)), " sorry, but I can't", true},
+		{"hold: thinking then answer", ReasoningHold, thinking, " happy to help.", false},
+		{"detach: thinking then refusal", ReasoningDetach, thinking, " sorry, but I can't", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := NewRefusalDetectorWith(RefusalConfig{Reasoning: tc.reasoning})
+			require.NoError(t, err)
+			m := &scriptModel{key: "p/a", scripts: [][]sstep{sscript(preamble(), tc.aside, pText("I'm"), pText(tc.text), pFinish(abi.ReasonStop))}}
+			r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{d}, commit: CommitOnOutput})
+			if tc.refused {
+				var re *RefusalError
+				require.ErrorAs(t, r.err, &re)
+				require.Equal(t, "I'm"+tc.text, re.Text)
+				return
+			}
+			require.NoError(t, r.err)
+			parts, err := drain(r.stream)
+			require.NoError(t, err)
+			want := []PartKind{abi.KindStreamStart, abi.KindResponseMeta, abi.KindTextStart}
+			for _, st := range tc.aside {
+				want = append(want, st.part.Kind)
+			}
+			want = append(want, abi.KindTextDelta, abi.KindTextDelta, abi.KindFinish)
+			got := make([]PartKind, len(parts))
+			for i := range parts {
+				got[i] = parts[i].Kind
+			}
+			require.Equal(t, want, got, "every part once, in order")
+		})
+	}
+}
+
 // A raw part is not the detector's to see (it would detach it, as any
 // kind it does not read): raw chunks between the deltas of a refusal
 // leave it caught, and an answer keeps every raw part in its place. (Under

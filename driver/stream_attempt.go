@@ -124,7 +124,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		return fail(err)
 	}
 	s.up = up
-	s.stopAF = context.AfterFunc(actx, func() { _ = up.Close() })
+	s.stopAF = context.AfterFunc(actx, s.closeUp)
 	// What the gate holds before commit, usually a preamble (stream start,
 	// response metadata, a text start) and the first content: one
 	// allocation rather than three growing ones; recv lets it go once
@@ -248,6 +248,10 @@ type attemptStream struct {
 	first  *firstWatch // &firstV when armed, else nil
 	gapW   *gapWatch   // &gapV once armed, else nil
 	stopAF func() bool
+	// upClose closes the upstream once: a deadline's cancel (the
+	// AfterFunc) and release may both get there, at the same moment, and
+	// a provider's Close need not be safe against itself.
+	upClose sync.Once
 
 	// The watches and the chain live in the attemptStream, so that an
 	// attempt allocates them with it rather than one by one.
@@ -287,6 +291,9 @@ func (s *attemptStream) commitNow() error {
 	if err := s.ctx.Err(); err != nil {
 		return context.Cause(s.ctx)
 	}
+	// Disarmed for good: its timer and error are not kept for the
+	// stream's life (release and the deadline's own func need no more).
+	s.first = nil
 	if s.gapW != nil { // armed by firstContent: the stream is over
 		s.gapW.stop()
 	} else if s.gap > 0 && !s.upDone {
@@ -322,6 +329,9 @@ func (s *attemptStream) cause() error {
 	return context.Cause(s.ctx)
 }
 
+// closeUp closes the upstream, once; a second caller waits for the first.
+func (s *attemptStream) closeUp() { s.upClose.Do(func() { _ = s.up.Close() }) }
+
 // release ends the attempt: timers, upstream and transforms. Idempotent.
 func (s *attemptStream) release() {
 	s.first.disarm()
@@ -331,7 +341,7 @@ func (s *attemptStream) release() {
 	}
 	s.cancel(errAttemptOver)
 	if s.up != nil {
-		_ = s.up.Close()
+		s.closeUp() // waits for a close the AfterFunc started
 	}
 	s.rd.stop()
 	if s.ch != nil {
@@ -341,40 +351,64 @@ func (s *attemptStream) release() {
 
 // Recv returns the next part, io.EOF after the last, or the error that
 // ended the stream.
-func (s *attemptStream) Recv() (p Part, err error) {
-	if s.fast.Load() {
-		// The common case after an early detach: nothing queued, no
-		// transform; the part goes straight through. This path
-		// touches no state of its own, so it needs no lock: a concurrent
-		// Close only closes the upstream (which the Stream contract allows)
-		// and the error that follows takes the locked path below.
-		g := s.gapW // set at commit and never changed
-		if g != nil {
-			g.waiting()
+//
+// A held stream spends its life blocked in the upstream's Recv, on the
+// caller's goroutine, with every frame above it kept: so the wait happens
+// from recvFast, never from the locked path's larger frames (thousands of
+// held streams each keep their handler's stack).
+func (s *attemptStream) Recv() (Part, error) {
+	if !s.fast.Load() {
+		if p, fast, err := s.recvLocked(); !fast {
+			return p, err
 		}
-		p, err = s.up.Recv()
-		if g != nil {
-			g.received(err == nil && s.commit.IsContent(&p))
-		}
-		if err == nil && p.Kind != abi.KindError {
-			if p.Kind == abi.KindFinish {
-				s.finish.Store(p.Finish)
-			} else if p.Kind == abi.KindResponseMeta {
-				s.meta.Store(p.Meta)
-			}
-			return p, nil
-		}
-		s.mu.Lock()
-		s.fast.Store(false)
-		if s.err == nil {
-			p, err = s.recvSlow(p, err)
-		} else {
-			p, err = Part{}, s.err
-		}
-		s.mu.Unlock()
-		s.fireOutcome()
-		return p, err
 	}
+	return s.recvFast()
+}
+
+// recvFast is the common case after an early detach: nothing queued, no
+// transform; the part goes straight through. It touches no state of its
+// own, so it needs no lock: a concurrent Close only closes the upstream
+// (which the Stream contract allows) and the error that follows takes the
+// locked path (recvFastEnd).
+func (s *attemptStream) recvFast() (Part, error) {
+	g := s.gapW // set at commit and never changed
+	if g != nil {
+		g.waiting()
+	}
+	p, err := s.up.Recv()
+	if g != nil {
+		g.received(err == nil && s.commit.IsContent(&p))
+	}
+	if err == nil && p.Kind != abi.KindError {
+		if p.Kind == abi.KindFinish {
+			s.finish.Store(p.Finish)
+		} else if p.Kind == abi.KindResponseMeta {
+			s.meta.Store(p.Meta)
+		}
+		return p, nil
+	}
+	return s.recvFastEnd(p, err)
+}
+
+// recvFastEnd handles what the fast path's upstream Recv handed back: an
+// error or an error part.
+func (s *attemptStream) recvFastEnd(p Part, err error) (Part, error) {
+	s.mu.Lock()
+	s.fast.Store(false)
+	if s.err == nil {
+		p, err = s.recvSlow(p, err)
+	} else {
+		p, err = Part{}, s.err
+	}
+	s.mu.Unlock()
+	s.fireOutcome()
+	return p, err
+}
+
+// recvLocked is Recv's slow path, under the lock. fast reports that
+// nothing is queued and no transform is left: the caller is to wait on the
+// upstream through recvFast (as every later Recv will), without the lock.
+func (s *attemptStream) recvLocked() (p Part, fast bool, err error) {
 	s.mu.Lock()
 	p, err = s.recv()
 	ended := s.err != nil
@@ -382,7 +416,7 @@ func (s *attemptStream) Recv() (p Part, err error) {
 	if ended {
 		s.fireOutcome()
 	}
-	return p, err
+	return p, err == errGoFast, err
 }
 
 // recvSlow handles what the fast path handed back: an error or an error part.
@@ -402,6 +436,12 @@ func (s *attemptStream) recvSlow(p Part, err error) (Part, error) {
 	return Part{}, s.err
 }
 
+// errGoFast is recv's word for "wait on the upstream through the fast
+// path"; it never leaves the stream.
+var errGoFast = errors.New("retryhost: fast path")
+
+// recv returns the next part the slow path has, or errGoFast: the
+// upstream is next, with nothing between.
 func (s *attemptStream) recv() (Part, error) {
 	for {
 		if s.head < len(s.out) {
@@ -425,13 +465,12 @@ func (s *attemptStream) recv() (Part, error) {
 			}
 		}
 		if !s.upDone && s.ch.active == 0 && !s.inflight {
-			s.fast.Store(true) // from the next Recv on
-			p, err := s.pull()
-			if err != nil || p.Kind == abi.KindError {
-				s.fast.Store(false)
-				return s.recvSlow(p, err)
-			}
-			return s.deliver(p)
+			// From here on every part goes straight through (recvFast),
+			// and the queue stays empty: its array (the gate's preamble
+			// and first content) is not kept for the stream's life.
+			s.out = nil
+			s.fast.Store(true)
+			return Part{}, errGoFast
 		}
 		if s.upDone {
 			s.end(io.EOF)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/retryhost/retryhost/abi"
@@ -91,16 +92,36 @@ func newID(prefix string) string {
 // chat serves POST /v1/chat/completions.
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) { g.serve(w, r, chatDoor{}) }
 
-// serve answers one request of door d: admission, body, routing, the
-// commit gate, then the answer relayed or collected in d's format.
+// serve answers one request of door d: open (admission, body, routing,
+// the commit gate), then the answer relayed or collected in d's format.
+//
+// A held stream spends its whole life in relay, and its handler's stack
+// keeps every frame above it: open's many locals are gone by then, so
+// that thousands of held streams do not each keep a stack grown past 8 KiB
+// (BenchmarkHeldStreams reports it).
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	c := &call{}
 	l := &c.l
 	l.id, l.start = d.newID(), time.Now()
+	defer g.logAccess(r.Context(), r, l)
+	if !g.open(w, r, d, c) {
+		return
+	}
+	defer c.close(g)
+	if c.stream {
+		g.relay(c.ctx, w, l, c.s, c.enc, c.relayHook)
+	} else {
+		g.collect(c.ctx, w, d, l, c.s, c.enc)
+	}
+}
+
+// open takes a request up to its commit: false when it was answered
+// already (refused, or failed before commit), with what it took released.
+func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) (ok bool) {
+	l := &c.l
 	l.requestID = requestID(r.Header.Get("X-Request-Id"), l.id)
 	c.hv[0] = l.requestID
 	w.Header()["X-Request-Id"] = c.hv[0:1:1] // on every answer; sent with the first byte, never before commit
-	defer g.logAccess(r.Context(), r, l)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		l.status, l.outcome = http.StatusMethodNotAllowed, "client_error"
@@ -111,14 +132,19 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 		l.status, l.outcome = http.StatusTooManyRequests, "rejected"
 		return
 	}
-	defer g.leave()
+	c.entered = true
+	defer func() {
+		if !ok {
+			c.close(g)
+		}
+	}()
 	gen := g.acquire()
 	if gen == nil {
 		l.status, l.outcome = http.StatusServiceUnavailable, "shutdown"
 		writeErr(w, d, errShutdown)
 		return
 	}
-	defer gen.release()
+	c.gen = gen
 
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.readTimeout))
@@ -185,9 +211,8 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	// The request's context: the client's, ended also by the gateway's
 	// shutdown (with ErrShuttingDown as its cause).
 	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
-	stopAfter := context.AfterFunc(g.stopCtx, func() { cancel(context.Cause(g.stopCtx)) })
-	defer stopAfter()
+	c.cancel = cancel
+	c.stopAfter = context.AfterFunc(g.stopCtx, func() { cancel(context.Cause(g.stopCtx)) })
 	st := &c.st
 	st.atEnd = !cr.stream
 	ctx = context.WithValue(ctx, stateKey{}, st)
@@ -206,28 +231,45 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	if !cr.stream {
 		sctx = driver.CommitAtEnd(ctx)
 	}
-	c.gen, c.chain, c.ctx, c.sctx, c.req = gen, chain, ctx, sctx, &cr.req
+	c.chain, c.ctx, c.sctx, c.req = chain, ctx, sctx, &cr.req
 	g.openers.run(c)
-	s, err, prior := c.s, c.err, c.prior
+	err, prior := c.err, c.prior
 	if err != nil {
 		l.attempts = prior + attempts(err)
 		g.fail(ctx, w, d, l, err)
 		return
 	}
-	defer s.Close()
 	l.commitAt = time.Since(l.start)
 	l.model, l.attempts = gen.name(st.committed), prior+st.attempts
 	c.hv[2], c.hv[3] = l.model, strconv.Itoa(l.attempts)
 	h := w.Header()
 	h["X-Retryhost-Model"], h["X-Retryhost-Attempts"] = c.hv[2:3:3], c.hv[3:4:4]
-	enc := d.encoder(l.id, l.model, cr)
+	c.enc, c.stream = d.encoder(l.id, l.model, cr), cr.stream
 	if cr.stream {
 		if hook != nil && (hook.bodies.Load() == 0 || !gen.hooked[st.committed]) {
 			hook = nil // the committed model may wait elsewhere than in a hooked body
 		}
-		g.relay(ctx, w, l, s, enc, hook)
-	} else {
-		g.collect(ctx, w, d, l, s, enc)
+		c.relayHook = hook
+	}
+	return true
+}
+
+// close releases what open took, in the reverse order.
+func (c *call) close(g *Gateway) {
+	if c.s != nil {
+		_ = c.s.Close()
+	}
+	if c.stopAfter != nil {
+		c.stopAfter()
+	}
+	if c.cancel != nil {
+		c.cancel(nil)
+	}
+	if c.gen != nil {
+		c.gen.release()
+	}
+	if c.entered {
+		g.leave()
 	}
 }
 
@@ -251,6 +293,14 @@ type call struct {
 	s         driver.Stream
 	err       error
 	prior     int // the attempts of the chain's failed links
+
+	// What serve needs after open, and what close releases.
+	enc       encoder
+	stream    bool
+	relayHook *flushHook // the flush hook the relay arms; nil: flush every event
+	entered   bool       // admitted (g.enter)
+	cancel    context.CancelCauseFunc
+	stopAfter func() bool
 }
 
 // open opens the policy request on each link of the chain in turn, until
@@ -341,8 +391,10 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 	defer g.metrics.streams.Dec()
 	var (
 		buf    []byte
+		box    *[]byte // buf's array, from relayBufs; nil while nothing is encoded
 		usage  *abi.Usage
 		broken bool     // a write or flush failed: the client is gone
+		headed bool     // the status line and headers are out
 		p      abi.Part // one for the whole stream: the encoder's methods take its address, which moves it to the heap
 	)
 	send := func() {
@@ -354,8 +406,22 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			broken = true
 			return
 		}
-		buf = buf[:0]
 		broken = rc.Flush() != nil
+		headed = true
+		// Written: the array goes back to the pool, so that a stream
+		// waiting on its upstream (which is when the hook sends) does
+		// not keep one.
+		if box != nil && cap(buf) <= maxPooledBuf {
+			*box = buf[:0]
+			relayBufs.Put(box)
+		}
+		buf, box = nil, nil
+	}
+	take := func() { // buf gets an array from the pool when it has none
+		if box == nil {
+			box = relayBufs.Get().(*[]byte)
+			buf = *box
+		}
 	}
 	for {
 		if hook != nil && len(buf) > 0 {
@@ -381,6 +447,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			return
 		}
 		if p.Kind == abi.KindRaw {
+			take()
 			if buf = enc.raw(buf, &p); hook == nil {
 				send()
 			}
@@ -392,8 +459,16 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			usage = &p.Finish.Usage
 			l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
 		}
+		take()
 		buf = enc.appendPart(buf, &p)
-		if hook == nil {
+		// The first content part (what commits the stream, under the
+		// default commit rule) goes out at once, with the status line,
+		// the headers and the preamble the gate held: it is the event
+		// the client waits for, and writing the headers is deep work
+		// (net/http's chunkWriter.writeHeader has a 2.8 KiB frame) that
+		// the flush hook would do from under the upstream read, growing
+		// the stack every held stream keeps (see serve).
+		if hook == nil || !headed && driver.CommitOnOutput.IsContent(&p) {
 			send()
 		}
 	}
@@ -408,6 +483,12 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 	}
 	l.outcome = "ok"
 }
+
+// relayBufs holds the relays' event buffers between writes; one grown past
+// maxPooledBuf (a large tool call) is left to the collector.
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1<<10); return &b }}
+
+const maxPooledBuf = 64 << 10
 
 // upstreamModel names, in X-Retryhost-Upstream-Model, the model id the
 // upstream reported (such as "gpt-4o-2024-08-06"): the preamble's metadata

@@ -78,6 +78,36 @@ func TestStreamEventsCoalesced(t *testing.T) {
 	require.LessOrEqual(t, len(chunks), 4, "%d writes for %d events", len(chunks), len(ev))
 }
 
+// The first content part, which commits the stream, goes out at once with
+// the headers and the preamble the gate held, even when the upstream sent
+// more in the same read: it is the event the client waits for, and the
+// rest follows in as few writes as it arrived in. (Written from the relay
+// itself, the headers are also not written from under the upstream read,
+// whose deep stack every held stream would keep: BenchmarkHeldStreams.)
+func TestStreamFirstContentGoesOutAtOnce(t *testing.T) {
+	r := newRig(t, "")
+	r.up["primary"].play(act{chunks: []string{"one ", "two ", "three ", "four "}, preamble: true, batch: true})
+	chunks := rawChunks(t, r.srv.URL, streamBody("primary"))
+	require.NotEmpty(t, chunks)
+	first := events(chunks[0])
+	require.NotEmpty(t, first)
+	require.Contains(t, first[len(first)-1], `"content":"one "`, "the first write ends with the first content")
+	for _, e := range first[:len(first)-1] {
+		require.NotContains(t, e, `"content":`, "only the preamble comes before it")
+	}
+	ev := events(strings.Join(chunks, ""))
+	require.Equal(t, "[DONE]", ev[len(ev)-1])
+	var text strings.Builder
+	for _, e := range ev {
+		if i := strings.Index(e, `"content":"`); i >= 0 {
+			rest := e[i+len(`"content":"`):]
+			text.WriteString(rest[:strings.IndexByte(rest, '"')])
+		}
+	}
+	require.Equal(t, "one two three four ", text.String())
+	require.LessOrEqual(t, len(chunks), 3, "the rest arrived in one upstream write")
+}
+
 // Coalescing never holds a part back: an upstream that sends a chunk and
 // then waits until the client has it (a model thinking) is relayed at
 // once; the client would otherwise never see it and the upstream never

@@ -57,6 +57,14 @@ func nativeRefusal(tb testing.TB) abi.Transformer {
 	return d
 }
 
+// nativeRefusalHold is the native detector with driver.ReasoningHold, the
+// counterpart of the plugins' "reasoning": "hold".
+func nativeRefusalHold(tb testing.TB) abi.Transformer {
+	d, err := driver.NewRefusalDetectorWith(driver.RefusalConfig{Reasoning: driver.ReasoningHold})
+	require.NoError(tb, err)
+	return d
+}
+
 // refusals are the three refusal detectors that must agree: the native
 // one, the Go guest and the C guest.
 func refusals(tb testing.TB) map[string]abi.Transformer {
@@ -372,13 +380,16 @@ func concat(pss ...[]abi.Part) []abi.Part {
 // refusal after thinking, or after a citation, fails the attempt; any
 // other stream passes whole, in order (the held reasoning released with
 // the text). Without the option (the default) the same streams detach at
-// the thinking and the refusal passes.
+// the thinking and the refusal passes. The native detector with
+// driver.ReasoningHold gives the builds' verdicts, verdict for verdict,
+// and by default passes the refusal as they do.
 func TestRefusalReasoningHold(t *testing.T) {
 	ctx := context.Background()
 	native := nativeRefusal(t)
 	hold := map[string]abi.Transformer{
-		"go": load(t, "refusal", plugintest.GoRef("refusal"), `{"reasoning":"hold"}`, false),
-		"c":  load(t, "refusal", plugins.Refusal, `{"reasoning":"hold"}`, false),
+		"native": nativeRefusalHold(t),
+		"go":     load(t, "refusal", plugintest.GoRef("refusal"), `{"reasoning":"hold"}`, false),
+		"c":      load(t, "refusal", plugins.Refusal, `{"reasoning":"hold"}`, false),
 	}
 	// and on wazero's interpreter (see TestRefusalDifferentialInterpreter)
 	eng := wasmtest.NewEngine(true, "")
@@ -399,7 +410,7 @@ func TestRefusalReasoningHold(t *testing.T) {
 		want, err := plugintest.Run(ctx, native, abi.StreamInfo{ID: 1}, withoutAside(ps))
 		require.NoError(t, err)
 		var actions []abi.PartAction
-		for _, name := range []string{"go", "c", "go-interpreter", "c-interpreter"} {
+		for _, name := range []string{"native", "go", "c", "go-interpreter", "c-interpreter"} {
 			got, err := plugintest.Run(ctx, hold[name], abi.StreamInfo{ID: 1}, ps)
 			require.NoError(t, err, name)
 			require.Equal(t, want.Err, got.Err, "%s: the decision over %q", name, ps)
@@ -409,7 +420,7 @@ func TestRefusalReasoningHold(t *testing.T) {
 			if actions == nil {
 				actions = got.Actions
 			} else {
-				require.Equal(t, actions, got.Actions, "%s and go: verdicts over %q", name, ps)
+				require.Equal(t, actions, got.Actions, "%s and native: verdicts over %q", name, ps)
 			}
 		}
 		if want.Err != nil && len(withoutAside(ps)) < len(ps) {
@@ -432,8 +443,9 @@ func TestRefusalReasoningHold(t *testing.T) {
 
 // FuzzRefusalReasoningHold extends TestRefusalReasoningHold to fuzzed
 // text, thinking and cuts (go test ./plugins -fuzz FuzzRefusalReasoningHold):
-// with "reasoning": "hold" the Go and C builds give the same verdicts, and
-// the decision is the native detector's over the text alone.
+// with "reasoning": "hold" the Go and C builds and the native detector with
+// driver.ReasoningHold give the same verdicts, and the decision is the
+// default native detector's over the text alone.
 func FuzzRefusalReasoningHold(f *testing.F) {
 	f.Add("I'm sorry, but I can't", "Let me think.", uint8(3), uint8(0))
 	f.Add("Sure, here", "", uint8(1), uint8(1))
@@ -441,8 +453,9 @@ func FuzzRefusalReasoningHold(f *testing.F) {
 	ctx := context.Background()
 	native := nativeRefusal(f)
 	hold := map[string]abi.Transformer{
-		"go": load(f, "refusal", plugintest.GoRef("refusal"), `{"reasoning":"hold"}`, false),
-		"c":  load(f, "refusal", plugins.Refusal, `{"reasoning":"hold"}`, false),
+		"native": nativeRefusalHold(f),
+		"go":     load(f, "refusal", plugintest.GoRef("refusal"), `{"reasoning":"hold"}`, false),
+		"c":      load(f, "refusal", plugins.Refusal, `{"reasoning":"hold"}`, false),
 	}
 	f.Fuzz(func(t *testing.T, text, thought string, size, where uint8) {
 		if len(text) > 400 {
@@ -458,15 +471,15 @@ func FuzzRefusalReasoningHold(f *testing.F) {
 		want, err := plugintest.Run(ctx, native, abi.StreamInfo{ID: 1}, withoutAside(ps))
 		require.NoError(t, err)
 		var actions []abi.PartAction
-		for _, name := range []string{"go", "c"} {
+		for _, name := range []string{"native", "go", "c"} {
 			got, err := plugintest.Run(ctx, hold[name], abi.StreamInfo{ID: 1}, ps)
 			require.NoError(t, err, name)
 			require.Equal(t, want.Err, got.Err, "%s: the decision over %q", name, ps)
 			if got.Err == nil {
 				require.Equal(t, ps, got.Out, "%s: every part, once, in order", name)
 			}
-			if name == "c" {
-				require.Equal(t, actions, got.Actions, "go and c: verdicts over %q", ps)
+			if name != "native" {
+				require.Equal(t, actions, got.Actions, "%s and the one before: verdicts over %q", name, ps)
 			}
 			actions = got.Actions
 		}

@@ -736,7 +736,15 @@ func (b *builder) transform(ctx context.Context, i int, ts *TransformSpec) (driv
 		return nil, b.errf(at, "give exactly one of refusal (the native detector) or plugin (a Wasm transform)")
 	}
 	if ts.Refusal != nil {
-		d, err := driver.NewRefusalDetector(ts.Refusal.Phrases...)
+		c := driver.RefusalConfig{Phrases: ts.Refusal.Phrases}
+		switch ts.Refusal.Reasoning {
+		case "", "detach":
+		case "hold":
+			c.Reasoning = driver.ReasoningHold
+		default:
+			return nil, b.errf(at+".refusal.reasoning", "unknown reasoning %q (want detach or hold)", ts.Refusal.Reasoning)
+		}
+		d, err := driver.NewRefusalDetectorWith(c)
 		if err != nil {
 			return nil, b.errf(at+".refusal.phrases", "%v", err)
 		}

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/policy"
 	_ "github.com/retryhost/retryhost/provider/anthropic" // policy files name it
@@ -107,6 +109,7 @@ func TestParseErrors(t *testing.T) {
 		{"tiny memory", `{` + models + `, "sandbox": {"memory": 1000}}`, "sandbox.memory: 1000 bytes is below one 64 KiB page"},
 		{"transform needs one", `{` + models + `, "transforms": [{}]}`, "transforms[0]: give exactly one of refusal"},
 		{"empty phrase", `{` + models + `, "transforms": [{"refusal": {"phrases": ["  "]}}]}`, "transforms[0].refusal.phrases:"},
+		{"unknown reasoning", `{` + models + `, "transforms": [{"refusal": {"reasoning": "skip"}}]}`, `transforms[0].refusal.reasoning: unknown reasoning "skip" (want detach or hold)`},
 		{"plugin path and builtin", `{` + models + `, "transforms": [{"plugin": {"path": "x.wasm", "builtin": "refusal"}}]}`, "transforms[0].plugin: give exactly one of path, builtin or oci"},
 		{"oci without a resolver", `{` + models + `, "transforms": [{"plugin": {"oci": "r.example/t/x@sha256:` + strings.Repeat("0", 64) + `"}}]}`, "transforms[0].plugin.oci: an oci plugin needs Options.OCI"},
 		{"plugin missing file", `{` + models + `, "transforms": [{"plugin": {"path": "nope.wasm"}}]}`, "transforms[0].plugin.path: open ../host/testdata/nope.wasm: no such file or directory"},
@@ -440,4 +443,50 @@ func TestDefaultBackoffForAPluginRetry(t *testing.T) {
 	})
 	require.Error(t, err)
 	require.Equal(t, []time.Duration{2 * time.Millisecond, 2 * time.Millisecond}, delays, "the plugin's 3 attempts, each retry after the default delay")
+}
+
+// thoughtModel answers with thinking and then text, whole (Generate): its
+// content goes through the policy's transforms as a stream would.
+type thoughtModel struct{ key, text string }
+
+func (m thoughtModel) Key() string { return m.key }
+func (m thoughtModel) Generate(context.Context, *driver.Request) (*driver.Response, error) {
+	content := []driver.Part{
+		{Kind: abi.KindReasoningStart, ID: "r0"},
+		{Kind: abi.KindReasoningDelta, ID: "r0", Delta: "The user wants something I must decline."},
+		{Kind: abi.KindReasoningEnd, ID: "r0"},
+		{Kind: abi.KindTextDelta, ID: "t0", Delta: m.text},
+	}
+	return &driver.Response{Content: content, Finish: abi.FinishReason{Unified: abi.ReasonStop}}, nil
+}
+func (m thoughtModel) Stream(context.Context, *driver.Request) (driver.Stream, error) {
+	return nil, errors.New("not streamed")
+}
+
+// TestRefusalReasoning: the native refusal transform's "reasoning": "hold"
+// judges the text after the thinking, so a refusal after thinking fails
+// over to the rule's model; "detach" and the default pass it, as before.
+func TestRefusalReasoning(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ spec, want string }{
+		{`{"reasoning": "hold"}`, "Here you are."},
+		{`{"reasoning": "detach"}`, "I'm sorry, but I can't help with that."},
+		{`{}`, "I'm sorry, but I can't help with that."},
+	} {
+		t.Run(tc.spec, func(t *testing.T) {
+			opts := bound()
+			opts.Models = map[string]driver.Model{
+				"a": thoughtModel{"s/a", "I'm sorry, but I can't help with that."},
+				"b": thoughtModel{"s/b", "Here you are."},
+			}
+			p, err := policy.Parse(ctx, []byte(`{`+models+`,
+			  "rules": [{"when": {"class": ["refusal"]}, "action": "switch", "model": "b"}],
+			  "transforms": [{"refusal": `+tc.spec+`}]}`), opts)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, p.Close(ctx)) }()
+			resp, err := p.Model.Generate(ctx, &driver.Request{})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, resp.Text())
+		})
+	}
 }

@@ -205,6 +205,12 @@ type TransformSpec struct {
 // RefusalSpec configures the native refusal detector.
 type RefusalSpec struct {
 	Phrases []string `json:"phrases"` // default: the built-in list
+	// Reasoning is "detach" (default: judging ends at the first reasoning
+	// or citation part) or "hold" (reasoning and citation parts are held
+	// and the text after them is judged, so a refusal after thinking fails
+	// over; the client's first byte waits for the whole thinking):
+	// driver.RefusalConfig.Reasoning, the refusal plugin's "reasoning".
+	Reasoning string `json:"reasoning"`
 }
 
 // CooldownSpec is driver.Cooldown: after Failures consecutive counted

@@ -24,6 +24,27 @@ func thinkingThen(text string, n int) []abi.Part {
 	return append(append(ps[:2:2], think...), ps[2:]...)
 }
 
+// thinkingCase is a first answer, the refusal detector's config, and
+// whether the answer fails over to the second model.
+type thinkingCase struct {
+	name, config string
+	first        []abi.Part
+	failed       bool
+}
+
+func thinkingCases() []thinkingCase {
+	refusal := "I’m sorry, but I can’t help with that."
+	return []thinkingCase{
+		{"hold: thinking then refusal fails over", `{"reasoning":"hold"}`, thinkingThen(refusal, 6), true},
+		{"hold: thinking then answer passes whole", `{"reasoning":"hold"}`, thinkingThen("I'm sorry to hear that! Here is a plan.", 6), false},
+		{"hold: a citation then refusal fails over", `{"reasoning":"hold"}`, append(plugintest.TextStream(refusal, 5)[:3:3],
+			append([]abi.Part{{Kind: abi.KindSource, ID: "t0", Source: &abi.Source{URL: "https://example.com"}}}, plugintest.TextStream(refusal, 5)[3:]...)...), true},
+		{"default: thinking then refusal passes", ``, thinkingThen(refusal, 6), false},
+		{"detach: thinking then refusal passes", `{"reasoning":"detach"}`, thinkingThen(refusal, 6), false},
+		{"hold: thinking past the cap is flushed", `{"reasoning":"hold","max_held_parts":4}`, thinkingThen(refusal, 6), false},
+	}
+}
+
 // TestStreamThinkingRefusalFailsOver: through the product host and the
 // stream driver, an answer that thinks and then refuses fails over to the
 // second model when the refusal detector (Go and C guests, guarded and
@@ -36,26 +57,13 @@ func thinkingThen(text string, n int) []abi.Part {
 // (fail-open) and its refusal passes too.
 func TestStreamThinkingRefusalFailsOver(t *testing.T) {
 	ctx := context.Background()
-	refusal := "I’m sorry, but I can’t help with that."
 	for mode, rt := range runtimes(t) {
 		rule, err := rt.Load(ctx, "errmatch", plugins.ErrMatch, host.WithConfig([]byte(
 			`{"rules":[{"class":["refusal"],"switch":{"model":"q/b"}}]}`)))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = rule.Close(ctx) })
 		for guest, wasm := range map[string][]byte{"go": plugintest.GoRef("refusal"), "c": plugins.Refusal} {
-			for _, tc := range []struct {
-				name, config string
-				first        []abi.Part
-				failed       bool
-			}{
-				{"hold: thinking then refusal fails over", `{"reasoning":"hold"}`, thinkingThen(refusal, 6), true},
-				{"hold: thinking then answer passes whole", `{"reasoning":"hold"}`, thinkingThen("I'm sorry to hear that! Here is a plan.", 6), false},
-				{"hold: a citation then refusal fails over", `{"reasoning":"hold"}`, append(plugintest.TextStream(refusal, 5)[:3:3],
-					append([]abi.Part{{Kind: abi.KindSource, ID: "t0", Source: &abi.Source{URL: "https://example.com"}}}, plugintest.TextStream(refusal, 5)[3:]...)...), true},
-				{"default: thinking then refusal passes", ``, thinkingThen(refusal, 6), false},
-				{"detach: thinking then refusal passes", `{"reasoning":"detach"}`, thinkingThen(refusal, 6), false},
-				{"hold: thinking past the cap is flushed", `{"reasoning":"hold","max_held_parts":4}`, thinkingThen(refusal, 6), false},
-			} {
+			for _, tc := range thinkingCases() {
 				t.Run(mode+"/"+guest+"/"+tc.name, func(t *testing.T) {
 					detector, err := rt.Load(ctx, "refusal", wasm, host.WithConfig([]byte(tc.config)))
 					require.NoError(t, err)
@@ -154,5 +162,45 @@ func TestThinkingHeldUnderTheHoldCaps(t *testing.T) {
 				require.Equal(t, m.parts, out, "flushed at the cap, every part once, in order")
 			})
 		}
+	}
+}
+
+// TestStreamThinkingRefusalFailsOverNative: the same answers through the
+// stream driver with the native detector, driver.ReasoningHold for the
+// plugins' "reasoning": "hold" (and the default or ReasoningDetach for
+// theirs), give the same outcomes: fail over to the second model, which
+// the caller sees complete and once, or the first answer whole. The
+// native detector has no hold-cap config: its thinking past the driver's
+// default cap (256 parts) is flushed, and the refusal after it passes.
+func TestStreamThinkingRefusalFailsOverNative(t *testing.T) {
+	ctx := context.Background()
+	cases := thinkingCases()
+	cases[len(cases)-1].first = thinkingThen("I’m sorry, but I can’t help with that.", 300)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := driver.RefusalConfig{}
+			if strings.Contains(tc.config, `"hold"`) {
+				c.Reasoning = driver.ReasoningHold
+			}
+			detector, err := driver.NewRefusalDetectorWith(c)
+			require.NoError(t, err)
+			a := &streamer{key: "p/a", parts: tc.first}
+			b := &streamer{key: "q/b", parts: thinkingThen("Here is the answer you asked for.", 2)}
+			r, err := driver.New(a, driver.WithRules(driver.OnClass(driver.ClassRefusal).Switch(b)))
+			require.NoError(t, err)
+			m, err := driver.NewRetryableModel(r, driver.WithTransforms(detector))
+			require.NoError(t, err)
+			s, err := m.Stream(ctx, &driver.Request{})
+			require.NoError(t, err)
+			got := readAll(t, s)
+			if tc.failed {
+				require.Equal(t, b.parts, got, "the second model's answer, complete and once")
+			} else {
+				require.Equal(t, a.parts, got, "the first answer, whole and in order")
+				require.Zero(t, b.opened.Load())
+			}
+			require.Equal(t, a.opened.Load(), a.closed.Load(), "every upstream closed")
+			require.Equal(t, b.opened.Load(), b.closed.Load(), "every upstream closed")
+		})
 	}
 }

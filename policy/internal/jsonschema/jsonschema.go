@@ -26,6 +26,7 @@ var enums = map[string][]string{
 	"PluginSpec.fail":        {"open", "closed"},
 	"BackoffSpec.jitter":     {"none", "full", "equal"},
 	"File.commit":            {"output", "legacy"},
+	"RefusalSpec.reasoning":  {"detach", "hold"},
 	"MatchSpec.class":        {"unknown", "timeout", "canceled", "rate-limit", "overloaded", "server", "client", "auth", "context-length", "content-filter", "refusal", "network", "transform", "plugin"},
 	"MatchSpec.finish":       {"unknown", "stop", "length", "content-filter", "tool-calls", "error", "other", "refusal"},
 	"MatchSpec.status":       nil, // integers: see minimum/maximum below
