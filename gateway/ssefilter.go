@@ -244,11 +244,13 @@ func newEventReader(body io.ReadCloser, skipped *atomic.Int64, hook *flushHook) 
 
 func (e *eventReader) Close() error { return e.src.Close() }
 
-// ReadEvent returns the next event that has data, split as the OpenAI
-// SDK's decoder splits events (a field's name ends at its first colon and
+// ReadEvent returns the next event that has data or a type, split as the
+// SDKs' decoders split events (a field's name ends at its first colon and
 // one space after that is dropped; data lines are joined, each followed by
-// a LF; an event with no data line is no event): its type and data, valid
-// until the next call. At the end of the body it returns the error that
+// a LF): its type and data, valid until the next call. An event with a
+// type and no data line comes with empty data (a data line gives at least
+// its LF): Anthropic's decoder keeps it (an "event: error" with no data
+// ends the stream), OpenAI's drops it; an event with neither is none. At the end of the body it returns the error that
 // ended it (io.EOF), and an event without its blank line is dropped. An
 // event past maxEventBytes is skipped and counted; the JSON of the others
 // is not looked at (see SkipMalformed).
@@ -281,6 +283,8 @@ func (e *eventReader) ReadEvent() (typ, data []byte, err error) {
 				return e.typ, lent, nil
 			case hasData:
 				return e.typ, e.data, nil
+			case len(e.typ) > 0:
+				return e.typ, e.data[:0], nil
 			}
 			e.typ, e.data, lent, hasData, size, tooBig = e.typ[:0], e.data[:0], nil, false, 0, false
 			continue

@@ -61,7 +61,7 @@ func readEvents(t testing.TB, src io.Reader) ([]string, int64) {
 			require.ErrorIs(t, err, io.EOF)
 			return evs, n.Load()
 		}
-		if !er.SkipMalformed(data) {
+		if len(data) > 0 && !er.SkipMalformed(data) { // OpenAI's decoder drops a typed event without data
 			evs = append(evs, fmt.Sprintf("%s|%s", typ, data))
 		}
 	}
@@ -112,6 +112,25 @@ func TestReadEvent(t *testing.T) {
 			})
 		}
 	}
+}
+
+// An event with a type and no data line comes out with empty data, as
+// Anthropic's decoder keeps it (an "event: error" with no data ends its
+// stream); an event with neither is none. Nothing is counted.
+func TestReadEventTypeWithoutData(t *testing.T) {
+	var n atomic.Int64
+	er := newEventReader(io.NopCloser(strings.NewReader("event: error\n\nevent:\nid: 1\n\n: c\n\nevent: x\ndata: {}\n\n")), &n, nil)
+	var evs []string
+	for {
+		typ, data, err := er.ReadEvent()
+		if err != nil {
+			require.ErrorIs(t, err, io.EOF)
+			break
+		}
+		evs = append(evs, fmt.Sprintf("%s|%s", typ, data))
+	}
+	require.Equal(t, []string{"error|", "x|{}\n"}, evs)
+	require.Zero(t, n.Load())
 }
 
 // ReadEvent allocates nothing per event once its buffers are made, whether

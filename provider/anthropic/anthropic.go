@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -165,6 +166,7 @@ type Model struct {
 	maxTokens int64
 	raw       bool
 	unmapped  bool
+	sdkEvents bool // read events through the SDK's decoder (tests compare both paths)
 	client    ant.Client
 	host      string // the server it calls, for telemetry
 	port      int
@@ -326,12 +328,27 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		_ = st.Close()
 		return nil, openError(ctx, err, raw)
 	}
-	src := &source{st: st, blocks: map[int64]*block{}, raw: m.raw, unmapped: m.unmapped}
+	src := &source{st: st, blocks: map[int64]*block{}, raw: m.raw, unmapped: m.unmapped, resp: raw}
+	if eb, ok := bodyOf(raw).(adapter.EventBody); ok && !m.sdkEvents {
+		// The SDK built and sent the request and holds the body (its
+		// Close closes it); the events are read here. A traced body is
+		// no EventBody: its span follows the SDK's decoder.
+		src.body = eb
+		src.skip, _ = eb.(interface{ SkipMalformed([]byte) bool })
+	}
 	s := adapter.NewStream(ctx, provider, src, abi.Part{Kind: abi.KindStreamStart, Warnings: warnings})
 	if raw != nil {
 		s.SetHeader(raw.Header)
 	}
 	return s, nil
+}
+
+// bodyOf is a response's body, nil without a response.
+func bodyOf(r *http.Response) io.ReadCloser {
+	if r == nil {
+		return nil
+	}
+	return r.Body
 }
 
 // openError maps the error of a call that got no usable response.

@@ -1,7 +1,11 @@
 package anthropic
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -14,7 +18,19 @@ import (
 
 // source turns Messages stream events into parts (adapter.Source).
 type source struct {
-	st       *ssestream.Stream[ant.MessageStreamEventUnion]
+	st *ssestream.Stream[ant.MessageStreamEventUnion]
+	// body, when set, is the response's body, read here instead of
+	// through st: it splits the events itself (adapter.EventBody), so
+	// each event's data is decoded where it lies, with no line scanning
+	// and no copy (see readEvent). Nil under the SDK's tracing, whose span
+	// follows the SDK's decoder. st still closes the body.
+	body adapter.EventBody
+	// skip is the body's SkipMalformed, if it has one (the gateway's).
+	skip interface{ SkipMalformed(data []byte) bool }
+	resp *http.Response // the response, for an error event's *ant.Error
+	cur  ant.MessageStreamEventUnion
+	err  error // what ended the body: io.EOF or an error; sticky
+
 	raw      bool // emit each event as a KindRaw part too (WithRawChunks)
 	unmapped bool // … but those the parts carry whole (WithUnmappedEvents)
 
@@ -58,16 +74,15 @@ func (s *source) Close() error { return s.st.Close() }
 
 func (s *source) Next(q []abi.Part) ([]abi.Part, error) {
 	for len(q) == 0 {
-		if !s.st.Next() {
-			if err := s.st.Err(); err != nil {
-				return q, streamError(err)
-			}
+		ev, err := s.read()
+		if err != nil {
+			return q, streamError(err)
+		}
+		if ev == nil {
 			return q, adapter.ErrTruncated // no message_stop
 		}
-		var err error
-		ev := s.st.Current()
-		if s.raw && (!s.unmapped || !s.mapsWhole(&ev)) {
-			q = append(q, abi.Part{Kind: abi.KindRaw, Raw: ev})
+		if s.raw && (!s.unmapped || !s.mapsWhole(ev)) {
+			q = append(q, abi.Part{Kind: abi.KindRaw, Raw: *ev})
 		}
 		n := len(q)
 		q, err = s.event(q, ev)
@@ -77,6 +92,94 @@ func (s *source) Next(q []abi.Part) ([]abi.Part, error) {
 		}
 	}
 	return q, nil
+}
+
+// read returns the next event, nil at the end of the stream, or the
+// error that ended it.
+func (s *source) read() (*ant.MessageStreamEventUnion, error) {
+	if s.body != nil {
+		return s.readEvent()
+	}
+	if !s.st.Next() {
+		return nil, s.st.Err()
+	}
+	s.cur = s.st.Current()
+	return &s.cur, nil
+}
+
+// readEvent reads the next event from the body as the SDK's stream reads
+// it from its decoder (the body splits events as that decoder does): a
+// "ping" or untyped event is skipped, and so is one with empty data; an
+// "error" event ends the stream with the *ant.Error the SDK makes of it;
+// the others decode into the SDK's union type, and one that does not
+// decode ends the stream with json.Unmarshal's error. The gateway's body
+// (skip) skips and counts a malformed event instead, exactly those its
+// validating Read would have dropped: json.Unmarshal has checked the JSON
+// of a decoded event, so only the others are shown to it.
+func (s *source) readEvent() (*ant.MessageStreamEventUnion, error) {
+	for s.err == nil {
+		typ, data, err := s.body.ReadEvent()
+		if err != nil {
+			s.err = err
+			break
+		}
+		switch string(typ) {
+		case "ping", "":
+			if s.skip != nil && len(data) > 0 {
+				s.skip.SkipMalformed(data) // skipped either way; counted if malformed
+			}
+			continue
+		case "error":
+			if s.skip != nil && s.skip.SkipMalformed(data) {
+				continue
+			}
+			s.err = s.eventError(data)
+			return nil, s.err
+		}
+		if len(data) <= 1 { // no data line, or data lines with nothing in them
+			if s.skip != nil && len(data) > 0 {
+				s.skip.SkipMalformed(data)
+			}
+			continue
+		}
+		s.cur = ant.MessageStreamEventUnion{} // decoded in place, as the SDK does: no copy per event
+		err = json.Unmarshal(data, &s.cur)
+		if s.skip != nil && (err != nil || !isObject(data)) && s.skip.SkipMalformed(data) {
+			continue
+		}
+		if err != nil {
+			s.err = err
+			return nil, err
+		}
+		return &s.cur, nil
+	}
+	if s.err == io.EOF {
+		return nil, nil
+	}
+	return nil, s.err
+}
+
+// isObject reports whether valid JSON is an object.
+func isObject(data []byte) bool {
+	d := bytes.TrimLeft(data, " \t\r\n")
+	return len(d) > 0 && d[0] == '{'
+}
+
+// eventError is the error the SDK's stream ends with at an "error" event:
+// an *ant.Error of the response, with the event's data for its JSON, or,
+// with no request to name, a plain error quoting the data.
+func (s *source) eventError(data []byte) error {
+	data = bytes.TrimSuffix(data, []byte("\n"))
+	r := s.resp
+	if r == nil || r.Request == nil {
+		return fmt.Errorf("received error while streaming: %s", data)
+	}
+	e := &ant.Error{Request: r.Request, Response: r, StatusCode: r.StatusCode,
+		RequestID: r.Header.Get("request-id"), WorkspaceID: r.Header.Get("anthropic-workspace-id")}
+	if e.UnmarshalJSON(data) != nil {
+		return fmt.Errorf("received error while streaming: %s", data)
+	}
+	return e
 }
 
 // mapsWhole reports whether the parts mapped from ev carry all of it: a
@@ -109,7 +212,7 @@ func (s *source) noteContent(parts []abi.Part) {
 	}
 }
 
-func (s *source) event(q []abi.Part, ev ant.MessageStreamEventUnion) ([]abi.Part, error) {
+func (s *source) event(q []abi.Part, ev *ant.MessageStreamEventUnion) ([]abi.Part, error) {
 	switch ev.Type {
 	case "message_start":
 		m := &ev.Message

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -111,6 +112,11 @@ func (m *Model) streamResponses(ctx context.Context, req *driver.Request) (drive
 		return nil, m.openError(ctx, err, raw)
 	}
 	src := &responsesSource{provider: m.provider, st: st, raw: m.raw, tools: map[string]*toolCall{}}
+	if !m.sdkChunks && raw != nil && raw.Body != nil {
+		// As for Chat Completions: the events are read here, and only
+		// those the plain decoding cannot take go through the SDK's.
+		src.ev = &responseEvents{body: raw.Body}
+	}
 	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart, Warnings: warnings})
 	if raw != nil {
 		s.SetHeader(raw.Header)
@@ -278,6 +284,9 @@ type responsesSource struct {
 	provider string
 	st       *ssestream.Stream[responses.ResponseStreamEventUnion]
 	raw      bool // emit each event as a KindRaw part too (WithRawChunks)
+	// ev reads the events itself (nil in tests of the SDK's path).
+	ev  *responseEvents
+	cur responses.ResponseStreamEventUnion
 
 	metaSent bool
 	content  bool // a part that commits a stream went out
@@ -304,19 +313,19 @@ func (s *responsesSource) Close() error { return s.st.Close() }
 
 func (s *responsesSource) Next(q []abi.Part) ([]abi.Part, error) {
 	for len(q) == 0 {
-		if !s.st.Next() {
-			if err := s.st.Err(); err != nil {
-				return q, streamError(s.provider, err)
-			}
+		more, err := s.read()
+		if err != nil {
+			return q, streamError(s.provider, err)
+		}
+		if !more {
 			return q, adapter.ErrTruncated // no response.completed
 		}
-		ev := s.st.Current()
+		ev := &s.cur
 		if s.raw {
-			q = append(q, abi.Part{Kind: abi.KindRaw, Raw: ev})
+			q = append(q, abi.Part{Kind: abi.KindRaw, Raw: *ev})
 		}
 		n := len(q)
-		var err error
-		q, err = s.event(q, &ev)
+		q, err = s.event(q, ev)
 		for i := n; i < len(q) && !s.content; i++ {
 			s.content = driver.CommitOnOutput.IsContent(&q[i])
 		}
@@ -325,6 +334,93 @@ func (s *responsesSource) Next(q []abi.Part) ([]abi.Part, error) {
 		}
 	}
 	return q, nil
+}
+
+// read decodes the next event into s.cur: false at the end of the
+// stream, or the error that ended it.
+func (s *responsesSource) read() (bool, error) {
+	if s.ev != nil {
+		return s.ev.next(&s.cur)
+	}
+	if !s.st.Next() {
+		return false, s.st.Err()
+	}
+	s.cur = s.st.Current()
+	return true, nil
+}
+
+// responseEvents reads a Responses API event stream as the SDK's
+// ssestream.Stream does (the body splits the events as its decoder does).
+// An event that is plainly one object (no "[DONE]", no thread.* type, no
+// top-level "error", which the SDK's stream looks for first) is decoded
+// where it lies, with json.Unmarshal into the SDK's union as the SDK
+// does; any other goes to the body's SkipMalformed (the gateway's), then
+// to the SDK's own per-event handling.
+type responseEvents struct {
+	body io.ReadCloser
+	src  adapter.EventBody // made at the first read
+	skip interface{ SkipMalformed(data []byte) bool }
+	done bool
+	err  error
+}
+
+func (e *responseEvents) next(cur *responses.ResponseStreamEventUnion) (bool, error) {
+	if e.src == nil {
+		e.src = adapter.Events(e.body)
+		e.skip, _ = e.src.(interface{ SkipMalformed([]byte) bool })
+	}
+	for !e.done && e.err == nil {
+		typ, data, err := e.src.ReadEvent()
+		if err != nil {
+			if e.done = true; err != io.EOF {
+				e.err = err
+			}
+			break
+		}
+		if len(data) == 0 {
+			continue // a type and no data: the SDK's decoder drops it
+		}
+		if string(data) == "[DONE]\n" {
+			e.done = true
+			break
+		}
+		if plainEvent(typ, data) {
+			*cur = responses.ResponseStreamEventUnion{}
+			if json.Unmarshal(data, cur) == nil {
+				return true, nil
+			}
+		}
+		if e.skip != nil && e.skip.SkipMalformed(data) {
+			continue
+		}
+		return e.sdk(string(typ), bytes.Clone(data), cur)
+	}
+	return false, e.err
+}
+
+// plainEvent reports whether the SDK's stream would decode an event's
+// data with json.Unmarshal and nothing else: not a thread.* event, an
+// object, and no key "error" (which gjson, as the SDK asks it, also finds
+// spelled with \u escapes).
+func plainEvent(typ, data []byte) bool {
+	return data[0] == '{' && !bytes.HasPrefix(typ, []byte("thread.")) &&
+		!bytes.Contains(data, []byte(`"error"`)) && !bytes.Contains(data, []byte(`\u`))
+}
+
+// sdk handles an event by the SDK's stream's own rules. Not inlined: the
+// SDK's stream holds a large union.
+//
+//go:noinline
+func (e *responseEvents) sdk(typ string, data []byte, cur *responses.ResponseStreamEventUnion) (bool, error) {
+	st := ssestream.NewStream[responses.ResponseStreamEventUnion](&oneEvent{ev: ssestream.Event{Type: typ, Data: data}}, nil)
+	if st.Next() {
+		*cur = st.Current()
+		return true, nil
+	}
+	if e.err = st.Err(); e.err == nil {
+		e.done = true // data opening with [DONE]
+	}
+	return false, e.err
 }
 
 func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventUnion) (_ []abi.Part, err error) {

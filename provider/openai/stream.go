@@ -291,6 +291,9 @@ func (e *events) next(c *chunk) (bool, error) {
 			}
 			return false, e.err
 		}
+		if len(data) == 0 {
+			continue // a type and no data: the SDK's decoder drops it
+		}
 		if string(data) == "[DONE]\n" {
 			e.done = true
 			return false, nil

@@ -34,11 +34,13 @@ func SSEBody(rc io.ReadCloser) EventBody { return &sseBody{rc: rc} }
 // skipped (the gateway counts it).
 type EventBody interface {
 	io.ReadCloser
-	// ReadEvent returns the next event that has data, split as the OpenAI
-	// SDK's decoder splits events (a field's name ends at its first colon
-	// and one space after that is dropped; data lines are joined, each
-	// followed by a LF; an event with no data line is no event): its type
-	// and its data, valid until the next call. At the end of the body it
+	// ReadEvent returns the next event that has data or a type, split as
+	// the SDKs' decoders split events (a field's name ends at its first
+	// colon and one space after that is dropped; data lines are joined,
+	// each followed by a LF): its type and its data, valid until the next
+	// call. An event with a type and no data line comes with empty data
+	// (a data line gives at least its LF): Anthropic's decoder keeps such
+	// an event, OpenAI's drops it; an event with neither is none. At the end of the body it
 	// returns the error that ended it (io.EOF); an event without its
 	// blank line is dropped there.
 	ReadEvent() (typ, data []byte, err error)
@@ -119,6 +121,8 @@ func (b *sseBody) ReadEvent() (typ, data []byte, err error) {
 					return b.typ, lent, nil
 				case hasData:
 					return b.typ, b.data, nil
+				case len(b.typ) > 0:
+					return b.typ, b.data[:0], nil
 				}
 				b.typ = b.typ[:0]
 				continue

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"testing/iotest"
 
+	antsse "github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/stretchr/testify/require"
 )
@@ -148,18 +149,33 @@ func sdkEvents(body io.Reader) ([]string, error) {
 	return evs, d.Err()
 }
 
-// readEvents is what ReadEvent makes of a body, printed as sdkEvents does.
-func readEvents(b EventBody) ([]string, error) {
+// antEvents is what Anthropic's SDK decoder makes of a body, printed as
+// sdkEvents does: it keeps an event with a type and no data too.
+func antEvents(body io.Reader) ([]string, error) {
+	d := antsse.NewDecoder(&http.Response{Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(body)})
 	var evs []string
+	for d.Next() {
+		evs = append(evs, fmt.Sprintf("%s|%s", d.Event().Type, d.Event().Data))
+	}
+	return evs, d.Err()
+}
+
+// readEvents is what ReadEvent makes of a body, printed as sdkEvents does:
+// all its events (as Anthropic's decoder splits them), and those with data
+// (as OpenAI's does).
+func readEvents(b EventBody) (all, withData []string, err error) {
 	for {
 		typ, data, err := b.ReadEvent()
 		if err == io.EOF {
-			return evs, nil
+			return all, withData, nil
 		}
 		if err != nil {
-			return evs, err
+			return all, withData, err
 		}
-		evs = append(evs, fmt.Sprintf("%s|%s", typ, data))
+		all = append(all, fmt.Sprintf("%s|%s", typ, data))
+		if len(data) > 0 {
+			withData = append(withData, fmt.Sprintf("%s|%s", typ, data))
+		}
 	}
 }
 
@@ -182,6 +198,7 @@ func TestSSEBodyReadEvent(t *testing.T) {
 		strings.Repeat("x", 2500) + ":data\n" + "data: 1\n\n",
 	} {
 		w, werr := sdkEvents(strings.NewReader(want(in)))
+		a, aerr := antEvents(strings.NewReader(want(in)))
 		for name, r := range map[string]func(string) io.Reader{
 			"whole":      func(s string) io.Reader { return strings.NewReader(s) },
 			"one byte":   func(s string) io.Reader { return iotest.OneByteReader(strings.NewReader(s)) },
@@ -190,9 +207,11 @@ func TestSSEBodyReadEvent(t *testing.T) {
 			"chunks 2,3": func(s string) io.Reader { return &chunker{b: []byte(s), sizes: []byte{1, 2}} },
 		} {
 			t.Run(name+"/"+strings.ReplaceAll(in[:min(len(in), 40)], "\r", "CR"), func(t *testing.T) {
-				got, err := readEvents(SSEBody(io.NopCloser(r(in))))
+				all, got, err := readEvents(SSEBody(io.NopCloser(r(in))))
 				require.Equal(t, werr, err)
+				require.Equal(t, aerr, err)
 				require.Equal(t, w, got)
+				require.Equal(t, a, all)
 			})
 		}
 	}
@@ -206,7 +225,7 @@ func TestSSEBodyReadEventLimits(t *testing.T) {
 		in := "data: {}\n\ndata: " + strings.Repeat("x", maxEventLine) + "\n\n"
 		w, werr := sdkEvents(strings.NewReader(in))
 		require.ErrorIs(t, werr, bufio.ErrTooLong)
-		got, err := readEvents(SSEBody(io.NopCloser(strings.NewReader(in))))
+		_, got, err := readEvents(SSEBody(io.NopCloser(strings.NewReader(in))))
 		require.ErrorIs(t, err, bufio.ErrTooLong)
 		require.Equal(t, w, got)
 	})
@@ -214,7 +233,7 @@ func TestSSEBodyReadEventLimits(t *testing.T) {
 		in := "data: " + strings.Repeat("x", maxEventLine-7) + "\n\n"
 		w, werr := sdkEvents(strings.NewReader(in))
 		require.NoError(t, werr)
-		got, err := readEvents(SSEBody(io.NopCloser(strings.NewReader(in))))
+		_, got, err := readEvents(SSEBody(io.NopCloser(strings.NewReader(in))))
 		require.NoError(t, err)
 		require.Equal(t, w, got)
 	})
@@ -231,7 +250,7 @@ func TestSSEBodyReadEventLimits(t *testing.T) {
 	})
 	t.Run("an error after an event", func(t *testing.T) {
 		b := SSEBody(io.NopCloser(io.MultiReader(strings.NewReader("data: 1\n\ndata: 2\n"), iotest.ErrReader(boom))))
-		got, err := readEvents(b)
+		_, got, err := readEvents(b)
 		require.ErrorIs(t, err, boom)
 		require.Equal(t, []string{"|1\n"}, got)
 		_, _, err = b.ReadEvent()
@@ -276,7 +295,7 @@ func TestEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.Same(t, b, resp.Body)
 	plain := io.NopCloser(strings.NewReader("\uFEFFdata: 1\r\r"))
-	got, err := readEvents(Events(plain))
+	_, got, err := readEvents(Events(plain))
 	require.NoError(t, err)
 	require.Equal(t, []string{"|1\n"}, got)
 }
@@ -297,9 +316,12 @@ func FuzzSSEBody(f *testing.F) {
 			t.Fatalf("SSEBody(%q) = %q, want %q", in, got, w)
 		}
 		w, werr := sdkEvents(bytes.NewReader(got))
-		evs, err := readEvents(SSEBody(io.NopCloser(&chunker{b: bytes.Clone(in), sizes: sizes})))
+		a, aerr := antEvents(bytes.NewReader(got))
+		all, evs, err := readEvents(SSEBody(io.NopCloser(&chunker{b: bytes.Clone(in), sizes: sizes})))
 		require.Equal(t, werr, err)
+		require.Equal(t, aerr, err)
 		require.Equal(t, w, evs, "body %q", in)
+		require.Equal(t, a, all, "body %q", in)
 	})
 }
 
