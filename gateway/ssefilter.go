@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/retryhost/retryhost/internal/sseline"
 )
 
 // maxEventBytes bounds one upstream SSE event the filter holds while it
@@ -84,6 +86,10 @@ func (h *flushHook) disarm() {
 	h.mu.Unlock()
 }
 
+// BeforeRead is the upstream body's call before a read that may wait on
+// the network (sseline.Reader's hook): it flushes.
+func (h *flushHook) BeforeRead() { h.flush() }
+
 // flush runs the armed flush, once. A hedged attempt's body may call it
 // from another goroutine; the relay is then inside Recv, and disarm waits.
 func (h *flushHook) flush() {
@@ -110,104 +116,6 @@ func (b *hookedBody) Read(p []byte) (int, error) {
 	return b.ReadCloser.Read(p)
 }
 
-// lineReader reads an upstream event stream line by line through its own
-// fixed buffer: it folds the line endings SSE allows (CRLF, CR, LF) into
-// LF in place as bytes arrive, drops a leading byte-order mark, and hands
-// out lines as slices of the buffer, so a byte is copied once, from the
-// network. Before a read that may wait on the network it runs the hook.
-type lineReader struct {
-	src     io.Reader
-	hook    *flushHook // nil: no relay waits on this body
-	buf     []byte     // eventBufSize, made at the first read
-	r, w    int        // buf[r:w] is read and not yet handed out
-	cr      bool       // the last byte read was a CR: a LF right after it is its pair
-	started bool       // the byte-order mark was looked for
-	err     error      // what ended src, returned after buf[r:w]
-}
-
-// buffered reports whether a whole line is buffered, that is, whether the
-// next call to line leaves the slices it handed out before intact.
-func (l *lineReader) buffered() bool { return bytes.IndexByte(l.buf[l.r:l.w], '\n') >= 0 }
-
-// line returns the next line with its LF, as a slice of the buffer valid
-// until the next call. A line longer than the buffer comes in pieces, with
-// more set on all but its last. At the end of src it returns what is left
-// (no LF, maybe nothing) and the error that ended it, sticky.
-func (l *lineReader) line() (line []byte, more bool, err error) {
-	for {
-		if i := bytes.IndexByte(l.buf[l.r:l.w], '\n'); i >= 0 {
-			line = l.buf[l.r : l.r+i+1]
-			l.r += i + 1
-			return l.bom(line), false, nil
-		}
-		if l.err != nil {
-			line = l.buf[l.r:l.w]
-			l.r = l.w
-			return l.bom(line), false, l.err
-		}
-		if l.buf != nil && l.r == 0 && l.w == len(l.buf) {
-			l.w = 0
-			return l.bom(l.buf), true, nil
-		}
-		l.fill()
-	}
-}
-
-// bom drops a byte-order mark opening the stream.
-func (l *lineReader) bom(line []byte) []byte {
-	if !l.started {
-		l.started = true
-		line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
-	}
-	return line
-}
-
-// fill reads once more from src into the free end of the buffer, after
-// moving what is left to its start.
-func (l *lineReader) fill() {
-	if l.buf == nil {
-		l.buf = make([]byte, eventBufSize)
-	}
-	if l.r > 0 {
-		l.w = copy(l.buf, l.buf[l.r:l.w])
-		l.r = 0
-	}
-	l.hook.flush() // the next bytes need the network
-	for range 100 {
-		n, err := l.src.Read(l.buf[l.w:])
-		l.w += l.fold(l.buf[l.w : l.w+n])
-		if err != nil {
-			l.err = err
-			return
-		}
-		if n > 0 {
-			return // n is what was read: a fold to nothing (the LF of a CRLF) reads again from line
-		}
-	}
-	l.err = io.ErrNoProgress
-}
-
-// fold rewrites the line endings in b in place and returns its new length.
-func (l *lineReader) fold(b []byte) int {
-	if !l.cr && bytes.IndexByte(b, '\r') < 0 {
-		return len(b) // the common case: nothing to do
-	}
-	w := 0
-	for _, c := range b {
-		if l.cr && c == '\n' {
-			l.cr = false
-			continue
-		}
-		l.cr = c == '\r'
-		if l.cr {
-			c = '\n'
-		}
-		b[w] = c
-		w++
-	}
-	return w
-}
-
 // eventReader is an upstream event stream that drops the events it finds
 // malformed. Its reader uses one of two ways, never both:
 //
@@ -221,7 +129,7 @@ func (l *lineReader) fold(b []byte) int {
 // Both skip and count an event past maxEventBytes.
 type eventReader struct {
 	src     io.ReadCloser
-	lr      lineReader
+	lr      sseline.Reader
 	skipped *atomic.Int64
 
 	// Read's state.
@@ -239,7 +147,11 @@ type eventReader struct {
 }
 
 func newEventReader(body io.ReadCloser, skipped *atomic.Int64, hook *flushHook) *eventReader {
-	return &eventReader{src: body, lr: lineReader{src: body, hook: hook}, skipped: skipped}
+	e := &eventReader{src: body, lr: sseline.Reader{Src: body, Size: eventBufSize}, skipped: skipped}
+	if hook != nil {
+		e.lr.Hook = hook
+	}
+	return e
 }
 
 func (e *eventReader) Close() error { return e.src.Close() }
@@ -268,10 +180,10 @@ func (e *eventReader) ReadEvent() (typ, data []byte, err error) {
 		into    *[]byte
 	)
 	for {
-		if lent != nil && !e.lr.buffered() {
+		if lent != nil && !e.lr.Buffered() {
 			e.data, lent = append(e.data, lent...), nil // the next read may move it
 		}
-		line, more, err := e.lr.line()
+		line, more, err := e.lr.Line()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -367,7 +279,7 @@ func (e *eventReader) Read(p []byte) (int, error) {
 // step reads one line and, at the blank line that ends an event, releases
 // or drops it.
 func (e *eventReader) step() {
-	chunk, more, err := e.lr.line()
+	chunk, more, err := e.lr.Line()
 	if more { // a long line: gather it, up to the cap
 		if !e.tooBig {
 			if len(e.event)+len(e.partial)+len(chunk) > maxEventBytes {

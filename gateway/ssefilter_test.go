@@ -176,7 +176,7 @@ func TestReadEventKeepsBuffersSmall(t *testing.T) {
 	_, data, err = er.ReadEvent()
 	require.NoError(t, err)
 	require.Equal(t, "{}\n", string(data))
-	require.Len(t, er.lr.buf, eventBufSize)
+	require.Equal(t, eventBufSize, er.lr.BufSize())
 	require.LessOrEqual(t, cap(er.data), maxKeptData)
 	require.LessOrEqual(t, cap(er.typ), maxKeptData)
 }
@@ -228,7 +228,7 @@ func TestReadKeepsBuffersSmall(t *testing.T) {
 	}
 	require.True(t, string(got) == long+small, "the long event and the next, as they came")
 	require.Zero(t, n.Load())
-	require.Len(t, er.lr.buf, eventBufSize)
+	require.Equal(t, eventBufSize, er.lr.BufSize())
 	require.LessOrEqual(t, cap(er.event), maxKeptData)
 	require.LessOrEqual(t, cap(er.data), maxKeptData)
 	require.LessOrEqual(t, cap(er.partial), maxKeptData)

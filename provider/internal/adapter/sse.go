@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+
+	"github.com/retryhost/retryhost/internal/sseline"
 )
 
 // bom is the UTF-8 byte-order mark, which the SSE spec lets a stream open
@@ -22,7 +24,9 @@ var bom = []byte{0xEF, 0xBB, 0xBF}
 //
 // The body is an [EventBody] too: read with ReadEvent instead (never
 // both), it splits the events itself, with one small buffer.
-func SSEBody(rc io.ReadCloser) EventBody { return &sseBody{rc: rc} }
+func SSEBody(rc io.ReadCloser) EventBody {
+	return &sseBody{rc: rc, lr: sseline.Reader{Src: rc, Size: eventBufSize}}
+}
 
 // EventBody is an event stream's body that splits its events itself, so
 // that a decoder gets each event's data as one slice, with no line
@@ -59,15 +63,14 @@ func Events(body io.ReadCloser) EventBody {
 type sseBody struct {
 	rc      io.ReadCloser
 	started bool
-	cr      bool // the last byte seen was a '\r', already written as '\n'
 	head    [3]byte
 	pend    []byte // the opening bytes read to look for the BOM, still to deliver
 	err     error  // the error that ended the opening read, after pend; sticky
 
-	// ReadEvent's state: buf[r:w] is read and not yet split; data and typ
-	// gather an event that is not one line in buf.
-	buf       []byte
-	r, w      int
+	// ReadEvent's state: lr reads the body line by line (its Fold also
+	// serves Read, the other way, never used with it); data and typ gather
+	// an event that is not one line in lr's buffer.
+	lr        sseline.Reader
 	data, typ []byte
 }
 
@@ -95,10 +98,10 @@ func (b *sseBody) ReadEvent() (typ, data []byte, err error) {
 		into    *[]byte
 	)
 	for {
-		if lent != nil && bytes.IndexByte(b.buf[b.r:b.w], '\n') < 0 {
+		if lent != nil && !b.lr.Buffered() {
 			b.data, lent = append(b.data, lent...), nil // the next read may move it
 		}
-		line, more, err := b.line()
+		line, more, err := b.lr.Line()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -108,8 +111,8 @@ func (b *sseBody) ReadEvent() (typ, data []byte, err error) {
 				n-- // its LF
 			}
 			if long += n; long >= maxEventLine {
-				b.err = bufio.ErrTooLong
-				return nil, nil, b.err
+				b.lr.Fail(bufio.ErrTooLong)
+				return nil, nil, bufio.ErrTooLong
 			}
 			if into != nil {
 				*into = append(*into, line...)
@@ -168,63 +171,6 @@ func (b *sseBody) ReadEvent() (typ, data []byte, err error) {
 	}
 }
 
-// line returns the next line with its LF, as a slice of buf valid until
-// the next call. A line longer than buf comes in pieces, with more set on
-// all but its last. At the end of the body it returns what is left (no
-// LF, maybe nothing) and the error that ended it, sticky.
-func (b *sseBody) line() (line []byte, more bool, err error) {
-	for {
-		if i := bytes.IndexByte(b.buf[b.r:b.w], '\n'); i >= 0 {
-			line = b.buf[b.r : b.r+i+1]
-			b.r += i + 1
-			return b.bom(line), false, nil
-		}
-		if b.err != nil {
-			line = b.buf[b.r:b.w]
-			b.r = b.w
-			return b.bom(line), false, b.err
-		}
-		if b.buf != nil && b.r == 0 && b.w == len(b.buf) {
-			b.w = 0
-			return b.bom(b.buf), true, nil
-		}
-		b.fill()
-	}
-}
-
-// bom drops a byte-order mark opening the stream.
-func (b *sseBody) bom(line []byte) []byte {
-	if !b.started {
-		b.started = true
-		line = bytes.TrimPrefix(line, bom)
-	}
-	return line
-}
-
-// fill reads once more into the free end of buf, after moving what is
-// left to its start.
-func (b *sseBody) fill() {
-	if b.buf == nil {
-		b.buf = make([]byte, eventBufSize)
-	}
-	if b.r > 0 {
-		b.w = copy(b.buf, b.buf[b.r:b.w])
-		b.r = 0
-	}
-	for range 100 {
-		n, err := b.rc.Read(b.buf[b.w:])
-		b.w += b.fold(b.buf[b.w : b.w+n])
-		if err != nil {
-			b.err = err
-			return
-		}
-		if n > 0 {
-			return
-		}
-	}
-	b.err = io.ErrNoProgress
-}
-
 func (b *sseBody) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
@@ -253,36 +199,13 @@ func (b *sseBody) Read(p []byte) (int, error) {
 		default:
 			n, err = b.rc.Read(p)
 		}
-		n = b.fold(p[:n])
+		n = b.lr.Fold(p[:n])
 		if n > 0 || err != nil {
 			return n, err
 		}
 		// Only a '\n' that completed a "\r\n" came: read on rather than
 		// return 0, nil.
 	}
-}
-
-// fold rewrites line endings in p in place and returns the new length.
-func (b *sseBody) fold(p []byte) int {
-	if !b.cr && bytes.IndexByte(p, '\r') < 0 {
-		return len(p) // the common case: nothing to do
-	}
-	w := 0
-	for _, c := range p {
-		switch {
-		case c == '\n' && b.cr:
-			b.cr = false // the "\n" of a "\r\n", already written
-			continue
-		case c == '\r':
-			b.cr = true
-			c = '\n'
-		default:
-			b.cr = false
-		}
-		p[w] = c
-		w++
-	}
-	return w
 }
 
 func (b *sseBody) Close() error { return b.rc.Close() }

@@ -14,6 +14,8 @@ import (
 	antsse "github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/internal/sseline"
 )
 
 // want is what SSEBody must turn in into, by the SSE spec's definition.
@@ -128,7 +130,7 @@ func TestSSEBodyAllocs(t *testing.T) {
 	buf := make([]byte, 4096)
 	allocs := testing.AllocsPerRun(100, func() {
 		r.Reset(body)
-		b.started, b.cr, b.err = false, false, nil
+		b.started, b.err, b.lr = false, nil, sseline.Reader{}
 		for {
 			if _, err := b.Read(buf); err != nil {
 				break
@@ -245,7 +247,7 @@ func TestSSEBodyReadEventLimits(t *testing.T) {
 		_, data, err = b.ReadEvent()
 		require.NoError(t, err)
 		require.Equal(t, "{}\n", string(data))
-		require.Len(t, b.buf, eventBufSize)
+		require.Equal(t, eventBufSize, b.lr.BufSize())
 		require.LessOrEqual(t, cap(b.data), maxKeptData)
 	})
 	t.Run("an error after an event", func(t *testing.T) {

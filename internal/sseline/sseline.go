@@ -1,0 +1,126 @@
+// Package sseline reads a server-sent event stream line by line, for the
+// two readers that split upstream events without copying them: the
+// gateway's upstream filter and the provider adapters' event body.
+package sseline
+
+import (
+	"bytes"
+	"io"
+)
+
+// Reader reads an event stream line by line through its own fixed buffer:
+// it folds the line endings SSE allows (CRLF, CR, LF) into LF in place as
+// bytes arrive, drops a leading byte-order mark, and hands out lines as
+// slices of the buffer, so a byte is copied once, from the network.
+// Not safe for concurrent use (no body is).
+type Reader struct {
+	Src  io.Reader
+	Size int // the buffer's size, made at the first read; a longer line comes in pieces
+	// Hook, when set, runs before a read from Src, which may wait on the
+	// network (the gateway flushes what its relay has encoded).
+	Hook interface{ BeforeRead() }
+
+	buf     []byte
+	r, w    int   // buf[r:w] is read and not yet handed out
+	cr      bool  // the last byte read was a CR: a LF right after it is its pair
+	started bool  // the byte-order mark was looked for
+	err     error // what ended Src (or Fail), returned after buf[r:w]
+}
+
+// Buffered reports whether a whole line is buffered, that is, whether the
+// next call to Line leaves the slices it handed out before intact.
+func (l *Reader) Buffered() bool { return bytes.IndexByte(l.buf[l.r:l.w], '\n') >= 0 }
+
+// BufSize is the size of the buffer as made (0 before the first read): it
+// never grows, whatever the lines' length.
+func (l *Reader) BufSize() int { return len(l.buf) }
+
+// Line returns the next line with its LF, as a slice of the buffer valid
+// until the next call. A line longer than the buffer comes in pieces, with
+// more set on all but its last. At the end of Src it returns what is left
+// (no LF, maybe nothing) and the error that ended it, sticky.
+func (l *Reader) Line() (line []byte, more bool, err error) {
+	for {
+		if i := bytes.IndexByte(l.buf[l.r:l.w], '\n'); i >= 0 {
+			line = l.buf[l.r : l.r+i+1]
+			l.r += i + 1
+			return l.bom(line), false, nil
+		}
+		if l.err != nil {
+			line = l.buf[l.r:l.w]
+			l.r = l.w
+			return l.bom(line), false, l.err
+		}
+		if l.buf != nil && l.r == 0 && l.w == len(l.buf) {
+			l.w = 0
+			return l.bom(l.buf), true, nil
+		}
+		l.fill()
+	}
+}
+
+// Fail ends the stream with err: what is buffered is dropped and every
+// later Line returns err.
+func (l *Reader) Fail(err error) {
+	l.err = err
+	l.r = l.w
+}
+
+// bom drops a byte-order mark opening the stream.
+func (l *Reader) bom(line []byte) []byte {
+	if !l.started {
+		l.started = true
+		line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
+	}
+	return line
+}
+
+// fill reads once more from Src into the free end of the buffer, after
+// moving what is left to its start.
+func (l *Reader) fill() {
+	if l.buf == nil {
+		l.buf = make([]byte, l.Size)
+	}
+	if l.r > 0 {
+		l.w = copy(l.buf, l.buf[l.r:l.w])
+		l.r = 0
+	}
+	if l.Hook != nil {
+		l.Hook.BeforeRead()
+	}
+	for range 100 {
+		n, err := l.Src.Read(l.buf[l.w:])
+		l.w += l.Fold(l.buf[l.w : l.w+n])
+		if err != nil {
+			l.err = err
+			return
+		}
+		if n > 0 {
+			return // n is what was read: a fold to nothing (the LF of a CRLF) reads again from Line
+		}
+	}
+	l.err = io.ErrNoProgress
+}
+
+// Fold rewrites the line endings in b in place and returns its new length.
+// A reader that hands out bytes rather than lines may use it on its own
+// reads (never together with Line).
+func (l *Reader) Fold(b []byte) int {
+	if !l.cr && bytes.IndexByte(b, '\r') < 0 {
+		return len(b) // the common case: nothing to do
+	}
+	w := 0
+	for _, c := range b {
+		if l.cr && c == '\n' {
+			l.cr = false
+			continue
+		}
+		l.cr = c == '\r'
+		if l.cr {
+			c = '\n'
+		}
+		b[w] = c
+		w++
+	}
+	return w
+}

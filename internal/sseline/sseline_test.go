@@ -1,0 +1,127 @@
+package sseline
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/stretchr/testify/require"
+)
+
+// normalized is what a stream reads as: CRLF and lone CR become LF, a
+// leading byte-order mark is dropped.
+func normalized(in string) string {
+	in = strings.TrimPrefix(in, "\xef\xbb\xbf")
+	return strings.ReplaceAll(strings.ReplaceAll(in, "\r\n", "\n"), "\r", "\n")
+}
+
+// lines reads r to its end and returns the lines (pieces of a long line
+// joined) and the error that ended it.
+func lines(t *testing.T, l *Reader) ([]string, error) {
+	t.Helper()
+	var out []string
+	var cur strings.Builder
+	for range 1 << 20 {
+		line, more, err := l.Line()
+		cur.Write(line)
+		if more {
+			require.NoError(t, err)
+			require.Equal(t, l.Size, len(line), "a piece of a long line fills the buffer")
+			continue
+		}
+		if cur.Len() > 0 {
+			out = append(out, cur.String())
+			cur.Reset()
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	t.Fatal("no end")
+	return nil, nil
+}
+
+type hook struct{ n int }
+
+func (h *hook) BeforeRead() { h.n++ }
+
+func TestReader(t *testing.T) {
+	for _, c := range []struct {
+		name, in string
+		want     []string
+	}{
+		{"lf", "data: a\n\ndata: b\n\n", []string{"data: a\n", "\n", "data: b\n", "\n"}},
+		{"crlf split across reads", "data: a\r\n\r\n", []string{"data: a\n", "\n"}},
+		{"lone cr", "data: a\r\rdata: b\r", []string{"data: a\n", "\n", "data: b\n"}},
+		{"bom dropped once", "\xef\xbb\xbfdata: a\n\xef\xbb\xbf\n", []string{"data: a\n", "\xef\xbb\xbf\n"}},
+		{"no final lf", "data: a", []string{"data: a"}},
+		{"long line in pieces", "data: " + strings.Repeat("x", 40) + "\n\n", []string{"data: " + strings.Repeat("x", 40) + "\n", "\n"}},
+		{"empty", "", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, r := range []io.Reader{strings.NewReader(c.in), iotest.OneByteReader(strings.NewReader(c.in)), iotest.HalfReader(strings.NewReader(c.in))} {
+				h := &hook{}
+				l := &Reader{Src: r, Size: 16, Hook: h}
+				got, err := lines(t, l)
+				require.ErrorIs(t, err, io.EOF)
+				require.Equal(t, c.want, got)
+				require.Positive(t, h.n, "the hook runs before the reads")
+				require.LessOrEqual(t, l.BufSize(), 16, "the buffer never grows")
+			}
+		})
+	}
+}
+
+// Buffered tells whether Line needs no read; Fail ends the stream, sticky.
+func TestReaderBufferedAndFail(t *testing.T) {
+	l := &Reader{Src: strings.NewReader("a\nb\nc"), Size: 64}
+	line, _, err := l.Line()
+	require.NoError(t, err)
+	require.Equal(t, "a\n", string(line))
+	require.True(t, l.Buffered())
+	l.Fail(bufio.ErrTooLong)
+	for range 2 {
+		line, more, err := l.Line()
+		require.Empty(t, line)
+		require.False(t, more)
+		require.ErrorIs(t, err, bufio.ErrTooLong)
+	}
+}
+
+// A source that returns nothing, and no error, for ever ends the stream
+// with io.ErrNoProgress rather than spinning.
+func TestReaderNoProgress(t *testing.T) {
+	l := &Reader{Src: readerFunc(func([]byte) (int, error) { return 0, nil }), Size: 8}
+	_, _, err := l.Line()
+	require.True(t, errors.Is(err, io.ErrNoProgress))
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// FuzzReader: whatever the input and however it is cut into reads, the
+// lines joined are the input with its line endings folded and its
+// byte-order mark dropped, and Fold alone does the same.
+func FuzzReader(f *testing.F) {
+	for _, s := range []string{"data: a\r\n\r\n", "\xef\xbb\xbf\r", "a\rb\r\nc\n", strings.Repeat("y", 100) + "\r\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		l := &Reader{Src: iotest.OneByteReader(strings.NewReader(in)), Size: 7}
+		got, err := lines(t, l)
+		require.ErrorIs(t, err, io.EOF)
+		require.Equal(t, normalized(in), strings.Join(got, ""))
+
+		var folded []byte
+		var r Reader
+		for _, c := range []byte(in) {
+			b := []byte{c}
+			folded = append(folded, b[:r.Fold(b)]...)
+		}
+		require.Equal(t, strings.ReplaceAll(strings.ReplaceAll(in, "\r\n", "\n"), "\r", "\n"), string(folded))
+	})
+}
