@@ -213,17 +213,7 @@ func (e *eventReader) ReadEvent() (typ, data []byte, err error) {
 				*into = append(*into, line...)
 			}
 		} else { // a field: its value, with the line's LF if it came
-			body := line
-			if !more {
-				body = line[:len(line)-1]
-			}
-			name, value := body, line[len(body):]
-			if i := bytes.IndexByte(body, ':'); i >= 0 {
-				name, value = body[:i], line[i+1:]
-				if len(value) > 0 && value[0] == ' ' {
-					value = value[1:]
-				}
-			}
+			name, value := sseline.Field(line, more)
 			into = nil
 			switch string(name) {
 			case "data":

@@ -59,6 +59,25 @@ func (l *Reader) Line() (line []byte, more bool, err error) {
 	}
 }
 
+// Field splits a field line from Line (its first piece, when more) as
+// the SDKs' decoders do: the name ends at the first colon and one space
+// after it is dropped; a line without a colon is a name with an empty
+// value. The value keeps the line's LF when the line came whole.
+func Field(line []byte, more bool) (name, value []byte) {
+	body := line
+	if !more {
+		body = line[:len(line)-1]
+	}
+	name, value = body, line[len(body):]
+	if i := bytes.IndexByte(body, ':'); i >= 0 {
+		name, value = body[:i], line[i+1:]
+		if len(value) > 0 && value[0] == ' ' {
+			value = value[1:]
+		}
+	}
+	return name, value
+}
+
 // Fail ends the stream with err: what is buffered is dropped and every
 // later Line returns err.
 func (l *Reader) Fail(err error) {

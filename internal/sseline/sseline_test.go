@@ -125,3 +125,25 @@ func FuzzReader(f *testing.F) {
 		require.Equal(t, strings.ReplaceAll(strings.ReplaceAll(in, "\r\n", "\n"), "\r", "\n"), string(folded))
 	})
 }
+
+func TestField(t *testing.T) {
+	for _, c := range []struct {
+		line        string
+		more        bool
+		name, value string
+	}{
+		{"data: {}\n", false, "data", "{}\n"},
+		{"data:{}\n", false, "data", "{}\n"},
+		{"data:  x\n", false, "data", " x\n"},
+		{"data\n", false, "data", "\n"},
+		{"event: ping\n", false, "event", "ping\n"},
+		{": comment\n", false, "", "comment\n"},
+		{"data: a:b\n", false, "data", "a:b\n"},
+		{"data: abc", true, "data", "abc"}, // the first piece of a long line
+		{"dataabc", true, "dataabc", ""},
+	} {
+		name, value := Field([]byte(c.line), c.more)
+		require.Equal(t, c.name, string(name), "%q", c.line)
+		require.Equal(t, c.value, string(value), "%q", c.line)
+	}
+}

@@ -130,17 +130,7 @@ func (b *sseBody) ReadEvent() (typ, data []byte, err error) {
 				b.typ = b.typ[:0]
 				continue
 			}
-			body := line
-			if !more {
-				body = line[:len(line)-1]
-			}
-			name, value := body, line[len(body):]
-			if i := bytes.IndexByte(body, ':'); i >= 0 {
-				name, value = body[:i], line[i+1:]
-				if len(value) > 0 && value[0] == ' ' {
-					value = value[1:]
-				}
-			}
+			name, value := sseline.Field(line, more)
 			into = nil
 			switch string(name) {
 			case "data":
