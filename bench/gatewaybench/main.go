@@ -79,7 +79,11 @@ func main() {
 // needs 2N descriptors and the load generator N, and each process's limit
 // (20,000 here, which an unprivileged sandbox cannot raise) would not
 // hold the load generator's N and the upstream's N together.
-func serveUpstream() {
+func serveUpstream() { serveChild(&http.Server{Handler: http.HandlerFunc(upstreamHandler)}) }
+
+// serveChild serves srv on a free loopback port, prints its address for
+// the parent, and exits when the parent closes its stdin.
+func serveChild(srv *http.Server) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -90,7 +94,7 @@ func serveUpstream() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
 	}()
-	_ = http.Serve(ln, http.HandlerFunc(upstreamHandler))
+	_ = srv.Serve(ln)
 }
 
 // startUpstream starts the upstream process and returns its base URL.
@@ -352,17 +356,7 @@ func serveRevProxy(upstream string) {
 		srv.Protocols.SetHTTP1(true)
 		srv.Protocols.SetUnencryptedHTTP2(true)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	fmt.Println(ln.Addr().String())
-	go func() { // the parent closes our stdin when it is done
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(0)
-	}()
-	_ = srv.Serve(ln)
+	serveChild(srv)
 }
 
 // ---- targets ----
