@@ -21,7 +21,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -97,32 +96,32 @@ func serveChild(srv *http.Server) {
 	_ = srv.Serve(ln)
 }
 
-// startUpstream starts the upstream process and returns its base URL.
-func startUpstream() (string, func(), error) {
+// startUpstream starts the upstream process and returns its base URL and pid.
+func startUpstream() (string, int, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	cmd := exec.Command(self, "-serve-upstream", "-chunks", strconv.Itoa(*chunks), "-pace", pace.String())
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	cmd.Stderr = os.Stderr
 	done, err := startChild(cmd)
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	addr, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		stopProc(cmd, done)
-		return "", nil, fmt.Errorf("upstream: %w", err)
+		return "", 0, nil, fmt.Errorf("upstream: %w", err)
 	}
-	return "http://" + strings.TrimSpace(addr), func() { stdin.Close(); stopProc(cmd, done) }, nil
+	return "http://" + strings.TrimSpace(addr), cmd.Process.Pid, func() { stdin.Close(); stopProc(cmd, done) }, nil
 }
 
 func upstreamHandler(w http.ResponseWriter, r *http.Request) {
@@ -267,13 +266,13 @@ func holdStreams(ctx context.Context, t *target, upstream string, n int) (opened
 					done = true
 					continue
 				}
-				if c, _ := content(data); c != "" {
+				if c, _ := content(data); len(c) != 0 {
 					if !first {
 						first = true
 						open.Add(1)
 						free()
 					}
-					got += c
+					got += string(c)
 				}
 			}
 			if resp.StatusCode == http.StatusOK && done && got == "held " && (c == holdClient || resp.ProtoMajor == 2) {
@@ -369,6 +368,7 @@ type target struct {
 	pid     int    // the proxy process (0: none)
 	note    string // printed beside the row
 	stop    func()
+	client  *rawClient // the timed requests'
 }
 
 func freeAddr() (string, error) {
@@ -529,90 +529,6 @@ type result struct {
 	firstContent time.Duration
 }
 
-var client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-	MaxIdleConnsPerHost: 4096, MaxIdleConns: 4096, DisableCompression: true, IdleConnTimeout: 30 * time.Second}}
-
-func do(ctx context.Context, t *target, stream bool) result {
-	body := fmt.Sprintf(`{"model":%q,"stream":%t,"messages":[{"role":"user","content":"hello"}]}`, t.model, stream)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, strings.NewReader(body))
-	if err != nil {
-		return result{}
-	}
-	for k, v := range t.headers {
-		req.Header[k] = v
-	}
-	req.Header.Set("Content-Type", "application/json")
-	var r result
-	start := time.Now()
-	var fb time.Time
-	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotFirstResponseByte: func() { fb = time.Now() }}))
-	resp, err := client.Do(req)
-	if err != nil {
-		return r
-	}
-	defer resp.Body.Close()
-	r.firstByte = fb.Sub(start)
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return r
-	}
-	want := expected()
-	if !stream {
-		b, err := io.ReadAll(resp.Body)
-		r.firstContent = time.Since(start)
-		if err != nil {
-			return r
-		}
-		var out struct {
-			Choices []struct {
-				Message struct {
-					Content string `json:"content"`
-				} `json:"message"`
-			} `json:"choices"`
-		}
-		r.ok = json.Unmarshal(b, &out) == nil && len(out.Choices) == 1 && out.Choices[0].Message.Content == want
-		return r
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	var got strings.Builder
-	done := false
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !bytes.HasPrefix(line, []byte("data:")) {
-			continue
-		}
-		data := bytes.TrimSpace(line[5:])
-		if bytes.Equal(data, []byte("[DONE]")) {
-			done = true
-			continue
-		}
-		if c, ok := content(data); ok && c != "" {
-			if got.Len() == 0 {
-				r.firstContent = time.Since(start)
-			}
-			got.WriteString(c)
-		}
-	}
-	r.ok = sc.Err() == nil && done && got.String() == want
-	return r
-}
-
-// content pulls delta.content out of a chunk without a full JSON decode (the
-// load generator shares the cores with the proxies); contents here carry no escapes.
-func content(data []byte) (string, bool) {
-	i := bytes.Index(data, []byte(`"content":"`))
-	if i < 0 {
-		return "", false
-	}
-	rest := data[i+len(`"content":"`):]
-	j := bytes.IndexByte(rest, '"')
-	if j < 0 {
-		return "", false
-	}
-	return string(rest[:j]), true
-}
-
 // ---- phases ----
 
 type stats struct {
@@ -620,6 +536,8 @@ type stats struct {
 	fb, fc    []time.Duration
 	rps       float64
 	cpuPerReq time.Duration // proxy process CPU per closed-loop request
+	genCPU    time.Duration // the load generator's (this process's) CPU per closed-loop request
+	upCPU     time.Duration // the upstream process's CPU per closed-loop request
 	closedN   int
 	closedOK  int
 }
@@ -636,7 +554,7 @@ func openLoop(ctx context.Context, t *target, stream bool, st *stats) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := do(ctx, t, stream)
+			r := t.client.do(ctx, stream)
 			mu.Lock()
 			defer mu.Unlock()
 			st.n++
@@ -650,9 +568,9 @@ func openLoop(ctx context.Context, t *target, stream bool, st *stats) {
 	wg.Wait()
 }
 
-func closedLoop(ctx context.Context, t *target, stream bool, st *stats) {
+func closedLoop(ctx context.Context, t *target, upPid int, stream bool, st *stats) {
 	var n, ok atomic.Int64
-	cpu0 := procCPU(t.pid)
+	cpu0, gen0, up0 := procCPU(t.pid), selfCPU(), procCPU(upPid)
 	start := time.Now()
 	end := start.Add(*closeDur)
 	var wg sync.WaitGroup
@@ -661,7 +579,7 @@ func closedLoop(ctx context.Context, t *target, stream bool, st *stats) {
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(end) && ctx.Err() == nil {
-				r := do(ctx, t, stream)
+				r := t.client.do(ctx, stream)
 				n.Add(1)
 				if r.ok {
 					ok.Add(1)
@@ -673,9 +591,22 @@ func closedLoop(ctx context.Context, t *target, stream bool, st *stats) {
 	el := time.Since(start)
 	st.closedN, st.closedOK = int(n.Load()), int(ok.Load())
 	st.rps = float64(ok.Load()) / el.Seconds()
+	if n.Load() > 0 {
+		st.genCPU = (selfCPU() - gen0) / time.Duration(n.Load())
+		st.upCPU = (procCPU(upPid) - up0) / time.Duration(n.Load())
+	}
 	if t.pid != 0 && n.Load() > 0 {
 		st.cpuPerReq = (procCPU(t.pid) - cpu0) / time.Duration(n.Load())
 	}
+}
+
+// selfCPU is this process's user+system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // procCPU is the user+system CPU time of a process (Linux /proc; 0 elsewhere).
@@ -730,7 +661,7 @@ func run(ctx context.Context) error {
 		}
 		heldCounts = append(heldCounts, n)
 	}
-	upstream, stopUp, err := startUpstream()
+	upstream, upPid, stopUp, err := startUpstream()
 	if err != nil {
 		return err
 	}
@@ -756,22 +687,25 @@ func run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if t.client, err = newRawClient(t.url, t.model, t.headers); err != nil {
+			t.stop()
+			return err
+		}
 		fmt.Fprintf(os.Stderr, "running %s…\n", name)
 		var rw row
 		rw.t = t
 		for i := 0; i < 20; i++ { // warm up connections and the proxy
-			do(ctx, t, i%2 == 0)
+			t.client.do(ctx, i%2 == 0)
 		}
 		openLoop(ctx, t, true, &rw.s)
 		openLoop(ctx, t, false, &rw.n)
-		closedLoop(ctx, t, true, &rw.s)
-		closedLoop(ctx, t, false, &rw.n)
-		client.CloseIdleConnections()
+		closedLoop(ctx, t, upPid, true, &rw.s)
+		closedLoop(ctx, t, upPid, false, &rw.n)
+		t.client.closeIdle()
 		if t.pid != 0 {
 			for i, n := range heldCounts {
 				if i > 0 { // a fresh proxy, so that no count inherits the memory of the last
 					t.stop()
-					client.CloseIdleConnections()
 					if t, err = makeTarget(ctx, name, upstream, dir); err != nil {
 						return err
 					}
@@ -780,11 +714,9 @@ func run(ctx context.Context) error {
 				var h holdResult
 				h.opened, h.intact, h.rss0, h.rss1 = holdStreams(ctx, t, upstream, n)
 				rw.holds = append(rw.holds, h)
-				client.CloseIdleConnections()
 			}
 		}
 		t.stop()
-		client.CloseIdleConnections()
 		rows = append(rows, rw)
 		if err := ctx.Err(); err != nil {
 			return err
@@ -832,6 +764,17 @@ func run(ctx context.Context) error {
 		}
 		fmt.Println()
 	}
+	// Who else spent the CPU in the closed loop: the load generator and the
+	// upstream share the cores with the proxy, and when they cost as much
+	// as it does the req/s column measures them too.
+	us := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+	fmt.Println("closed loop: CPU per request of the load generator and the upstream (the proxy's is in the tables above)")
+	fmt.Println("| target | streaming: generator / upstream | non-streaming: generator / upstream |")
+	fmt.Println("|---|---|---|")
+	for _, r := range rows {
+		fmt.Printf("| %s | %s / %s | %s / %s |\n", r.t.name, us(r.s.genCPU), us(r.s.upCPU), us(r.n.genCPU), us(r.n.upCPU))
+	}
+	fmt.Println()
 	for i, n := range heldCounts {
 		over := "HTTP/1.1, one connection a stream"
 		if *heldH2C {
