@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -162,9 +161,7 @@ func TestRawClientUpstream(t *testing.T) {
 	defer up.Close()
 	u, err := url.Parse(up.URL)
 	require.NoError(t, err)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
-	proxy := httptest.NewServer(rp)
+	proxy := httptest.NewServer(newRevProxy(u))
 	defer proxy.Close()
 
 	for _, base := range []string{up.URL, proxy.URL} {
