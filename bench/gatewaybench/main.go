@@ -160,21 +160,37 @@ func upstreamHandler(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(*pace)
 		}
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"chatcmpl-b","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`,
-			expected(), *chunks, *chunks+5)
+		_, _ = w.Write(upstreamAnswer().json)
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	fl := w.(http.Flusher)
-	for i := 0; i < *chunks; i++ {
+	a := upstreamAnswer()
+	for _, ev := range a.events {
 		time.Sleep(*pace)
-		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d \"},\"finish_reason\":null}]}\n\n", i)
-		fl.Flush()
+		_, _ = w.Write(ev)
+		fl.Flush() // a write a chunk, as a model streams them
 	}
-	fmt.Fprint(w, "data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	_, _ = w.Write(a.end)
 	fl.Flush()
 }
+
+// upstreamAnswer is the answer's bytes, built once (the upstream shares the
+// cores with the proxy): the JSON answer, the -chunks content events, and
+// the end (the finish_reason event and [DONE]).
+var upstreamAnswer = sync.OnceValue(func() (a struct {
+	json, end []byte
+	events    [][]byte
+}) {
+	a.json = fmt.Appendf(nil, `{"id":"chatcmpl-b","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`,
+		expected(), *chunks, *chunks+5)
+	for i := 0; i < *chunks; i++ {
+		a.events = append(a.events, fmt.Appendf(nil, "data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d \"},\"finish_reason\":null}]}\n\n", i))
+	}
+	a.end = []byte("data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	return a
+})
 
 const holdPrompt = "hold this stream open"
 
