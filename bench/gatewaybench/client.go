@@ -58,6 +58,10 @@ type rawConn struct {
 	lines  *bufio.Reader // SSE lines, over body
 	buf    []byte        // a JSON answer
 	reused bool
+	// idleUntil: past it the server may have closed the connection idle
+	// (its Keep-Alive timeout; zero: none said).
+	idleUntil time.Time
+	idleFor   time.Duration // the last answer's Keep-Alive timeout
 }
 
 // newRawClient builds the request bytes for a chat completions URL and
@@ -98,15 +102,24 @@ func (c *rawClient) closeIdle() {
 	}
 }
 
-func (c *rawClient) get(ctx context.Context) (*rawConn, error) {
-	c.mu.Lock()
-	if n := len(c.idle); n > 0 {
-		rc := c.idle[n-1]
-		c.idle = c.idle[:n-1]
+// get takes the most recently used idle connection (closing those the
+// server may have closed, by their Keep-Alive timeout), or dials one; fresh
+// dials one anyway.
+func (c *rawClient) get(ctx context.Context, fresh bool) (*rawConn, error) {
+	if !fresh {
+		now := time.Now()
+		c.mu.Lock()
+		for n := len(c.idle); n > 0; n = len(c.idle) {
+			rc := c.idle[n-1]
+			c.idle = c.idle[:n-1]
+			if rc.idleUntil.IsZero() || now.Before(rc.idleUntil) {
+				c.mu.Unlock()
+				return rc, nil
+			}
+			rc.nc.Close()
+		}
 		c.mu.Unlock()
-		return rc, nil
 	}
-	c.mu.Unlock()
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", c.addr)
 	if err != nil {
@@ -125,6 +138,10 @@ func newRawConn(nc net.Conn, r io.Reader) *rawConn {
 
 func (c *rawClient) put(rc *rawConn) {
 	rc.reused = true
+	rc.idleUntil = time.Time{}
+	if rc.idleFor > 0 {
+		rc.idleUntil = time.Now().Add(rc.idleFor * 9 / 10)
+	}
 	c.mu.Lock()
 	c.idle = append(c.idle, rc)
 	c.mu.Unlock()
@@ -132,15 +149,15 @@ func (c *rawClient) put(rc *rawConn) {
 
 // do sends one request and reads its answer. A request that fails on a
 // reused connection before any byte of the answer came is sent once more
-// on a new one (the server may have closed the idle connection, as
-// net/http's client retries too).
+// on a new one (the server may have closed the idle connection; net/http's
+// client retries too).
 func (c *rawClient) do(ctx context.Context, stream bool) result {
 	if ctx.Err() != nil {
 		return result{}
 	}
 	start := time.Now()
 	for try := 0; try < 2; try++ {
-		rc, err := c.get(ctx)
+		rc, err := c.get(ctx, try > 0)
 		if err != nil {
 			return result{}
 		}
@@ -193,6 +210,7 @@ func (rc *rawConn) readAnswer(r *result, stream bool, want string, start time.Ti
 		return false, err
 	}
 	rc.body.reset(h)
+	rc.idleFor = h.idleFor
 	if h.status != http.StatusOK {
 		_, err := io.Copy(io.Discard, &rc.body)
 		return err == nil && !h.close, err
@@ -242,7 +260,8 @@ type head struct {
 	status  int
 	length  int64 // Content-Length; -1: none
 	chunked bool
-	close   bool // the connection ends after this response
+	close   bool          // the connection ends after this response
+	idleFor time.Duration // Keep-Alive: timeout=N (0: none)
 }
 
 // readHead reads a status line and headers (skipping 1xx answers).
@@ -286,6 +305,8 @@ func readHead(br *bufio.Reader) (head, error) {
 					return head{}, fmt.Errorf("%w: Transfer-Encoding %q", errBadFraming, value)
 				}
 				h.chunked = true
+			case asciiEqualFold(name, "Keep-Alive"):
+				h.idleFor = keepAliveTimeout(value)
 			case asciiEqualFold(name, "Connection"):
 				if asciiEqualFold(value, "close") {
 					h.close = true
@@ -305,6 +326,23 @@ func readHead(br *bufio.Reader) (head, error) {
 		}
 		return h, nil
 	}
+}
+
+// keepAliveTimeout reads the timeout=N (seconds) of a Keep-Alive header
+// (Node's servers send timeout=5 and close idle connections then).
+func keepAliveTimeout(v []byte) time.Duration {
+	for len(v) > 0 {
+		var p []byte
+		p, v, _ = bytes.Cut(v, []byte(","))
+		k, n, ok := bytes.Cut(bytes.TrimSpace(p), []byte("="))
+		if !ok || !asciiEqualFold(bytes.TrimSpace(k), "timeout") {
+			continue
+		}
+		if s, err := strconv.Atoi(string(bytes.TrimSpace(n))); err == nil && s > 0 {
+			return time.Duration(s) * time.Second
+		}
+	}
+	return 0
 }
 
 // readLine returns a line without its CRLF (or LF); it is valid until the

@@ -250,5 +250,72 @@ func TestRawClientRetriesClosedIdle(t *testing.T) {
 	require.True(t, c.do(context.Background(), false).ok)
 	require.True(t, c.do(context.Background(), false).ok)
 	require.Equal(t, int64(2), accepted.Load())
+
+	// Two closed connections in the pool: the retry dials, it does not
+	// take the other one.
+	ctx := context.Background()
+	a, err := c.get(ctx, true)
+	require.NoError(t, err)
+	b, err := c.get(ctx, true)
+	require.NoError(t, err)
+	for _, rc := range []*rawConn{a, b} {
+		r, keep, err := rc.roundTrip(c.req[0], false, c.want, time.Now())
+		require.NoError(t, err)
+		require.True(t, r.ok)
+		require.True(t, keep)
+		c.put(rc)
+	}
+	require.Equal(t, int64(4), accepted.Load())
+	require.True(t, c.do(ctx, false).ok)
+	require.Equal(t, int64(5), accepted.Load())
 	c.closeIdle()
+}
+
+// A connection idle past the server's Keep-Alive timeout is not reused.
+func TestRawClientKeepAliveTimeout(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Keep-Alive", "timeout=5")
+		_, _ = io.WriteString(w, fmt.Sprintf(answerJSON, wantContent))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c, err := newRawClient(srv.URL+"/v1/chat/completions", "m", nil)
+	require.NoError(t, err)
+	c.want = wantContent
+	require.True(t, c.do(context.Background(), false).ok)
+	require.True(t, c.do(context.Background(), false).ok)
+	require.Equal(t, int64(1), conns.Load(), "reused within the timeout")
+	c.mu.Lock()
+	require.Len(t, c.idle, 1)
+	require.Equal(t, 5*time.Second, c.idle[0].idleFor)
+	c.idle[0].idleUntil = time.Now().Add(-time.Millisecond) // as if idle that long
+	c.mu.Unlock()
+	require.True(t, c.do(context.Background(), false).ok)
+	require.Equal(t, int64(2), conns.Load(), "a new connection past it")
+	c.closeIdle()
+}
+
+func TestKeepAliveTimeout(t *testing.T) {
+	for _, tt := range []struct {
+		v    string
+		want time.Duration
+	}{
+		{"timeout=5", 5 * time.Second},
+		{"timeout=5, max=1000", 5 * time.Second},
+		{"max=100,  TimeOut = 30 ", 30 * time.Second},
+		{"max=100", 0},
+		{"timeout=", 0},
+		{"timeout=-1", 0},
+		{"timeout=x", 0},
+		{"", 0},
+	} {
+		require.Equal(t, tt.want, keepAliveTimeout([]byte(tt.v)), tt.v)
+	}
 }
