@@ -167,13 +167,17 @@ func (c *rawClient) do(ctx context.Context, stream bool) result {
 		} else {
 			rc.nc.Close()
 		}
-		var ne net.Error
-		if errors.Is(err, errNothingRead) && rc.reused && !(errors.As(err, &ne) && ne.Timeout()) {
+		if errors.Is(err, errNothingRead) && rc.reused && !isTimeout(err) {
 			continue
 		}
 		return r
 	}
 	return result{}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func b2i(b bool) int {

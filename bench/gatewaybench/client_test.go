@@ -319,3 +319,66 @@ func TestKeepAliveTimeout(t *testing.T) {
 		require.Equal(t, tt.want, keepAliveTimeout([]byte(tt.v)), tt.v)
 	}
 }
+
+// netHTTPDo is the request the load generator made with net/http's client
+// before rawClient (the reference for BenchmarkClient).
+func netHTTPDo(c *http.Client, url string, stream bool, want string) bool {
+	body := fmt.Sprintf(`{"model":"m","stream":%t,"messages":[{"role":"user","content":"hello"}]}`, stream)
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	if !stream {
+		b, err := io.ReadAll(resp.Body)
+		return err == nil && jsonIntact(b, want)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	s := streamCheck{want: want}
+	for sc.Scan() {
+		s.line(sc.Bytes())
+	}
+	return sc.Err() == nil && s.ok()
+}
+
+// BenchmarkClient: one request and its check, through this client and
+// through net/http's, to the bench's upstream in this process (so each
+// figure includes the same server's share).
+func BenchmarkClient(b *testing.B) {
+	defer func(p time.Duration) { *pace = p }(*pace)
+	*pace = 0
+	up := httptest.NewServer(http.HandlerFunc(upstreamHandler))
+	defer up.Close()
+	url := up.URL + "/v1/chat/completions"
+	for _, stream := range []bool{true, false} {
+		mode := map[bool]string{true: "stream", false: "json"}[stream]
+		b.Run("raw/"+mode, func(b *testing.B) {
+			c, err := newRawClient(url, "m", nil)
+			require.NoError(b, err)
+			defer c.closeIdle()
+			b.ReportAllocs()
+			for b.Loop() {
+				if !c.do(context.Background(), stream).ok {
+					b.Fatal("not intact")
+				}
+			}
+		})
+		b.Run("nethttp/"+mode, func(b *testing.B) {
+			tr := &http.Transport{DisableCompression: true}
+			defer tr.CloseIdleConnections()
+			c := &http.Client{Transport: tr}
+			want := expected()
+			b.ReportAllocs()
+			for b.Loop() {
+				if !netHTTPDo(c, url, stream, want) {
+					b.Fatal("not intact")
+				}
+			}
+		})
+	}
+}
