@@ -31,10 +31,9 @@ import (
 // reqTimeout bounds one request, as the net/http client's Timeout did.
 const reqTimeout = 30 * time.Second
 
-// maxLine caps a status, header, chunk-size or SSE line; the answers here
-// have lines of about 150 bytes.
-const maxLine = 64 << 10
-
+// A status, header or chunk-size line longer than a connection's reader
+// (32 KiB), or an SSE line longer than the line reader (16 KiB), fails the
+// request: the answers here have lines of about 150 bytes.
 var (
 	errLineTooLong = errors.New("line too long")
 	errBadFraming  = errors.New("malformed response framing")
