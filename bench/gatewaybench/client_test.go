@@ -90,6 +90,8 @@ func TestReadAnswer(t *testing.T) {
 		{name: "not 200", stream: true, raw: "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 3\r\n\r\nbad", keep: true},
 		{name: "not 200, closing", stream: true, raw: "HTTP/1.1 500 Oops\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbad"},
 		{name: "100 Continue first", stream: true, raw: "HTTP/1.1 100 Continue\r\n\r\n" + okSSEHead + chunked(whole, 7, true), ok: true, keep: true},
+		{name: "an SSE line past the line reader", stream: true, raw: okSSEHead + chunked("data: "+strings.Repeat("x", 20<<10)+"\n\n"+whole, 4096, true), err: true},
+		{name: "a header line past the connection's reader", stream: true, raw: "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("x", 40<<10) + "\r\n\r\n", err: true},
 		{name: "not HTTP", stream: true, raw: "SSH-2.0-x\r\n\r\n", err: true},
 		{name: "JSON answer", raw: jsonAnswer(wantContent), ok: true, keep: true},
 		{name: "JSON answer, chunked", raw: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(fmt.Sprintf(answerJSON, wantContent), 13, true), ok: true, keep: true},
