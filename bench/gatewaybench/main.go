@@ -21,7 +21,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -97,32 +96,32 @@ func serveChild(srv *http.Server) {
 	_ = srv.Serve(ln)
 }
 
-// startUpstream starts the upstream process and returns its base URL.
-func startUpstream() (string, func(), error) {
+// startUpstream starts the upstream process and returns its base URL and pid.
+func startUpstream() (string, int, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	cmd := exec.Command(self, "-serve-upstream", "-chunks", strconv.Itoa(*chunks), "-pace", pace.String())
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	cmd.Stderr = os.Stderr
 	done, err := startChild(cmd)
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	addr, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		stopProc(cmd, done)
-		return "", nil, fmt.Errorf("upstream: %w", err)
+		return "", 0, nil, fmt.Errorf("upstream: %w", err)
 	}
-	return "http://" + strings.TrimSpace(addr), func() { stdin.Close(); stopProc(cmd, done) }, nil
+	return "http://" + strings.TrimSpace(addr), cmd.Process.Pid, func() { stdin.Close(); stopProc(cmd, done) }, nil
 }
 
 func upstreamHandler(w http.ResponseWriter, r *http.Request) {
@@ -161,21 +160,37 @@ func upstreamHandler(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(*pace)
 		}
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"chatcmpl-b","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`,
-			expected(), *chunks, *chunks+5)
+		_, _ = w.Write(upstreamAnswer().json)
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	fl := w.(http.Flusher)
-	for i := 0; i < *chunks; i++ {
+	a := upstreamAnswer()
+	for _, ev := range a.events {
 		time.Sleep(*pace)
-		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d \"},\"finish_reason\":null}]}\n\n", i)
-		fl.Flush()
+		_, _ = w.Write(ev)
+		fl.Flush() // a write a chunk, as a model streams them
 	}
-	fmt.Fprint(w, "data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	_, _ = w.Write(a.end)
 	fl.Flush()
 }
+
+// upstreamAnswer is the answer's bytes, built once (the upstream shares the
+// cores with the proxy): the JSON answer, the -chunks content events, and
+// the end (the finish_reason event and [DONE]).
+var upstreamAnswer = sync.OnceValue(func() (a struct {
+	json, end []byte
+	events    [][]byte
+}) {
+	a.json = fmt.Appendf(nil, `{"id":"chatcmpl-b","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`,
+		expected(), *chunks, *chunks+5)
+	for i := 0; i < *chunks; i++ {
+		a.events = append(a.events, fmt.Appendf(nil, "data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d \"},\"finish_reason\":null}]}\n\n", i))
+	}
+	a.end = []byte("data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	return a
+})
 
 const holdPrompt = "hold this stream open"
 
@@ -267,13 +282,13 @@ func holdStreams(ctx context.Context, t *target, upstream string, n int) (opened
 					done = true
 					continue
 				}
-				if c, _ := content(data); c != "" {
+				if c, _ := content(data); len(c) != 0 {
 					if !first {
 						first = true
 						open.Add(1)
 						free()
 					}
-					got += c
+					got += string(c)
 				}
 			}
 			if resp.StatusCode == http.StatusOK && done && got == "held " && (c == holdClient || resp.ProtoMajor == 2) {
@@ -347,10 +362,7 @@ func serveRevProxy(upstream string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
-	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}
-	srv := &http.Server{Handler: rp}
+	srv := &http.Server{Handler: newRevProxy(u)}
 	if *heldH2C {
 		srv.Protocols = new(http.Protocols)
 		srv.Protocols.SetHTTP1(true)
@@ -358,6 +370,53 @@ func serveRevProxy(upstream string) {
 	}
 	serveChild(srv)
 }
+
+func newRevProxy(upstream *url.URL) *httputil.ReverseProxy {
+	rp := httputil.NewSingleHostReverseProxy(upstream)
+	rp.FlushInterval = -1
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}
+	director := rp.Director
+	rp.Director = func(r *http.Request) {
+		director(r)
+		if r.Body != nil && r.ContentLength > 0 {
+			r.Body = &declaredBody{rc: r.Body, left: r.ContentLength}
+		}
+	}
+	return rp
+}
+
+// declaredBody forwards a request body of a declared length and ends it
+// there. Without it a bare ReverseProxy cut about 2% of the streams in the
+// open loop at pace 0 (golang/go#40747, #15527): once the transport has
+// sent the declared bytes it reads the inbound body once more to check
+// that it ends; when the upstream answered first (it has the whole
+// request) and the server, on writing the answer's headers, has closed
+// that body, the read fails ("invalid Read on closed Body") and the
+// transport's write loop closes the upstream connection under the answer
+// being relayed ("ReverseProxy read error during body copy: … use of
+// closed network connection"). Here the check is answered without
+// touching the inbound body.
+type declaredBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *declaredBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	if err == io.EOF && b.left > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (b *declaredBody) Close() error { return b.rc.Close() }
 
 // ---- targets ----
 
@@ -369,6 +428,7 @@ type target struct {
 	pid     int    // the proxy process (0: none)
 	note    string // printed beside the row
 	stop    func()
+	client  *rawClient // the timed requests'
 }
 
 func freeAddr() (string, error) {
@@ -529,90 +589,6 @@ type result struct {
 	firstContent time.Duration
 }
 
-var client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-	MaxIdleConnsPerHost: 4096, MaxIdleConns: 4096, DisableCompression: true, IdleConnTimeout: 30 * time.Second}}
-
-func do(ctx context.Context, t *target, stream bool) result {
-	body := fmt.Sprintf(`{"model":%q,"stream":%t,"messages":[{"role":"user","content":"hello"}]}`, t.model, stream)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, strings.NewReader(body))
-	if err != nil {
-		return result{}
-	}
-	for k, v := range t.headers {
-		req.Header[k] = v
-	}
-	req.Header.Set("Content-Type", "application/json")
-	var r result
-	start := time.Now()
-	var fb time.Time
-	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotFirstResponseByte: func() { fb = time.Now() }}))
-	resp, err := client.Do(req)
-	if err != nil {
-		return r
-	}
-	defer resp.Body.Close()
-	r.firstByte = fb.Sub(start)
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return r
-	}
-	want := expected()
-	if !stream {
-		b, err := io.ReadAll(resp.Body)
-		r.firstContent = time.Since(start)
-		if err != nil {
-			return r
-		}
-		var out struct {
-			Choices []struct {
-				Message struct {
-					Content string `json:"content"`
-				} `json:"message"`
-			} `json:"choices"`
-		}
-		r.ok = json.Unmarshal(b, &out) == nil && len(out.Choices) == 1 && out.Choices[0].Message.Content == want
-		return r
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	var got strings.Builder
-	done := false
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !bytes.HasPrefix(line, []byte("data:")) {
-			continue
-		}
-		data := bytes.TrimSpace(line[5:])
-		if bytes.Equal(data, []byte("[DONE]")) {
-			done = true
-			continue
-		}
-		if c, ok := content(data); ok && c != "" {
-			if got.Len() == 0 {
-				r.firstContent = time.Since(start)
-			}
-			got.WriteString(c)
-		}
-	}
-	r.ok = sc.Err() == nil && done && got.String() == want
-	return r
-}
-
-// content pulls delta.content out of a chunk without a full JSON decode (the
-// load generator shares the cores with the proxies); contents here carry no escapes.
-func content(data []byte) (string, bool) {
-	i := bytes.Index(data, []byte(`"content":"`))
-	if i < 0 {
-		return "", false
-	}
-	rest := data[i+len(`"content":"`):]
-	j := bytes.IndexByte(rest, '"')
-	if j < 0 {
-		return "", false
-	}
-	return string(rest[:j]), true
-}
-
 // ---- phases ----
 
 type stats struct {
@@ -620,6 +596,8 @@ type stats struct {
 	fb, fc    []time.Duration
 	rps       float64
 	cpuPerReq time.Duration // proxy process CPU per closed-loop request
+	genCPU    time.Duration // the load generator's (this process's) CPU per closed-loop request
+	upCPU     time.Duration // the upstream process's CPU per closed-loop request
 	closedN   int
 	closedOK  int
 }
@@ -636,7 +614,7 @@ func openLoop(ctx context.Context, t *target, stream bool, st *stats) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := do(ctx, t, stream)
+			r := t.client.do(ctx, stream)
 			mu.Lock()
 			defer mu.Unlock()
 			st.n++
@@ -650,9 +628,9 @@ func openLoop(ctx context.Context, t *target, stream bool, st *stats) {
 	wg.Wait()
 }
 
-func closedLoop(ctx context.Context, t *target, stream bool, st *stats) {
+func closedLoop(ctx context.Context, t *target, upPid int, stream bool, st *stats) {
 	var n, ok atomic.Int64
-	cpu0 := procCPU(t.pid)
+	cpu0, gen0, up0 := procCPU(t.pid), selfCPU(), procCPU(upPid)
 	start := time.Now()
 	end := start.Add(*closeDur)
 	var wg sync.WaitGroup
@@ -661,7 +639,7 @@ func closedLoop(ctx context.Context, t *target, stream bool, st *stats) {
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(end) && ctx.Err() == nil {
-				r := do(ctx, t, stream)
+				r := t.client.do(ctx, stream)
 				n.Add(1)
 				if r.ok {
 					ok.Add(1)
@@ -673,9 +651,22 @@ func closedLoop(ctx context.Context, t *target, stream bool, st *stats) {
 	el := time.Since(start)
 	st.closedN, st.closedOK = int(n.Load()), int(ok.Load())
 	st.rps = float64(ok.Load()) / el.Seconds()
+	if n.Load() > 0 {
+		st.genCPU = (selfCPU() - gen0) / time.Duration(n.Load())
+		st.upCPU = (procCPU(upPid) - up0) / time.Duration(n.Load())
+	}
 	if t.pid != 0 && n.Load() > 0 {
 		st.cpuPerReq = (procCPU(t.pid) - cpu0) / time.Duration(n.Load())
 	}
+}
+
+// selfCPU is this process's user+system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // procCPU is the user+system CPU time of a process (Linux /proc; 0 elsewhere).
@@ -730,7 +721,7 @@ func run(ctx context.Context) error {
 		}
 		heldCounts = append(heldCounts, n)
 	}
-	upstream, stopUp, err := startUpstream()
+	upstream, upPid, stopUp, err := startUpstream()
 	if err != nil {
 		return err
 	}
@@ -756,22 +747,25 @@ func run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if t.client, err = newRawClient(t.url, t.model, t.headers); err != nil {
+			t.stop()
+			return err
+		}
 		fmt.Fprintf(os.Stderr, "running %s…\n", name)
 		var rw row
 		rw.t = t
 		for i := 0; i < 20; i++ { // warm up connections and the proxy
-			do(ctx, t, i%2 == 0)
+			t.client.do(ctx, i%2 == 0)
 		}
 		openLoop(ctx, t, true, &rw.s)
 		openLoop(ctx, t, false, &rw.n)
-		closedLoop(ctx, t, true, &rw.s)
-		closedLoop(ctx, t, false, &rw.n)
-		client.CloseIdleConnections()
+		closedLoop(ctx, t, upPid, true, &rw.s)
+		closedLoop(ctx, t, upPid, false, &rw.n)
+		t.client.closeIdle()
 		if t.pid != 0 {
 			for i, n := range heldCounts {
 				if i > 0 { // a fresh proxy, so that no count inherits the memory of the last
 					t.stop()
-					client.CloseIdleConnections()
 					if t, err = makeTarget(ctx, name, upstream, dir); err != nil {
 						return err
 					}
@@ -780,11 +774,9 @@ func run(ctx context.Context) error {
 				var h holdResult
 				h.opened, h.intact, h.rss0, h.rss1 = holdStreams(ctx, t, upstream, n)
 				rw.holds = append(rw.holds, h)
-				client.CloseIdleConnections()
 			}
 		}
 		t.stop()
-		client.CloseIdleConnections()
 		rows = append(rows, rw)
 		if err := ctx.Err(); err != nil {
 			return err
@@ -832,6 +824,17 @@ func run(ctx context.Context) error {
 		}
 		fmt.Println()
 	}
+	// Who else spent the CPU in the closed loop: the load generator and the
+	// upstream share the cores with the proxy, and when they cost as much
+	// as it does the req/s column measures them too.
+	us := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+	fmt.Println("closed loop: CPU per request of the load generator and the upstream (the proxy's is in the tables above)")
+	fmt.Println("| target | streaming: generator / upstream | non-streaming: generator / upstream |")
+	fmt.Println("|---|---|---|")
+	for _, r := range rows {
+		fmt.Printf("| %s | %s / %s | %s / %s |\n", r.t.name, us(r.s.genCPU), us(r.s.upCPU), us(r.n.genCPU), us(r.n.upCPU))
+	}
+	fmt.Println()
 	for i, n := range heldCounts {
 		over := "HTTP/1.1, one connection a stream"
 		if *heldH2C {
