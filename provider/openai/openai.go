@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	oai "github.com/openai/openai-go/v3"
@@ -190,6 +192,7 @@ type Model struct {
 	raw       bool
 	fields    bool // WithChunkFields
 	sdkChunks bool // decode every chunk with the SDK (tests compare both paths)
+	sdkBody   bool // encode every body with the SDK (tests compare both paths)
 	client    oai.Client
 	host      string // the server it calls, for telemetry
 	port      int
@@ -339,7 +342,7 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 	if m.responses {
 		return m.generateResponses(ctx, req)
 	}
-	params, opts, err := m.params(req)
+	params, opts, err := m.params(req, false)
 	if err != nil {
 		return nil, err
 	}
@@ -393,11 +396,10 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 	if m.responses {
 		return m.streamResponses(ctx, req)
 	}
-	params, opts, err := m.params(req)
+	params, opts, err := m.params(req, true)
 	if err != nil {
 		return nil, err
 	}
-	params.StreamOptions.IncludeUsage = param.NewOpt(true)
 	var raw *http.Response
 	st := m.client.Chat.Completions.NewStreaming(ctx, params, append(opts, option.WithResponseInto(&raw), normalizeSSE)...)
 	if err := st.Err(); err != nil {
@@ -443,13 +445,21 @@ const (
 	refusalID   = "refusal-0"
 )
 
-// params translates a driver request.
-func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []option.RequestOption, error) {
+// params translates a driver request (a streaming one asks for the usage
+// chunk).
+//
+// A request whose ProviderOptions entry carries the messages (and the
+// tools, if it has any) as raw JSON, which is what a gateway forwards, is
+// sent as one body written here: the request's own fields, then the entry's
+// as they came, in key order (see leanBody). The SDK's reflective encoding
+// of the params and its per-field merge (an SJSON pass over the whole body
+// for every forwarded field) would build the same object.
+func (m *Model) params(req *driver.Request, stream bool) (oai.ChatCompletionNewParams, []option.RequestOption, error) {
 	p := oai.ChatCompletionNewParams{Model: m.id}
 	if req == nil {
 		return p, nil, errors.New("openai: nil request")
 	}
-	opts, fields, err := m.passThrough(req)
+	fields, err := m.entry(req)
 	if err != nil {
 		return p, nil, err
 	}
@@ -457,6 +467,13 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 	// the body (a gateway forwards a client's own): not built for nothing.
 	_, rawMessages := fields["messages"]
 	_, rawTools := fields["tools"]
+	lean := !m.sdkBody && rawMessages && (rawTools || len(req.Tools) == 0) && allRaw(fields)
+	var opts []option.RequestOption
+	if lean {
+		opts = m.options(req, nil)
+	} else {
+		opts = m.options(req, fields)
+	}
 	if req.System != "" && !rawMessages {
 		p.Messages = append(p.Messages, oai.SystemMessage(req.System))
 	}
@@ -510,7 +527,160 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 		// The caller's own max_tokens replaces MaxOutputTokens: never both.
 		p.MaxCompletionTokens = param.Opt[int64]{}
 	}
+	if stream {
+		p.StreamOptions.IncludeUsage = param.NewOpt(true)
+	}
+	if lean {
+		body, err := leanBody(&p, req.StopSequences, fields)
+		if err != nil {
+			return p, nil, fmt.Errorf("openai: %w", err)
+		}
+		// The SDK sends params set to raw JSON as they are (compacted and
+		// checked); the options (WithParam's fields, "stream") still apply
+		// after it.
+		p = rawParams(body)
+	}
 	return p, opts, nil
+}
+
+// rawParams returns chat params that the SDK encodes as body.
+// param.Override would do it, but it allocates the params (1.2 KiB) to set
+// them: a pooled one is set and copied out instead.
+func rawParams(body []byte) oai.ChatCompletionNewParams {
+	pp := paramsPool.Get().(*oai.ChatCompletionNewParams)
+	param.SetJSON(body, pp)
+	p := *pp
+	*pp = oai.ChatCompletionNewParams{}
+	paramsPool.Put(pp)
+	return p
+}
+
+var paramsPool = sync.Pool{New: func() any { return new(oai.ChatCompletionNewParams) }}
+
+// allRaw reports whether every value of a ProviderOptions entry is raw
+// JSON.
+func allRaw(fields map[string]any) bool {
+	for _, v := range fields {
+		if _, ok := v.(json.RawMessage); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// leanBody writes the chat request body of p, whose messages and tools are
+// in fields: p's own fields that fields does not name (the ones params
+// sets: model, the token cap, sampling, seed, stop, stream_options), then
+// every field of fields, in key order, with its raw value. The object is
+// the one the SDK would encode p into and then merge fields into, member
+// for member; only the order of its members differs.
+func leanBody(p *oai.ChatCompletionNewParams, stop []string, fields map[string]any) ([]byte, error) {
+	n := 128
+	for k, v := range fields {
+		n += len(k) + len(v.(json.RawMessage)) + 4
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	member := func(k string) bool {
+		if _, ok := fields[k]; ok {
+			return false
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = appendKey(b, k)
+		return true
+	}
+	if member("model") {
+		b = appendString(b, p.Model)
+	}
+	for _, f := range [...]struct {
+		k string
+		v param.Opt[int64]
+	}{{"max_tokens", p.MaxTokens}, {"max_completion_tokens", p.MaxCompletionTokens}, {"seed", p.Seed}} {
+		if f.v.Valid() && member(f.k) {
+			b = strconv.AppendInt(b, f.v.Value, 10)
+		}
+	}
+	for _, f := range [...]struct {
+		k string
+		v param.Opt[float64]
+	}{{"temperature", p.Temperature}, {"top_p", p.TopP}} {
+		if f.v.Valid() && member(f.k) {
+			var err error
+			if b, err = appendFloat(b, f.v.Value); err != nil {
+				return nil, fmt.Errorf("%s: %w", f.k, err)
+			}
+		}
+	}
+	if len(stop) > 0 && member("stop") {
+		s, err := json.Marshal(stop)
+		if err != nil {
+			return nil, fmt.Errorf("stop: %w", err)
+		}
+		b = append(b, s...)
+	}
+	if p.StreamOptions.IncludeUsage.Valid() && member("stream_options") {
+		b = append(b, `{"include_usage":`...)
+		b = strconv.AppendBool(b, p.StreamOptions.IncludeUsage.Value)
+		b = append(b, '}')
+	}
+	var buf [16]string // a request's forwarded fields are seldom more
+	keys := buf[:0]
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = appendKey(b, k)
+		if v := fields[k].(json.RawMessage); len(v) > 0 {
+			b = append(b, v...)
+		} else {
+			b = append(b, "null"...) // as json.Marshal writes an empty RawMessage
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// appendKey appends k as a JSON string and a colon.
+func appendKey(b []byte, k string) []byte { return append(appendString(b, k), ':') }
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	plain := true
+	for i := 0; i < len(s) && plain; i++ {
+		c := s[i]
+		plain = c >= 0x20 && c < 0x80 && c != '"' && c != '\\'
+	}
+	if plain {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	q, _ := json.Marshal(s) // a string always encodes
+	return append(b, q...)
+}
+
+// appendFloat appends f as encoding/json writes a float64.
+func appendFloat(b []byte, f float64) ([]byte, error) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return b, fmt.Errorf("unsupported value %v", f)
+	}
+	format := byte('f')
+	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' { // 1e-07 → 1e-7
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b, nil
 }
 
 // passThrough returns the request options for req's Headers and its
@@ -518,13 +688,31 @@ func (m *Model) params(req *driver.Request) (oai.ChatCompletionNewParams, []opti
 // the model's WithParam fields (last, so they win), and that entry. The
 // options' slice has room for extraOpts more, which the caller appends.
 func (m *Model) passThrough(req *driver.Request) ([]option.RequestOption, map[string]any, error) {
-	var fields map[string]any
-	po, ok := req.ProviderOptions[m.provider]
-	if ok {
-		if fields, ok = po.(map[string]any); !ok {
-			return nil, nil, fmt.Errorf("openai: ProviderOptions[%q] is %T, want map[string]any", m.provider, po)
-		}
+	fields, err := m.entry(req)
+	if err != nil {
+		return nil, nil, err
 	}
+	return m.options(req, fields), fields, nil
+}
+
+// entry returns req's ProviderOptions entry for the model's provider.
+func (m *Model) entry(req *driver.Request) (map[string]any, error) {
+	po, ok := req.ProviderOptions[m.provider]
+	if !ok {
+		return nil, nil
+	}
+	fields, ok := po.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("openai: ProviderOptions[%q] is %T, want map[string]any", m.provider, po)
+	}
+	return fields, nil
+}
+
+// options returns the request options for req's Headers and fields (top-
+// level body fields, set in key order; nil when the body carries them
+// already), then the model's WithParam fields (last, so they win), with
+// room for extraOpts more.
+func (m *Model) options(req *driver.Request, fields map[string]any) []option.RequestOption {
 	n := len(fields) + len(m.params2) + extraOpts
 	for _, vs := range req.Headers {
 		n += len(vs)
@@ -546,7 +734,7 @@ func (m *Model) passThrough(req *driver.Request) ([]option.RequestOption, map[st
 			opts = append(opts, option.WithJSONSet(adapter.JSONKey(k), fields[k]))
 		}
 	}
-	return append(opts, m.params2...), fields, nil
+	return append(opts, m.params2...)
 }
 
 // extraOpts is how many request options the calls append to passThrough's
