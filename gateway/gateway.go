@@ -326,6 +326,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g.mux.HandleFunc("/v1/chat/completions", g.authed(chatDoor{}, g.chat))
 	g.mux.HandleFunc("/v1/messages", g.authed(messagesDoor{}, g.messages))
 	g.mux.HandleFunc("/v1/models", g.authed(chatDoor{}, g.models))
+	g.mux.HandleFunc("/v1/models/{id...}", g.authed(chatDoor{}, g.model))
 	g.mux.Handle("/metrics", g.authed(chatDoor{}, g.metrics.handler().ServeHTTP))
 	g.mux.HandleFunc("/healthz", g.healthz)
 	g.mux.HandleFunc("/readyz", g.readyz)
@@ -632,23 +633,17 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// models lists the routes, in OpenAI's model-list shape.
+// models lists the routes, in OpenAI's model-list shape (Anthropic's for
+// a request with anthropic-version).
 func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed",
-			"retryhost gateway: use GET", nil)
-		return
-	}
-	gen := g.acquire()
+	gen := g.modelsGen(w, r)
 	if gen == nil {
-		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", ErrShuttingDown.Error(), nil)
 		return
 	}
 	defer gen.release()
+	w.Header().Set("Content-Type", "application/json")
 	if r.Header.Get("Anthropic-Version") != "" { // an Anthropic client
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(appendAnthropicModels(nil, gen.names))
+		_, _ = w.Write(appendAnthropicModels(nil, gen.names, gen.created))
 		return
 	}
 	b := []byte(`{"object":"list","data":[`)
@@ -656,17 +651,67 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"id":`...)
-		b = appendJSONString(b, n)
-		b = append(b, `,"object":"model","created":`...)
-		b = strconv.AppendInt(b, gen.created, 10)
-		b = append(b, `,"owned_by":`...)
-		b = appendJSONString(b, gen.routes[n].ownedBy)
-		b = append(b, '}')
+		b = gen.appendModel(b, n)
 	}
 	b = append(b, "]}\n"...)
-	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
+}
+
+// model retrieves one route (GET /v1/models/{id}: openai-go's and
+// anthropic-sdk-go's Models.Get), in the shape of the list's entries; an
+// unknown route is a 404 in the client's format.
+func (g *Gateway) model(w http.ResponseWriter, r *http.Request) {
+	gen := g.modelsGen(w, r)
+	if gen == nil {
+		return
+	}
+	defer gen.release()
+	var d door = chatDoor{}
+	if r.Header.Get("Anthropic-Version") != "" {
+		d = messagesDoor{}
+	}
+	name := r.PathValue("id")
+	if gen.routes[name] == nil {
+		writeErr(w, d, apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", param: "model",
+			msg: "retryhost gateway: no route named " + strconv.Quote(name) + " (GET /v1/models lists them)"})
+		return
+	}
+	var b []byte
+	if _, ok := d.(messagesDoor); ok {
+		b = appendAnthropicModel(b, name, gen.created)
+	} else {
+		b = gen.appendModel(b, name)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// modelsGen admits a request to the model endpoints: GET or HEAD, while a
+// policy is loaded. It returns the generation with a reference held, or
+// nil with the refusal written.
+func (g *Gateway) modelsGen(w http.ResponseWriter, r *http.Request) *generation {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed",
+			"retryhost gateway: use GET", nil)
+		return nil
+	}
+	gen := g.acquire()
+	if gen == nil {
+		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", ErrShuttingDown.Error(), nil)
+	}
+	return gen
+}
+
+// appendModel appends route n as OpenAI's model object.
+func (gen *generation) appendModel(b []byte, n string) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, n)
+	b = append(b, `,"object":"model","created":`...)
+	b = strconv.AppendInt(b, gen.created, 10)
+	b = append(b, `,"owned_by":`...)
+	b = appendJSONString(b, gen.routes[n].ownedBy)
+	return append(b, '}')
 }
 
 // enter admits a chat request: false (with the answer written in d's

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/retryhost/retryhost/driver"
 )
@@ -270,18 +271,15 @@ func anthropicMessage(role string, content json.RawMessage) ([]driver.Message, e
 }
 
 // appendAnthropicModels appends the routes in the shape of Anthropic's
-// GET /v1/models (one page, has_more false).
-func appendAnthropicModels(b []byte, names []string) []byte {
+// GET /v1/models (one page, has_more false); created (Unix seconds) is
+// the policy's load time, as the OpenAI shape's created.
+func appendAnthropicModels(b []byte, names []string, created int64) []byte {
 	b = append(b, `{"data":[`...)
 	for i, n := range names {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"type":"model","id":`...)
-		b = appendJSONString(b, n)
-		b = append(b, `,"display_name":`...)
-		b = appendJSONString(b, n)
-		b = append(b, `,"created_at":"1970-01-01T00:00:00Z"}`...)
+		b = appendAnthropicModel(b, n, created)
 	}
 	b = append(b, `],"has_more":false,"first_id":`...)
 	if len(names) == 0 {
@@ -292,4 +290,16 @@ func appendAnthropicModels(b []byte, names []string) []byte {
 	b = append(b, `,"last_id":`...)
 	b = appendJSONString(b, names[len(names)-1])
 	return append(b, "}\n"...)
+}
+
+// appendAnthropicModel appends one route as Anthropic's model object (GET
+// /v1/models/{id}, and each entry of the list).
+func appendAnthropicModel(b []byte, name string, created int64) []byte {
+	b = append(b, `{"type":"model","id":`...)
+	b = appendJSONString(b, name)
+	b = append(b, `,"display_name":`...)
+	b = appendJSONString(b, name)
+	b = append(b, `,"created_at":"`...)
+	b = time.Unix(created, 0).UTC().AppendFormat(b, time.RFC3339)
+	return append(b, `"}`...)
 }

@@ -1,0 +1,63 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	oai "github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/require"
+)
+
+// Tests written as an outside tester would: a promise of issue 14 or of the
+// README's "Run it as a gateway", checked through the SDKs a client uses.
+
+// openai-go's client.Models.Get and anthropic-sdk-go's client.Models.Get
+// retrieve one route (GET /v1/models/{id}), in the same shape as the list
+// (created: the policy's load time, in both formats); an unknown route is
+// a 404 in the client's format.
+func TestModelRetrievedByID(t *testing.T) {
+	r := newRig(t, `"groups": [{"name": "grp", "models": ["primary", "backup"]}], "rules": []`)
+	ctx := context.Background()
+	list, err := r.client.Models.List(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, list.Data)
+	for _, want := range list.Data {
+		got, err := r.client.Models.Get(ctx, want.ID)
+		require.NoError(t, err, want.ID)
+		require.Equal(t, want.ID, got.ID)
+		require.Equal(t, want.OwnedBy, got.OwnedBy)
+		require.Equal(t, want.Created, got.Created)
+		require.EqualValues(t, "model", got.Object)
+	}
+	_, err = r.client.Models.Get(ctx, "nope")
+	var oe *oai.Error
+	require.True(t, errors.As(err, &oe), "%v", err)
+	require.Equal(t, http.StatusNotFound, oe.StatusCode)
+	require.Equal(t, "model_not_found", oe.Code)
+
+	created := time.Unix(list.Data[0].Created, 0).UTC()
+	page, err := r.anth.Models.List(ctx, anthropic.ModelListParams{})
+	require.NoError(t, err)
+	require.Len(t, page.Data, len(list.Data))
+	for _, want := range page.Data {
+		require.True(t, want.CreatedAt.Equal(created), "%s created_at %v, want the policy's load time %v", want.ID, want.CreatedAt, created)
+		got, err := r.anth.Models.Get(ctx, want.ID, anthropic.ModelGetParams{})
+		require.NoError(t, err, want.ID)
+		require.Equal(t, want.ID, got.ID)
+		require.Equal(t, want.DisplayName, got.DisplayName)
+		require.True(t, got.CreatedAt.Equal(created))
+		require.EqualValues(t, "model", got.Type)
+	}
+	_, err = r.anth.Models.Get(ctx, "nope", anthropic.ModelGetParams{})
+	var ae *anthropic.Error
+	require.True(t, errors.As(err, &ae), "%v", err)
+	require.Equal(t, http.StatusNotFound, ae.StatusCode)
+	require.Contains(t, ae.RawJSON(), `"not_found_error"`)
+
+	resp, body := r.rawPost("/v1/models/primary", `{}`)
+	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, body)
+}
