@@ -256,6 +256,8 @@ type Gateway struct {
 	reloadMu sync.Mutex // serialises Reload
 	cur      atomic.Pointer[generation]
 
+	keys atomic.Pointer[[][sha256.Size]byte] // the client keys' SHA-256 (WithAPIKeys, SetAPIKeys); nil: open
+
 	sem chan struct{} // chat requests in flight
 
 	mu       sync.Mutex // guards draining against inflight.Add
@@ -312,6 +314,9 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		}}
 		g.client.Transport = &sseFilter{next: g.client.Transport, skipped: &g.stats.malformed}
 	}
+	if len(g.cfg.keys) > 0 {
+		g.keys.Store(&g.cfg.keys)
+	}
 	g.sem = make(chan struct{}, g.cfg.maxConcurrent)
 	g.stopCtx, g.stop = context.WithCancelCause(context.Background())
 	gen, err := g.load(ctx)
@@ -362,6 +367,24 @@ func (g *Gateway) Reload(ctx context.Context) error {
 	g.stats.reloads.Add(1)
 	g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "policy reloaded", slog.String("source", g.src.name),
 		slog.Int("routes", len(gen.names)))
+	return nil
+}
+
+// SetAPIKeys replaces the client keys (WithAPIKeys) for every request
+// from now on, at once: a key left out is refused from the next request,
+// a new one accepted. It needs at least one key and no empty one (a
+// gateway started without keys starts requiring them); on an error the
+// keys in use stay. retryhost serve calls it when its --api-keys-file
+// changes or on SIGHUP.
+func (g *Gateway) SetAPIKeys(keys ...string) error {
+	if len(keys) == 0 {
+		return errors.New("gateway: SetAPIKeys needs at least one key")
+	}
+	var c config
+	if err := WithAPIKeys(keys...)(&c); err != nil {
+		return err
+	}
+	g.keys.Store(&c.keys)
 	return nil
 }
 
@@ -574,20 +597,23 @@ func (gen *generation) name(m driver.Model) string {
 	return m.Key()
 }
 
-// authed wraps h with the API key check; a refusal is in d's format.
+// authed wraps h with the API key check, against the keys in use when the
+// request arrives (none: open); a refusal is in d's format.
 func (g *Gateway) authed(d door, h http.HandlerFunc) http.HandlerFunc {
-	if len(g.cfg.keys) == 0 {
-		return h
-	}
 	return func(w http.ResponseWriter, r *http.Request) {
+		keys := g.keys.Load()
+		if keys == nil {
+			h(w, r)
+			return
+		}
 		key, ok := bearer(r.Header.Get("Authorization"))
 		if !ok {
 			key = r.Header.Get("X-Api-Key")
 		}
 		sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
 		match := 0
-		for i := range g.cfg.keys {
-			match |= subtle.ConstantTimeCompare(sum[:], g.cfg.keys[i][:])
+		for i := range *keys {
+			match |= subtle.ConstantTimeCompare(sum[:], (*keys)[i][:])
 		}
 		if key == "" || match != 1 {
 			g.stats.unauthorized.Add(1)

@@ -61,3 +61,33 @@ func TestModelRetrievedByID(t *testing.T) {
 	resp, body := r.rawPost("/v1/models/primary", `{}`)
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, body)
 }
+
+// SetAPIKeys replaces the keys for the next request; a gateway started
+// open starts requiring them; no key, or an empty one, is an error that
+// keeps the keys in use.
+func TestSetAPIKeys(t *testing.T) {
+	r := newRig(t, `"rules": []`) // open
+	ctx := context.Background()
+	_, err := r.client.Models.List(ctx)
+	require.NoError(t, err)
+	require.NoError(t, r.gw.SetAPIKeys("client-key"))
+	_, err = r.client.Models.List(ctx)
+	require.NoError(t, err)
+	other := r.newClient("other")
+	_, err = other.Models.List(ctx)
+	var oe *oai.Error
+	require.True(t, errors.As(err, &oe), "%v", err)
+	require.Equal(t, http.StatusUnauthorized, oe.StatusCode)
+
+	require.NoError(t, r.gw.SetAPIKeys("other"))
+	_, err = other.Models.List(ctx)
+	require.NoError(t, err)
+	_, err = r.client.Chat.Completions.New(ctx, params("primary"))
+	require.True(t, errors.As(err, &oe), "%v", err)
+	require.Equal(t, http.StatusUnauthorized, oe.StatusCode)
+
+	require.Error(t, r.gw.SetAPIKeys())
+	require.Error(t, r.gw.SetAPIKeys("a", " "))
+	_, err = other.Models.List(ctx)
+	require.NoError(t, err, "a rejected SetAPIKeys keeps the keys in use")
+}
