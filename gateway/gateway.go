@@ -330,8 +330,8 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g.mux = http.NewServeMux()
 	g.mux.HandleFunc("/v1/chat/completions", g.authed(chatDoor{}, g.chat))
 	g.mux.HandleFunc("/v1/messages", g.authed(messagesDoor{}, g.messages))
-	g.mux.HandleFunc("/v1/models", g.authed(chatDoor{}, g.models))
-	g.mux.HandleFunc("/v1/models/{id...}", g.authed(chatDoor{}, g.model))
+	g.mux.HandleFunc("/v1/models", g.modelsAuthed(g.models))
+	g.mux.HandleFunc("/v1/models/{id...}", g.modelsAuthed(g.model))
 	g.mux.Handle("/metrics", g.authed(chatDoor{}, g.metrics.handler().ServeHTTP))
 	g.mux.HandleFunc("/healthz", g.healthz)
 	g.mux.HandleFunc("/readyz", g.readyz)
@@ -659,6 +659,28 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// modelsAuthed wraps a model endpoint with the API key check, refusing
+// in the format of the client: Anthropic's for a request with
+// anthropic-version (what anthropic-sdk-go sends), else OpenAI's.
+func (g *Gateway) modelsAuthed(h http.HandlerFunc) http.HandlerFunc {
+	chat, msgs := g.authed(chatDoor{}, h), g.authed(messagesDoor{}, h)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if modelsDoor(r) == (messagesDoor{}) {
+			msgs(w, r)
+			return
+		}
+		chat(w, r)
+	}
+}
+
+// modelsDoor is the format a model endpoint answers r in.
+func modelsDoor(r *http.Request) door {
+	if r.Header.Get("Anthropic-Version") != "" {
+		return messagesDoor{}
+	}
+	return chatDoor{}
+}
+
 // models lists the routes, in OpenAI's model-list shape (Anthropic's for
 // a request with anthropic-version).
 func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
@@ -668,7 +690,7 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	}
 	defer gen.release()
 	w.Header().Set("Content-Type", "application/json")
-	if r.Header.Get("Anthropic-Version") != "" { // an Anthropic client
+	if modelsDoor(r) == (messagesDoor{}) {
 		_, _ = w.Write(appendAnthropicModels(nil, gen.names, gen.created))
 		return
 	}
@@ -692,10 +714,7 @@ func (g *Gateway) model(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer gen.release()
-	var d door = chatDoor{}
-	if r.Header.Get("Anthropic-Version") != "" {
-		d = messagesDoor{}
-	}
+	d := modelsDoor(r)
 	name := r.PathValue("id")
 	if gen.routes[name] == nil {
 		writeErr(w, d, apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", param: "model",
@@ -718,13 +737,13 @@ func (g *Gateway) model(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) modelsGen(w http.ResponseWriter, r *http.Request) *generation {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed",
-			"retryhost gateway: use GET", nil)
+		writeErr(w, modelsDoor(r), apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error", code: "method_not_allowed",
+			msg: "retryhost gateway: use GET"})
 		return nil
 	}
 	gen := g.acquire()
 	if gen == nil {
-		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", ErrShuttingDown.Error(), nil)
+		writeErr(w, modelsDoor(r), errShutdown)
 	}
 	return gen
 }

@@ -91,3 +91,27 @@ func TestSetAPIKeys(t *testing.T) {
 	_, err = other.Models.List(ctx)
 	require.NoError(t, err, "a rejected SetAPIKeys keeps the keys in use")
 }
+
+// An Anthropic client (anthropic-version set) that lists or retrieves the
+// routes with a wrong key, or the wrong method, gets its refusal in
+// Anthropic's error shape, as on /v1/messages.
+func TestModelsErrorsInTheClientsFormat(t *testing.T) {
+	r := newRig(t, `"rules": []`, WithAPIKeys("client-key"))
+	wrong := r.newAnthropicClient("wrong")
+	_, err := wrong.Models.List(context.Background(), anthropic.ModelListParams{})
+	var ae *anthropic.Error
+	require.True(t, errors.As(err, &ae), "%v", err)
+	require.Equal(t, http.StatusUnauthorized, ae.StatusCode)
+	require.Contains(t, ae.RawJSON(), `"authentication_error"`)
+	_, err = wrong.Models.Get(context.Background(), "primary", anthropic.ModelGetParams{})
+	require.True(t, errors.As(err, &ae), "%v", err)
+	require.Contains(t, ae.RawJSON(), `"authentication_error"`)
+
+	resp, body := r.rawPost("/v1/models", `{}`, "X-Api-Key", "client-key", "Anthropic-Version", "2023-06-01")
+	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, body)
+	require.JSONEq(t, `{"type":"error","error":{"type":"invalid_request_error","message":"retryhost gateway: use GET"}}`, body)
+	// An OpenAI client keeps OpenAI's shape.
+	resp, body = r.rawPost("/v1/models", `{}`, "X-Api-Key", "client-key")
+	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, body)
+	require.Contains(t, body, `"method_not_allowed"`)
+}
