@@ -14,6 +14,7 @@
 //	POST /v1/chat/completions   streaming (SSE) and not; "model" names a route (a model of the policy)
 //	POST /v1/messages           Anthropic's Messages API, the same rules in Anthropic's format
 //	GET  /v1/models             the routes (owned_by: the provider; created: when the policy was loaded)
+//	GET  /v1/models/{id}        one route, in the list's shape (404 for an unknown one)
 //	GET  /metrics               Prometheus (WithMetrics adds the caller's collectors)
 //	GET  /healthz               200 while the process serves
 //	GET  /readyz                200 when a policy is loaded and the gateway is not draining

@@ -256,6 +256,8 @@ type Gateway struct {
 	reloadMu sync.Mutex // serialises Reload
 	cur      atomic.Pointer[generation]
 
+	keys atomic.Pointer[[][sha256.Size]byte] // the client keys' SHA-256 (WithAPIKeys, SetAPIKeys); nil: open
+
 	sem chan struct{} // chat requests in flight
 
 	mu       sync.Mutex // guards draining against inflight.Add
@@ -312,6 +314,9 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		}}
 		g.client.Transport = &sseFilter{next: g.client.Transport, skipped: &g.stats.malformed}
 	}
+	if len(g.cfg.keys) > 0 {
+		g.keys.Store(&g.cfg.keys)
+	}
 	g.sem = make(chan struct{}, g.cfg.maxConcurrent)
 	g.stopCtx, g.stop = context.WithCancelCause(context.Background())
 	gen, err := g.load(ctx)
@@ -325,7 +330,8 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g.mux = http.NewServeMux()
 	g.mux.HandleFunc("/v1/chat/completions", g.authed(chatDoor{}, g.chat))
 	g.mux.HandleFunc("/v1/messages", g.authed(messagesDoor{}, g.messages))
-	g.mux.HandleFunc("/v1/models", g.authed(chatDoor{}, g.models))
+	g.mux.HandleFunc("/v1/models", g.modelsAuthed(g.models))
+	g.mux.HandleFunc("/v1/models/{id...}", g.modelsAuthed(g.model))
 	g.mux.Handle("/metrics", g.authed(chatDoor{}, g.metrics.handler().ServeHTTP))
 	g.mux.HandleFunc("/healthz", g.healthz)
 	g.mux.HandleFunc("/readyz", g.readyz)
@@ -361,6 +367,24 @@ func (g *Gateway) Reload(ctx context.Context) error {
 	g.stats.reloads.Add(1)
 	g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "policy reloaded", slog.String("source", g.src.name),
 		slog.Int("routes", len(gen.names)))
+	return nil
+}
+
+// SetAPIKeys replaces the client keys (WithAPIKeys) for every request
+// from now on, at once: a key left out is refused from the next request,
+// a new one accepted. It needs at least one key and no empty one (a
+// gateway started without keys starts requiring them); on an error the
+// keys in use stay. retryhost serve calls it when its --api-keys-file
+// changes or on SIGHUP.
+func (g *Gateway) SetAPIKeys(keys ...string) error {
+	if len(keys) == 0 {
+		return errors.New("gateway: SetAPIKeys needs at least one key")
+	}
+	var c config
+	if err := WithAPIKeys(keys...)(&c); err != nil {
+		return err
+	}
+	g.keys.Store(&c.keys)
 	return nil
 }
 
@@ -573,20 +597,23 @@ func (gen *generation) name(m driver.Model) string {
 	return m.Key()
 }
 
-// authed wraps h with the API key check; a refusal is in d's format.
+// authed wraps h with the API key check, against the keys in use when the
+// request arrives (none: open); a refusal is in d's format.
 func (g *Gateway) authed(d door, h http.HandlerFunc) http.HandlerFunc {
-	if len(g.cfg.keys) == 0 {
-		return h
-	}
 	return func(w http.ResponseWriter, r *http.Request) {
+		keys := g.keys.Load()
+		if keys == nil {
+			h(w, r)
+			return
+		}
 		key, ok := bearer(r.Header.Get("Authorization"))
 		if !ok {
 			key = r.Header.Get("X-Api-Key")
 		}
 		sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
 		match := 0
-		for i := range g.cfg.keys {
-			match |= subtle.ConstantTimeCompare(sum[:], g.cfg.keys[i][:])
+		for i := range *keys {
+			match |= subtle.ConstantTimeCompare(sum[:], (*keys)[i][:])
 		}
 		if key == "" || match != 1 {
 			g.stats.unauthorized.Add(1)
@@ -632,23 +659,39 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// models lists the routes, in OpenAI's model-list shape.
-func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed",
-			"retryhost gateway: use GET", nil)
-		return
+// modelsAuthed wraps a model endpoint with the API key check, refusing
+// in the format of the client: Anthropic's for a request with
+// anthropic-version (what anthropic-sdk-go sends), else OpenAI's.
+func (g *Gateway) modelsAuthed(h http.HandlerFunc) http.HandlerFunc {
+	chat, msgs := g.authed(chatDoor{}, h), g.authed(messagesDoor{}, h)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if modelsDoor(r) == (messagesDoor{}) {
+			msgs(w, r)
+			return
+		}
+		chat(w, r)
 	}
-	gen := g.acquire()
+}
+
+// modelsDoor is the format a model endpoint answers r in.
+func modelsDoor(r *http.Request) door {
+	if r.Header.Get("Anthropic-Version") != "" {
+		return messagesDoor{}
+	}
+	return chatDoor{}
+}
+
+// models lists the routes, in OpenAI's model-list shape (Anthropic's for
+// a request with anthropic-version).
+func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
+	gen := g.modelsGen(w, r)
 	if gen == nil {
-		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", ErrShuttingDown.Error(), nil)
 		return
 	}
 	defer gen.release()
-	if r.Header.Get("Anthropic-Version") != "" { // an Anthropic client
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(appendAnthropicModels(nil, gen.names))
+	w.Header().Set("Content-Type", "application/json")
+	if modelsDoor(r) == (messagesDoor{}) {
+		_, _ = w.Write(appendAnthropicModels(nil, gen.names, gen.created))
 		return
 	}
 	b := []byte(`{"object":"list","data":[`)
@@ -656,17 +699,64 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"id":`...)
-		b = appendJSONString(b, n)
-		b = append(b, `,"object":"model","created":`...)
-		b = strconv.AppendInt(b, gen.created, 10)
-		b = append(b, `,"owned_by":`...)
-		b = appendJSONString(b, gen.routes[n].ownedBy)
-		b = append(b, '}')
+		b = gen.appendModel(b, n)
 	}
 	b = append(b, "]}\n"...)
-	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
+}
+
+// model retrieves one route (GET /v1/models/{id}: openai-go's and
+// anthropic-sdk-go's Models.Get), in the shape of the list's entries; an
+// unknown route is a 404 in the client's format.
+func (g *Gateway) model(w http.ResponseWriter, r *http.Request) {
+	gen := g.modelsGen(w, r)
+	if gen == nil {
+		return
+	}
+	defer gen.release()
+	d := modelsDoor(r)
+	name := r.PathValue("id")
+	if gen.routes[name] == nil {
+		writeErr(w, d, apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", param: "model",
+			msg: "retryhost gateway: no route named " + strconv.Quote(name) + " (GET /v1/models lists them)"})
+		return
+	}
+	var b []byte
+	if _, ok := d.(messagesDoor); ok {
+		b = appendAnthropicModel(b, name, gen.created)
+	} else {
+		b = gen.appendModel(b, name)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// modelsGen admits a request to the model endpoints: GET or HEAD, while a
+// policy is loaded. It returns the generation with a reference held, or
+// nil with the refusal written.
+func (g *Gateway) modelsGen(w http.ResponseWriter, r *http.Request) *generation {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeErr(w, modelsDoor(r), apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error", code: "method_not_allowed",
+			msg: "retryhost gateway: use GET"})
+		return nil
+	}
+	gen := g.acquire()
+	if gen == nil {
+		writeErr(w, modelsDoor(r), errShutdown)
+	}
+	return gen
+}
+
+// appendModel appends route n as OpenAI's model object.
+func (gen *generation) appendModel(b []byte, n string) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, n)
+	b = append(b, `,"object":"model","created":`...)
+	b = strconv.AppendInt(b, gen.created, 10)
+	b = append(b, `,"owned_by":`...)
+	b = appendJSONString(b, gen.routes[n].ownedBy)
+	return append(b, '}')
 }
 
 // enter admits a chat request: false (with the answer written in d's

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/retryhost/retryhost/driver"
 )
@@ -151,6 +152,11 @@ func parseMessages(body []byte, anthropic, openai []string) (*chatRequest, error
 	if err := field(fields, "stop_sequences", &r.StopSequences); err != nil {
 		return nil, badRequest("stop_sequences", "stop_sequences: want a list of strings")
 	}
+	if len(anthropic) > 0 {
+		if m, ok := unsignedThinkingDropped(fields["messages"]); ok {
+			fields["messages"] = m // what Anthropic upstreams get; the driver's messages are read already
+		}
+	}
 	forward(r, fields, anthropic)
 	if len(openai) > 0 {
 		if err := toOpenAIFields(r, fields, openai); err != nil {
@@ -270,18 +276,15 @@ func anthropicMessage(role string, content json.RawMessage) ([]driver.Message, e
 }
 
 // appendAnthropicModels appends the routes in the shape of Anthropic's
-// GET /v1/models (one page, has_more false).
-func appendAnthropicModels(b []byte, names []string) []byte {
+// GET /v1/models (one page, has_more false); created (Unix seconds) is
+// the policy's load time, as the OpenAI shape's created.
+func appendAnthropicModels(b []byte, names []string, created int64) []byte {
 	b = append(b, `{"data":[`...)
 	for i, n := range names {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"type":"model","id":`...)
-		b = appendJSONString(b, n)
-		b = append(b, `,"display_name":`...)
-		b = appendJSONString(b, n)
-		b = append(b, `,"created_at":"1970-01-01T00:00:00Z"}`...)
+		b = appendAnthropicModel(b, n, created)
 	}
 	b = append(b, `],"has_more":false,"first_id":`...)
 	if len(names) == 0 {
@@ -292,4 +295,77 @@ func appendAnthropicModels(b []byte, names []string) []byte {
 	b = append(b, `,"last_id":`...)
 	b = appendJSONString(b, names[len(names)-1])
 	return append(b, "}\n"...)
+}
+
+// appendAnthropicModel appends one route as Anthropic's model object (GET
+// /v1/models/{id}, and each entry of the list).
+func appendAnthropicModel(b []byte, name string, created int64) []byte {
+	b = append(b, `{"type":"model","id":`...)
+	b = appendJSONString(b, name)
+	b = append(b, `,"display_name":`...)
+	b = appendJSONString(b, name)
+	b = append(b, `,"created_at":"`...)
+	b = time.Unix(created, 0).UTC().AppendFormat(b, time.RFC3339)
+	return append(b, `"}`...)
+}
+
+// unsignedThinkingDropped returns messages without the thinking blocks
+// that carry no signature, and without an assistant message left empty by
+// that; ok is false when there is none (messages go as they came).
+// Such a block is what an OpenAI-compatible model's reasoning becomes on
+// /v1/messages (it has no signature to give); an Anthropic upstream
+// refuses a whole request whose history holds one, with a 400 that is
+// never failed over, so a conversation that once fell over to such a
+// model could not go back to Anthropic. Signed and redacted thinking
+// are kept: Anthropic checks them itself.
+func unsignedThinkingDropped(messages json.RawMessage) (json.RawMessage, bool) {
+	if !bytes.Contains(messages, []byte(`"thinking"`)) {
+		return nil, false
+	}
+	var msgs []map[string]json.RawMessage
+	if json.Unmarshal(messages, &msgs) != nil {
+		return nil, false
+	}
+	dropped := false
+	out := msgs[:0]
+	for _, m := range msgs {
+		var bs []json.RawMessage
+		if json.Unmarshal(m["content"], &bs) != nil {
+			out = append(out, m)
+			continue
+		}
+		kept := bs[:0]
+		for _, b := range bs {
+			var blk struct {
+				Type      string  `json:"type"`
+				Signature *string `json:"signature"`
+			}
+			if json.Unmarshal(b, &blk) == nil && blk.Type == "thinking" && (blk.Signature == nil || *blk.Signature == "") {
+				continue
+			}
+			kept = append(kept, b)
+		}
+		if len(kept) == len(bs) {
+			out = append(out, m)
+			continue
+		}
+		dropped = true
+		if len(kept) == 0 && string(m["role"]) == `"assistant"` {
+			continue
+		}
+		c, err := json.Marshal(kept)
+		if err != nil {
+			return nil, false
+		}
+		m["content"] = c
+		out = append(out, m)
+	}
+	if !dropped {
+		return nil, false
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, false
+	}
+	return b, true
 }

@@ -314,3 +314,38 @@ func TestChatErrorsFromAnthropicUpstream(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	require.Equal(t, "9", resp.Header.Get("Retry-After"))
 }
+
+// A thinking block with no signature (what an OpenAI-compatible model's
+// reasoning_content becomes on /v1/messages) is dropped from the history
+// an Anthropic upstream gets, which would refuse the whole request (a 400,
+// never failed over) if the client sent it back; signed thinking and
+// redacted thinking go as they came.
+func TestUnsignedThinkingNotSentToAnthropic(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, []string{"primary"}) // backup: OpenAI
+	body := func(route string) string {
+		return `{"model":"` + route + `","max_tokens":99,"messages":[
+			{"role":"user","content":"Capital of France?"},
+			{"role":"assistant","content":[{"type":"thinking","thinking":"From a chat model.","signature":""},{"type":"text","text":"Paris."}]},
+			{"role":"user","content":"And of Italy?"},
+			{"role":"assistant","content":[{"type":"thinking","thinking":"No signature field."},{"type":"thinking","thinking":"Signed.","signature":"sig-1"},
+				{"type":"redacted_thinking","data":"opaque"},{"type":"text","text":"Rome."}]},
+			{"role":"assistant","content":[{"type":"thinking","thinking":"Alone and unsigned.","signature":""}]},
+			{"role":"user","content":"And of Spain?"}]}`
+	}
+	resp, out := r.rawMessages(body("primary"))
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	require.JSONEq(t, `[
+		{"role":"user","content":"Capital of France?"},
+		{"role":"assistant","content":[{"type":"text","text":"Paris."}]},
+		{"role":"user","content":"And of Italy?"},
+		{"role":"assistant","content":[{"type":"thinking","thinking":"Signed.","signature":"sig-1"},{"type":"redacted_thinking","data":"opaque"},{"type":"text","text":"Rome."}]},
+		{"role":"user","content":"And of Spain?"}]`, string(r.up["primary"].requests()[0].body["messages"]))
+
+	// A history with nothing to drop goes byte for byte.
+	signed := `{"model":"primary","max_tokens":99,"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":[{"type":"thinking","thinking":"Signed.","signature":"sig-1"},{"type":"text","text":"Hello."}]},{"role":"user","content":"Bye"}]}`
+	resp, out = r.rawMessages(signed)
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	var sent map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(signed), &sent))
+	require.Equal(t, string(sent["messages"]), string(r.up["primary"].requests()[1].body["messages"]))
+}

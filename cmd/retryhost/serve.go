@@ -33,20 +33,20 @@ func init() {
 		help: "Serves OpenAI's chat completions (/v1/chat/completions) and Anthropic's Messages API (/v1/messages), whose routes are the policy's models, " +
 			"with the policy's retry and fail-over (see the README's \"Run it as a gateway\"). Without " +
 			"--policy it serves a demo policy over three loopback providers.\n\n" +
-			"SIGTERM or SIGINT drains in-flight requests (--drain) and exits 0; SIGHUP reloads the policy. " +
+			"SIGTERM or SIGINT drains in-flight requests (--drain) and exits 0; SIGHUP reloads the policy and the --api-keys-file. " +
 			"Logs are JSON at info level unless --log-format or --log-level say otherwise.",
 		setup: func(fs *flag.FlagSet) runFunc {
 			o := &serveOpts{}
 			fs.StringVar(&o.file, "policy", "", "the policy `FILE` (JSON); none: the built-in demo policy over loopback providers")
 			fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on (`HOST:PORT`)")
-			fs.StringVar(&o.keysFile, "api-keys-file", "", "a `FILE` of client API keys, one per line (# comments); RETRYHOST_API_KEYS adds comma-separated keys")
+			fs.StringVar(&o.keysFile, "api-keys-file", "", "a `FILE` of client API keys, one per line (# comments), read again on SIGHUP and when it changes; RETRYHOST_API_KEYS adds comma-separated keys")
 			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
 			fs.Int64Var(&o.maxAnswer, "max-answer", 32<<20, "the largest answer a non-streaming request holds until it is complete, per attempt, in `BYTES` (payload + 256 per part); past it the attempt fails")
 			fs.BoolVar(&o.h2c, "h2c", false, "also accept HTTP/2 without TLS (prior knowledge, as a mesh sidecar or a load balancer speaks it), on the same port as HTTP/1.1")
 			fs.IntVar(&o.upstreamConns, "upstream-conns", 256, "connections to each upstream host, idle and active; more requests wait for one")
-			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file, or a plugin file it names by path, changes (SIGHUP reloads it too)")
+			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file, or a plugin file it names by path, changes, and the API keys when --api-keys-file does (SIGHUP reloads both too)")
 			fs.DurationVar(&o.pluginPoll, "plugin-poll", 30*time.Second, "how often to ask the registry for a new version of an \"oci\" plugin that follows a tag (\"follow_tag\"); a new one reloads the policy")
 			o.registry.declarePolicy(fs)
 			fs.BoolVar(&o.printDemo, "print-demo-policy", false, "print the demo policy (a starting point for your own) and exit")
@@ -172,15 +172,39 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
 	var changed <-chan struct{}
-	if o.file != "" && o.watch {
+	if (o.file != "" || o.keysFile != "") && o.watch {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
-		changed = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval)
+		changed = watchFiles(wctx, func() []string {
+			var files []string
+			if o.file != "" {
+				files = policyFiles(o.file)
+			}
+			if o.keysFile != "" {
+				files = append(files, o.keysFile)
+			}
+			return files
+		}, serveWatchInterval)
 	}
 	reload := func(why string) {
 		if err := gw.Reload(ctx); err == nil {
 			logger.Info("policy reloaded", slog.String("why", why))
 		}
+		if o.keysFile == "" {
+			return
+		}
+		// The keys file is read again too: a key added is served and a
+		// key removed refused from now on, without a restart. A file
+		// that has no key left, or cannot be read, keeps the keys in use.
+		keys, err := apiKeys(o.keysFile, os.Getenv("RETRYHOST_API_KEYS"))
+		if err == nil {
+			err = gw.SetAPIKeys(keys...)
+		}
+		if err != nil {
+			logger.Error("API keys reload rejected; the keys in use stay", slog.String("why", why), slog.String("error", err.Error()))
+			return
+		}
+		logger.Info("API keys reloaded", slog.String("why", why), slog.Int("keys", len(keys)))
 	}
 	for {
 		select {

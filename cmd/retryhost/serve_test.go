@@ -326,3 +326,37 @@ func TestServe_PrintDemoPolicy(t *testing.T) {
 		require.Contains(t, stdout.String(), route)
 	}
 }
+
+// The --api-keys-file is read again when it changes (and on SIGHUP, the
+// same reload): a rotated key is served and the old one refused without a
+// restart; a file left with no key is rejected (logged) and the keys in
+// use stay.
+func TestServe_APIKeysFileReloads(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	require.NoError(t, os.WriteFile(keys, []byte("k-old\n"), 0o600))
+	t.Setenv("RETRYHOST_API_KEYS", "")
+	base, stderr, stop := startServe(t, "--api-keys-file", keys)
+	code := func(key string) int {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, code("k-old"))
+	require.Equal(t, http.StatusUnauthorized, code("k-new"))
+
+	time.Sleep(20 * time.Millisecond) // a distinct modification time
+	require.NoError(t, os.WriteFile(keys, []byte("# rotated\nk-new\n"), 0o600))
+	require.Eventually(t, func() bool { return code("k-new") == http.StatusOK }, 10*time.Second, 20*time.Millisecond, "%s", stderr)
+	require.Equal(t, http.StatusUnauthorized, code("k-old"))
+
+	require.NoError(t, os.WriteFile(keys, []byte("# none left\n"), 0o600))
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "API keys reload rejected") },
+		10*time.Second, 20*time.Millisecond)
+	require.Equal(t, http.StatusOK, code("k-new"))
+	require.Equal(t, http.StatusUnauthorized, code(""))
+	require.Equal(t, exitOK, stop())
+}

@@ -1,0 +1,117 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	oai "github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/require"
+)
+
+// Tests written as an outside tester would: a promise of issue 14 or of the
+// README's "Run it as a gateway", checked through the SDKs a client uses.
+
+// openai-go's client.Models.Get and anthropic-sdk-go's client.Models.Get
+// retrieve one route (GET /v1/models/{id}), in the same shape as the list
+// (created: the policy's load time, in both formats); an unknown route is
+// a 404 in the client's format.
+func TestModelRetrievedByID(t *testing.T) {
+	r := newRig(t, `"groups": [{"name": "grp", "models": ["primary", "backup"]}], "rules": []`)
+	ctx := context.Background()
+	list, err := r.client.Models.List(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, list.Data)
+	for _, want := range list.Data {
+		got, err := r.client.Models.Get(ctx, want.ID)
+		require.NoError(t, err, want.ID)
+		require.Equal(t, want.ID, got.ID)
+		require.Equal(t, want.OwnedBy, got.OwnedBy)
+		require.Equal(t, want.Created, got.Created)
+		require.EqualValues(t, "model", got.Object)
+	}
+	_, err = r.client.Models.Get(ctx, "nope")
+	var oe *oai.Error
+	require.True(t, errors.As(err, &oe), "%v", err)
+	require.Equal(t, http.StatusNotFound, oe.StatusCode)
+	require.Equal(t, "model_not_found", oe.Code)
+
+	created := time.Unix(list.Data[0].Created, 0).UTC()
+	page, err := r.anth.Models.List(ctx, anthropic.ModelListParams{})
+	require.NoError(t, err)
+	require.Len(t, page.Data, len(list.Data))
+	for _, want := range page.Data {
+		require.True(t, want.CreatedAt.Equal(created), "%s created_at %v, want the policy's load time %v", want.ID, want.CreatedAt, created)
+		got, err := r.anth.Models.Get(ctx, want.ID, anthropic.ModelGetParams{})
+		require.NoError(t, err, want.ID)
+		require.Equal(t, want.ID, got.ID)
+		require.Equal(t, want.DisplayName, got.DisplayName)
+		require.True(t, got.CreatedAt.Equal(created))
+		require.EqualValues(t, "model", got.Type)
+	}
+	_, err = r.anth.Models.Get(ctx, "nope", anthropic.ModelGetParams{})
+	var ae *anthropic.Error
+	require.True(t, errors.As(err, &ae), "%v", err)
+	require.Equal(t, http.StatusNotFound, ae.StatusCode)
+	require.Contains(t, ae.RawJSON(), `"not_found_error"`)
+
+	resp, body := r.rawPost("/v1/models/primary", `{}`)
+	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, body)
+}
+
+// SetAPIKeys replaces the keys for the next request; a gateway started
+// open starts requiring them; no key, or an empty one, is an error that
+// keeps the keys in use.
+func TestSetAPIKeys(t *testing.T) {
+	r := newRig(t, `"rules": []`) // open
+	ctx := context.Background()
+	_, err := r.client.Models.List(ctx)
+	require.NoError(t, err)
+	require.NoError(t, r.gw.SetAPIKeys("client-key"))
+	_, err = r.client.Models.List(ctx)
+	require.NoError(t, err)
+	other := r.newClient("other")
+	_, err = other.Models.List(ctx)
+	var oe *oai.Error
+	require.True(t, errors.As(err, &oe), "%v", err)
+	require.Equal(t, http.StatusUnauthorized, oe.StatusCode)
+
+	require.NoError(t, r.gw.SetAPIKeys("other"))
+	_, err = other.Models.List(ctx)
+	require.NoError(t, err)
+	_, err = r.client.Chat.Completions.New(ctx, params("primary"))
+	require.True(t, errors.As(err, &oe), "%v", err)
+	require.Equal(t, http.StatusUnauthorized, oe.StatusCode)
+
+	require.Error(t, r.gw.SetAPIKeys())
+	require.Error(t, r.gw.SetAPIKeys("a", " "))
+	_, err = other.Models.List(ctx)
+	require.NoError(t, err, "a rejected SetAPIKeys keeps the keys in use")
+}
+
+// An Anthropic client (anthropic-version set) that lists or retrieves the
+// routes with a wrong key, or the wrong method, gets its refusal in
+// Anthropic's error shape, as on /v1/messages.
+func TestModelsErrorsInTheClientsFormat(t *testing.T) {
+	r := newRig(t, `"rules": []`, WithAPIKeys("client-key"))
+	wrong := r.newAnthropicClient("wrong")
+	_, err := wrong.Models.List(context.Background(), anthropic.ModelListParams{})
+	var ae *anthropic.Error
+	require.True(t, errors.As(err, &ae), "%v", err)
+	require.Equal(t, http.StatusUnauthorized, ae.StatusCode)
+	require.Contains(t, ae.RawJSON(), `"authentication_error"`)
+	_, err = wrong.Models.Get(context.Background(), "primary", anthropic.ModelGetParams{})
+	require.True(t, errors.As(err, &ae), "%v", err)
+	require.Contains(t, ae.RawJSON(), `"authentication_error"`)
+
+	resp, body := r.rawPost("/v1/models", `{}`, "X-Api-Key", "client-key", "Anthropic-Version", "2023-06-01")
+	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, body)
+	require.JSONEq(t, `{"type":"error","error":{"type":"invalid_request_error","message":"retryhost gateway: use GET"}}`, body)
+	// An OpenAI client keeps OpenAI's shape.
+	resp, body = r.rawPost("/v1/models", `{}`, "X-Api-Key", "client-key")
+	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, body)
+	require.Contains(t, body, `"method_not_allowed"`)
+}
