@@ -43,7 +43,7 @@ type accessLog struct {
 	model      string
 	stream     bool
 	status     int
-	outcome    string // ok, client_error, upstream_error, truncated, client_closed, shutdown
+	outcome    string // ok, client_error, upstream_error, truncated, client_closed, shutdown, unauthorized, not_found
 	attempts   int
 	fallbacks  int
 	errClass   string
@@ -64,6 +64,15 @@ func (g *Gateway) logAccess(ctx context.Context, r *http.Request, l *accessLog) 
 		slog.Duration("duration", time.Since(l.start)), slog.Duration("time_to_first_content", l.commitAt),
 		slog.Int("parts", l.parts), slog.Int64("input_tokens", l.inputToks), slog.Int64("output_tokens", l.outputToks),
 		slog.String("remote", r.RemoteAddr))
+}
+
+// logRefused writes the access-log line (and counts the request) of a
+// request refused before it reached a door's handler: a missing or wrong
+// API key, an unknown path. Its id is the client's X-Request-Id, if valid.
+func (g *Gateway) logRefused(r *http.Request, status int, outcome string) {
+	l := accessLog{status: status, outcome: outcome, start: time.Now()}
+	l.requestID = requestID(r.Header.Get("X-Request-Id"), "")
+	g.logAccess(r.Context(), r, &l)
 }
 
 // maxRequestID caps a client's X-Request-Id.

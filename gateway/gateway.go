@@ -335,9 +335,14 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g.mux.Handle("/metrics", g.authed(chatDoor{}, g.metrics.handler().ServeHTTP))
 	g.mux.HandleFunc("/healthz", g.healthz)
 	g.mux.HandleFunc("/readyz", g.readyz)
-	g.mux.HandleFunc("/", g.authed(chatDoor{}, func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found",
-			fmt.Sprintf("retryhost gateway: no endpoint %s %s", r.Method, r.URL.Path), nil)
+	// An unknown path answers in the client's format (an Anthropic SDK
+	// calling /v1/messages/count_tokens gets an Anthropic not_found_error)
+	// and is logged like any other request.
+	g.mux.HandleFunc("/", g.modelsAuthed(func(w http.ResponseWriter, r *http.Request) {
+		e := apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "not_found",
+			msg: fmt.Sprintf("retryhost gateway: no endpoint %s %s", r.Method, r.URL.Path)}
+		writeErr(w, modelsDoor(r), e)
+		g.logRefused(r, e.status, "not_found")
 	}))
 	return g, nil
 }
@@ -620,6 +625,7 @@ func (g *Gateway) authed(d door, h http.HandlerFunc) http.HandlerFunc {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="retryhost"`)
 			writeErr(w, d, apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
 				msg: "retryhost gateway: missing or invalid API key"})
+			g.logRefused(r, http.StatusUnauthorized, "unauthorized")
 			return
 		}
 		h(w, r)

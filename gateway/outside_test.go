@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,4 +116,48 @@ func TestModelsErrorsInTheClientsFormat(t *testing.T) {
 	resp, body = r.rawPost("/v1/models", `{}`, "X-Api-Key", "client-key")
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, body)
 	require.Contains(t, body, `"method_not_allowed"`)
+}
+
+// A request refused before a door's handler (a wrong key, an unknown path)
+// still gets its access-log line and its count in requests_total, as the
+// README's "one access-log line per request" says; an unknown path answers
+// an Anthropic client (count_tokens, which the gateway does not serve) in
+// Anthropic's error shape.
+func TestRefusedRequestsAreLogged(t *testing.T) {
+	r := newRig(t, `"rules": []`, WithAPIKeys("client-key"))
+	resp, body := r.rawPost("/v1/chat/completions", `{}`, "Authorization", "Bearer wrong", "X-Request-Id", "req-401")
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, body)
+	resp, body = r.rawPost("/v1/messages/count_tokens", `{}`, "X-Api-Key", "client-key",
+		"Anthropic-Version", "2023-06-01", "X-Request-Id", "req-404")
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, body)
+	require.JSONEq(t, `{"type":"error","error":{"type":"not_found_error","message":"retryhost gateway: no endpoint POST /v1/messages/count_tokens"}}`, body)
+	resp, body = r.rawPost("/v1/nope", `{}`, "X-Api-Key", "client-key")
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, body)
+	require.Contains(t, body, `"code":"not_found"`, "an OpenAI client keeps OpenAI's shape")
+
+	var recs []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(r.logs.String()), "\n") {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+		if rec["msg"] == "request" {
+			recs = append(recs, rec)
+		}
+	}
+	require.Len(t, recs, 3, r.logs.String())
+	want := []struct {
+		id, path, outcome string
+		status            float64
+	}{
+		{"req-401", "/v1/chat/completions", "unauthorized", 401},
+		{"req-404", "/v1/messages/count_tokens", "not_found", 404},
+		{"", "/v1/nope", "not_found", 404},
+	}
+	for i, w := range want {
+		require.Equal(t, w.path, recs[i]["path"])
+		require.Equal(t, w.outcome, recs[i]["outcome"])
+		require.Equal(t, w.status, recs[i]["status"])
+		if w.id != "" {
+			require.Equal(t, w.id, recs[i]["request_id"])
+		}
+	}
 }
