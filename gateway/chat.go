@@ -242,6 +242,7 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	}
 	c.chain, c.ctx, c.sctx, c.req = chain, ctx, sctx, &cr.req
 	g.openers.run(c)
+	c.req = nil // opened: a held stream does not keep the parsed request through the call
 	err, prior := c.err, c.prior
 	if err != nil {
 		l.attempts = prior + attempts(err)

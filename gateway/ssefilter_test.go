@@ -142,6 +142,9 @@ func TestReadEventAllocs(t *testing.T) {
 		"one byte": iotest.OneByteReader(strings.NewReader(body)),
 	} {
 		t.Run(name, func(t *testing.T) {
+			if raceEnabled && name == "one byte" {
+				t.Skip("every read empties the buffer, which goes to a sync.Pool, and the race detector drops pooled items at random")
+			}
 			var n atomic.Int64
 			er := newEventReader(io.NopCloser(src), &n, nil)
 			for range 2 {

@@ -6,6 +6,8 @@ package sseline
 import (
 	"bytes"
 	"io"
+	"math/bits"
+	"sync"
 )
 
 // Reader reads an event stream line by line through its own fixed buffer:
@@ -21,18 +23,20 @@ type Reader struct {
 	Hook interface{ BeforeRead() }
 
 	buf     []byte
-	r, w    int   // buf[r:w] is read and not yet handed out
-	cr      bool  // the last byte read was a CR: a LF right after it is its pair
-	started bool  // the byte-order mark was looked for
-	err     error // what ended Src (or Fail), returned after buf[r:w]
+	r, w    int     // buf[r:w] is read and not yet handed out
+	cr      bool    // the last byte read was a CR: a LF right after it is its pair
+	started bool    // the byte-order mark was looked for
+	err     error   // what ended Src (or Fail), returned after buf[r:w]
+	one     [1]byte // what fill reads into while it holds no buffer (a local would escape)
 }
 
 // Buffered reports whether a whole line is buffered, that is, whether the
 // next call to Line leaves the slices it handed out before intact.
 func (l *Reader) Buffered() bool { return bytes.IndexByte(l.buf[l.r:l.w], '\n') >= 0 }
 
-// BufSize is the size of the buffer as made (0 before the first read): it
-// never grows, whatever the lines' length.
+// BufSize is the size of the buffer held (0 before the first read, and
+// while the reader waits with nothing buffered): it never grows, whatever
+// the lines' length.
 func (l *Reader) BufSize() int { return len(l.buf) }
 
 // Line returns the next line with its LF, as a slice of the buffer valid
@@ -95,17 +99,38 @@ func (l *Reader) bom(line []byte) []byte {
 }
 
 // fill reads once more from Src into the free end of the buffer, after
-// moving what is left to its start.
+// moving what is left to its start. With nothing buffered, it gives the
+// buffer back to a pool and waits for one byte without it, so that a
+// stream waiting on the network (thousands of held streams through the
+// gateway) keeps no buffer; the rest of what came is read by the next
+// fill, into a buffer taken again.
 func (l *Reader) fill() {
-	if l.buf == nil {
-		l.buf = make([]byte, l.Size)
-	}
 	if l.r > 0 {
 		l.w = copy(l.buf, l.buf[l.r:l.w])
 		l.r = 0
 	}
 	if l.Hook != nil {
 		l.Hook.BeforeRead()
+	}
+	if l.w == 0 {
+		l.putBuf()
+		for range 100 {
+			n, err := l.Src.Read(l.one[:])
+			if n > 0 {
+				l.takeBuf()
+				l.buf[0] = l.one[0]
+				l.w = l.Fold(l.buf[:1])
+			}
+			if err != nil {
+				l.err = err
+				return
+			}
+			if n > 0 {
+				return // as below: a fold to nothing reads again from Line
+			}
+		}
+		l.err = io.ErrNoProgress
+		return
 	}
 	for range 100 {
 		n, err := l.Src.Read(l.buf[l.w:])
@@ -143,3 +168,47 @@ func (l *Reader) Fold(b []byte) int {
 	}
 	return w
 }
+
+// bufPools hold the buffers of readers waiting with nothing buffered, one
+// pool per power of two the size is under.
+var bufPools [17]sync.Pool
+
+func poolOf(size int) *sync.Pool {
+	if i := bits.Len(uint(size)); i < len(bufPools) {
+		return &bufPools[i]
+	}
+	return nil // larger buffers are not pooled
+}
+
+// takeBuf gives the reader a buffer of its size, pooled if one is.
+func (l *Reader) takeBuf() {
+	if l.buf != nil {
+		return
+	}
+	if p := poolOf(l.Size); p != nil {
+		if b, ok := p.Get().(*[]byte); ok && cap(*b) >= l.Size {
+			l.buf = (*b)[:l.Size]
+			*b = nil
+			bufBoxes.Put(b)
+			return
+		}
+	}
+	l.buf = make([]byte, l.Size)
+}
+
+// putBuf gives the reader's buffer, with nothing in it, back to the pool.
+func (l *Reader) putBuf() {
+	p := poolOf(len(l.buf))
+	if l.buf == nil || p == nil {
+		return
+	}
+	b, _ := bufBoxes.Get().(*[]byte)
+	if b == nil {
+		b = new([]byte)
+	}
+	*b, l.buf = l.buf[:cap(l.buf)], nil
+	p.Put(b)
+}
+
+// bufBoxes recycles the pointers the pools hold buffers in.
+var bufBoxes sync.Pool

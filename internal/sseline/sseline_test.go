@@ -147,3 +147,43 @@ func TestField(t *testing.T) {
 		require.Equal(t, c.value, string(value), "%q", c.line)
 	}
 }
+
+// spy is a source that sends one line per read and records, at each read,
+// whether the reader held a buffer then.
+type spy struct {
+	l     *Reader
+	lines []string
+	held  []int // the reader's BufSize at each read that began a line
+}
+
+func (s *spy) Read(p []byte) (int, error) {
+	if len(s.lines) == 0 {
+		return 0, io.EOF
+	}
+	if len(p) == 1 {
+		s.held = append(s.held, s.l.BufSize())
+	}
+	n := copy(p, s.lines[0])
+	if s.lines[0] = s.lines[0][n:]; s.lines[0] == "" {
+		s.lines = s.lines[1:]
+	}
+	return n, nil
+}
+
+// A reader with nothing buffered waits for the network without its
+// buffer (a held stream keeps none), and reads the same lines.
+func TestReaderWaitsWithoutBuffer(t *testing.T) {
+	in := []string{"data: a\n", "\n", "data: " + strings.Repeat("x", 40) + "\n", "\r", "\n"}
+	s := &spy{lines: append([]string(nil), in...)}
+	l := &Reader{Size: 16}
+	l.Src, s.l = s, l
+	got, err := lines(t, l)
+	require.ErrorIs(t, err, io.EOF)
+	require.Equal(t, []string{"data: a\n", "\n", "data: " + strings.Repeat("x", 40) + "\n", "\n"}, got)
+	// Each line's first byte is read on its own (so is a long line's
+	// next piece's, and the LF of a CRLF split across reads).
+	require.Len(t, s.held, len(in)+2)
+	for _, n := range s.held {
+		require.Zero(t, n, "no buffer held while waiting")
+	}
+}

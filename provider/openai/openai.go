@@ -406,12 +406,15 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		_ = st.Close()
 		return nil, m.openError(ctx, err, raw)
 	}
-	src := &source{provider: m.provider, st: st, tools: map[int64]*toolCall{}, raw: m.raw, fields: m.fields}
+	src := &source{provider: m.provider, tools: map[int64]*toolCall{}, raw: m.raw, fields: m.fields}
 	if !m.raw && !m.sdkChunks && raw != nil && raw.Body != nil {
-		// The SDK built and sent the request and holds the body (its
-		// Close closes it); the events are read here, leanly, and only
-		// the chunks the lean decoder declines go through the SDK's.
+		// The SDK built and sent the request; the events are read here,
+		// leanly, and only the chunks the lean decoder declines go
+		// through the SDK's decoding. Its stream is not kept: its
+		// decoder reads and closes raw.Body, which the source closes.
 		src.ev = &events{body: raw.Body}
+	} else {
+		src.st = st
 	}
 	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart})
 	if raw != nil {

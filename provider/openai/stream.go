@@ -17,9 +17,12 @@ import (
 // source turns chat.completion.chunk events into parts (adapter.Source).
 type source struct {
 	provider string
-	st       *ssestream.Stream[oai.ChatCompletionChunk]
-	raw      bool // emit each chunk as a KindRaw part too (WithRawChunks)
-	fields   bool // emit each chunk's ChunkFields as a KindRaw part (WithChunkFields)
+	// st is the SDK's stream, read when ev is nil; with ev, the SDK's
+	// stream is dropped once opened (a held stream would keep its chunk
+	// value and its line scanner) and ev's body is closed instead.
+	st     *ssestream.Stream[oai.ChatCompletionChunk]
+	raw    bool // emit each chunk as a KindRaw part too (WithRawChunks)
+	fields bool // emit each chunk's ChunkFields as a KindRaw part (WithChunkFields)
 	// ev reads the events itself (nil with WithRawChunks, which needs the
 	// SDK's chunk type): lean-decoded, the SDK's decoding for the rest.
 	ev  *events
@@ -45,7 +48,12 @@ type toolCall struct {
 	args     strings.Builder
 }
 
-func (s *source) Close() error { return s.st.Close() }
+func (s *source) Close() error {
+	if s.ev != nil {
+		return s.ev.body.Close()
+	}
+	return s.st.Close()
+}
 
 func (s *source) Next(q []abi.Part) ([]abi.Part, error) {
 	if s.ev == nil {

@@ -268,6 +268,9 @@ func TestSSEBodyReadEventAllocs(t *testing.T) {
 		"one byte": iotest.OneByteReader(strings.NewReader(body)),
 	} {
 		t.Run(name, func(t *testing.T) {
+			if raceEnabled && name == "one byte" {
+				t.Skip("every read empties the buffer, which goes to a sync.Pool, and the race detector drops pooled items at random")
+			}
 			b := SSEBody(io.NopCloser(src))
 			for range 2 {
 				_, _, err := b.ReadEvent()

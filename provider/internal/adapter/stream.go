@@ -44,7 +44,9 @@ type Stream struct {
 
 // NewStream returns a stream that yields first, then the parts of src.
 func NewStream(ctx context.Context, provider string, src Source, first ...abi.Part) *Stream {
-	q := make([]abi.Part, 0, 8)
+	// Room for the parts one chunk most often gives (a held stream keeps
+	// the queue as grown): a chunk that gives more grows it.
+	q := make([]abi.Part, 0, 4)
 	return &Stream{ctx: ctx, provider: provider, src: src, q: append(q, first...)}
 }
 
