@@ -118,7 +118,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	}
 	defer c.close(g)
 	if c.stream {
-		g.relay(c.ctx, w, l, c.s, c.enc, c.relayHook)
+		g.relay(c.ctx, w, l, c.s, c.enc, c.relayHook, r.ProtoMajor >= 2)
 	} else {
 		g.collect(c.ctx, w, d, l, c.s, c.enc)
 	}
@@ -390,7 +390,15 @@ func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, d door, l *ac
 // and none is held back; without the hook (a model the gateway's client
 // does not serve), every event is flushed on its own. A failure after
 // commit ends the stream with an in-band error event and no end marker.
-func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc encoder, hook *flushHook) {
+//
+// Each write has its own deadline (WithWriteTimeout). On HTTP/2 (h2) it
+// is cleared once the write is out: there it is a timer on the stream,
+// which resets the stream when it fires even with no write under way, so
+// left armed it would end a stream whose upstream is quiet for longer
+// than the write timeout (the gap deadline's to judge). On HTTP/1 it is
+// the connection's, and only a write fails on it; the next write sets a
+// new one.
+func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc encoder, hook *flushHook, h2 bool) {
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -417,6 +425,9 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			return
 		}
 		broken = rc.Flush() != nil
+		if h2 {
+			_ = rc.SetWriteDeadline(time.Time{})
+		}
 		headed = true
 		// Written: the array goes back to the pool, so that a stream
 		// waiting on its upstream (which is when the hook sends) does

@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"strings"
 	"testing"
@@ -223,6 +225,39 @@ func TestWriteDeadlineClearedForKeepAlive(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // past the write deadline (no assertion on time)
 	}
 	require.Contains(t, reused, true, "the test needs a reused connection")
+}
+
+// On HTTP/2 the per-write deadline does not outlive its write either: a
+// stream whose upstream is quiet for longer than the write timeout (the
+// gap deadline allows a minute) is not reset by it. Go's HTTP/2 server
+// runs the deadline as a timer on the stream, which fired 30 s (the
+// default) after the last write of any held stream of `serve --h2c`.
+func TestWriteDeadlineClearedOnQuietH2Stream(t *testing.T) {
+	r := newRig(t, "", WithWriteTimeout(100*time.Millisecond))
+	hold := make(chan struct{})
+	r.up["primary"].play(act{chunks: []string{"first"}, afterText: hold})
+	srv := httptest.NewUnstartedServer(r.gw)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	defer srv.Close()
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+
+	resp, err := (&http.Client{Transport: tr}).Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(streamBody("primary")))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 2, resp.ProtoMajor)
+	br := bufio.NewReader(resp.Body)
+	first, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Contains(t, first, `"first"`)
+	time.Sleep(500 * time.Millisecond) // the upstream quiet past the write deadline (no assertion on time)
+	close(hold)
+	rest, err := io.ReadAll(br)
+	require.NoError(t, err, "the quiet stream was reset")
+	require.True(t, strings.HasSuffix(string(rest), "data: [DONE]\n\n"), "%s", rest)
 }
 
 // WithUpstreamConns caps the connections to an upstream: a second request

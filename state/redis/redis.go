@@ -114,14 +114,13 @@ type State struct {
 	lb    localBudget
 	keys  sync.Map // model → *modelKeys
 
-	down     atomic.Bool
+	epoch    atomic.Int64 // outages and recoveries so far: odd while on the local copy (see done)
 	retryAt  atomic.Int64 // while down: when (unix ns) the next operation may try Redis
 	errs     atomic.Int64
 	outages  atomic.Int64
-	epoch    atomic.Int64 // recoveries so far (see done)
 	localOps atomic.Int64
 	closed   atomic.Bool
-	mu       sync.Mutex // orders the outage's log lines
+	mu       sync.Mutex // orders the epoch's changes and their log lines
 	since    time.Time  // the outage's start
 }
 
@@ -236,7 +235,7 @@ func (s *State) Close() error {
 
 // Stats returns the State's counters.
 func (s *State) Stats() Stats {
-	return Stats{Errors: s.errs.Load(), Outages: s.outages.Load(), LocalOps: s.localOps.Load(), Down: s.down.Load()}
+	return Stats{Errors: s.errs.Load(), Outages: s.outages.Load(), LocalOps: s.localOps.Load(), Down: down(s.epoch.Load())}
 }
 
 // modelKeys are a model's keys: cooling, half-open, failures, probe.
@@ -260,6 +259,9 @@ func (s *State) opCtx(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, s.o.OpTimeout)
 }
 
+// down reports whether epoch is an outage's.
+func down(epoch int64) bool { return epoch&1 == 1 }
+
 // tryStore reports whether an operation should go to Redis: always while
 // it is up; while it is down, one operation per RetryInterval. It returns
 // the epoch the operation starts in, for done.
@@ -268,7 +270,7 @@ func (s *State) tryStore() (epoch int64, ok bool) {
 	if s.closed.Load() {
 		return epoch, false
 	}
-	if !s.down.Load() {
+	if !down(epoch) {
 		return epoch, true
 	}
 	now := time.Now().UnixNano()
@@ -278,39 +280,43 @@ func (s *State) tryStore() (epoch int64, ok bool) {
 
 // done records the outcome of an operation that started in epoch against
 // Redis and reports whether its answer stands (otherwise the caller
-// answers locally). An operation that started before the last recovery
-// (an outage's retry still failing after another found Redis back) does
-// not start a new outage: its error is counted, nothing more.
+// answers locally). Only an operation that started in the current epoch
+// moves the State: a failure while Redis is up starts an outage, a success
+// during an outage (one of its retries) ends it. One that started in an
+// earlier epoch is old news and moves nothing: a reply Redis sent before
+// it was killed, read after another operation found it gone, does not end
+// that outage (its answer stands all the same), and an outage's retry
+// that fails after another found Redis back does not start a new one (its
+// error is counted).
 func (s *State) done(ctx context.Context, epoch int64, err error) bool {
-	if err == nil || errors.Is(err, goredis.Nil) {
-		if s.down.Load() {
-			s.mu.Lock()
-			if s.down.Swap(false) {
-				s.epoch.Add(1)
-				s.o.Logger.LogAttrs(ctx, slog.LevelInfo, "retryhost: shared state reachable again; leaving the local copy",
-					slog.String("store", "redis"), slog.Duration("outage", time.Since(s.since)))
-			}
-			s.mu.Unlock()
+	ok := err == nil || errors.Is(err, goredis.Nil)
+	if !ok {
+		if ctx.Err() != nil {
+			return false // the caller gave up: not Redis's fault
 		}
-		return true
+		s.errs.Add(1)
 	}
-	if ctx.Err() != nil {
-		return false // the caller gave up: not Redis's fault
+	if down(epoch) != ok || epoch != s.epoch.Load() {
+		return ok
 	}
-	s.errs.Add(1)
-	if !s.down.Load() && epoch == s.epoch.Load() {
-		s.mu.Lock()
-		if !s.down.Load() && epoch == s.epoch.Load() {
-			s.since = time.Now()
-			s.retryAt.Store(time.Now().Add(s.o.RetryInterval).UnixNano())
-			s.down.Store(true)
-			s.outages.Add(1)
-			s.o.Logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: shared state unreachable; using this process's local copy until it answers",
-				slog.String("store", "redis"), slog.String("error", err.Error()), slog.Duration("op_timeout", s.o.OpTimeout))
-		}
-		s.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if epoch != s.epoch.Load() {
+		return ok
 	}
-	return false
+	now := time.Now()
+	if ok {
+		s.o.Logger.LogAttrs(ctx, slog.LevelInfo, "retryhost: shared state reachable again; leaving the local copy",
+			slog.String("store", "redis"), slog.Duration("outage", now.Sub(s.since)))
+	} else {
+		s.since = now
+		s.retryAt.Store(now.Add(s.o.RetryInterval).UnixNano()) // before the epoch says down: tryStore reads it then
+		s.outages.Add(1)
+		s.o.Logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: shared state unreachable; using this process's local copy until it answers",
+			slog.String("store", "redis"), slog.String("error", err.Error()), slog.Duration("op_timeout", s.o.OpTimeout))
+	}
+	s.epoch.Store(epoch + 1)
+	return ok
 }
 
 // fallback counts an operation answered locally.

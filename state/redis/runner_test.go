@@ -155,14 +155,7 @@ func TestOutageUnderLoad(t *testing.T) {
 	require.Zero(t, failures.Load())
 	for i, s := range reps {
 		st := s.Stats()
-		// One kill is one outage, but a replica may count a second one
-		// right after the restart (about 1 run in 10 under -race, on the
-		// code before session 5 too): an operation on a connection the
-		// pool kept from before the kill fails once more. That flap is
-		// gateway/TODO's to fix; here each outage is logged once, and
-		// each ends.
-		require.GreaterOrEqualf(t, st.Outages, int64(1), "replica %d", i)
-		require.LessOrEqualf(t, st.Outages, int64(2), "replica %d", i)
+		require.EqualValuesf(t, 1, st.Outages, "replica %d: one kill is one outage:\n%s", i, logs[i].String())
 		require.Positivef(t, st.LocalOps, "replica %d", i)
 		require.EqualValuesf(t, st.Outages, strings.Count(logs[i].String(), "shared state unreachable"), "replica %d logs each outage once:\n%s", i, logs[i].String())
 		require.EqualValuesf(t, st.Outages, strings.Count(logs[i].String(), "shared state reachable again"), "replica %d", i)
