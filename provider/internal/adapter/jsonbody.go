@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
 	"strings"
 
@@ -130,16 +129,14 @@ func rawCode(raw json.RawMessage) string {
 }
 
 // isJSON reports whether a Content-Type is JSON: application/json, or a
-// +json type (application/problem+json).
+// +json type (application/problem+json). It allocates nothing (every
+// stream's open asks it; mime.ParseMediaType would allocate).
 func isJSON(ct string) bool {
-	if ct == "" {
-		return false
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return false
-	}
-	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+	base, _, _ := strings.Cut(ct, ";")
+	base = strings.TrimSpace(base)
+	const suffix = "+json"
+	return strings.EqualFold(base, "application/json") ||
+		len(base) > len(suffix) && strings.EqualFold(base[len(base)-len(suffix):], suffix)
 }
 
 // prefixed reads what JSONError read, then the rest; Close closes the body.
