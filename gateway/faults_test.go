@@ -263,6 +263,36 @@ func TestPerRequestFallbacks(t *testing.T) {
 	r.healthy()
 }
 
+// An upstream that answers a stream with a 200 and a JSON error object
+// instead of events (some OpenAI-compatible servers do) is failed over
+// like a server error; when every model does, the client's 502 carries
+// the last upstream's own message, not a truncated stream's.
+func TestUpstreamJSONErrorIn200(t *testing.T) {
+	r := newRigOf(t, "", []string{"backup"})
+	openaiErr := func(msg string) string { return `{"error":{"message":"` + msg + `","type":"server_error"}}` }
+	r.up["primary"].play(act{status: http.StatusOK, body: openaiErr("primary overloaded")})
+	r.up["backup"].play(act{chunks: []string{"backup answers"}})
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "backup answers", got.text)
+	require.Len(t, r.up["primary"].requests(), 1)
+
+	for _, backup := range []string{
+		openaiErr("backup overloaded"),
+		`{"type":"error","error":{"type":"overloaded_error","message":"backup overloaded"}}`,
+	} {
+		r.up["primary"].play(act{status: http.StatusOK, body: openaiErr("primary overloaded")})
+		r.up["backup"].play(act{status: http.StatusOK, body: backup})
+		got = r.stream("primary")
+		var apiErr *oai.Error
+		require.ErrorAs(t, got.err, &apiErr)
+		require.Equal(t, http.StatusBadGateway, apiErr.StatusCode)
+		require.Contains(t, apiErr.Message, "backup overloaded", "the last upstream's own message")
+		require.NotContains(t, apiErr.Message, "stream ended before the provider finished it")
+	}
+	r.healthy()
+}
+
 // Shutdown drains: a stream in flight past the drain deadline ends with
 // the in-band error and no [DONE]; new requests and /readyz get 503.
 func TestShutdownEndsInFlightStreamsInBand(t *testing.T) {

@@ -328,6 +328,11 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		_ = st.Close()
 		return nil, openError(ctx, err, raw)
 	}
+	if err := adapter.JSONError(provider, raw); err != nil {
+		// A 200 with a JSON error object in place of the events.
+		_ = st.Close()
+		return nil, err
+	}
 	src := &source{st: st, blocks: map[int64]*block{}, raw: m.raw, unmapped: m.unmapped, resp: raw}
 	if eb, ok := bodyOf(raw).(adapter.EventBody); ok && !m.sdkEvents {
 		// The SDK built and sent the request and holds the body (its

@@ -406,6 +406,11 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		_ = st.Close()
 		return nil, m.openError(ctx, err, raw)
 	}
+	if err := adapter.JSONError(m.provider, raw); err != nil {
+		// A 200 with a JSON error object in place of the events.
+		_ = st.Close()
+		return nil, err
+	}
 	src := &source{provider: m.provider, tools: map[int64]*toolCall{}, raw: m.raw, fields: m.fields}
 	if !m.raw && !m.sdkChunks && raw != nil && raw.Body != nil {
 		// The SDK built and sent the request; the events are read here,

@@ -111,6 +111,11 @@ func (m *Model) streamResponses(ctx context.Context, req *driver.Request) (drive
 		_ = st.Close()
 		return nil, m.openError(ctx, err, raw)
 	}
+	if err := adapter.JSONError(m.provider, raw); err != nil {
+		// A 200 with a JSON error object in place of the events.
+		_ = st.Close()
+		return nil, err
+	}
 	src := &responsesSource{provider: m.provider, st: st, raw: m.raw, tools: map[string]*toolCall{}}
 	if !m.sdkChunks && raw != nil && raw.Body != nil {
 		// As for Chat Completions: the events are read here, and only
