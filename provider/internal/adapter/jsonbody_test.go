@@ -1,6 +1,9 @@
 package adapter
 
 import (
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -52,4 +55,18 @@ func TestBodyErrorShapes(t *testing.T) {
 		require.Equal(t, tc.msg, e.Message, "%q", tc.body)
 		require.ErrorIs(t, e, ErrJSONBody)
 	}
+}
+
+// JSONError reads at most MaxBody: a JSON body past it (an error object
+// padded beyond the cap) is not taken for an error, and the reader after
+// it gets every byte, the ones JSONError read first included.
+func TestJSONErrorReadsAtMostMaxBody(t *testing.T) {
+	body := `{"error":{"message":"m","pad":"` + strings.Repeat("x", MaxBody) + `"}}`
+	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: SSEBody(io.NopCloser(strings.NewReader(body)))}
+	require.NoError(t, JSONError("p", resp))
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, body, string(got))
+	require.Nil(t, BodyError("p", []byte(body[:MaxBody])), "a cut object is no error")
 }
