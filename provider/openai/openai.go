@@ -869,13 +869,7 @@ func streamError(provider string, err error) error {
 		} `json:"error"`
 	}
 	_ = json.Unmarshal(se.Event.Data, &body)
-	var code string
-	if json.Unmarshal(body.Error.Code, &code) != nil {
-		code = strings.Trim(string(body.Error.Code), `"`)
-		if code == "null" {
-			code = ""
-		}
-	}
+	code := adapter.RawCode(body.Error.Code)
 	msg := body.Error.Message
 	if msg == "" {
 		msg = se.Message

@@ -82,42 +82,27 @@ func BodyError(provider string, body []byte) *driver.ProviderError {
 	default:
 		return nil // "error": null, a number…
 	}
-	code := rawCode(e.Code)
+	code := RawCode(e.Code)
 	if msg == "" && e.Type == "" && code == "" {
 		return nil
 	}
-	typ := e.Type
-	if typ == "" {
-		typ = code
+	// An error event's error, but always retryable and never the request's
+	// class: the stream was accepted, so its breaking is the provider's.
+	pe := EventError(provider, e.Type, code, msg, body, ErrJSONBody)
+	if pe.Class != abi.ClassOverloaded && pe.Class != abi.ClassRateLimit {
+		pe.Class = abi.ClassServer
 	}
-	c := Classify(0, typ, code, msg)
-	if c != abi.ClassOverloaded && c != abi.ClassRateLimit {
-		c = abi.ClassServer
-	}
-	if msg == "" {
-		msg = EmptyErrorEvent
-	}
-	if len(body) > MaxBody {
-		body = body[:MaxBody]
-	}
-	return &driver.ProviderError{
-		Provider:  provider,
-		Type:      typ,
-		Message:   msg,
-		Body:      body,
-		Retryable: true,
-		Class:     c,
-		Err:       ErrJSONBody,
-	}
+	pe.Retryable = true
+	return pe
 }
 
 // ErrJSONBody is the cause of a BodyError: a stream answered with a JSON
 // error object.
 var ErrJSONBody = errors.New("the provider answered the stream with a JSON error object")
 
-// rawCode is an error code as a string: a JSON string's value, a number's
+// RawCode is an error code as a string: a JSON string's value, a number's
 // text, "" for null or none.
-func rawCode(raw json.RawMessage) string {
+func RawCode(raw json.RawMessage) string {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s
