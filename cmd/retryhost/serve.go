@@ -376,7 +376,11 @@ func startDemoProviders() (map[string]string, func()) {
 
 // demoServePolicy is the demo's policy as a file: the built-in Wasm
 // refusal transform, a refusal switching to beta, a rate limit retried
-// after its Retry-After and then switched to gamma.
+// after its Retry-After and then switched to gamma. The second refusal
+// rule is what the requests after the first need: beta's 429s cool it
+// down (the gateway's default cooldown), a rule that would switch to a
+// model cooling down is skipped, and without a rule after it a refusal
+// from alpha would end the request with a 502 for the next 10 s.
 func demoServePolicy(urls map[string]string) string {
 	return fmt.Sprintf(`{
 	"models": [
@@ -386,6 +390,7 @@ func demoServePolicy(urls map[string]string) string {
 	],
 	"rules": [
 		{"when": {"class": ["refusal"]}, "action": "switch", "model": "beta"},
+		{"when": {"class": ["refusal"]}, "action": "switch", "model": "gamma"},
 		{"when": {"status": [429]}, "action": "retry", "attempts": 2},
 		{"when": {"status": [429]}, "action": "switch", "model": "gamma"},
 		{"when": {"class": ["server", "overloaded", "network", "timeout"]}, "action": "switch", "model": "gamma"}
