@@ -222,7 +222,12 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		}
 		break
 	}
-	signal.Stop(stops)
+	// Reset, not Stop: runMain's own handler may not have taken the first
+	// signal yet (its goroutine was not scheduled), and while it is still
+	// registered a second signal would be caught and lost in its full
+	// channel instead of ending the process. Both handlers have been sent
+	// the first signal by now, so nothing is lost by dropping them.
+	signal.Reset(syscall.SIGTERM, syscall.SIGINT)
 	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", o.drain)
 	// Stop accepting and close idle connections, while the gateway lets
 	// in-flight requests finish until the drain deadline and then ends
