@@ -158,6 +158,23 @@ func WithMaxConcurrent(n int) Option {
 	}
 }
 
+// The buffers of each HTTP/1.1 connection of the gateway's upstream client
+// (net/http's default is 4 KiB each). A held stream keeps its connection,
+// so these are memory per open stream. The read buffer only batches reads
+// for the SSE line reader above it, which has its own buffer (and a read
+// bigger than the buffer bypasses it), so 2 KiB costs at most a read more
+// for a burst past it. The write buffer carries only the request's headers:
+// net/http flushes them on their own (the SDK's body is not a reader it
+// knows to be in memory) and then copies the body to the connection past
+// the buffer, so a request is two writes with 4 KiB or 1 KiB alike while its
+// headers fit (about 630 bytes with a 164-character API key;
+// TestUpstreamRequestWrites). An HTTP/2 upstream multiplexes streams on a
+// connection with buffers of its own.
+const (
+	upstreamReadBuffer  = 2 << 10
+	upstreamWriteBuffer = 1 << 10
+)
+
 // WithUpstreamConns caps the connections to each upstream host (idle and
 // active; requests beyond it wait for one). Default 256. It applies when the
 // Source's policy.Options bring no HTTPClient of their own.
@@ -311,6 +328,8 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   10 * time.Second,
 			ResponseHeaderTimeout: g.cfg.headerTimeout,
+			ReadBufferSize:        upstreamReadBuffer,
+			WriteBufferSize:       upstreamWriteBuffer,
 		}}
 		g.client.Transport = &sseFilter{next: g.client.Transport, skipped: &g.stats.malformed}
 	}
