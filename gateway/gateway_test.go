@@ -454,3 +454,56 @@ func TestUpstreamRequestWrites(t *testing.T) {
 		})
 	}
 }
+
+// The gateway's list of calls in flight: its stop ends every listed call
+// with its cause and every call added after it at once, and never one
+// already removed, whichever place in the list it held.
+func TestLiveCalls(t *testing.T) {
+	cause := errors.New("stopping")
+	for _, tc := range []struct {
+		name    string
+		remove  []int // indexes of the 4 calls removed before the stop
+		ended   []int
+		lateAdd bool // a fifth call added after the stop
+	}{
+		{"all listed", nil, []int{0, 1, 2, 3}, false},
+		{"head removed", []int{3}, []int{0, 1, 2}, false},
+		{"tail removed", []int{0}, []int{1, 2, 3}, false},
+		{"middle removed", []int{1, 2}, []int{0, 3}, false},
+		{"all removed", []int{0, 1, 2, 3}, nil, false},
+		{"removed twice", []int{2, 2}, []int{0, 1, 3}, false},
+		{"added after the stop", []int{0}, []int{1, 2, 3, 4}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var l liveCalls
+			calls := make([]*call, 5)
+			ctxs := make([]context.Context, 5)
+			for i := range calls {
+				calls[i] = &call{}
+				ctxs[i], calls[i].cancel = context.WithCancelCause(context.Background())
+			}
+			for _, c := range calls[:4] {
+				l.add(c)
+			}
+			for _, i := range tc.remove {
+				l.remove(calls[i])
+			}
+			l.stop(cause)
+			if tc.lateAdd {
+				l.add(calls[4])
+			}
+			var ended []int
+			for i, ctx := range ctxs {
+				if ctx.Err() != nil {
+					require.ErrorIs(t, context.Cause(ctx), cause, "call %d", i)
+					ended = append(ended, i)
+				}
+			}
+			require.Equal(t, tc.ended, ended)
+			for _, c := range calls {
+				l.remove(c)
+			}
+			require.Nil(t, l.head, "every call removed")
+		})
+	}
+}
