@@ -92,11 +92,11 @@ func (l *Reader) line() (line []byte, more bool, err error) {
 // on to the stream's end (or MaxLead) into lead and none of it is.
 func (l *Reader) open(line []byte, more bool, err error) ([]byte, bool, error) {
 	t := bytes.TrimLeft(line, " \t")
-	if len(t) == 0 || t[0] == '\n' {
+	if !more && (len(t) == 0 || t[0] == '\n') {
 		return line, more, err // blank: an event stream may open with them
 	}
-	l.opened = true
-	if t[0] != '{' {
+	l.opened = true // the first piece of a long line is the line's start
+	if len(t) == 0 || t[0] != '{' {
 		return line, more, err
 	}
 	l.lead = append(l.lead, t...)

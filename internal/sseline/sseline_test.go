@@ -208,6 +208,8 @@ func TestLead(t *testing.T) {
 		{name: "cut", in: `{"error":`, lead: `{"error":`, err: io.ErrUnexpectedEOF},
 		{name: "events", in: events, lines: []string{"data: {\"a\":1}\n", "\n", "data: [DONE]\n", "\n"}},
 		{name: "a comment first", in: ": hi\n" + events, lines: []string{": hi\n", "data: {\"a\":1}\n", "\n", "data: [DONE]\n", "\n"}},
+		{name: "an object past the first piece of a long line", in: strings.Repeat(" ", 20) + "{\"error\":1}\n" + events,
+			lines: []string{strings.Repeat(" ", 20) + "{\"error\":1}\n", "data: {\"a\":1}\n", "\n", "data: [DONE]\n", "\n"}},
 		{name: "an object on a later line", in: "data: x\n{\"error\":1}\n", lines: []string{"data: x\n", "{\"error\":1}\n"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
