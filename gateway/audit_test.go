@@ -128,28 +128,6 @@ func TestAttemptsBounded(t *testing.T) {
 	}
 }
 
-// A rate limit the gateway gives up on reaches the client with the
-// upstream's Retry-After and Retry-After-Ms (OpenAI sends both; its SDKs
-// prefer the milliseconds), so the client's own backoff honours them.
-func TestRateLimitPassedOnWithRetryAfter(t *testing.T) {
-	r := newRig(t, `"rules": []`)
-	for _, h := range []http.Header{
-		{"Retry-After": {"7"}},
-		{"Retry-After-Ms": {"700"}},
-		{"Retry-After": {"1"}, "Retry-After-Ms": {"700"}},
-	} {
-		r.up["primary"].play(act{status: 429, header: h})
-		_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
-		var apiErr *oai.Error
-		require.True(t, errors.As(err, &apiErr), "%v", err)
-		require.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
-		for _, k := range []string{"Retry-After", "Retry-After-Ms"} {
-			require.Equal(t, h.Get(k), apiErr.Response.Header.Get(k), "%s of %v", k, h)
-		}
-	}
-	r.healthy()
-}
-
 // During an outage in which the primary hangs (the costly kind: each try
 // waits out the first-content deadline), once the cooldown takes it out
 // every request is served by the backup without first waiting on the

@@ -438,6 +438,7 @@ func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, d door, l *ac
 	if e.retryAfterMs != "" {
 		w.Header().Set("Retry-After-Ms", e.retryAfterMs)
 	}
+	setRetryAfter(w.Header(), e.status)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.status)
 	_, _ = w.Write(e.body(d))

@@ -59,8 +59,10 @@ type apiError struct {
 	class  string // the driver's error class of an upstream failure ("overloaded", "rate_limit"…), if any
 }
 
-// writeErr writes e as d's error answer.
+// writeErr writes e as d's error answer; a 429 or 503 without a
+// Retry-After set gets the gateway's default one (see minRetryAfter).
 func writeErr(w http.ResponseWriter, d door, e apiError) {
+	setRetryAfter(w.Header(), e.status)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.status)
 	_, _ = w.Write(append(d.appendError(nil, &e), '\n'))

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
@@ -72,17 +73,21 @@ func lastErr(err error) error {
 // failure is the answer to a request that failed before commit.
 type failure struct {
 	apiError
-	raw        []byte // the upstream's own error body (a 4xx), passed through when the door can
+	raw []byte // the upstream's own error body (a 4xx), passed through when the door can
+	// retryAfter is a 429's Retry-After: the upstream's wait (see
+	// upstreamRetryAfter) rounded up to whole seconds and bounded (see
+	// minRetryAfter), the gateway's default when the upstream gave none.
 	retryAfter string
-	// retryAfterMs is the upstream's Retry-After-Ms, which OpenAI sends
-	// beside Retry-After and its SDKs prefer (finer than whole seconds).
+	// retryAfterMs is the same wait in milliseconds, capped but not
+	// raised, when the upstream sent Retry-After-Ms (OpenAI sends it beside
+	// Retry-After and its SDKs prefer it, finer than whole seconds).
 	retryAfterMs string
 }
 
 // classify maps a request's final error to its HTTP answer. An upstream's
 // rejection of the request itself (a 4xx) is returned with the upstream's
 // status and, when it is in the door's error shape, its body; a rate
-// limit keeps its Retry-After; the upstreams' own auth failures, server
+// limit keeps its Retry-After, bounded; the upstreams' own auth failures, server
 // errors, cut connections and refusals are the gateway's 502 (the
 // client's credentials are not in question); the policy's deadlines are
 // 504.
@@ -97,8 +102,11 @@ func classify(err error) failure {
 		f := failure{apiError: apiError{status: pe.Status, class: pe.Class.String(), typ: "invalid_request_error", code: pe.Type, msg: pe.Message},
 			raw: bytes.TrimSpace(pe.Body)}
 		if pe.Status == http.StatusTooManyRequests {
-			f.retryAfter = pe.Header.Get("Retry-After")
-			f.retryAfterMs = pe.Header.Get("Retry-After-Ms")
+			d, ms := upstreamRetryAfter(pe.Header, time.Now())
+			f.retryAfter = retryAfterHeader(d)
+			if ms {
+				f.retryAfterMs = retryAfterMsHeader(d)
+			}
 			f.typ = "rate_limit_error"
 		}
 		return f

@@ -293,6 +293,55 @@ func TestUpstreamJSONErrorIn200(t *testing.T) {
 	r.healthy()
 }
 
+// The same under text/event-stream: an upstream that answers a stream
+// with a 200 event stream whose body is a JSON error object (bare,
+// pretty-printed, or as its first line before events), OpenAI's or
+// Anthropic's, is failed over before commit; when every model does, the
+// client's 502 carries the last upstream's own message.
+func TestUpstreamJSONErrorIn200EventStream(t *testing.T) {
+	const sse = "text/event-stream; charset=utf-8"
+	openaiErr := func(msg string) string {
+		return `{"error":{"message":"` + msg + `","type":"server_error","code":null}}`
+	}
+	anthErr := func(msg string) string {
+		return `{"type":"error","error":{"type":"overloaded_error","message":"` + msg + `"}}`
+	}
+	for _, tc := range []struct {
+		name     string
+		backupIs []string // the routes speaking Anthropic's API
+		body     func(msg string) string
+	}{
+		{"openai, bare", nil, openaiErr},
+		{"openai, pretty", nil, func(msg string) string {
+			return "{\n  \"error\": {\n    \"message\": \"" + msg + "\",\n    \"type\": \"server_error\"\n  }\n}\n"
+		}},
+		{"openai, first line", nil, func(msg string) string { return openaiErr(msg) + "\n\ndata: [DONE]\n\n" }},
+		{"anthropic, bare", []string{"backup"}, anthErr},
+		{"anthropic, first line", []string{"backup"}, func(msg string) string {
+			return anthErr(msg) + "\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRigOf(t, "", tc.backupIs)
+			r.up["primary"].play(act{status: http.StatusOK, ctype: sse, body: openaiErr("primary overloaded")})
+			r.up["backup"].play(act{chunks: []string{"backup answers"}})
+			got := r.stream("primary")
+			require.NoError(t, got.err)
+			require.Equal(t, "backup answers", got.text)
+			require.Len(t, r.up["primary"].requests(), 1)
+
+			r.up["backup"].play(act{status: http.StatusOK, ctype: sse, body: tc.body("backup overloaded")})
+			got = r.stream("primary")
+			var apiErr *oai.Error
+			require.ErrorAs(t, got.err, &apiErr)
+			require.Equal(t, http.StatusBadGateway, apiErr.StatusCode)
+			require.Contains(t, apiErr.Message, "backup overloaded", "the last upstream's own message")
+			require.NotContains(t, apiErr.Message, "stream ended before the provider finished it")
+			r.healthy()
+		})
+	}
+}
+
 // Shutdown drains: a stream in flight past the drain deadline ends with
 // the in-band error and no [DONE]; new requests and /readyz get 503.
 func TestShutdownEndsInFlightStreamsInBand(t *testing.T) {

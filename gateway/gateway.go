@@ -671,9 +671,11 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	switch {
 	case draining:
+		setRetryAfter(w.Header(), http.StatusServiceUnavailable)
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte("draining\n"))
 	case g.cur.Load() == nil:
+		setRetryAfter(w.Header(), http.StatusServiceUnavailable)
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte("no policy\n"))
 	default:
@@ -796,7 +798,7 @@ func (g *Gateway) enter(w http.ResponseWriter, d door) bool {
 	default:
 		g.mu.Unlock()
 		g.stats.rejectedBusy.Add(1)
-		w.Header().Set("Retry-After", fmt.Sprint(int(g.cfg.retryAfterBusy/time.Second)))
+		w.Header().Set("Retry-After", retryAfterHeader(g.cfg.retryAfterBusy))
 		writeErr(w, d, apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "gateway_busy",
 			msg: fmt.Sprintf("retryhost gateway: %d requests in flight, the most it serves at once; retry later", cap(g.sem))})
 		return false

@@ -139,12 +139,8 @@ func parseMessages(body []byte, anthropic, openai []string) (*chatRequest, error
 		}
 		r.Tools = append(r.Tools, driver.Tool{Name: t.Name, Description: t.Description, Schema: string(t.InputSchema)})
 	}
-	var maxTokens *int
-	if err := field(fields, "max_tokens", &maxTokens); err != nil || (maxTokens != nil && *maxTokens < 0) {
-		return nil, badRequest("max_tokens", "max_tokens: want a non-negative integer")
-	}
-	if maxTokens != nil {
-		r.MaxOutputTokens = *maxTokens
+	if r.MaxOutputTokens, err = maxTokens(fields["max_tokens"]); err != nil {
+		return nil, err
 	}
 	if err := sampling(fields, r); err != nil {
 		return nil, err
@@ -164,6 +160,25 @@ func parseMessages(body []byte, anthropic, openai []string) (*chatRequest, error
 		}
 	}
 	return c, nil
+}
+
+// maxTokens reads a Messages request's max_tokens, which Anthropic's API
+// requires: a positive integer. The gateway refuses what Anthropic would,
+// in its words, before any upstream is reached, so that a request which
+// would fail on an Anthropic upstream does not succeed on an OpenAI one
+// (and an unbounded answer is never asked for by omission).
+func maxTokens(raw json.RawMessage) (int, error) {
+	if len(raw) == 0 || isNull(raw) {
+		return 0, badRequest("max_tokens", "max_tokens: Field required")
+	}
+	var n int
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return 0, badRequest("max_tokens", "max_tokens: Input should be a valid integer")
+	}
+	if n < 1 {
+		return 0, badRequest("max_tokens", "max_tokens: Input should be greater than or equal to 1")
+	}
+	return n, nil
 }
 
 // contentBlock is one block of a message's content, as far as the driver

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -594,5 +595,64 @@ func BenchmarkStreamMessages(b *testing.B) {
 				require.NotZero(b, n)
 			}
 		})
+	}
+}
+
+// max_tokens is required by Anthropic's API, and a positive integer: the
+// Messages door refuses a request without one (or with null, a
+// non-integer, 0 or less) with a 400 in Anthropic's shape and words,
+// whichever API the route's upstream speaks, and reaches no upstream.
+func TestMessagesMaxTokensRequired(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, []string{"primary"}) // backup speaks OpenAI's API
+	const msgs = `"messages":[{"role":"user","content":"hi"}]`
+	for _, c := range []struct {
+		name, field, msg string
+	}{
+		{"missing", ``, "max_tokens: Field required"},
+		{"null", `"max_tokens":null,`, "max_tokens: Field required"},
+		{"zero", `"max_tokens":0,`, "max_tokens: Input should be greater than or equal to 1"},
+		{"negative", `"max_tokens":-1,`, "max_tokens: Input should be greater than or equal to 1"},
+		{"a fraction", `"max_tokens":5.5,`, "max_tokens: Input should be a valid integer"},
+		{"a string", `"max_tokens":"5",`, "max_tokens: Input should be a valid integer"},
+		{"a bool", `"max_tokens":true,`, "max_tokens: Input should be a valid integer"},
+		{"too large for an int", `"max_tokens":1e400,`, "max_tokens: Input should be a valid integer"},
+	} {
+		for _, model := range []string{"primary", "backup"} {
+			for _, stream := range []string{"true", "false"} {
+				body := `{"model":"` + model + `",` + c.field + `"stream":` + stream + `,` + msgs + `}`
+				resp, out := r.rawMessages(body, "anthropic-version", "2023-06-01")
+				require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", c.name, out)
+				require.JSONEq(t, `{"type":"error","error":{"type":"invalid_request_error","message":`+strconv.Quote(c.msg)+`}}`, out, c.name)
+			}
+		}
+	}
+	for _, u := range r.up {
+		require.Empty(t, u.requests(), "a request without a valid max_tokens reaches no upstream")
+	}
+
+	// anthropic-sdk-go always sends max_tokens (a required field): 0 is refused
+	// as Anthropic refuses it, 1 is the least it takes.
+	for _, model := range []string{"primary", "backup"} {
+		p := msgParams(model)
+		p.MaxTokens = 0
+		_, err := r.anth.Messages.New(context.Background(), p)
+		var apiErr *anthropic.Error
+		require.ErrorAs(t, err, &apiErr, model)
+		require.Equal(t, http.StatusBadRequest, apiErr.StatusCode, model)
+		require.EqualValues(t, "invalid_request_error", apiErr.Type(), model)
+		require.Contains(t, apiErr.Error(), "max_tokens: Input should be greater than or equal to 1", model)
+		require.Empty(t, r.up[model].requests(), model)
+
+		p.MaxTokens = 1
+		m, err := r.anth.Messages.New(context.Background(), p)
+		require.NoError(t, err, model)
+		require.Equal(t, "ok", m.Content[0].Text, model)
+		hits := r.up[model].requests()
+		require.Len(t, hits, 1, model)
+		key := "max_tokens"
+		if model == "backup" {
+			key = "max_completion_tokens" // what the OpenAI adapter sends for it
+		}
+		require.JSONEq(t, `1`, string(hits[0].body[key]), "%s: %s", model, hits[0].raw)
 	}
 }

@@ -30,6 +30,7 @@ func TestREADMEGatewayDefaults(t *testing.T) {
 		{"request body (--max-body, WithMaxBodyBytes): 8 MiB", c.maxBody, int64(8 << 20)},
 		{"chat requests in flight (WithMaxConcurrent): 1024", c.maxConcurrent, 1024},
 		{"busy: 429 with Retry-After: 1", c.retryAfterBusy, time.Second},
+		{"the Retry-After on every 429 and 503 the gateway sends: 1 s to 60 s", [2]time.Duration{minRetryAfter, maxRetryAfter}, [2]time.Duration{time.Second, time.Minute}},
 		{"connections per upstream host (WithUpstreamConns): 256", c.upstreamConns, 256},
 		{"an upstream's response headers (WithUpstreamHeaderTimeout): 60 s", c.headerTimeout, 60 * time.Second},
 		{"each write to a client (WithWriteTimeout): 30 s", c.writeTimeout, 30 * time.Second},

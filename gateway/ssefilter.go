@@ -147,7 +147,7 @@ type eventReader struct {
 }
 
 func newEventReader(body io.ReadCloser, skipped *atomic.Int64, hook *flushHook) *eventReader {
-	e := &eventReader{src: body, lr: sseline.Reader{Src: body, Size: eventBufSize}, skipped: skipped}
+	e := &eventReader{src: body, lr: sseline.Reader{Src: body, Size: eventBufSize, MaxLead: maxLeadBytes}, skipped: skipped}
 	if hook != nil {
 		e.lr.Hook = hook
 	}
@@ -155,6 +155,18 @@ func newEventReader(body io.ReadCloser, skipped *atomic.Int64, hook *flushHook) 
 }
 
 func (e *eventReader) Close() error { return e.src.Close() }
+
+// maxLeadBytes is the most of a JSON body in place of events that an
+// upstream body reads (the adapters' MaxBody, as for one under a JSON
+// Content-Type).
+const maxLeadBytes = 64 << 10
+
+// LeadingJSON returns the JSON the body opened with in place of events (a
+// server's error object under text/event-stream, which no event is read
+// from), nil when it did not: the provider adapters ask for it when the
+// stream ends unfinished, to fail the attempt with the server's own
+// error (see sseline.Reader.Lead).
+func (e *eventReader) LeadingJSON() []byte { return e.lr.Lead() }
 
 // ReadEvent returns the next event that has data or a type, split as the
 // SDKs' decoders split events (a field's name ends at its first colon and

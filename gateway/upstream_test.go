@@ -20,6 +20,7 @@ type act struct {
 	status int         // an HTTP error status (with body) instead of an answer
 	header http.Header // sent with the error or the stream
 	body   string      // the error body; default: an OpenAI error object
+	ctype  string      // the error body's Content-Type; default application/json
 
 	hold       <-chan struct{} // before anything (headers included): wait for it
 	holdFor    time.Duration   // … or this long
@@ -161,7 +162,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		if body == "" {
 			body = fmt.Sprintf(`{"error":{"message":"%s says %d","type":"server_error","param":null,"code":null}}`, u.name, a.status)
 		}
-		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Type", cmp.Or(a.ctype, "application/json"))
 		w.WriteHeader(a.status)
 		_, _ = io.WriteString(w, body)
 		return
@@ -279,7 +280,7 @@ func (u *upstream) serveAnthropic(w http.ResponseWriter, r *http.Request, a act)
 			}
 			body = fmt.Sprintf(`{"type":"error","error":{"type":%q,"message":"%s says %d"},"request_id":"req_%s"}`, typ, u.name, a.status, u.name)
 		}
-		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Type", cmp.Or(a.ctype, "application/json"))
 		w.WriteHeader(a.status)
 		_, _ = io.WriteString(w, body)
 		return

@@ -21,14 +21,30 @@ type Reader struct {
 	// Hook, when set, runs before a read from Src, which may wait on the
 	// network (the gateway flushes what its relay has encoded).
 	Hook interface{ BeforeRead() }
+	// MaxLead, when above 0, makes a stream that opens with JSON in place
+	// of events (see Lead) be read whole, up to MaxLead bytes, instead of
+	// line by line.
+	MaxLead int
 
 	buf     []byte
 	r, w    int     // buf[r:w] is read and not yet handed out
 	cr      bool    // the last byte read was a CR: a LF right after it is its pair
 	started bool    // the byte-order mark was looked for
+	opened  bool    // a line that is not blank came (Lead was looked for)
 	err     error   // what ended Src (or Fail), returned after buf[r:w]
 	one     [1]byte // what fill reads into while it holds no buffer (a local would escape)
+	lead    []byte  // see Lead
 }
+
+// Lead returns the JSON the stream opened with in place of events, when
+// MaxLead is set and it did: a stream whose first line that is not blank
+// starts with '{' (no event stream's does: a field's name never does) is
+// what some servers send a stream they cannot serve, a JSON error object
+// under text/event-stream. Line reads such a stream whole (at most
+// MaxLead bytes, line endings folded, from that line on), hands out no
+// line of it and returns the error that ended it (io.EOF after MaxLead
+// bytes); Lead returns what it read, nil for any other stream.
+func (l *Reader) Lead() []byte { return l.lead }
 
 // Buffered reports whether a whole line is buffered, that is, whether the
 // next call to Line leaves the slices it handed out before intact.
@@ -44,6 +60,14 @@ func (l *Reader) BufSize() int { return len(l.buf) }
 // more set on all but its last. At the end of Src it returns what is left
 // (no LF, maybe nothing) and the error that ended it, sticky.
 func (l *Reader) Line() (line []byte, more bool, err error) {
+	line, more, err = l.line()
+	if !l.opened && l.MaxLead > 0 {
+		return l.open(line, more, err)
+	}
+	return line, more, err
+}
+
+func (l *Reader) line() (line []byte, more bool, err error) {
 	for {
 		if i := bytes.IndexByte(l.buf[l.r:l.w], '\n'); i >= 0 {
 			line = l.buf[l.r : l.r+i+1]
@@ -61,6 +85,33 @@ func (l *Reader) Line() (line []byte, more bool, err error) {
 		}
 		l.fill()
 	}
+}
+
+// open looks at the lines up to the first that is not blank, for Lead: a
+// blank one is handed out as it came; one that starts with '{' is read
+// on to the stream's end (or MaxLead) into lead and none of it is.
+func (l *Reader) open(line []byte, more bool, err error) ([]byte, bool, error) {
+	t := bytes.TrimLeft(line, " \t")
+	if !more && (len(t) == 0 || t[0] == '\n') {
+		return line, more, err // blank: an event stream may open with them
+	}
+	l.opened = true // the first piece of a long line is the line's start
+	if len(t) == 0 || t[0] != '{' {
+		return line, more, err
+	}
+	l.lead = append(l.lead, t...)
+	for err == nil && len(l.lead) < l.MaxLead {
+		line, _, err = l.line()
+		l.lead = append(l.lead, line...)
+	}
+	if len(l.lead) > l.MaxLead {
+		l.lead = l.lead[:l.MaxLead]
+	}
+	if err == nil {
+		l.Fail(io.EOF) // past MaxLead: what follows is not read
+		err = io.EOF
+	}
+	return nil, false, err
 }
 
 // Field splits a field line from Line (its first piece, when more) as

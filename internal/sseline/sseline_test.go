@@ -2,6 +2,7 @@ package sseline
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"io"
 	"strings"
@@ -185,5 +186,46 @@ func TestReaderWaitsWithoutBuffer(t *testing.T) {
 	require.Len(t, s.held, len(in)+2)
 	for _, n := range s.held {
 		require.Zero(t, n, "no buffer held while waiting")
+	}
+}
+
+// With MaxLead, a stream whose first line that is not blank opens a JSON
+// object is read whole into Lead (up to MaxLead) and hands out no line of
+// it; any other stream reads as without it, Lead nil.
+func TestLead(t *testing.T) {
+	const events = "data: {\"a\":1}\n\ndata: [DONE]\n\n"
+	for _, tc := range []struct {
+		name, in, lead string
+		lines          []string // what Line hands out, pieces joined
+		err            error
+		max            int
+	}{
+		{name: "bare object", in: `{"error":{"message":"m"}}`, lead: `{"error":{"message":"m"}}`},
+		{name: "pretty, CRLF", in: "{\r\n  \"error\": {\"message\": \"m\"}\r\n}\r\n", lead: "{\n  \"error\": {\"message\": \"m\"}\n}\n"},
+		{name: "after a BOM and blank lines", in: "\xef\xbb\xbf\n \n  {\"error\":1}\n", lines: []string{"\n", " \n"}, lead: "{\"error\":1}\n"},
+		{name: "first line, then events", in: "{\"error\":1}\n\n" + events, lead: "{\"error\":1}\n\n" + events},
+		{name: "past MaxLead", in: `{"error":"` + strings.Repeat("x", 100) + `"}` + "\n" + events, max: 20, lead: `{"error":"` + strings.Repeat("x", 10)},
+		{name: "cut", in: `{"error":`, lead: `{"error":`, err: io.ErrUnexpectedEOF},
+		{name: "events", in: events, lines: []string{"data: {\"a\":1}\n", "\n", "data: [DONE]\n", "\n"}},
+		{name: "a comment first", in: ": hi\n" + events, lines: []string{": hi\n", "data: {\"a\":1}\n", "\n", "data: [DONE]\n", "\n"}},
+		{name: "an object past the first piece of a long line", in: strings.Repeat(" ", 20) + "{\"error\":1}\n" + events,
+			lines: []string{strings.Repeat(" ", 20) + "{\"error\":1}\n", "data: {\"a\":1}\n", "\n", "data: [DONE]\n", "\n"}},
+		{name: "an object on a later line", in: "data: x\n{\"error\":1}\n", lines: []string{"data: x\n", "{\"error\":1}\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var src io.Reader = strings.NewReader(tc.in)
+			if tc.err != nil {
+				src = io.MultiReader(src, iotest.ErrReader(tc.err))
+			}
+			l := &Reader{Src: iotest.HalfReader(src), Size: 16, MaxLead: cmp.Or(tc.max, 1<<10)}
+			got, err := lines(t, l)
+			require.ErrorIs(t, err, cmp.Or(tc.err, io.EOF))
+			require.Equal(t, tc.lines, got)
+			if tc.lead == "" {
+				require.Nil(t, l.Lead())
+				return
+			}
+			require.Equal(t, tc.lead, string(l.Lead()))
+		})
 	}
 }

@@ -78,3 +78,51 @@ func TestStreamJSONErrorBody(t *testing.T) {
 		})
 	}
 }
+
+// A 200 text/event-stream whose body is a JSON error object (Anthropic's
+// or OpenAI's shape, bare or as its first line) fails the stream before
+// any content with the server's message and type, as under a JSON
+// Content-Type at open; any other JSON body still ends truncated.
+func TestStreamEventStreamJSONErrorBody(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		class      abi.ErrorClass
+		typ, msg   string // "" msg: truncated
+	}{
+		{name: "overloaded", body: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`,
+			class: abi.ClassOverloaded, typ: "overloaded_error", msg: "Overloaded"},
+		{name: "first line, then events", body: `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}` + "\n\n" + sseText,
+			class: abi.ClassServer, typ: "api_error", msg: "Internal server error"},
+		{name: "openai shape, pretty", body: "{\n  \"error\": {\"message\": \"model overloaded\", \"type\": \"server_error\"}\n}\n",
+			class: abi.ClassServer, typ: "server_error", msg: "model overloaded"},
+		{name: "no error object", body: `{"type":"message","content":[]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+				_, _ = w.Write([]byte(tc.body))
+			}))
+			defer srv.Close()
+			m, err := anthropic.New("claude-sonnet-4-5", anthropic.WithBaseURL(srv.URL),
+				anthropic.WithAPIKey("sk-ant-test"), anthropic.WithHTTPClient(srv.Client()))
+			require.NoError(t, err)
+			st, err := m.Stream(context.Background(), request())
+			require.NoError(t, err, "an event stream opens; its body is read by Recv")
+			parts, err := wiretest.Collect(st, 100)
+			require.Empty(t, wiretest.Text(parts, abi.KindTextDelta), "no content before the error")
+			if tc.msg == "" {
+				require.ErrorIs(t, err, adapter.ErrTruncated)
+				return
+			}
+			var pe *driver.ProviderError
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, "anthropic", pe.Provider)
+			require.Equal(t, tc.msg, pe.Message)
+			require.Equal(t, tc.typ, pe.Type)
+			require.Equal(t, tc.class, pe.Class)
+			require.True(t, pe.Retryable)
+			require.ErrorIs(t, err, adapter.ErrJSONBody)
+			require.NotErrorIs(t, err, adapter.ErrTruncated)
+		})
+	}
+}

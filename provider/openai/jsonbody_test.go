@@ -92,3 +92,56 @@ func TestStreamJSONErrorBody(t *testing.T) {
 		})
 	}
 }
+
+// A 200 text/event-stream whose body is a JSON error object (bare,
+// pretty-printed, or as its first line before events) fails the stream
+// before any content with the server's message, type and code, as the
+// same body under a JSON Content-Type does at open: a retryable provider
+// fault, never a truncated stream. A JSON body that is no error object
+// still ends as a truncated stream.
+func TestStreamEventStreamJSONErrorBody(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		opts       []openai.Option
+		class      abi.ErrorClass
+		typ, msg   string // "" msg: truncated
+	}{
+		{name: "bare", body: `{"error":{"message":"model overloaded","type":"server_error","code":null}}`,
+			class: abi.ClassServer, typ: "server_error", msg: "model overloaded"},
+		{name: "pretty", body: "\n{\n  \"error\": {\n    \"message\": \"slow down\",\n    \"type\": \"rate_limit_error\",\n    \"code\": 429\n  }\n}\n",
+			class: abi.ClassRateLimit, typ: "rate_limit_error", msg: "slow down"},
+		{name: "first line, then events", body: `{"error":{"message":"busy","code":"overloaded"}}` + "\n\n" + sseText,
+			class: abi.ClassOverloaded, typ: "overloaded", msg: "busy"},
+		{name: "request type stays the server's fault", body: `{"error":{"message":"bad","type":"invalid_request_error"}}`,
+			class: abi.ClassServer, typ: "invalid_request_error", msg: "bad"},
+		{name: "responses", body: `{"error":{"message":"model overloaded","type":"server_error"}}`,
+			opts: []openai.Option{openai.WithResponsesAPI()}, class: abi.ClassServer, typ: "server_error", msg: "model overloaded"},
+		{name: "no error object", body: `{"id":"x","object":"chat.completion"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := jsonServer(t, "text/event-stream", tc.body)
+			m, err := openai.New("gpt-4o-mini", append([]openai.Option{openai.WithBaseURL(srv.URL + "/v1"),
+				openai.WithAPIKey("sk-test"), openai.WithHTTPClient(srv.Client())}, tc.opts...)...)
+			require.NoError(t, err)
+			st, err := m.Stream(context.Background(), request())
+			require.NoError(t, err, "an event stream opens; its body is read by Recv")
+			parts, err := wiretest.Collect(st, 100)
+			require.Empty(t, wiretest.Text(parts, abi.KindTextDelta), "no content before the error")
+			if tc.msg == "" {
+				require.ErrorIs(t, err, adapter.ErrTruncated)
+				return
+			}
+			var pe *driver.ProviderError
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, "openai", pe.Provider)
+			require.Equal(t, tc.msg, pe.Message)
+			require.Equal(t, tc.typ, pe.Type)
+			require.Equal(t, tc.class, pe.Class)
+			require.True(t, pe.Retryable)
+			require.Zero(t, pe.Status)
+			require.Equal(t, "text/event-stream", pe.Header.Get("Content-Type"))
+			require.ErrorIs(t, err, adapter.ErrJSONBody)
+			require.NotErrorIs(t, err, adapter.ErrTruncated)
+		})
+	}
+}

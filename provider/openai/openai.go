@@ -424,6 +424,7 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart})
 	if raw != nil {
 		s.SetHeader(raw.Header)
+		s.SetBody(raw.Body) // a body that opens with a JSON error in place of events fails with it
 	}
 	return s, nil
 }

@@ -125,6 +125,7 @@ func (m *Model) streamResponses(ctx context.Context, req *driver.Request) (drive
 	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart, Warnings: warnings})
 	if raw != nil {
 		s.SetHeader(raw.Header)
+		s.SetBody(raw.Body) // a body that opens with a JSON error in place of events fails with it
 	}
 	return s, nil
 }

@@ -25,8 +25,16 @@ var bom = []byte{0xEF, 0xBB, 0xBF}
 // The body is an [EventBody] too: read with ReadEvent instead (never
 // both), it splits the events itself, with one small buffer.
 func SSEBody(rc io.ReadCloser) EventBody {
-	return &sseBody{rc: rc, lr: sseline.Reader{Src: rc, Size: eventBufSize}}
+	return &sseBody{rc: rc, lr: sseline.Reader{Src: rc, Size: eventBufSize, MaxLead: MaxBody}}
 }
+
+// LeadingJSON returns the JSON the body opened with in place of events
+// (a server's error object under text/event-stream), nil when it did not
+// or has not been read that far. Only ReadEvent looks for it (not Read,
+// the SDKs' decoders' way): see sseline.Reader.Lead. Stream.Recv asks a
+// body for it when the stream ends before the provider finished it (see
+// Stream.SetBody); the gateway's upstream bodies have it too.
+func (b *sseBody) LeadingJSON() []byte { return b.lr.Lead() }
 
 // EventBody is an event stream's body that splits its events itself, so
 // that a decoder gets each event's data as one slice, with no line

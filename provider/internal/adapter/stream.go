@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -33,6 +34,7 @@ type Stream struct {
 	provider string
 	src      Source
 	header   http.Header
+	body     leadingJSON // the response body, if it can say it opened with JSON
 
 	q    []abi.Part
 	head int
@@ -55,6 +57,41 @@ var _ driver.HeaderStream = (*Stream)(nil)
 // SetHeader records the HTTP response headers that Header returns. Call it
 // before the stream is handed out.
 func (s *Stream) SetHeader(h http.Header) { s.header = h }
+
+// leadingJSON is a body that can say it opened with JSON in place of
+// events (sseBody's LeadingJSON; the gateway's upstream bodies').
+type leadingJSON interface{ LeadingJSON() []byte }
+
+// SetBody records the response body whose events the stream reads: when
+// it ends before the provider finished it and the body opened with a JSON
+// error object in place of events (a 200 text/event-stream whose body is
+// {"error":{…}}, or whose first line is), Recv fails with that error, as
+// JSONError does for one under a JSON Content-Type, instead of
+// ErrTruncated. A body that cannot say (not an event body of ours, or one
+// an SDK middleware wrapped) changes nothing. Call it before the stream is
+// handed out.
+func (s *Stream) SetBody(body io.Reader) { s.body, _ = body.(leadingJSON) }
+
+// leadError is the error of the JSON the body opened with, when the
+// stream ended with err before the provider finished it and that JSON, or
+// its first line, is an error object; nil otherwise.
+func (s *Stream) leadError(err error) error {
+	if s.body == nil || !errors.Is(err, ErrTruncated) {
+		return nil
+	}
+	lead := s.body.LeadingJSON()
+	pe := BodyError(s.provider, lead)
+	if pe == nil {
+		if i := bytes.IndexByte(lead, '\n'); i >= 0 {
+			pe = BodyError(s.provider, lead[:i])
+		}
+	}
+	if pe == nil {
+		return nil
+	}
+	pe.Header = s.header
+	return pe
+}
 
 // Header returns the HTTP response headers of the stream (the provider's
 // request id, rate-limit counters…), nil when there were none. The map is
@@ -85,6 +122,8 @@ func (s *Stream) Recv() (abi.Part, error) {
 		if err != nil {
 			if errors.Is(err, io.EOF) && !errors.Is(err, ErrTruncated) {
 				s.fail(io.EOF)
+			} else if le := s.leadError(err); le != nil && s.ctx.Err() == nil {
+				s.fail(le)
 			} else {
 				s.fail(TransportError(s.ctx, s.provider, s.closed.Load(), err))
 			}
