@@ -42,6 +42,7 @@ func (m *Model) streamJSON(ctx context.Context, req *driver.Request) (driver.Str
 		body:   raw.Body,
 		size:   raw.ContentLength,
 		header: raw.Header,
+		sdk:    m.sdkChunks,
 	}
 	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart})
 	s.SetHeader(raw.Header)
@@ -49,7 +50,8 @@ func (m *Model) streamJSON(ctx context.Context, req *driver.Request) (driver.Str
 }
 
 // answer is the adapter.Source of a non-streamed chat completion: at its
-// first Next it reads the whole body (under MaxAnswer), decodes it, and
+// first Next it reads the whole body (under MaxAnswer), decodes it (the
+// lean decoder, decodeCompletion, or the SDK's for what that declines), and
 // hands it as one chunk to the stream's own mapping (source.chunk, then
 // source.end), so the parts, their order, the refusal rules and the
 // adapter's limits are the stream's.
@@ -58,6 +60,7 @@ type answer struct {
 	body   io.ReadCloser
 	size   int64 // Content-Length, -1 when unknown
 	header http.Header
+	sdk    bool // decode with the SDK only (tests compare both paths)
 }
 
 func (a *answer) Close() error { return a.body.Close() }
@@ -70,8 +73,20 @@ func (a *answer) Next(q []abi.Part) ([]abi.Part, error) {
 		}
 		return q, err // a cut body: adapter.TransportError, as a cut stream
 	}
+	if !a.sdk && decodeCompletion(b, &a.cur) {
+		return a.replay(q)
+	}
+	return a.nextSDK(q, b)
+}
+
+// nextSDK decodes an answer with the SDK: what the lean decoder declines
+// (an error object, wrong types, escaped keys…). Not inlined: the SDK's
+// completion is large.
+//
+//go:noinline
+func (a *answer) nextSDK(q []abi.Part, b []byte) ([]abi.Part, error) {
 	var cc oai.ChatCompletion
-	err = json.Unmarshal(b, &cc)
+	err := json.Unmarshal(b, &cc)
 	if err != nil || len(cc.Choices) == 0 {
 		// A 200 with an error object in place of the answer, mapped as
 		// the streamed path maps one (adapter.JSONError).
@@ -85,11 +100,17 @@ func (a *answer) Next(q []abi.Part) ([]abi.Part, error) {
 		return q, fmt.Errorf("the non-streamed answer is not a chat.completion: %w", err)
 	}
 	a.cur.fromCompletion(&cc)
-	if q, err = a.chunk(q, &a.cur); err != nil {
+	return a.replay(q)
+}
+
+// replay maps the decoded completion as one chunk, then ends: a
+// completion without a finish reason ends as a stream without one,
+// truncated.
+func (a *answer) replay(q []abi.Part) ([]abi.Part, error) {
+	q, err := a.chunk(q, &a.cur)
+	if err != nil {
 		return q, err
 	}
-	// A completion without a finish reason ends as a stream without one:
-	// truncated.
 	return a.end(q)
 }
 

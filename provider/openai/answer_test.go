@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 
+	oai "github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/abi"
@@ -165,6 +167,11 @@ func TestUpstreamJSONSamePartsAsStream(t *testing.T) {
 			js := &fixedTransport{status: 200, header: http.Header{"Content-Type": {"application/json"}}, body: bytesBody(completion), length: int64(len(completion))}
 			got, gotErr := run(t, answerModel(t, js), true)
 			require.Equal(t, want, got)
+			sdk := answerModel(t, js)
+			sdk.sdkChunks = true // the SDK's decoding of the completion, not the lean one
+			gotSDK, sdkErr := run(t, sdk, true)
+			require.Equal(t, want, gotSDK)
+			require.Equal(t, fmt.Sprint(gotErr), fmt.Sprint(sdkErr))
 			if tc.wantErr != "" {
 				require.ErrorContains(t, wantErr, tc.wantErr)
 				require.Equal(t, wantErr.Error(), gotErr.Error())
@@ -319,4 +326,65 @@ func TestUpstreamJSONRefusedWith(t *testing.T) {
 	}
 	_, err := New("m", WithUpstreamJSON(), WithChunkFields())
 	require.NoError(t, err)
+}
+
+// completionSeeds are completions the lean decoder takes and ones it must
+// hand to the SDK.
+var completionSeeds = []string{
+	`{"id":"chatcmpl-1","object":"chat.completion","created":1741569952,"model":"gpt-4o","system_fingerprint":"fp_1","service_tier":"default","choices":[{"index":0,"message":{"role":"assistant","content":"Hi \"there\"\n\u00e9","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":2},"completion_tokens_details":{"reasoning_tokens":3}}}`,
+	`{"id":"c","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}},{"id":"call_2","type":"function","function":{"name":"g","arguments":""}}]},"finish_reason":"tool_calls"}]}`,
+	`{"choices":[{"index":0,"message":{"content":"x","reasoning_content":"think","reasoning":"other"},"finish_reason":"stop"},{"index":1,"message":{"content":"second"}}]}`,
+	`{"choices":[{"index":0,"message":{"refusal":"no"},"logprobs":{"content":null,"refusal":[{"token":"no","logprob":-1}]},"finish_reason":"stop"}]}`,
+	`{"choices":[{"index":0,"message":{"content":"Hi"},"logprobs":{"content":[{"token":"Hi","logprob":-0.1,"bytes":[72,105],"top_logprobs":[]}],"refusal":null},"finish_reason":"stop"}]}`,
+	`{"choices":[{"index":0,"delta":{"content":"a chunk's shape"},"finish_reason":"stop"}]}`,
+	`{"choices":[{"index":0,"message":{"tool_calls":[{"index":5,"id":"c","function":{"name":"f"}}]}}]}`,
+	`{"error":{"message":"overloaded","type":"server_error"}}`,
+	`{"choices":[{"index":0,"message":{"content":5}}]}`,
+	`{"choices":[{"index":0,"message":null,"finish_reason":"length"}]}`,
+	`{"choices":null,"usage":null}`,
+	`{"c\u0068oices":[]}`,
+	`{"choices":[]} x`,
+}
+
+// FuzzCompletionDecoders is the differential check of the lean completion
+// decoder: for any data it accepts, the SDK decodes the same answer (with
+// no error member); data the SDK rejects it rejects too.
+func FuzzCompletionDecoders(f *testing.F) {
+	for _, s := range completionSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var lean chunk
+		ok := decodeCompletion(data, &lean)
+		var cc oai.ChatCompletion
+		err := json.Unmarshal(data, &cc)
+		if !ok {
+			return // the SDK decodes it
+		}
+		require.NoError(t, err, "the lean decoder took what the SDK rejects: %q", data)
+		require.False(t, cc.JSON.ExtraFields["error"].Valid() || cc.JSON.ExtraFields["error"].Raw() != "", "an error member was taken: %q", data)
+		var slow chunk
+		slow.fromCompletion(&cc)
+		require.Equal(t, norm(slow), norm(lean), "data %q", data)
+	})
+}
+
+func TestCompletionDecodersAgreeOnSeeds(t *testing.T) {
+	accepted := 0
+	for _, s := range completionSeeds {
+		var lean chunk
+		if !decodeCompletion([]byte(s), &lean) {
+			continue
+		}
+		accepted++
+		var cc oai.ChatCompletion
+		require.NoError(t, json.Unmarshal([]byte(s), &cc), s)
+		var slow chunk
+		slow.fromCompletion(&cc)
+		require.Equal(t, norm(slow), norm(lean), s)
+	}
+	require.GreaterOrEqual(t, accepted, 8, "the common completions take the lean path")
+	for _, s := range []string{`{"error":{"message":"x"}}`, `{"choices":[{"index":0,"message":{"content":5}}]}`, `{"c\u0068oices":[]}`, `{"choices":[]} x`} {
+		require.False(t, decodeCompletion([]byte(s), &chunk{}), "handed to the SDK: %s", s)
+	}
 }
