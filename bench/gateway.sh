@@ -3,9 +3,12 @@
 # ways — direct, a bare httputil.ReverseProxy, `retryhost serve`, and Portkey's
 # open-source gateway (@portkey-ai/gateway 1.15.2 with @hono/node-server pinned
 # to 1.14.1; the row is skipped when npm is absent). Loopback only; every phase
-# is bounded in time and the children are stopped at the end.
+# is bounded in time and the children are stopped at the end. The timed phases
+# run in -rounds rounds (default 5) in which the targets take turns, so that a
+# load change on a shared machine falls on every row; the closed loop also
+# reports each proxy's read and write syscalls per request.
 #
-#   bench/gateway.sh [gatewaybench flags…]     e.g. -open 5s -closed 5s -rate 500 -conc 64
+#   bench/gateway.sh [gatewaybench flags…]     e.g. -open 5s -closed 5s -rate 500 -conc 64 -rounds 5
 #
 # retryhost's policy gives its model "upstream_json": true by default, so a
 # non-streaming request through `retryhost serve` is non-streamed upstream too

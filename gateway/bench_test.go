@@ -7,10 +7,14 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -76,14 +80,36 @@ func benchStream(b *testing.B, n int, stream bool) {
 
 // BenchmarkHeldStreams holds 500 streams open at once (each has had its
 // first content; the upstream holds the rest) and reports the memory they
-// take per stream — heap and goroutine stacks in use, after a GC — read
-// directly from the upstream, through a bare httputil.ReverseProxy and
-// through the gateway. Client and upstream share the process, so compare
-// the rows: what a hop adds is its row minus direct's.
+// take per stream — heap and goroutine stacks in use and the live heap,
+// after a GC — read directly from the upstream, through a bare
+// httputil.ReverseProxy and through the gateway. Client and upstream share
+// the process, so compare the rows: what a hop adds is its row minus
+// direct's. Each iteration starts with no idle upstream connection in
+// either hop (the rows and iterations then all dial theirs, so none is
+// measured without its connections' buffers, and no row's idle connections
+// sit in the next row's heap).
 // go test ./gateway -run '^$' -bench HeldStreams -benchtime 2x
+//
+// RETRYHOST_HELD_PROFILE=dir also writes exact heap profiles
+// (runtime.MemProfileRate=1) of each row into dir, before the streams open
+// (<row>-base.pb.gz) and while they are held (<row>.pb.gz); what a stream
+// holds and where it was allocated is then
+//
+//	go tool pprof -sample_index=inuse_space -base dir/gateway-base.pb.gz dir/gateway.pb.gz
+//
+// divided by 500, and a hop's own share is its row's minus direct's.
+// go test ./gateway -run '^$' -bench 'HeldStreams/(direct|gateway)' -benchtime 1x
 func BenchmarkHeldStreams(b *testing.B) {
 	const n = 500
+	profDir := os.Getenv("RETRYHOST_HELD_PROFILE")
+	if profDir != "" {
+		require.NoError(b, os.MkdirAll(profDir, 0o755))
+		old := runtime.MemProfileRate
+		runtime.MemProfileRate = 1
+		b.Cleanup(func() { runtime.MemProfileRate = old })
+	}
 	up := newUpstream("primary")
+	up.forget = true
 	defer up.srv.Close()
 	pol := `{"models": [{"name": "primary", "provider": "openai", "model": "m", "base_url": "` + up.url() + `", "api_key_env": "K"}]}`
 	gw, err := New(context.Background(), Bytes("bench", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}),
@@ -99,15 +125,57 @@ func BenchmarkHeldStreams(b *testing.B) {
 	defer rpt.CloseIdleConnections()
 	rp.Transport = rpt
 	rps := newTestServer(b, rp)
-	hold := func(b *testing.B, base string) {
-		var heap, stack float64
+	// quiesce closes both hops' idle upstream connections and waits for the
+	// goroutines that served them (the upstream's, the transports' loops)
+	// to end, then empties the sync.Pools (two GCs: the victim cache), so
+	// the heap read next holds none of them and every row allocates its
+	// buffers afresh.
+	quiesce := func() {
+		rpt.CloseIdleConnections()
+		gw.closeClient()
+		prev, still := runtime.NumGoroutine(), 0
+		for still < 5 {
+			time.Sleep(10 * time.Millisecond)
+			if cur := runtime.NumGoroutine(); cur < prev {
+				prev, still = cur, 0
+			} else {
+				still++
+			}
+		}
+		runtime.GC()
+		runtime.GC()
+	}
+	// The runtime keeps the descriptors of ended goroutines for reuse, and
+	// a row that runs more goroutines at once than any before it allocates
+	// new ones (~2 KiB a stream): start and end more than any row runs
+	// first, so no row pays for them.
+	var warm sync.WaitGroup
+	start := make(chan struct{})
+	for range 16 * n {
+		warm.Go(func() { <-start })
+	}
+	close(start)
+	warm.Wait()
+	profile := func(b *testing.B, name string) {
+		if profDir == "" {
+			return
+		}
+		f, err := os.Create(filepath.Join(profDir, name+".pb.gz"))
+		require.NoError(b, err)
+		defer f.Close()
+		require.NoError(b, pprof.Lookup("heap").WriteTo(f, 0)) // as of the GC just run
+	}
+	hold := func(b *testing.B, row, base string) {
+		var heap, live, stack float64
 		for b.Loop() {
+			quiesce()
 			release := make(chan struct{})
 			up.play(act{chunks: []string{"held "}, afterText: release})
 			hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 			var ms0, ms1 runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&ms0)
+			profile(b, row+"-base")
 			var wg sync.WaitGroup
 			opened := make(chan struct{}, n)
 			for range n {
@@ -135,16 +203,19 @@ func BenchmarkHeldStreams(b *testing.B) {
 			}
 			runtime.GC()
 			runtime.ReadMemStats(&ms1)
+			profile(b, row)
 			heap += float64(ms1.HeapInuse) - float64(ms0.HeapInuse)
+			live += float64(ms1.HeapAlloc) - float64(ms0.HeapAlloc)
 			stack += float64(ms1.StackInuse) - float64(ms0.StackInuse)
 			close(release)
 			wg.Wait()
 			hc.CloseIdleConnections()
 		}
 		b.ReportMetric(heap/float64(b.N)/n/1024, "heap-KiB/stream")
+		b.ReportMetric(live/float64(b.N)/n/1024, "live-KiB/stream")
 		b.ReportMetric(stack/float64(b.N)/n/1024, "stack-KiB/stream")
 	}
-	b.Run("direct", func(b *testing.B) { hold(b, up.url()) })
-	b.Run("revproxy", func(b *testing.B) { hold(b, rps.URL+"/v1") })
-	b.Run("gateway", func(b *testing.B) { hold(b, srv.URL+"/v1") })
+	b.Run("direct", func(b *testing.B) { hold(b, "direct", up.url()) })
+	b.Run("revproxy", func(b *testing.B) { hold(b, "revproxy", rps.URL+"/v1") })
+	b.Run("gateway", func(b *testing.B) { hold(b, "gateway", srv.URL+"/v1") })
 }

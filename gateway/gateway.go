@@ -158,6 +158,23 @@ func WithMaxConcurrent(n int) Option {
 	}
 }
 
+// The buffers of each HTTP/1.1 connection of the gateway's upstream client
+// (net/http's default is 4 KiB each). A held stream keeps its connection,
+// so these are memory per open stream. The read buffer only batches reads
+// for the SSE line reader above it, which has its own buffer (and a read
+// bigger than the buffer bypasses it), so 2 KiB costs at most a read more
+// for a burst past it. The write buffer carries only the request's headers:
+// net/http flushes them on their own (the SDK's body is not a reader it
+// knows to be in memory) and then copies the body to the connection past
+// the buffer, so a request is two writes with 4 KiB or 1 KiB alike while its
+// headers fit (about 630 bytes with a 164-character API key;
+// TestUpstreamRequestWrites). An HTTP/2 upstream multiplexes streams on a
+// connection with buffers of its own.
+const (
+	upstreamReadBuffer  = 2 << 10
+	upstreamWriteBuffer = 1 << 10
+)
+
 // WithUpstreamConns caps the connections to each upstream host (idle and
 // active; requests beyond it wait for one). Default 256. It applies when the
 // Source's policy.Options bring no HTTPClient of their own.
@@ -263,8 +280,7 @@ type Gateway struct {
 	mu       sync.Mutex // guards draining against inflight.Add
 	draining bool
 	inflight sync.WaitGroup
-	stopCtx  context.Context // done when in-flight requests must end (drain deadline, Close)
-	stop     context.CancelCauseFunc
+	live     liveCalls // the requests in flight, which the drain deadline and Close end
 
 	poller pluginPoller // follows the policy's tagged plugins (WithPluginPoll)
 
@@ -311,6 +327,8 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   10 * time.Second,
 			ResponseHeaderTimeout: g.cfg.headerTimeout,
+			ReadBufferSize:        upstreamReadBuffer,
+			WriteBufferSize:       upstreamWriteBuffer,
 		}}
 		g.client.Transport = &sseFilter{next: g.client.Transport, skipped: &g.stats.malformed}
 	}
@@ -318,10 +336,8 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		g.keys.Store(&g.cfg.keys)
 	}
 	g.sem = make(chan struct{}, g.cfg.maxConcurrent)
-	g.stopCtx, g.stop = context.WithCancelCause(context.Background())
 	gen, err := g.load(ctx)
 	if err != nil {
-		g.stop(err)
 		g.closeClient()
 		return nil, err
 	}
@@ -409,7 +425,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		g.stop(ErrShuttingDown)
+		g.live.stop(ErrShuttingDown)
 		<-done
 		return ctx.Err()
 	}
@@ -423,7 +439,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	g.mu.Lock()
 	g.draining = true
 	g.mu.Unlock()
-	g.stop(ErrShuttingDown)
+	g.live.stop(ErrShuttingDown)
 	done := make(chan struct{})
 	go func() { g.inflight.Wait(); close(done) }()
 	select {

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -379,4 +381,129 @@ func TestNewErrors(t *testing.T) {
 	gw, err := New(context.Background(), good)
 	require.NoError(t, err)
 	require.NoError(t, gw.Close(context.Background()))
+}
+
+// countingConn counts the writes on a connection (each one a write syscall
+// on a TCP connection: it has no ReadFrom of its own, as a TCP connection's
+// for a body that is neither a file nor a socket copies through Write).
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// The upstream client's 1 KiB write buffer does not split a request into
+// more writes than net/http's default 4 KiB would: the headers (the SDK's,
+// a long API key; ~630 bytes) go in one write, flushed on their own, and the
+// body in one more however long it is (up to the copy's 32 KiB). A buffer
+// smaller than the headers fails it (256 bytes: 4 writes).
+func TestUpstreamRequestWrites(t *testing.T) {
+	key := strings.Repeat("k", 164)
+	up := newUpstream("primary")
+	t.Cleanup(up.srv.Close)
+	pol := `{"models": [{"name": "primary", "provider": "openai", "model": "m", "base_url": "` + up.url() + `", "api_key_env": "K"}]}`
+	gw, err := New(context.Background(), Bytes("writes", []byte(pol), policy.Options{Getenv: func(string) string { return key }}))
+	require.NoError(t, err)
+	t.Cleanup(func() { gw.Close(context.Background()) })
+	tr := gw.client.Transport.(*sseFilter).next.(*http.Transport)
+	require.Equal(t, upstreamWriteBuffer, tr.WriteBufferSize)
+	require.Equal(t, upstreamReadBuffer, tr.ReadBufferSize)
+	var writes, dials atomic.Int64
+	dial := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		dials.Add(1)
+		return countingConn{Conn: c, writes: &writes}, nil
+	}
+	srv := newTestServer(t, gw)
+	for _, tc := range []struct {
+		name   string
+		prompt int // bytes of the user message
+	}{
+		{"short prompt", 2},
+		{"1 KiB prompt", 1 << 10},
+		{"8 KiB prompt", 8 << 10},
+		{"24 KiB prompt", 24 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up.reset()
+			prompt := strings.Repeat("w", tc.prompt)
+			before := writes.Load()
+			resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
+				strings.NewReader(`{"model":"primary","stream":true,"messages":[{"role":"user","content":"`+prompt+`"}]}`))
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+			hits := up.requests()
+			require.Len(t, hits, 1)
+			require.Equal(t, "Bearer "+key, hits[0].header.Get("Authorization"))
+			require.Contains(t, string(hits[0].raw), prompt, "the whole body reached the upstream")
+			n := writes.Load() - before
+			t.Logf("%d writes for %d body bytes", n, len(hits[0].raw))
+			require.Positive(t, dials.Load(), "the counting dialer was not used")
+			require.LessOrEqual(t, n, int64(2), "writes for one request of %d body bytes", len(hits[0].raw))
+		})
+	}
+}
+
+// The gateway's list of calls in flight: its stop ends every listed call
+// with its cause and every call added after it at once, and never one
+// already removed, whichever place in the list it held.
+func TestLiveCalls(t *testing.T) {
+	cause := errors.New("stopping")
+	for _, tc := range []struct {
+		name    string
+		remove  []int // indexes of the 4 calls removed before the stop
+		ended   []int
+		lateAdd bool // a fifth call added after the stop
+	}{
+		{"all listed", nil, []int{0, 1, 2, 3}, false},
+		{"head removed", []int{3}, []int{0, 1, 2}, false},
+		{"tail removed", []int{0}, []int{1, 2, 3}, false},
+		{"middle removed", []int{1, 2}, []int{0, 3}, false},
+		{"all removed", []int{0, 1, 2, 3}, nil, false},
+		{"removed twice", []int{2, 2}, []int{0, 1, 3}, false},
+		{"added after the stop", []int{0}, []int{1, 2, 3, 4}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var l liveCalls
+			calls := make([]*call, 5)
+			ctxs := make([]context.Context, 5)
+			for i := range calls {
+				calls[i] = &call{}
+				ctxs[i], calls[i].cancel = context.WithCancelCause(context.Background())
+			}
+			for _, c := range calls[:4] {
+				l.add(c)
+			}
+			for _, i := range tc.remove {
+				l.remove(calls[i])
+			}
+			l.stop(cause)
+			if tc.lateAdd {
+				l.add(calls[4])
+			}
+			var ended []int
+			for i, ctx := range ctxs {
+				if ctx.Err() != nil {
+					require.ErrorIs(t, context.Cause(ctx), cause, "call %d", i)
+					ended = append(ended, i)
+				}
+			}
+			require.Equal(t, tc.ended, ended)
+			for _, c := range calls {
+				l.remove(c)
+			}
+			require.Nil(t, l.head, "every call removed")
+		})
+	}
 }

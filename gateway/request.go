@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/retryhost/retryhost/driver"
 )
@@ -129,12 +131,14 @@ func parseChat(body []byte, providers, anthropic []string) (*chatRequest, error)
 // both doors read the same way: model (the route), stream and fallbacks.
 func parseCommon(body []byte) (map[string]json.RawMessage, *chatRequest, error) {
 	var fields map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&fields); err != nil {
-		return nil, nil, badRequest("", "the body is not a JSON object: %v", err)
-	}
-	if len(bytes.TrimSpace(body[dec.InputOffset():])) > 0 { // dec.More misses a stray '}' or ']'
+	if err := json.Unmarshal(body, &fields); err != nil {
+		// The rare path: a Decoder tells a bad object from data after a
+		// good one (json.Unmarshal, which needs no copy of the body, says
+		// only "invalid character").
+		dec := json.NewDecoder(bytes.NewReader(body))
+		if err := dec.Decode(&fields); err != nil {
+			return nil, nil, badRequest("", "the body is not a JSON object: %v", err)
+		}
 		return nil, nil, badRequest("", "the body has data after its JSON object")
 	}
 	if fields == nil {
@@ -194,7 +198,77 @@ func field(fields map[string]json.RawMessage, k string, v any) error {
 	if !ok || isNull(raw) {
 		return nil
 	}
+	if scalar(raw, v) {
+		return nil
+	}
 	return json.Unmarshal(raw, v)
+}
+
+// scalar decodes the common scalars of a request (the route, stream,
+// sampling numbers, token counts, plain message text) without
+// encoding/json, whose every Unmarshal allocates its decoder state: it
+// reports false, having changed nothing, for anything it does not read
+// exactly as json.Unmarshal would (escapes, invalid UTF-8, a fraction for
+// an integer, a type mismatch), which then goes to json.Unmarshal for the
+// value or the error. raw is one valid JSON value (the body was
+// validated whole), so a quoted run without a backslash is the string.
+func scalar(raw json.RawMessage, v any) bool {
+	switch p := v.(type) {
+	case *string:
+		s, ok := plainString(raw)
+		if ok {
+			*p = s
+		}
+		return ok
+	case *bool:
+		switch string(raw) {
+		case "true":
+			*p = true
+		case "false":
+			*p = false
+		default:
+			return false
+		}
+		return true
+	case **int:
+		n, err := strconv.Atoi(string(raw))
+		if err != nil {
+			return false
+		}
+		*p = &n
+		return true
+	case **int64:
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil {
+			return false
+		}
+		*p = &n
+		return true
+	case **float64:
+		if len(raw) == 0 || raw[0] == '"' {
+			return false
+		}
+		f, err := strconv.ParseFloat(string(raw), 64)
+		if err != nil {
+			return false
+		}
+		*p = &f
+		return true
+	}
+	return false
+}
+
+// plainString returns the JSON string raw holds when it has no escape and
+// is valid UTF-8 (json.Unmarshal would replace invalid bytes).
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	if bytes.IndexByte(in, '\\') >= 0 || !utf8.Valid(in) {
+		return "", false
+	}
+	return string(in), true
 }
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
@@ -220,6 +294,9 @@ var errContent = errors.New("content: want a string, a list of content parts, or
 func (m *wireMessage) text() (string, error) {
 	if len(m.Content) == 0 || isNull(m.Content) {
 		return "", nil
+	}
+	if s, ok := plainString(m.Content); ok {
+		return s, nil
 	}
 	var s string
 	if json.Unmarshal(m.Content, &s) == nil {

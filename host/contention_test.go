@@ -147,6 +147,45 @@ func TestDeadline_WallClockCapOfACPUTimedCall(t *testing.T) {
 	require.ErrorIs(t, err, ErrTimeout, "400 ms of wall clock (20 × 20 ms) passed with no CPU used")
 }
 
+// TestDeadline_FirstLateCallIsGraced: a call of a plugin not yet measured
+// in CPU time that passes its wall-clock deadline without having used the
+// CPU (here it waits in the log import, as a guest's thread waits for a
+// core on a loaded machine) is not stopped: it gets the wall-clock cap once,
+// completes, and from then on the plugin's calls are CPU-timed. A second
+// late unmeasured call, a CPU-timed loop, and the wall-clock cap still stop.
+func TestDeadline_FirstLateCallIsGraced(t *testing.T) {
+	if !cpuClock {
+		t.Skip("no per-thread CPU clock on this OS: the deadline is wall-clock")
+	}
+	ctx := context.Background()
+	// 60 ms of waiting against a 20 ms deadline: 3× it, far below the cap (400 ms).
+	rt := newRuntime(t, WithCallTimeout(20*time.Millisecond), WithLogger(slog.New(slowHandler{d: 60 * time.Millisecond})))
+	p, err := rt.Load(ctx, "chatty", fixture(t, "chatty"), WithInstances(1))
+	require.NoError(t, err)
+	require.False(t, p.slow.Load())
+	_, err = p.Decide(ctx, &abi.Attempt{})
+	require.NoError(t, err, "a late first call that used no CPU is not a timeout")
+	require.True(t, p.slow.Load(), "its plugin's calls are CPU-timed from now on")
+	_, err = p.Decide(ctx, &abi.Attempt{})
+	require.NoError(t, err, "a CPU-timed call that waits is not stopped before the cap")
+
+	// The grace is once per call: the watchdog's second expiry stops it.
+	in := &instance{p: p}
+	in.deadline.Store(1)
+	require.True(t, in.extend(2, 1), "first expiry of an unmeasured call: graced")
+	require.Greater(t, in.deadline.Load(), int64(1))
+	require.False(t, in.extend(in.deadline.Load()+1, in.deadline.Load()), "second expiry: stopped")
+
+	// A loop in a plugin's first call is still stopped, at most at the cap.
+	lp, err := newRuntime(t, WithCallTimeout(20*time.Millisecond)).Load(ctx, "loop", fixture(t, "loop"), WithInstances(1))
+	require.NoError(t, err)
+	_, err = lp.Decide(ctx, &abi.Attempt{})
+	require.ErrorIs(t, err, ErrTimeout)
+	require.True(t, lp.slow.Load())
+	_, err = lp.Decide(ctx, &abi.Attempt{})
+	require.ErrorIs(t, err, ErrTimeout, "a CPU-timed loop is stopped")
+}
+
 // BenchmarkDeadlineMeasure is the cost of measuring a call in CPU time
 // (a plugin seen running long calls) against the plain wall-clock guard,
 // on the smallest condition call.

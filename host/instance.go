@@ -58,6 +58,10 @@ type instance struct {
 	cpu0    atomic.Int64
 	budget  atomic.Int64
 	wallCap atomic.Int64
+	// graced: the running call is not measured in CPU time and the
+	// watchdog has already pushed its wall-clock deadline back once
+	// (instance.grace); reset when an unmeasured call starts.
+	graced atomic.Bool
 	// calls counts the calls into the instance for the breaker's failure
 	// rate: the slot's counter (nil during init).
 	calls *atomic.Uint64
@@ -193,6 +197,8 @@ func (in *instance) call(f api.Function, timeout time.Duration) error {
 	if cpuClock && in.p.slow.Load() {
 		return in.measuredCall(f, timeout)
 	}
+	// Only per-call deadlines are graced: an init call's is seconds long.
+	in.graced.Store(timeout != rt.cfg.callTimeout)
 	in.deadline.Store(rt.now() + int64(timeout))
 	err := f.CallWithStack(in.ctx, in.stack)
 	claimed := in.deadline.Swap(0) == deadlineClaimed
@@ -252,7 +258,10 @@ func (in *instance) measuredCall(f api.Function, timeout time.Duration) error {
 // unreadable) and the call must be stopped.
 func (in *instance) extend(now, d int64) bool {
 	tid := in.tid.Load()
-	if tid == 0 || now >= in.wallCap.Load() {
+	if tid == 0 {
+		return in.grace(d)
+	}
+	if now >= in.wallCap.Load() {
 		return false
 	}
 	c, ok := threadCPU(tid)
@@ -268,6 +277,40 @@ func (in *instance) extend(now, d int64) bool {
 	in.deadline.CompareAndSwap(d, now+left)
 	return true
 }
+
+// grace is extend for a call that is not measured in CPU time (its plugin
+// was not yet seen running long when it started): its wall-clock deadline
+// d passed, but on a loaded machine that may be time the guest's thread
+// spent waiting for a CPU, not running, and nothing measured which. Such a
+// call is given, once, the wall-clock cap a measured call has (20× the call
+// timeout from its start, but at most maxGrace more) instead of being
+// stopped; init calls, whose deadline is seconds, are not graced. The watchdog has marked
+// its plugin slow by now (Runtime.expire), so every later call of the
+// plugin is measured and a loop is stopped after the timeout in CPU time.
+// Without it, the first call of a compliant plugin that a busy machine
+// delayed past 50 ms failed with ErrTimeout (seen under go test -race on
+// two loaded cores). The cost: a plugin's calls in flight at the moment it
+// is first seen running long may each use up to that cap in CPU once.
+// It reports false (stop the call) where there is no per-thread CPU clock
+// (nothing would measure the later calls either) and on a second expiry.
+func (in *instance) grace(d int64) bool {
+	if !cpuClock || in.graced.Swap(true) {
+		return false
+	}
+	rt := in.p.rt
+	f := int64(wallFactor)
+	if rt.cfg.wallFactor > 0 {
+		f = int64(rt.cfg.wallFactor)
+	}
+	in.p.slow.Store(true)
+	in.deadline.CompareAndSwap(d, d+min((f-1)*int64(rt.cfg.callTimeout), int64(maxGrace)))
+	return true
+}
+
+// maxGrace bounds instance.grace: starvation is a matter of milliseconds,
+// and a runtime configured with a call timeout of seconds must not let a
+// loop's first call run for minutes.
+const maxGrace = time.Second
 
 // classify maps a wazero call error to ErrTrap, ErrTimeout or ErrExit.
 // wazero has no exported trap type: an *sys.ExitError means the module was

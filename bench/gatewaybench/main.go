@@ -4,8 +4,11 @@
 // and non-streamed requests, the latency each hop adds (first byte and first
 // content, p50/p99, open loop at a fixed rate), closed-loop requests/s at a
 // fixed concurrency, the proxy process's CPU per request and how many answers
-// arrived intact. Everything is loopback, bounded in count and time, and the
-// child processes are stopped before it exits.
+// arrived intact, and the proxy's read and write syscalls per request. The
+// timed phases are cut into rounds (-rounds) in which the targets take
+// turns, so that a change of load on a shared machine falls on all of them
+// rather than on whichever ran then. Everything is loopback, bounded in
+// count and time, and the child processes are stopped before it exits.
 //
 // Usage: see bench/gateway.sh, which builds retryhost and installs Portkey.
 package main
@@ -39,9 +42,10 @@ var (
 	chunks   = flag.Int("chunks", 20, "content chunks per streamed answer")
 	pace     = flag.Duration("pace", time.Millisecond, "the upstream's pause before each streamed chunk (a non-streamed answer waits chunks×pace)")
 	rate     = flag.Int("rate", 200, "open-loop requests per second for the latency phase")
-	openDur  = flag.Duration("open", 3*time.Second, "length of the open-loop (latency) phase per target and mode")
+	openDur  = flag.Duration("open", 3*time.Second, "length of the open-loop (latency) phase per target and mode, in total over the rounds")
 	conc     = flag.Int("conc", 32, "concurrent clients for the closed-loop (throughput) phase")
-	closeDur = flag.Duration("closed", 3*time.Second, "length of the closed-loop phase per target and mode")
+	closeDur = flag.Duration("closed", 3*time.Second, "length of the closed-loop phase per target and mode, in total over the rounds")
+	rounds   = flag.Int("rounds", 5, "cut the open- and closed-loop phases into this many rounds; in each every target runs its slice in turn, from a rotating start, so that a change of load during the run falls on all targets")
 	targets  = flag.String("targets", "direct,revproxy,retryhost,portkey", "targets to run, comma-separated")
 	rhBin    = flag.String("retryhost", "", "path of a built retryhost binary (empty: skip that row)")
 	pkDir    = flag.String("portkey-dir", "", "folder with node_modules/@portkey-ai/gateway (empty: skip that row)")
@@ -592,25 +596,64 @@ type result struct {
 
 // ---- phases ----
 
+// stats add up over the rounds: the open loop's samples are merged, and
+// the closed loop's rates and costs are its sums over its sums (requests
+// over time, CPU and syscalls over requests), so that a short round
+// weighs what it carried.
 type stats struct {
 	n, intact int
 	fb, fc    []time.Duration
-	rps       float64
-	cpuPerReq time.Duration // proxy process CPU per closed-loop request
-	genCPU    time.Duration // the load generator's (this process's) CPU per closed-loop request
-	upCPU     time.Duration // the upstream process's CPU per closed-loop request
-	closedN   int
-	closedOK  int
+
+	closedN, closedOK int
+	closedTime        time.Duration
+	cpu               time.Duration // the proxy process's CPU in the closed loop
+	genCPU            time.Duration // the load generator's (this process's)
+	upCPU             time.Duration // the upstream process's
+	syscr, syscw      int64         // the proxy's read and write syscalls
+	noIO              bool          // /proc/PID/io could not be read in some round
 }
 
-func openLoop(ctx context.Context, t *target, stream bool, st *stats) {
+// rps is the closed loop's intact requests a second over all its rounds.
+func (st *stats) rps() float64 {
+	if st.closedTime <= 0 {
+		return 0
+	}
+	return float64(st.closedOK) / st.closedTime.Seconds()
+}
+
+// perReq is a closed-loop sum spread over the closed loop's requests.
+func (st *stats) perReq(d time.Duration) time.Duration {
+	if st.closedN == 0 {
+		return 0
+	}
+	return d / time.Duration(st.closedN)
+}
+
+// roundOrder is the order in which round r runs n targets: all of them,
+// starting at r mod n, so that over n rounds each target goes first once
+// and no target always follows the same one.
+func roundOrder(r, n int) []int {
+	o := make([]int, n)
+	for i := range o {
+		o[i] = (r + i) % n
+	}
+	return o
+}
+
+// share is round r's part of total cut into rounds parts; the parts add
+// up to total exactly.
+func share(total int64, r, rounds int) int64 {
+	return total*int64(r+1)/int64(rounds) - total*int64(r)/int64(rounds)
+}
+
+// openLoop sends n requests through t at -rate a second, not waiting for
+// the answers, and adds their latencies to st.
+func openLoop(ctx context.Context, t *target, stream bool, n int, st *stats) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	interval := time.Second / time.Duration(*rate)
-	total := int(*openDur / interval)
-	tick := time.NewTicker(interval)
+	tick := time.NewTicker(time.Second / time.Duration(*rate))
 	defer tick.Stop()
-	for i := 0; i < total && ctx.Err() == nil; i++ {
+	for i := 0; i < n && ctx.Err() == nil; i++ {
 		<-tick.C
 		wg.Add(1)
 		go func() {
@@ -629,11 +672,15 @@ func openLoop(ctx context.Context, t *target, stream bool, st *stats) {
 	wg.Wait()
 }
 
-func closedLoop(ctx context.Context, t *target, upPid int, stream bool, st *stats) {
+// closedLoop keeps -conc requests in flight through t for d and adds to
+// st what they carried and what the proxy, the generator and the upstream
+// spent on them.
+func closedLoop(ctx context.Context, t *target, upPid int, stream bool, d time.Duration, st *stats) {
 	var n, ok atomic.Int64
 	cpu0, gen0, up0 := procCPU(t.pid), selfCPU(), procCPU(upPid)
+	r0, w0, io0 := procIO(t.pid)
 	start := time.Now()
-	end := start.Add(*closeDur)
+	end := start.Add(d)
 	var wg sync.WaitGroup
 	for w := 0; w < *conc; w++ {
 		wg.Add(1)
@@ -649,16 +696,52 @@ func closedLoop(ctx context.Context, t *target, upPid int, stream bool, st *stat
 		}()
 	}
 	wg.Wait()
-	el := time.Since(start)
-	st.closedN, st.closedOK = int(n.Load()), int(ok.Load())
-	st.rps = float64(ok.Load()) / el.Seconds()
-	if n.Load() > 0 {
-		st.genCPU = (selfCPU() - gen0) / time.Duration(n.Load())
-		st.upCPU = (procCPU(upPid) - up0) / time.Duration(n.Load())
+	st.closedTime += time.Since(start)
+	st.closedN += int(n.Load())
+	st.closedOK += int(ok.Load())
+	st.genCPU += selfCPU() - gen0
+	st.upCPU += procCPU(upPid) - up0
+	if t.pid != 0 {
+		st.cpu += procCPU(t.pid) - cpu0
+		r1, w1, io1 := procIO(t.pid)
+		if io0 && io1 {
+			st.syscr += r1 - r0
+			st.syscw += w1 - w0
+		} else {
+			st.noIO = true
+		}
 	}
-	if t.pid != 0 && n.Load() > 0 {
-		st.cpuPerReq = (procCPU(t.pid) - cpu0) / time.Duration(n.Load())
+}
+
+// procIO is a process's read and write syscall counts (Linux
+// /proc/PID/io: syscr, syscw, which count read(2)/readv(2) and
+// write(2)/writev(2) on sockets too); ok is false where it cannot be read.
+func procIO(pid int) (syscr, syscw int64, ok bool) {
+	if pid == 0 {
+		return 0, 0, false
 	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0, false
+	}
+	var gotR, gotW bool
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, found := strings.Cut(l, ":")
+		if !found {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "syscr":
+			syscr, gotR = n, true
+		case "syscw":
+			syscw, gotW = n, true
+		}
+	}
+	return syscr, syscw, gotR && gotW
 }
 
 // selfCPU is this process's user+system CPU time.
@@ -722,24 +805,50 @@ func run(ctx context.Context) error {
 		}
 		heldCounts = append(heldCounts, n)
 	}
+	if *rounds < 1 {
+		return fmt.Errorf("-rounds %d: at least 1", *rounds)
+	}
+	if *rate < 1 || *conc < 1 {
+		return fmt.Errorf("-rate %d, -conc %d: at least 1 each", *rate, *conc)
+	}
+	openN := int64(*openDur / (time.Second / time.Duration(*rate))) // per target and mode, over all rounds
 	upstream, upPid, stopUp, err := startUpstream()
 	if err != nil {
 		return err
 	}
 	defer stopUp()
 
-	fmt.Printf("upstream: %d chunks, %v before each; open loop %d req/s for %v; closed loop %d concurrent for %v\n\n",
-		*chunks, *pace, *rate, *openDur, *conc, *closeDur)
+	fmt.Printf("upstream: %d chunks, %v before each; open loop %d req/s for %v; closed loop %d concurrent for %v; in %d rounds\n\n",
+		*chunks, *pace, *rate, *openDur, *conc, *closeDur, *rounds)
 	type row struct {
 		t    *target
 		s, n stats // streaming, non-streaming
 
 		holds []holdResult // one per -held-streams count
 	}
-	var rows []row
+	// Every target's processes run from the start, so that the rounds can
+	// take turns among them; each is stopped at the end, whatever happens.
+	var rows []*row
+	defer func() {
+		for _, rw := range rows {
+			rw.t.stop()
+		}
+	}()
+	newTarget := func(name string) (*target, error) {
+		t, err := makeTarget(ctx, name, upstream, dir)
+		if err != nil {
+			return nil, err
+		}
+		t.stop = sync.OnceFunc(t.stop)
+		if t.client, err = newRawClient(t.url, t.model, t.headers); err != nil {
+			t.stop()
+			return nil, err
+		}
+		return t, nil
+	}
 	for _, name := range strings.Split(*targets, ",") {
 		name = strings.TrimSpace(name)
-		t, err := makeTarget(ctx, name, upstream, dir)
+		t, err := newTarget(name)
 		var skip errSkip
 		if errors.As(err, &skip) {
 			fmt.Printf("skipping %s: %s\n", name, skip)
@@ -748,45 +857,61 @@ func run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if t.client, err = newRawClient(t.url, t.model, t.headers); err != nil {
-			t.stop()
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "running %s…\n", name)
-		var rw row
-		rw.t = t
-		for i := 0; i < 20; i++ { // warm up connections and the proxy
+		rows = append(rows, &row{t: t})
+	}
+	// A warm-up before each slice: the first opens connections and warms
+	// the proxy; the later ones replace the connections a server closed
+	// while the other targets ran (Node's keep-alive timeout is 5 s).
+	warm := func(t *target) {
+		for i := 0; i < 20; i++ {
 			t.client.do(ctx, i%2 == 0)
 		}
-		openLoop(ctx, t, true, &rw.s)
-		openLoop(ctx, t, false, &rw.n)
-		closedLoop(ctx, t, upPid, true, &rw.s)
-		closedLoop(ctx, t, upPid, false, &rw.n)
-		t.client.closeIdle()
-		if t.pid != 0 {
-			for i, n := range heldCounts {
-				if i > 0 { // a fresh proxy, so that no count inherits the memory of the last
-					t.stop()
-					if t, err = makeTarget(ctx, name, upstream, dir); err != nil {
-						return err
-					}
-					rw.t = t
-				}
-				var h holdResult
-				h.opened, h.intact, h.rss0, h.rss1 = holdStreams(ctx, t, upstream, n)
-				rw.holds = append(rw.holds, h)
+	}
+	for r := 0; r < *rounds; r++ {
+		openR, closedR := int(share(openN, r, *rounds)), time.Duration(share(int64(*closeDur), r, *rounds))
+		for _, k := range roundOrder(r, len(rows)) {
+			rw := rows[k]
+			fmt.Fprintf(os.Stderr, "round %d/%d: %s…\n", r+1, *rounds, rw.t.name)
+			warm(rw.t)
+			openLoop(ctx, rw.t, true, openR, &rw.s)
+			openLoop(ctx, rw.t, false, openR, &rw.n)
+			closedLoop(ctx, rw.t, upPid, true, closedR, &rw.s)
+			closedLoop(ctx, rw.t, upPid, false, closedR, &rw.n)
+			if err := ctx.Err(); err != nil {
+				return err
 			}
 		}
-		t.stop()
-		rows = append(rows, rw)
-		if err := ctx.Err(); err != nil {
-			return err
+	}
+	for _, rw := range rows {
+		rw.t.client.closeIdle()
+	}
+	// Memory per held stream, a target at a time, after the timed phases.
+	for _, rw := range rows {
+		if rw.t.pid == 0 {
+			continue
+		}
+		for i, n := range heldCounts {
+			if i > 0 { // a fresh proxy, so that no count inherits the memory of the last
+				rw.t.stop()
+				t, err := newTarget(rw.t.name)
+				if err != nil {
+					return err
+				}
+				rw.t = t
+			}
+			fmt.Fprintf(os.Stderr, "holding %d streams through %s…\n", n, rw.t.name)
+			var h holdResult
+			h.opened, h.intact, h.rss0, h.rss1 = holdStreams(ctx, rw.t, upstream, n)
+			rw.holds = append(rw.holds, h)
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 		}
 	}
 	var base *row
-	for i := range rows {
-		if rows[i].t.name == "direct" {
-			base = &rows[i]
+	for _, rw := range rows {
+		if rw.t.name == "direct" {
+			base = rw
 		}
 	}
 	added := func(v time.Duration, b []time.Duration, p float64) string {
@@ -816,12 +941,12 @@ func run(ctx context.Context) error {
 			}
 			cpu := "-"
 			if r.t.pid != 0 {
-				cpu = fmt.Sprintf("%.0f µs", float64(s.cpuPerReq)/float64(time.Microsecond))
+				cpu = fmt.Sprintf("%.0f µs", float64(s.perReq(s.cpu))/float64(time.Microsecond))
 			}
 			fmt.Printf("| %s | %s / %s | %s / %s | %s / %s | %s / %s | %.0f | %s | %d/%d, %d/%d |\n", r.t.name,
 				ms(pct(s.fb, .5)), ms(pct(s.fb, .99)), added(pct(s.fb, .5), bfb, .5), added(pct(s.fb, .99), bfb, .99),
 				ms(pct(s.fc, .5)), ms(pct(s.fc, .99)), added(pct(s.fc, .5), bfc, .5), added(pct(s.fc, .99), bfc, .99),
-				s.rps, cpu, s.intact, s.n, s.closedOK, s.closedN)
+				s.rps(), cpu, s.intact, s.n, s.closedOK, s.closedN)
 		}
 		fmt.Println()
 	}
@@ -833,7 +958,25 @@ func run(ctx context.Context) error {
 	fmt.Println("| target | streaming: generator / upstream | non-streaming: generator / upstream |")
 	fmt.Println("|---|---|---|")
 	for _, r := range rows {
-		fmt.Printf("| %s | %s / %s | %s / %s |\n", r.t.name, us(r.s.genCPU), us(r.s.upCPU), us(r.n.genCPU), us(r.n.upCPU))
+		fmt.Printf("| %s | %s / %s | %s / %s |\n", r.t.name, us(r.s.perReq(r.s.genCPU)), us(r.s.perReq(r.s.upCPU)), us(r.n.perReq(r.n.genCPU)), us(r.n.perReq(r.n.upCPU)))
+	}
+	fmt.Println()
+	// How many times the proxy went to the kernel for a request: each read
+	// or write is a syscall and, on a stream, often a wakeup, so that a
+	// proxy that writes each event in two pieces pays for it here.
+	sys := func(st *stats) string {
+		if st.noIO || st.closedN == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f / %.1f", float64(st.syscr)/float64(st.closedN), float64(st.syscw)/float64(st.closedN))
+	}
+	fmt.Println("closed loop: the proxy's read and write syscalls per request (/proc/PID/io syscr, syscw)")
+	fmt.Println("| target | streaming: reads / writes | non-streaming: reads / writes |")
+	fmt.Println("|---|---|---|")
+	for _, r := range rows {
+		if r.t.pid != 0 {
+			fmt.Printf("| %s | %s | %s |\n", r.t.name, sys(&r.s), sys(&r.n))
+		}
 	}
 	fmt.Println()
 	for i, n := range heldCounts {

@@ -51,3 +51,46 @@ func TestDeclaredBody(t *testing.T) {
 		})
 	}
 }
+
+func TestRoundOrder(t *testing.T) {
+	tests := []struct {
+		name     string
+		round, n int
+		want     []int
+	}{
+		{name: "round 0 starts at the first target", round: 0, n: 3, want: []int{0, 1, 2}},
+		{name: "round 1 starts at the second", round: 1, n: 3, want: []int{1, 2, 0}},
+		{name: "round 2 starts at the third", round: 2, n: 3, want: []int{2, 0, 1}},
+		{name: "round n starts over", round: 3, n: 3, want: []int{0, 1, 2}},
+		{name: "one target", round: 4, n: 1, want: []int{0}},
+		{name: "no target", round: 1, n: 0, want: []int{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, roundOrder(tt.round, tt.n))
+		})
+	}
+}
+
+func TestShare(t *testing.T) {
+	tests := []struct {
+		name   string
+		total  int64
+		rounds int
+		want   []int64
+	}{
+		{name: "even", total: 1000, rounds: 5, want: []int64{200, 200, 200, 200, 200}},
+		{name: "uneven parts add up", total: 10, rounds: 3, want: []int64{3, 3, 4}},
+		{name: "fewer than rounds", total: 2, rounds: 5, want: []int64{0, 0, 1, 0, 1}},
+		{name: "one round", total: 7, rounds: 1, want: []int64{7}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []int64
+			for r := 0; r < tt.rounds; r++ {
+				got = append(got, share(tt.total, r, tt.rounds))
+			}
+			require.Equal(t, tt.want, got)
+		})
+	}
+}

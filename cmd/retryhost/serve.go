@@ -222,7 +222,12 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		}
 		break
 	}
-	signal.Stop(stops)
+	// Reset, not Stop: runMain's own handler may not have taken the first
+	// signal yet (its goroutine was not scheduled), and while it is still
+	// registered a second signal would be caught and lost in its full
+	// channel instead of ending the process. Both handlers have been sent
+	// the first signal by now, so nothing is lost by dropping them.
+	signal.Reset(syscall.SIGTERM, syscall.SIGINT)
 	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", o.drain)
 	// Stop accepting and close idle connections, while the gateway lets
 	// in-flight requests finish until the drain deadline and then ends
@@ -376,7 +381,11 @@ func startDemoProviders() (map[string]string, func()) {
 
 // demoServePolicy is the demo's policy as a file: the built-in Wasm
 // refusal transform, a refusal switching to beta, a rate limit retried
-// after its Retry-After and then switched to gamma.
+// after its Retry-After and then switched to gamma. The second refusal
+// rule is what the requests after the first need: beta's 429s cool it
+// down (the gateway's default cooldown), a rule that would switch to a
+// model cooling down is skipped, and without a rule after it a refusal
+// from alpha would end the request with a 502 for the next 10 s.
 func demoServePolicy(urls map[string]string) string {
 	return fmt.Sprintf(`{
 	"models": [
@@ -386,6 +395,7 @@ func demoServePolicy(urls map[string]string) string {
 	],
 	"rules": [
 		{"when": {"class": ["refusal"]}, "action": "switch", "model": "beta"},
+		{"when": {"class": ["refusal"]}, "action": "switch", "model": "gamma"},
 		{"when": {"status": [429]}, "action": "retry", "attempts": 2},
 		{"when": {"status": [429]}, "action": "switch", "model": "gamma"},
 		{"when": {"class": ["server", "overloaded", "network", "timeout"]}, "action": "switch", "model": "gamma"}

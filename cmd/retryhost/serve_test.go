@@ -83,6 +83,17 @@ func TestServe_DemoFailsOverOnTheWire(t *testing.T) {
 	require.NotContains(t, body, "sorry", "the refusal never reaches the client")
 	require.True(t, strings.HasSuffix(body, "data: [DONE]\n\n"), body)
 
+	// The requests after the first, while beta cools down after its 429s,
+	// are served by gamma too, streamed or not (beta is skipped, not
+	// waited on: a rule that would switch to it gives way to the next).
+	for i, stream := range []bool{true, false, true} {
+		resp, body := post(t, base+"/v1/chat/completions",
+			fmt.Sprintf(`{"model":"alpha","stream":%t,"messages":[{"role":"user","content":"What is the capital of France?"}]}`, stream))
+		require.Equal(t, http.StatusOK, resp.StatusCode, "request %d: %s", i+2, body)
+		require.Equal(t, "gamma", resp.Header.Get("X-Retryhost-Model"))
+		require.NotContains(t, body, "sorry")
+	}
+
 	resp, body = post(t, base+"/v1/chat/completions", `{"model":"gamma","messages":[{"role":"user","content":"hi"}]}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	var cc struct {
@@ -106,7 +117,7 @@ func TestServe_DemoFailsOverOnTheWire(t *testing.T) {
 			}
 		}
 	}
-	require.Len(t, logs, 2, "one JSON access log record per request")
+	require.Len(t, logs, 5, "one JSON access log record per request")
 	for _, l := range logs {
 		require.NotContains(t, l, "capital", "no prompt or output text in the logs")
 		require.NotContains(t, l, "Paris", "no prompt or output text in the logs")

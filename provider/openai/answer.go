@@ -38,7 +38,7 @@ func (m *Model) streamJSON(ctx context.Context, req *driver.Request) (driver.Str
 		return nil, m.openError(ctx, err, raw)
 	}
 	src := &answer{
-		source: source{provider: m.provider, tools: map[int64]*toolCall{}, fields: m.fields},
+		source: source{provider: m.provider, fields: m.fields},
 		body:   raw.Body,
 		size:   raw.ContentLength,
 		header: raw.Header,

@@ -283,3 +283,14 @@ func TestSpecial8(t *testing.T) {
 		require.Equal(t, -1, first([]byte(w)), "%q", w)
 	}
 }
+
+// A chat stream's state is one allocation until its first tool call: the
+// tool-call map is made then (most streams have none, and a held stream
+// would keep an empty one).
+func TestNewSourceAllocs(t *testing.T) {
+	m, err := New("m", WithAPIKey("k"))
+	require.NoError(t, err)
+	var s *source
+	require.Equal(t, 1.0, testing.AllocsPerRun(100, func() { s = m.newSource() }))
+	require.Nil(t, s.tools)
+}

@@ -451,7 +451,7 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		_ = st.Close()
 		return nil, err
 	}
-	src := &source{provider: m.provider, tools: map[int64]*toolCall{}, raw: m.raw, fields: m.fields}
+	src := m.newSource()
 	if !m.raw && !m.sdkChunks && raw != nil && raw.Body != nil {
 		// The SDK built and sent the request; the events are read here,
 		// leanly, and only the chunks the lean decoder declines go
@@ -915,4 +915,11 @@ func streamError(provider string, err error) error {
 		msg = se.Message
 	}
 	return adapter.EventError(provider, body.Error.Type, code, msg, bytes.TrimSpace(se.Event.Data), err)
+}
+
+// newSource is a chat stream's state before its first event. Its tool-call
+// map is made on the first tool call: most streams have none, and a held
+// stream would keep an empty map for nothing (TestNewSourceAllocs).
+func (m *Model) newSource() *source {
+	return &source{provider: m.provider, raw: m.raw, fields: m.fields}
 }

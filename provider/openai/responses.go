@@ -116,7 +116,7 @@ func (m *Model) streamResponses(ctx context.Context, req *driver.Request) (drive
 		_ = st.Close()
 		return nil, err
 	}
-	src := &responsesSource{provider: m.provider, st: st, raw: m.raw, tools: map[string]*toolCall{}}
+	src := &responsesSource{provider: m.provider, st: st, raw: m.raw}
 	if !m.sdkChunks && raw != nil && raw.Body != nil {
 		// As for Chat Completions: the events are read here, and only
 		// those the plain decoding cannot take go through the SDK's.
@@ -298,7 +298,7 @@ type responsesSource struct {
 	// open lists the text and reasoning blocks started and not ended, in
 	// order, with the kind that ends each.
 	open    []openBlock
-	tools   map[string]*toolCall // function calls by item id
+	tools   map[string]*toolCall // function calls by item id; made on the first
 	called  bool                 // a function call completed
 	refusal strings.Builder      // a refusal before any content
 	refused bool                 // a refusal after content went out as text
@@ -568,6 +568,9 @@ func (s *responsesSource) startTool(q []abi.Part, it *responses.ResponseOutputIt
 		return q, adapter.LimitError(s.provider, "open blocks and tool calls", adapter.MaxOpen)
 	}
 	t := &toolCall{id: callID(it.CallID, it.ID), name: it.Name}
+	if s.tools == nil {
+		s.tools = map[string]*toolCall{}
+	}
 	s.tools[it.ID] = t
 	q = append(q, abi.Part{Kind: abi.KindToolInputStart, ID: t.id, Tool: &abi.ToolInfo{Name: t.name}})
 	if a := it.Arguments.OfString; a != "" {

@@ -34,7 +34,7 @@ type source struct {
 	refusalOpen   bool
 	content       bool // a content part (text, reasoning, tool) went out
 	refusal       strings.Builder
-	tools         map[int64]*toolCall
+	tools         map[int64]*toolCall // made on the first tool call
 	order         []int64
 	held          adapter.Held // tool input and refusal bytes, against MaxHeld
 
@@ -186,6 +186,9 @@ func (s *source) chunk(q []abi.Part, c *chunk) ([]abi.Part, error) {
 				t = &toolCall{id: tc.id, name: tc.name}
 				if t.id == "" {
 					t.id = "call_" + strconv.FormatInt(tc.index, 10)
+				}
+				if s.tools == nil {
+					s.tools = map[int64]*toolCall{}
 				}
 				s.tools[tc.index] = t
 				s.order = append(s.order, tc.index)

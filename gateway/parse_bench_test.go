@@ -1,0 +1,60 @@
+package gateway
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// BenchmarkParseChat is the request body's parse on the chat door: a
+// system and a user message, sampling fields, streaming with usage.
+func BenchmarkParseChat(b *testing.B) {
+	body := []byte(`{"model":"fast","stream":true,"stream_options":{"include_usage":true},"temperature":0.2,"max_tokens":256,` +
+		`"messages":[{"role":"system","content":"You are a helpful assistant that answers in one short paragraph."},` +
+		`{"role":"user","content":"Explain why the sky is blue, briefly, to a curious ten-year-old who likes physics."}]}`)
+	providers := []string{"openai"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := parseChat(body, providers, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// FuzzScalar: scalar's fast path decodes every JSON value it accepts
+// exactly as json.Unmarshal does, for each type it handles.
+func FuzzScalar(f *testing.F) {
+	for _, s := range []string{`"fast"`, `"a\"b"`, `"\u00e9"`, "\"\xff\"", `true`, `false`, `0`, `-0`, `12`,
+		`1.5`, `1e3`, `-1E-2`, `99999999999999999999`, `1e400`, `null`, `[]`, `{}`, `"1"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		raw := json.RawMessage(s)
+		if !json.Valid(raw) {
+			return
+		}
+		check := func(fast, slow any, deref func(any) any) {
+			if !scalar(raw, fast) {
+				return
+			}
+			require.NoError(t, json.Unmarshal(raw, slow), "scalar accepted %q", s)
+			require.Equal(t, deref(slow), deref(fast), "%q", s)
+		}
+		var s1, s2 string
+		check(&s1, &s2, func(v any) any { return *v.(*string) })
+		var b1, b2 bool
+		check(&b1, &b2, func(v any) any { return *v.(*bool) })
+		var i1, i2 *int
+		check(&i1, &i2, func(v any) any { return **v.(**int) })
+		var l1, l2 *int64
+		check(&l1, &l2, func(v any) any { return **v.(**int64) })
+		var f1, f2 *float64
+		check(&f1, &f2, func(v any) any { return **v.(**float64) })
+		if got, ok := plainString(raw); ok {
+			var want string
+			require.NoError(t, json.Unmarshal(raw, &want))
+			require.Equal(t, want, got)
+		}
+	})
+}
