@@ -10,6 +10,11 @@
 #
 #   bench/gateway.sh [gatewaybench flags…]     e.g. -open 5s -closed 5s -rate 500 -conc 64 -rounds 5
 #
+# retryhost's policy gives its model "upstream_json": true by default, so a
+# non-streaming request through `retryhost serve` is non-streamed upstream too
+# (as the bare hop's and Portkey's are); -upstream-json=false asks the
+# upstream for a stream and collects it, as before.
+#
 # PORTKEY_DIR reuses an install (a folder with node_modules/@portkey-ai/gateway).
 set -euo pipefail
 cd "$(dirname "$0")/.."

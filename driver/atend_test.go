@@ -1,9 +1,11 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -271,4 +273,55 @@ func TestCommitAtEnd_longAnswerHeldInSegments(t *testing.T) {
 	require.NoError(t, s.Close())
 	_, err = s.Recv()
 	require.ErrorIs(t, err, ErrStreamClosed)
+}
+
+// atEndModel records what CommitsAtEnd said of each Stream call's context.
+type atEndModel struct {
+	*scriptModel
+	mu   sync.Mutex
+	seen []bool
+}
+
+func (m *atEndModel) Stream(ctx context.Context, req *Request) (Stream, error) {
+	m.mu.Lock()
+	m.seen = append(m.seen, CommitsAtEnd(ctx))
+	m.mu.Unlock()
+	return m.scriptModel.Stream(ctx, req)
+}
+
+// A model's Stream learns from its context whether the request commits at
+// its end (an adapter may then ask its upstream for the whole answer, as
+// openai.WithUpstreamJSON does), through the plain and the hedged loop,
+// and a request that commits at its first content says it does not.
+func TestCommitsAtEnd_reachesTheModel(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		atEnd bool
+		opts  []StreamOption
+	}{
+		{"plain", false, nil},
+		{"at end", true, nil},
+		{"hedged, at end", true, []StreamOption{WithHedge(time.Hour, 1)}},
+		{"hedged", false, []StreamOption{WithHedge(time.Hour, 1)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &atEndModel{scriptModel: &scriptModel{key: "p/a", scripts: [][]sstep{answer("ok")}}}
+			r, err := New(m)
+			require.NoError(t, err)
+			rm, err := NewRetryableModel(r, tc.opts...)
+			require.NoError(t, err)
+			ctx := t.Context()
+			if tc.atEnd {
+				ctx = CommitAtEnd(ctx)
+			}
+			require.Equal(t, tc.atEnd, CommitsAtEnd(ctx))
+			s, err := rm.Stream(ctx, &Request{})
+			require.NoError(t, err)
+			_, err = drain(s)
+			require.NoError(t, err)
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			require.Equal(t, []bool{tc.atEnd}, m.seen)
+		})
+	}
 }

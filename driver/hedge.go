@@ -135,7 +135,7 @@ type hedger struct {
 
 // streamHedged is Stream's loop with hedging on (see WithHedge).
 func (m *RetryableModel) streamHedged(ctx context.Context, q *request, st step, req *Request) (Stream, error) {
-	h := &hedger{m: m, q: q, ctx: ctx, req: req, atEnd: commitsAtEnd(ctx), results: make(chan flightResult), fire: make(chan struct{}, 1)}
+	h := &hedger{m: m, q: q, ctx: ctx, req: req, atEnd: CommitsAtEnd(ctx), results: make(chan flightResult), fire: make(chan struct{}, 1)}
 	s, _, err := h.run(st)
 	return s, err
 }

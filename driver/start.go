@@ -53,8 +53,12 @@ func CommitAtEnd(ctx context.Context) context.Context {
 	return context.WithValue(ctx, atEndKey{}, true)
 }
 
-// commitsAtEnd reports whether ctx was made by CommitAtEnd.
-func commitsAtEnd(ctx context.Context) bool {
+// CommitsAtEnd reports whether ctx was made by [CommitAtEnd] (or derives
+// from one). A model's Stream may read it: nothing of such a stream
+// reaches the caller before its end, so an adapter may ask its upstream
+// for the whole answer at once instead of a stream (openai.WithUpstreamJSON)
+// and replay it as the parts a stream would give.
+func CommitsAtEnd(ctx context.Context) bool {
 	v, _ := ctx.Value(atEndKey{}).(bool)
 	return v
 }

@@ -249,7 +249,7 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 	if m.cfg.hedgeMax > 0 && !q.disabled {
 		return m.streamHedged(ctx, q, st, req)
 	}
-	atEnd := commitsAtEnd(ctx)
+	atEnd := CommitsAtEnd(ctx)
 	for {
 		actx, cancel := q.attemptContext(ctx, &st)
 		c := q.call()

@@ -44,8 +44,10 @@
 // (response_format, logprobs, tool_choice, vendor extensions …) and the
 // original messages and tools are forwarded unchanged to OpenAI-compatible
 // upstreams, as the request's own JSON. "stream" and "stream_options" are
-// the gateway's (it always streams upstream and asks for usage; the client
-// gets usage when it asked for it). A "fallbacks" field, a list of route
+// the gateway's (it streams upstream and asks for usage, but for a
+// non-streaming request to a model with "upstream_json": true in the
+// policy, which is non-streamed upstream too; the client gets usage when it
+// asked for it). A "fallbacks" field, a list of route
 // names, adds a per-request chain tried in order when the route fails for a
 // reason other than the request itself (an upstream 4xx); it is never
 // forwarded. n > 1 is refused (the driver follows one choice).

@@ -65,6 +65,21 @@ func newRig(t *testing.T, rules string, opts ...Option) *rig {
 // ones.
 func newRigOf(t *testing.T, rules string, anthropic []string, opts ...Option) *rig {
 	t.Helper()
+	return newRigUp(t, rules, anthropic, false, opts...)
+}
+
+// newRigJSON is newRig with "upstream_json": true on every model: a
+// non-streaming client's requests reach the upstreams as non-streamed
+// ones (the upstream's JSON mode).
+func newRigJSON(t *testing.T, rules string, opts ...Option) *rig {
+	t.Helper()
+	return newRigUp(t, rules, nil, true, opts...)
+}
+
+// newRigUp is newRigOf, with upstream_json on the OpenAI-compatible
+// models when upJSON.
+func newRigUp(t *testing.T, rules string, anthropic []string, upJSON bool, opts ...Option) *rig {
+	t.Helper()
 	if rules == "" {
 		rules = defaultRules
 	}
@@ -77,7 +92,11 @@ func newRigOf(t *testing.T, rules string, anthropic []string, opts ...Option) *r
 		if slices.Contains(anthropic, n) {
 			prov, base = "anthropic", u.srv.URL
 		}
-		models = append(models, fmt.Sprintf(`{"name": %q, "provider": %q, "model": "up-%s", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}`, n, prov, n, base))
+		extra := ""
+		if upJSON && prov == "openai" {
+			extra = `, "upstream_json": true`
+		}
+		models = append(models, fmt.Sprintf(`{"name": %q, "provider": %q, "model": "up-%s", "base_url": %q, "api_key_env": "UPSTREAM_KEY"%s}`, n, prov, n, base, extra))
 	}
 	pol := fmt.Sprintf(`{"models": [%s], %s}`, strings.Join(models, ", "), rules)
 	popts := policy.Options{Getenv: func(string) string { return "sk-upstream" }, Builtin: plugins.Module}

@@ -40,6 +40,7 @@ type act struct {
 	batch      bool            // write the whole stream at once (one flush at the end)
 	logprobs   bool            // each content chunk carries logprobs for its text (one token)
 	tier       string          // service_tier in every chunk
+	pad        int             // the text is padded with 'x' to this many bytes (JSON mode only)
 	// transcript replays a recorded response of the repo's wire fixtures
 	// (testdata/wire/<provider>/<name>.json: status, headers, body or
 	// events) instead of the fields above, but hold.
@@ -58,6 +59,9 @@ type hit struct {
 // upstream is a loopback server that plays a script, speaking OpenAI's
 // Chat Completions on /v1/chat/completions and Anthropic's Messages API on
 // /v1/messages: each request takes the next act, the last act repeats.
+// A Chat Completions request that does not ask for a stream ("stream"
+// false or absent, openai.WithUpstreamJSON) gets the act as one
+// chat.completion (serveJSON), with each fault's JSON twin.
 type upstream struct {
 	name string
 	srv  *httptest.Server
@@ -97,7 +101,8 @@ func (u *upstream) reset() {
 	u.mu.Unlock()
 }
 
-func (u *upstream) next(r *http.Request) act {
+// next records r and returns its act, and whether r asked for a stream.
+func (u *upstream) next(r *http.Request) (act, bool) {
 	var body map[string]json.RawMessage
 	b, _ := io.ReadAll(r.Body)
 	_ = json.Unmarshal(b, &body)
@@ -113,7 +118,7 @@ func (u *upstream) next(r *http.Request) act {
 			u.script = u.script[1:]
 		}
 	}
-	return a
+	return a, string(body["stream"]) == "true"
 }
 
 func wait(r *http.Request, ch <-chan struct{}, d time.Duration) bool {
@@ -142,7 +147,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	a := u.next(r)
+	a, stream := u.next(r)
 	if !wait(r, a.hold, a.holdFor) {
 		return
 	}
@@ -165,6 +170,10 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", cmp.Or(a.ctype, "application/json"))
 		w.WriteHeader(a.status)
 		_, _ = io.WriteString(w, body)
+		return
+	}
+	if !stream {
+		u.serveJSON(w, r, a)
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -235,6 +244,69 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	send(fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1764374400,"model":"up-%s","choices":[],"usage":{"prompt_tokens":11,"completion_tokens":%d,"total_tokens":%d}}`+"\n\n",
 		id, u.name, len(a.chunks), 11+len(a.chunks)))
 	send("data: [DONE]\n\n")
+}
+
+// serveJSON plays a as one chat.completion, the answer to a request that
+// asked for no stream: the same id, model, fingerprint, tier, text (the
+// chunks joined), logprobs (one token a chunk), refusal, finish and usage
+// as the stream of a. The headers go at once; the body when the stream
+// would have ended: after beforeText/slowFirst, the gaps between the
+// chunks, and afterText. The faults' twins: cut resets the connection
+// half-way through the body, noFinish answers finish_reason null,
+// errorEvent a 200 with an error object (a 200 with a body of the act's
+// own is its status 200 and body, served before this); pad grows the text.
+func (u *upstream) serveJSON(w http.ResponseWriter, r *http.Request, a act) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.(http.Flusher).Flush()
+	if !wait(r, a.beforeText, a.slowFirst) {
+		return
+	}
+	if n := len(a.chunks); n > 1 && a.gap > 0 && !wait(r, nil, time.Duration(n-1)*a.gap) {
+		return
+	}
+	if !wait(r, a.afterText, 0) {
+		return
+	}
+	if a.errorEvent != "" {
+		_, _ = io.WriteString(w, `{"error":{"message":"`+a.errorEvent+`","type":"server_error","code":null}}`)
+		return
+	}
+	text := strings.Join(a.chunks, "")
+	if a.pad > len(text) {
+		text += strings.Repeat("x", a.pad-len(text))
+	}
+	content, _ := json.Marshal(text)
+	refusal := []byte("null")
+	if a.refusal != "" {
+		refusal, _ = json.Marshal(a.refusal)
+	}
+	lp := "null"
+	if a.logprobs {
+		var toks []string
+		for i, c := range a.chunks {
+			tok, _ := json.Marshal(c)
+			toks = append(toks, fmt.Sprintf(`{"token":%s,"logprob":-0.%d,"bytes":null,"top_logprobs":[]}`, tok, i+1))
+		}
+		lp = `{"content":[` + strings.Join(toks, ",") + `],"refusal":null}`
+	}
+	tier := ""
+	if a.tier != "" {
+		tier = `"service_tier":"` + a.tier + `",`
+	}
+	finish := `"` + cmp.Or(a.finish, "stop") + `"`
+	if a.noFinish {
+		finish = "null"
+	}
+	body := fmt.Sprintf(`{"id":"chatcmpl-%s","object":"chat.completion","created":1764374400,"model":"up-%s",%s"system_fingerprint":"fp_%s","choices":[{"index":0,"message":{"role":"assistant","content":%s,"refusal":%s},"logprobs":%s,"finish_reason":%s}],"usage":{"prompt_tokens":11,"completion_tokens":%d,"total_tokens":%d}}`,
+		u.name, u.name, tier, u.name, content, refusal, lp, finish, len(a.chunks), 11+len(a.chunks))
+	if a.cut {
+		_, _ = io.WriteString(w, body[:len(body)/2])
+		w.(http.Flusher).Flush()
+		sse{w: w}.cut()
+		return
+	}
+	_, _ = io.WriteString(w, body)
 }
 
 // sse writes the events of one act: send one event (false once the client

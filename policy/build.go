@@ -403,6 +403,13 @@ func (b *builder) model(i int, m *ModelSpec) error {
 	case kind.adapter != openaiPkg || kind.azure:
 		return b.errf(at+".api", "responses is only for providers openai, openrouter, vllm and ollama")
 	}
+	switch {
+	case !m.UpstreamJSON:
+	case kind.adapter != openaiPkg:
+		return b.errf(at+".upstream_json", "only for the OpenAI-compatible providers (openai, azure, openrouter, vllm, ollama): provider %s is always streamed", m.Provider)
+	case m.API == "responses":
+		return b.errf(at+".upstream_json", "only for api chat: the Responses API is always streamed")
+	}
 	baseURL := m.BaseURL
 	if baseURL == "" {
 		if kind.needsURL {
@@ -456,6 +463,7 @@ func (b *builder) model(i int, m *ModelSpec) error {
 		Key: m.Name, Provider: m.Provider, Model: m.Model, BaseURL: baseURL, APIKey: key,
 		Headers: m.Headers, Params: m.Params, Deployment: m.Deployment, APIVersion: m.APIVersion,
 		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient, RawChunks: b.raw,
+		UpstreamJSON: m.UpstreamJSON,
 	})
 	if err != nil {
 		return b.errf(at, "%v", err)

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -269,6 +270,61 @@ func TestResponsesAPI(t *testing.T) {
 		{`{name: m, provider: azure, deployment: d, api_version: v, base_url: "https://x.openai.azure.com", api_key_env: K, api: responses}`, "models[0].api: responses is only for"},
 	} {
 		_, err := policy.Parse(ctx, []byte("models:\n  - "+tc.model+"\n"), policy.Options{Name: "p.yaml", Getenv: env(map[string]string{"K": "k"})})
+		require.ErrorContains(t, err, tc.want, tc.model)
+	}
+}
+
+// TestUpstreamJSON: `upstream_json: true` has an OpenAI-compatible model
+// ask for a non-streamed answer for the requests that commit at their end
+// (and only those), and the answer comes back as parts; on a provider or
+// an API that is always streamed it is an error at its place, in Parse
+// and in Validate.
+func TestUpstreamJSON(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t, http.StatusOK)
+	p, err := policy.Parse(ctx, []byte(`models:
+  - {name: j, provider: vllm, model: llama3, upstream_json: true, base_url: "`+srv.URL+`/v1"}
+  - {name: s, provider: vllm, model: llama3, base_url: "`+srv.URL+`/v1"}
+`), policy.Options{Name: "p.yaml"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	st, err := p.Models["j"].Stream(driver.CommitAtEnd(ctx), question)
+	require.NoError(t, err)
+	var text strings.Builder
+	for {
+		part, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		text.WriteString(part.Delta)
+	}
+	require.NoError(t, st.Close())
+	require.Contains(t, text.String(), "hi from")
+	for _, name := range []string{"j", "s"} { // streamed: the test server's JSON ends them, unread here
+		for _, ctx := range []context.Context{ctx, driver.CommitAtEnd(ctx)} {
+			if name == "j" && driver.CommitsAtEnd(ctx) {
+				continue
+			}
+			if st, err := p.Models[name].Stream(ctx, question); err == nil {
+				require.NoError(t, st.Close())
+			}
+		}
+	}
+	got := srv.requests()
+	require.Len(t, got, 4)
+	require.Equal(t, false, got[0].Body["stream"], "non-streamed")
+	for _, g := range got[1:] {
+		require.Equal(t, true, g.Body["stream"], "streamed")
+	}
+
+	for _, tc := range []struct{ model, want string }{
+		{`{name: m, provider: anthropic, model: claude, api_key_env: K, upstream_json: true}`, "models[0].upstream_json: only for the OpenAI-compatible providers"},
+		{`{name: m, provider: openai, model: gpt-4o, api_key_env: K, api: responses, upstream_json: true}`, "models[0].upstream_json: only for api chat"},
+	} {
+		_, err := policy.Parse(ctx, []byte("models:\n  - "+tc.model+"\n"), policy.Options{Name: "p.yaml", Getenv: env(map[string]string{"K": "k"})})
+		require.ErrorContains(t, err, tc.want, tc.model)
+		err = policy.Validate(ctx, []byte("models:\n  - "+tc.model+"\n"), policy.Options{Name: "p.yaml"})
 		require.ErrorContains(t, err, tc.want, tc.model)
 	}
 }

@@ -114,6 +114,16 @@ type ModelSpec struct {
 	// and ollama: Azure serves the Responses API outside the deployment
 	// path, and anthropic has one API.
 	API string `json:"api"`
+	// UpstreamJSON, when true, asks the upstream for a non-streamed answer
+	// ("stream": false) for the requests that commit at their end (a
+	// gateway's non-streaming client); streaming requests stay streamed.
+	// The upstream then sends nothing before the whole answer: the
+	// first_content deadline bounds the whole answer, the gap deadline
+	// does not apply, the attempt and budget deadlines do, and a hedge's
+	// after counts to the whole answer; transforms see each block as one
+	// delta. Only for the OpenAI adapter's providers with api chat (not
+	// anthropic, not api responses). Default false.
+	UpstreamJSON bool `json:"upstream_json"`
 	// Headers are sent with every request of the model (OpenRouter's
 	// HTTP-Referer and X-Title, a gateway's routing header). They are
 	// plain text in the file: put no secret here.

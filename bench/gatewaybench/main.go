@@ -51,6 +51,7 @@ var (
 	pkDir    = flag.String("portkey-dir", "", "folder with node_modules/@portkey-ai/gateway (empty: skip that row)")
 	held     = flag.String("held-streams", "", "after the phases, hold this many streams open at once and report the proxy's RSS; a comma-separated list holds each count in turn (empty: skip)")
 	heldH2C  = flag.Bool("held-h2c", false, "hold the streams over HTTP/2 without TLS (h2c, 250 streams a connection) to the Go proxies (bare and retryhost serve --h2c), so that a proxy holding N streams needs N+N/250 descriptors, not 2N; Portkey stays on HTTP/1.1")
+	upJSON   = flag.Bool("upstream-json", true, "retryhost's policy gives its model \"upstream_json\": true, so a non-streaming request is non-streamed upstream too (false: streamed upstream and collected, as before)")
 	upConns  = flag.Int("upstream-conns", 16384, "retryhost serve's --upstream-conns and --max-concurrent (the bench holds up to -held-streams streams to one upstream host)")
 	workDir  = flag.String("workdir", "", "folder for the policy file and the children's logs (default: a temp folder)")
 
@@ -514,7 +515,7 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 		if *rhBin == "" {
 			return nil, errSkip("no -retryhost binary")
 		}
-		pol := fmt.Sprintf(`{"models": [{"name": "bench", "provider": "openai", "model": "m", "base_url": %q, "api_key_env": "BENCH_UPSTREAM_KEY"}]}`, upstream+"/v1")
+		pol := fmt.Sprintf(`{"models": [{"name": "bench", "provider": "openai", "model": "m", "base_url": %q, "api_key_env": "BENCH_UPSTREAM_KEY", "upstream_json": %t}]}`, upstream+"/v1", *upJSON)
 		pf := filepath.Join(dir, "bench-policy.json")
 		if err := os.WriteFile(pf, []byte(pol), 0o644); err != nil {
 			return nil, err
@@ -540,7 +541,7 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 			return nil, fmt.Errorf("retryhost: %w (see %s)", err, logf.Name())
 		}
 		return &target{name: name, url: "http://" + addr + "/v1/chat/completions", model: "bench", pid: cmd.Process.Pid,
-			note: fmt.Sprintf("access log (JSON, one line per request) on, to a file; --upstream-conns %d --max-concurrent %d", *upConns, *upConns),
+			note: fmt.Sprintf("access log (JSON, one line per request) on, to a file; --upstream-conns %d --max-concurrent %d; upstream_json %t", *upConns, *upConns, *upJSON),
 			stop: func() { stopProc(cmd, done); logf.Close() }}, nil
 	case "portkey":
 		if *pkDir == "" {

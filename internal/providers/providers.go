@@ -31,7 +31,11 @@ type Spec struct {
 	// what the adapter does not map: the fields of an OpenAI-compatible
 	// chunk (openai.WithChunkFields), the Anthropic events it does not map
 	// whole (anthropic.WithUnmappedEvents).
-	RawChunks bool
+	// UpstreamJSON asks the upstream for a non-streamed answer when the
+	// request commits at its end (openai.WithUpstreamJSON). OpenAI
+	// adapter only.
+	UpstreamJSON bool
+	RawChunks    bool
 }
 
 // Factory builds the model a Spec describes.

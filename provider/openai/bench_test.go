@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/require"
 
+	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/provider/internal/wiretest"
 	"github.com/retryhost/retryhost/provider/openai"
 )
@@ -121,4 +122,43 @@ func BenchmarkResponsesStream1000(b *testing.B) {
 			require.Equal(b, n+5, parts) // stream-start, metadata, text-start, n deltas, text-end, finish
 		}
 	})
+}
+
+// BenchmarkUpstreamJSON20 compares an answer of 20 deltas (the gateway
+// harness's) read as a stream with the same answer read as one
+// non-streamed chat.completion (WithUpstreamJSON, a request that commits at
+// its end), both with WithChunkFields as a gateway has it.
+// go test ./provider/openai -run '^$' -bench UpstreamJSON20 -benchmem
+func BenchmarkUpstreamJSON20(b *testing.B) {
+	const n = 20
+	var text strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&text, " tok%d", i)
+	}
+	completion := fmt.Sprintf(`{"id":"chatcmpl-1","object":"chat.completion","created":1741569952,"model":"gpt-4o-mini","system_fingerprint":"fp_1","choices":[{"index":0,"message":{"role":"assistant","content":%q,"refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`,
+		text.String(), n, n+5)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		body []byte
+		ctx  context.Context
+	}{
+		{"stream", sseBody(n), ctx},
+		{"json", []byte(completion), driver.CommitAtEnd(ctx)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			hc := &http.Client{Transport: wiretest.MemTransport{Body: c.body}}
+			m, err := openai.New("gpt-4o-mini", openai.WithBaseURL("http://mem/v1"), openai.WithAPIKey("k"), openai.WithHTTPClient(hc),
+				openai.WithChunkFields(), openai.WithUpstreamJSON())
+			require.NoError(b, err)
+			req := request()
+			b.ReportAllocs()
+			for b.Loop() {
+				st, err := m.Stream(c.ctx, req)
+				require.NoError(b, err)
+				_, err = wiretest.Count(st)
+				require.NoError(b, err)
+			}
+		})
+	}
 }

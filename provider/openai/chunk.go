@@ -28,6 +28,10 @@ type chunk struct {
 
 	lastID, lastModel string // the previous chunk's, reused when they repeat
 	d                 lean   // decodeChunk's reader
+	// completion has the reader take a non-streamed chat.completion
+	// (decodeCompletion): each choice's "message" in place of its
+	// "delta", its tool calls indexed by their place.
+	completion bool
 }
 
 type choice struct {
@@ -109,6 +113,25 @@ func decodeChunk(data []byte, c *chunk) bool {
 	d.ws()
 	ok = ok && d.i == len(d.b)
 	*d = lean{} // the event's data is its body's, and only until its next event
+	return ok
+}
+
+// decodeCompletion is decodeChunk for a non-streamed chat.completion
+// (WithUpstreamJSON): c is filled as fromCompletion fills it, and it
+// reports false for what the SDK must decode (the same rules as
+// decodeChunk's, and an "error" member). FuzzCompletionDecoders checks
+// that both agree.
+func decodeCompletion(data []byte, c *chunk) bool {
+	c.reset()
+	c.completion = true
+	d := &c.d
+	*d = lean{b: data}
+	d.ws()
+	ok := d.object(0, c.top)
+	d.ws()
+	ok = ok && d.i == len(d.b)
+	*d = lean{} // c's strings are copies: data is not kept
+	c.completion = false
 	return ok
 }
 
@@ -658,7 +681,10 @@ func (c *chunk) choice(d *lean, depth int) bool {
 			})
 			o.lp = string(d.b[s:d.i])
 			return ok
-		case "delta":
+		case "delta", "message":
+			if (string(key) == "message") != c.completion {
+				return d.skip(depth) // not a member of this shape
+			}
 			o.content, o.refusal, o.tools, reasoningC, reasoning = "", "", o.tools[:0], "", ""
 			if d.null() {
 				return true
@@ -682,6 +708,9 @@ func (c *chunk) choice(d *lean, depth int) bool {
 						var t toolDelta
 						if !d.object(depth, t.member) {
 							return false
+						}
+						if c.completion {
+							t.index = int64(len(o.tools)) // a message's calls have no index
 						}
 						o.tools = append(o.tools, t)
 						return true

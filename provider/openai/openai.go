@@ -48,6 +48,7 @@ type config struct {
 	responsesAPI    bool
 	rawChunks       bool
 	chunkFields     bool
+	upstreamJSON    bool
 	sdkOpts         []option.RequestOption
 }
 
@@ -161,6 +162,34 @@ func WithRawChunks() Option { return func(c *config) { c.rawChunks = true } }
 // parts never commit a stream under the default commit rule. Default: off.
 func WithChunkFields() Option { return func(c *config) { c.chunkFields = true } }
 
+// WithUpstreamJSON makes a stream whose request commits at its end
+// (driver.CommitsAtEnd: the caller shows nothing before the whole answer,
+// as a gateway's non-streaming client) ask the upstream for a
+// non-streamed chat completion ("stream": false) and replay it as the
+// parts a one-chunk stream of the same answer gives, in the same order:
+// stream start, the ChunkFields with WithChunkFields, the metadata,
+// reasoning, text, a refusal, tool calls, the finish with its usage. It
+// costs the upstream and this adapter a third less CPU than a stream of
+// the same answer. A request that commits at its first content is
+// streamed as before.
+//
+// What it changes for the driver: the upstream sends nothing before the
+// whole answer, so the first-content deadline bounds the whole answer,
+// the gap deadline has nothing to watch, a hedge's delay counts to the
+// whole answer, and transforms see each block as one delta. The body is
+// read through a cap, MaxAnswer. It cannot be used with WithResponsesAPI
+// or WithRawChunks (there is no SDK chunk to emit): New refuses both.
+// Default: off.
+func WithUpstreamJSON() Option { return func(c *config) { c.upstreamJSON = true } }
+
+// MaxAnswer caps the body of a non-streamed answer (WithUpstreamJSON),
+// which is read whole before anything is decoded: past it the stream fails
+// with a ProviderError of Type adapter.LimitType, class server, not
+// retryable (a fail-over rule can still move on). 32 MiB, the driver's
+// default bound on what a stream that commits at its end holds
+// (driver.DefaultMaxAnswerBytes).
+const MaxAnswer = 32 << 20
+
 // ChunkFields are the fields of one chat.completion.chunk that the adapter
 // does not map to parts (WithChunkFields), as the upstream sent them.
 type ChunkFields struct {
@@ -191,6 +220,7 @@ type Model struct {
 	responses bool // WithResponsesAPI
 	raw       bool
 	fields    bool // WithChunkFields
+	upJSON    bool // WithUpstreamJSON
 	sdkChunks bool // decode every chunk with the SDK (tests compare both paths)
 	sdkBody   bool // encode every body with the SDK (tests compare both paths)
 	client    oai.Client
@@ -217,6 +247,12 @@ func New(id string, opts ...Option) (*Model, error) {
 	}
 	if strings.TrimSpace(id) == "" {
 		return nil, errors.New("openai: empty model id")
+	}
+	if c.upstreamJSON && c.responsesAPI {
+		return nil, errors.New("openai: WithUpstreamJSON is for Chat Completions; it cannot be used with WithResponsesAPI (the Responses API is always streamed)")
+	}
+	if c.upstreamJSON && c.rawChunks {
+		return nil, errors.New("openai: WithUpstreamJSON cannot be used with WithRawChunks: a non-streamed answer has no chat.completion.chunk to emit (WithChunkFields works with both)")
 	}
 	if c.maxRetries < 0 {
 		return nil, fmt.Errorf("openai: negative max retries %d", c.maxRetries)
@@ -304,6 +340,7 @@ func New(id string, opts ...Option) (*Model, error) {
 		responses: c.responsesAPI,
 		raw:       c.rawChunks,
 		fields:    c.chunkFields,
+		upJSON:    c.upstreamJSON,
 		client:    oai.NewClient(sdk...),
 		host:      host,
 		port:      port,
@@ -395,6 +432,9 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream, error) {
 	if m.responses {
 		return m.streamResponses(ctx, req)
+	}
+	if m.upJSON && driver.CommitsAtEnd(ctx) {
+		return m.streamJSON(ctx, req)
 	}
 	params, opts, err := m.params(req, true)
 	if err != nil {

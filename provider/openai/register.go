@@ -42,6 +42,9 @@ func fromSpec(s providers.Spec) (driver.Model, error) {
 	if s.RawChunks {
 		opts = append(opts, WithChunkFields())
 	}
+	if s.UpstreamJSON {
+		opts = append(opts, WithUpstreamJSON())
+	}
 	for _, k := range slices.Sorted(maps.Keys(s.Headers)) {
 		opts = append(opts, WithHeader(k, s.Headers[k]))
 	}
