@@ -890,15 +890,18 @@ func run(ctx context.Context) error {
 		if rw.t.pid == 0 {
 			continue
 		}
-		for i, n := range heldCounts {
-			if i > 0 { // a fresh proxy, so that no count inherits the memory of the last
-				rw.t.stop()
-				t, err := newTarget(rw.t.name)
-				if err != nil {
-					return err
-				}
-				rw.t = t
+		for _, n := range heldCounts {
+			// A fresh proxy for every count, so that none inherits the
+			// memory of the timed phases or of the last count: a heap
+			// grown by the closed loop and not yet returned would hold
+			// the streams in pages already counted in "RSS before"
+			// (Portkey's had grown to 230 MiB, which hid its cost).
+			rw.t.stop()
+			t, err := newTarget(rw.t.name)
+			if err != nil {
+				return err
 			}
+			rw.t = t
 			fmt.Fprintf(os.Stderr, "holding %d streams through %s…\n", n, rw.t.name)
 			var h holdResult
 			h.opened, h.intact, h.rss0, h.rss1 = holdStreams(ctx, rw.t, upstream, n)
