@@ -184,6 +184,7 @@ func TestCrossProviderRequestFields(t *testing.T) {
 		{"role":"tool","tool_call_id":"toolu_1","content":"21C"},{"role":"user","content":"And tomorrow?"}]`, string(got["messages"]))
 	require.JSONEq(t, `{"type":"function","function":{"name":"get_weather"}}`, string(got["tool_choice"]))
 	require.Equal(t, "false", string(got["parallel_tool_calls"]))
+	require.Equal(t, `"u-1"`, string(got["user"]), "metadata.user_id is the end-user id")
 	require.JSONEq(t, `["END"]`, string(got["stop"]))
 	require.Equal(t, "99", string(got["max_completion_tokens"]))
 	var tools []struct {
@@ -194,6 +195,20 @@ func TestCrossProviderRequestFields(t *testing.T) {
 	require.Equal(t, "get_weather", tools[0].Function.Name)
 	for _, k := range []string{"top_k", "thinking", "metadata", "system", "stop_sequences", "max_tokens"} {
 		require.NotContains(t, got, k, "an Anthropic-only field")
+	}
+
+	// The end-user id goes without a tool choice too; a metadata without
+	// one (or of the wrong shape) sends no user.
+	for body, want := range map[string]string{
+		`"metadata":{"user_id":"u-2"}`: `"u-2"`,
+		`"metadata":{}`:                "",
+		`"metadata":{"user_id":7}`:     "",
+		`"metadata":"u-3"`:             "",
+	} {
+		r.up["backup"].reset()
+		resp, out = r.rawMessages(`{"model":"backup","max_tokens":9,` + body + `,"messages":[{"role":"user","content":"hi"}]}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, out)
+		require.Equal(t, want, string(r.up["backup"].requests()[0].body["user"]), body)
 	}
 }
 
