@@ -22,7 +22,7 @@ type chunkEncoder struct {
 	acc          completion // a non-streaming answer
 
 	roleSent bool
-	tools    map[string]int // tool call id → its index in tool_calls
+	tools    map[string]chatTool // tool call id → its index in tool_calls
 	finished bool
 	up       rawFields // the upstream's fields the driver does not carry
 	lp       string    // the logprobs of the delta being written (JSON), "" for null
@@ -91,16 +91,34 @@ func (e *chunkEncoder) appendPart(b []byte, p *abi.Part) []byte {
 			return appendToolCall(b, idx, p.ID, name, "", true)
 		})
 	case abi.KindToolInputDelta:
-		idx, ok := e.tools[p.ID]
+		t, ok := e.tools[p.ID]
 		if !ok || p.Delta == "" {
 			return b
 		}
+		if !t.args {
+			t.args = true
+			e.tools[p.ID] = t
+		}
 		return e.delta(b, func(b []byte) []byte {
-			return appendToolCall(b, idx, "", "", p.Delta, false)
+			return appendToolCall(b, t.idx, "", "", p.Delta, false)
 		})
 	case abi.KindToolCall:
-		if _, streamed := e.tools[p.ID]; streamed || p.Tool == nil {
-			return b // its input went out as deltas
+		if p.Tool == nil {
+			return b
+		}
+		if t, streamed := e.tools[p.ID]; streamed {
+			if t.args || p.Tool.Input == "" {
+				return b // its input went out as deltas
+			}
+			// No delta carried any of it (an Anthropic tool_use without
+			// input streams none, or one empty input_json_delta): the
+			// complete input ("{}") goes as the one arguments delta, so a
+			// client's accumulated arguments are JSON, as OpenAI's are.
+			t.args = true
+			e.tools[p.ID] = t
+			return e.delta(b, func(b []byte) []byte {
+				return appendToolCall(b, t.idx, "", "", p.Tool.Input, false)
+			})
 		}
 		idx := e.tool(p.ID)
 		return e.delta(b, func(b []byte) []byte {
@@ -119,15 +137,22 @@ func (e *chunkEncoder) appendPart(b []byte, p *abi.Part) []byte {
 	return b
 }
 
+// chatTool is a tool call of a stream: its index in tool_calls, and
+// whether some of its arguments went out.
+type chatTool struct {
+	idx  int
+	args bool
+}
+
 func (e *chunkEncoder) tool(id string) int {
 	if e.tools == nil {
-		e.tools = map[string]int{}
+		e.tools = map[string]chatTool{}
 	}
-	if i, ok := e.tools[id]; ok {
-		return i
+	if t, ok := e.tools[id]; ok {
+		return t.idx
 	}
 	i := len(e.tools)
-	e.tools[id] = i
+	e.tools[id] = chatTool{idx: i}
 	return i
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -103,6 +104,45 @@ func TestChatToolCallsFromAnthropicUpstream(t *testing.T) {
 	require.Equal(t, "get_weather", cc.Choices[0].Message.ToolCalls[0].Function.Name)
 	require.EqualValues(t, 472, cc.Usage.PromptTokens)
 	require.EqualValues(t, 89, cc.Usage.CompletionTokens)
+}
+
+// A tool call without arguments from an Anthropic upstream (its tool_use
+// opens with "input":{} and its only input_json_delta is empty) streams to
+// an OpenAI client as arguments "{}", as the non-streamed answer has them
+// and as OpenAI sends them: an accumulated "" is no JSON to the client.
+func TestChatToolCallWithoutArgumentsFromAnthropicUpstream(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, []string{"primary"})
+	var sse strings.Builder
+	for _, ev := range []string{
+		`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-x","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"output_tokens":1}}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_9","name":"now","input":{}}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":""}}`,
+		`{"type":"content_block_stop","index":0}`,
+		`{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":3}}`,
+		`{"type":"message_stop"}`,
+	} {
+		var head struct{ Type string }
+		require.NoError(t, json.Unmarshal([]byte(ev), &head))
+		sse.WriteString("event: " + head.Type + "\ndata: " + ev + "\n\n")
+	}
+	play := act{status: http.StatusOK, ctype: "text/event-stream", body: sse.String()}
+	r.up["primary"].play(play)
+	s := r.client.Chat.Completions.NewStreaming(context.Background(), params("primary"))
+	var acc oai.ChatCompletionAccumulator
+	for s.Next() {
+		acc.AddChunk(s.Current())
+	}
+	require.NoError(t, s.Err())
+	s.Close()
+	require.Len(t, acc.Choices, 1)
+	require.Len(t, acc.Choices[0].Message.ToolCalls, 1)
+	require.Equal(t, "now", acc.Choices[0].Message.ToolCalls[0].Function.Name)
+	require.Equal(t, "{}", acc.Choices[0].Message.ToolCalls[0].Function.Arguments, "streamed")
+
+	r.up["primary"].play(play)
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "{}", cc.Choices[0].Message.ToolCalls[0].Function.Arguments, "not streamed")
 }
 
 // A route that fails over to a model of the other API still answers in the
