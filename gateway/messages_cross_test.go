@@ -145,6 +145,56 @@ func TestChatToolCallWithoutArgumentsFromAnthropicUpstream(t *testing.T) {
 	require.Equal(t, "{}", cc.Choices[0].Message.ToolCalls[0].Function.Arguments, "not streamed")
 }
 
+// An OpenAI-compatible model's text before its tool call (or before a late
+// refusal) is a text block closed before the next block opens, as
+// Anthropic's API streams blocks one after the other: the OpenAI adapter
+// ends its text only at the end of the stream.
+func TestMessagesTextBlockClosedBeforeTheNextOpens(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, nil)
+	chunk := func(delta, finish string) string {
+		return `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-x","choices":[{"index":0,"delta":` + delta +
+			`,"finish_reason":` + finish + `}]}` + "\n\n"
+	}
+	for name, body := range map[string]string{
+		"tool call": chunk(`{"role":"assistant","content":"Checking."}`, "null") +
+			chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"f","arguments":""}}]}`, "null") +
+			chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"x\":1}"}}]}`, "null") +
+			chunk(`{}`, `"tool_calls"`) + "data: [DONE]\n\n",
+		"late refusal": chunk(`{"role":"assistant","content":"Sure, "}`, "null") + chunk(`{"refusal":"I can't."}`, "null") +
+			chunk(`{}`, `"stop"`) + "data: [DONE]\n\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			r.up["primary"].play(act{status: http.StatusOK, ctype: "text/event-stream", body: body})
+			resp, out := r.rawMessages(`{"model":"primary","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+			require.Equal(t, http.StatusOK, resp.StatusCode, out)
+			names, data := sseEvents(out)
+			open := -1
+			starts := 0
+			for i, n := range names {
+				var ev struct{ Index int }
+				require.NoError(t, json.Unmarshal([]byte(data[i]), &ev), data[i])
+				switch n {
+				case "content_block_start":
+					require.Equal(t, -1, open, "block %d opens while block %d is open:\n%s", ev.Index, open, out)
+					open = ev.Index
+					starts++
+				case "content_block_delta":
+					require.Equal(t, open, ev.Index, out)
+				case "content_block_stop":
+					require.Equal(t, open, ev.Index, out)
+					open = -1
+				}
+			}
+			require.Equal(t, 2, starts, out)
+			r.up["primary"].play(act{status: http.StatusOK, ctype: "text/event-stream", body: body})
+			got := r.anthStream(msgParams("primary"))
+			require.NoError(t, got.err)
+			require.NoError(t, got.accumErr)
+			require.Len(t, got.msg.Content, 2)
+		})
+	}
+}
+
 // A route that fails over to a model of the other API still answers in the
 // client's format: /v1/messages from an OpenAI model, /v1/chat/completions
 // from an Anthropic one.
