@@ -195,6 +195,26 @@ func TestMessagesTextBlockClosedBeforeTheNextOpens(t *testing.T) {
 	}
 }
 
+// The results of parallel tool calls, one Chat Completions "tool" message
+// each, reach an Anthropic upstream as one user message of tool_result
+// blocks, as Anthropic's API asks for parallel tool use (results split
+// over several user turns teach the model to stop calling tools in
+// parallel).
+func TestChatParallelToolResultsToAnthropicInOneMessage(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, []string{"primary"})
+	resp, out := r.rawPost("/v1/chat/completions", `{"model":"primary","messages":[{"role":"user","content":"Weather in Paris and Lyon?"},
+		{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"w","arguments":"{\"city\":\"Paris\"}"}},
+			{"id":"call_2","type":"function","function":{"name":"w","arguments":"{\"city\":\"Lyon\"}"}}]},
+		{"role":"tool","tool_call_id":"call_1","content":"18C"},{"role":"tool","tool_call_id":"call_2","content":"20C"},
+		{"role":"user","content":"Thanks."}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	require.JSONEq(t, `[{"role":"user","content":[{"type":"text","text":"Weather in Paris and Lyon?"}]},
+		{"role":"assistant","content":[{"type":"tool_use","id":"call_1","name":"w","input":{"city":"Paris"}},{"type":"tool_use","id":"call_2","name":"w","input":{"city":"Lyon"}}]},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":[{"type":"text","text":"18C"}],"is_error":false},
+			{"type":"tool_result","tool_use_id":"call_2","content":[{"type":"text","text":"20C"}],"is_error":false}]},
+		{"role":"user","content":[{"type":"text","text":"Thanks."}]}]`, string(r.up["primary"].requests()[0].body["messages"]))
+}
+
 // A route that fails over to a model of the other API still answers in the
 // client's format: /v1/messages from an OpenAI model, /v1/chat/completions
 // from an Anthropic one.
