@@ -22,6 +22,7 @@ type chunkEncoder struct {
 	acc          completion // a non-streaming answer
 
 	roleSent bool
+	refused  bool                // a refusal delta went out
 	tools    map[string]chatTool // tool call id → its index in tool_calls
 	finished bool
 	up       rawFields // the upstream's fields the driver does not carry
@@ -68,6 +69,7 @@ func (e *chunkEncoder) appendPart(b []byte, p *abi.Part) []byte {
 		field := `"content":`
 		if p.ID == refusalBlock {
 			field = `"refusal":`
+			e.refused = true
 		}
 		return e.delta(b, func(b []byte) []byte {
 			b = append(b, field...)
@@ -131,7 +133,7 @@ func (e *chunkEncoder) appendPart(b []byte, p *abi.Part) []byte {
 		e.finished = true
 		b = e.head(b)
 		b = append(b, `,"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":`...)
-		b = appendJSONString(b, finishString(p.Finish.Reason))
+		b = appendJSONString(b, finishString(p.Finish.Reason, e.refused))
 		return append(b, "}]}\n\n"...)
 	}
 	return b
@@ -197,7 +199,7 @@ func appendUsageJSON(b []byte, u *abi.Usage) []byte {
 
 // finishString is the OpenAI finish_reason of r: the provider's own word
 // when it is one of OpenAI's, else the unified reason's.
-func finishString(r abi.FinishReason) string {
+func finishString(r abi.FinishReason, refusalSent bool) string {
 	switch r.Raw {
 	case "stop", "length", "tool_calls", "content_filter", "function_call":
 		return r.Raw
@@ -209,6 +211,15 @@ func finishString(r abi.FinishReason) string {
 		return "tool_calls"
 	case abi.ReasonContentFilter:
 		return "content_filter"
+	case abi.ReasonRefusal:
+		// A refusal the client got as a refusal delta (OpenAI's Responses
+		// API) ends as Chat Completions ends one, with "stop"; one with
+		// no refusal text (an Anthropic answer its safety classifier
+		// stopped) is Chat Completions' content_filter, not a complete
+		// answer.
+		if !refusalSent {
+			return "content_filter"
+		}
 	}
 	return "stop"
 }
@@ -333,7 +344,7 @@ func (e *chunkEncoder) appendCompletion(b []byte, c *completion) []byte {
 	b = append(b, `},"logprobs":`...)
 	b = e.up.appendAll(b)
 	b = append(b, `,"finish_reason":`...)
-	b = appendJSONString(b, finishString(c.finish))
+	b = appendJSONString(b, finishString(c.finish, c.refusal.Len() > 0))
 	b = append(b, `}],"usage":`...)
 	b = appendUsageJSON(b, &c.usage)
 	return append(b, "}\n"...)

@@ -215,6 +215,25 @@ func TestChatParallelToolResultsToAnthropicInOneMessage(t *testing.T) {
 		{"role":"user","content":[{"type":"text","text":"Thanks."}]}]`, string(r.up["primary"].requests()[0].body["messages"]))
 }
 
+// An Anthropic answer its safety classifier stopped after it started
+// (stop_reason "refusal", no refusal text) ends for an OpenAI client with
+// finish_reason "content_filter", as /v1/messages maps OpenAI's
+// content_filter to "refusal", not with "stop", which would pass the cut
+// answer off as complete.
+func TestChatAnthropicRefusalStopIsContentFilter(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, []string{"primary"})
+	r.up["primary"].play(act{transcript: "anthropic/refusal_stop_after_text.json"})
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "Sure, the first step", got.text)
+	require.Equal(t, "content_filter", got.finish)
+
+	r.up["primary"].play(act{transcript: "anthropic/refusal_stop_after_text.json"})
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "content_filter", cc.Choices[0].FinishReason)
+}
+
 // A route that fails over to a model of the other API still answers in the
 // client's format: /v1/messages from an OpenAI model, /v1/chat/completions
 // from an Anthropic one.
