@@ -12,8 +12,11 @@ import (
 // the tool choice, parallel tool use, and the end-user id. The rest of the
 // other format's fields have no meaning there and are not sent.
 
-// toOpenAIFields translates a Messages request's tool_choice for the
-// OpenAI-compatible upstreams named by providers.
+// toOpenAIFields translates a Messages request's tool_choice and
+// metadata.user_id (as `user`, the end-user id OpenAI's API takes) for the
+// OpenAI-compatible upstreams named by providers. A metadata that is not
+// an object with a string user_id is left out (an Anthropic upstream
+// judges it).
 func toOpenAIFields(r *driver.Request, fields map[string]json.RawMessage, providers []string) error {
 	var tc *struct {
 		Type                   string `json:"type"`
@@ -23,20 +26,25 @@ func toOpenAIFields(r *driver.Request, fields map[string]json.RawMessage, provid
 	if err := field(fields, "tool_choice", &tc); err != nil {
 		return badRequest("tool_choice", "tool_choice: want an object with a type")
 	}
-	if tc == nil {
-		return nil
-	}
 	out := map[string]any{}
-	switch tc.Type {
-	case "auto", "none":
-		out["tool_choice"] = tc.Type
-	case "any":
-		out["tool_choice"] = "required"
-	case "tool":
-		out["tool_choice"] = map[string]any{"type": "function", "function": map[string]any{"name": tc.Name}}
+	if tc != nil {
+		switch tc.Type {
+		case "auto", "none":
+			out["tool_choice"] = tc.Type
+		case "any":
+			out["tool_choice"] = "required"
+		case "tool":
+			out["tool_choice"] = map[string]any{"type": "function", "function": map[string]any{"name": tc.Name}}
+		}
+		if tc.DisableParallelToolUse {
+			out["parallel_tool_calls"] = false
+		}
 	}
-	if tc.DisableParallelToolUse {
-		out["parallel_tool_calls"] = false
+	var md struct {
+		UserID string `json:"user_id"`
+	}
+	if raw := fields["metadata"]; len(raw) > 0 && json.Unmarshal(raw, &md) == nil && md.UserID != "" {
+		out["user"] = md.UserID
 	}
 	setProviderOptions(r, providers, out)
 	return nil

@@ -22,7 +22,8 @@ type chunkEncoder struct {
 	acc          completion // a non-streaming answer
 
 	roleSent bool
-	tools    map[string]int // tool call id → its index in tool_calls
+	refused  bool                // a refusal delta went out
+	tools    map[string]chatTool // tool call id → its index in tool_calls
 	finished bool
 	up       rawFields // the upstream's fields the driver does not carry
 	lp       string    // the logprobs of the delta being written (JSON), "" for null
@@ -68,6 +69,7 @@ func (e *chunkEncoder) appendPart(b []byte, p *abi.Part) []byte {
 		field := `"content":`
 		if p.ID == refusalBlock {
 			field = `"refusal":`
+			e.refused = true
 		}
 		return e.delta(b, func(b []byte) []byte {
 			b = append(b, field...)
@@ -91,16 +93,34 @@ func (e *chunkEncoder) appendPart(b []byte, p *abi.Part) []byte {
 			return appendToolCall(b, idx, p.ID, name, "", true)
 		})
 	case abi.KindToolInputDelta:
-		idx, ok := e.tools[p.ID]
+		t, ok := e.tools[p.ID]
 		if !ok || p.Delta == "" {
 			return b
 		}
+		if !t.args {
+			t.args = true
+			e.tools[p.ID] = t
+		}
 		return e.delta(b, func(b []byte) []byte {
-			return appendToolCall(b, idx, "", "", p.Delta, false)
+			return appendToolCall(b, t.idx, "", "", p.Delta, false)
 		})
 	case abi.KindToolCall:
-		if _, streamed := e.tools[p.ID]; streamed || p.Tool == nil {
-			return b // its input went out as deltas
+		if p.Tool == nil {
+			return b
+		}
+		if t, streamed := e.tools[p.ID]; streamed {
+			if t.args || p.Tool.Input == "" {
+				return b // its input went out as deltas
+			}
+			// No delta carried any of it (an Anthropic tool_use without
+			// input streams none, or one empty input_json_delta): the
+			// complete input ("{}") goes as the one arguments delta, so a
+			// client's accumulated arguments are JSON, as OpenAI's are.
+			t.args = true
+			e.tools[p.ID] = t
+			return e.delta(b, func(b []byte) []byte {
+				return appendToolCall(b, t.idx, "", "", p.Tool.Input, false)
+			})
 		}
 		idx := e.tool(p.ID)
 		return e.delta(b, func(b []byte) []byte {
@@ -113,21 +133,28 @@ func (e *chunkEncoder) appendPart(b []byte, p *abi.Part) []byte {
 		e.finished = true
 		b = e.head(b)
 		b = append(b, `,"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":`...)
-		b = appendJSONString(b, finishString(p.Finish.Reason))
+		b = appendJSONString(b, finishString(p.Finish.Reason, e.refused))
 		return append(b, "}]}\n\n"...)
 	}
 	return b
 }
 
+// chatTool is a tool call of a stream: its index in tool_calls, and
+// whether some of its arguments went out.
+type chatTool struct {
+	idx  int
+	args bool
+}
+
 func (e *chunkEncoder) tool(id string) int {
 	if e.tools == nil {
-		e.tools = map[string]int{}
+		e.tools = map[string]chatTool{}
 	}
-	if i, ok := e.tools[id]; ok {
-		return i
+	if t, ok := e.tools[id]; ok {
+		return t.idx
 	}
 	i := len(e.tools)
-	e.tools[id] = i
+	e.tools[id] = chatTool{idx: i}
 	return i
 }
 
@@ -172,7 +199,7 @@ func appendUsageJSON(b []byte, u *abi.Usage) []byte {
 
 // finishString is the OpenAI finish_reason of r: the provider's own word
 // when it is one of OpenAI's, else the unified reason's.
-func finishString(r abi.FinishReason) string {
+func finishString(r abi.FinishReason, refusalSent bool) string {
 	switch r.Raw {
 	case "stop", "length", "tool_calls", "content_filter", "function_call":
 		return r.Raw
@@ -184,6 +211,15 @@ func finishString(r abi.FinishReason) string {
 		return "tool_calls"
 	case abi.ReasonContentFilter:
 		return "content_filter"
+	case abi.ReasonRefusal:
+		// A refusal the client got as a refusal delta (OpenAI's Responses
+		// API) ends as Chat Completions ends one, with "stop"; one with
+		// no refusal text (an Anthropic answer its safety classifier
+		// stopped) is Chat Completions' content_filter, not a complete
+		// answer.
+		if !refusalSent {
+			return "content_filter"
+		}
 	}
 	return "stop"
 }
@@ -308,7 +344,7 @@ func (e *chunkEncoder) appendCompletion(b []byte, c *completion) []byte {
 	b = append(b, `},"logprobs":`...)
 	b = e.up.appendAll(b)
 	b = append(b, `,"finish_reason":`...)
-	b = appendJSONString(b, finishString(c.finish))
+	b = appendJSONString(b, finishString(c.finish, c.refusal.Len() > 0))
 	b = append(b, `}],"usage":`...)
 	b = appendUsageJSON(b, &c.usage)
 	return append(b, "}\n"...)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -105,6 +106,134 @@ func TestChatToolCallsFromAnthropicUpstream(t *testing.T) {
 	require.EqualValues(t, 89, cc.Usage.CompletionTokens)
 }
 
+// A tool call without arguments from an Anthropic upstream (its tool_use
+// opens with "input":{} and its only input_json_delta is empty) streams to
+// an OpenAI client as arguments "{}", as the non-streamed answer has them
+// and as OpenAI sends them: an accumulated "" is no JSON to the client.
+func TestChatToolCallWithoutArgumentsFromAnthropicUpstream(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, []string{"primary"})
+	var sse strings.Builder
+	for _, ev := range []string{
+		`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-x","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"output_tokens":1}}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_9","name":"now","input":{}}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":""}}`,
+		`{"type":"content_block_stop","index":0}`,
+		`{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":3}}`,
+		`{"type":"message_stop"}`,
+	} {
+		var head struct{ Type string }
+		require.NoError(t, json.Unmarshal([]byte(ev), &head))
+		sse.WriteString("event: " + head.Type + "\ndata: " + ev + "\n\n")
+	}
+	play := act{status: http.StatusOK, ctype: "text/event-stream", body: sse.String()}
+	r.up["primary"].play(play)
+	s := r.client.Chat.Completions.NewStreaming(context.Background(), params("primary"))
+	var acc oai.ChatCompletionAccumulator
+	for s.Next() {
+		acc.AddChunk(s.Current())
+	}
+	require.NoError(t, s.Err())
+	s.Close()
+	require.Len(t, acc.Choices, 1)
+	require.Len(t, acc.Choices[0].Message.ToolCalls, 1)
+	require.Equal(t, "now", acc.Choices[0].Message.ToolCalls[0].Function.Name)
+	require.Equal(t, "{}", acc.Choices[0].Message.ToolCalls[0].Function.Arguments, "streamed")
+
+	r.up["primary"].play(play)
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "{}", cc.Choices[0].Message.ToolCalls[0].Function.Arguments, "not streamed")
+}
+
+// An OpenAI-compatible model's text before its tool call (or before a late
+// refusal) is a text block closed before the next block opens, as
+// Anthropic's API streams blocks one after the other: the OpenAI adapter
+// ends its text only at the end of the stream.
+func TestMessagesTextBlockClosedBeforeTheNextOpens(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, nil)
+	chunk := func(delta, finish string) string {
+		return `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-x","choices":[{"index":0,"delta":` + delta +
+			`,"finish_reason":` + finish + `}]}` + "\n\n"
+	}
+	for name, body := range map[string]string{
+		"tool call": chunk(`{"role":"assistant","content":"Checking."}`, "null") +
+			chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"f","arguments":""}}]}`, "null") +
+			chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"x\":1}"}}]}`, "null") +
+			chunk(`{}`, `"tool_calls"`) + "data: [DONE]\n\n",
+		"late refusal": chunk(`{"role":"assistant","content":"Sure, "}`, "null") + chunk(`{"refusal":"I can't."}`, "null") +
+			chunk(`{}`, `"stop"`) + "data: [DONE]\n\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			r.up["primary"].play(act{status: http.StatusOK, ctype: "text/event-stream", body: body})
+			resp, out := r.rawMessages(`{"model":"primary","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+			require.Equal(t, http.StatusOK, resp.StatusCode, out)
+			names, data := sseEvents(out)
+			open := -1
+			starts := 0
+			for i, n := range names {
+				var ev struct{ Index int }
+				require.NoError(t, json.Unmarshal([]byte(data[i]), &ev), data[i])
+				switch n {
+				case "content_block_start":
+					require.Equal(t, -1, open, "block %d opens while block %d is open:\n%s", ev.Index, open, out)
+					open = ev.Index
+					starts++
+				case "content_block_delta":
+					require.Equal(t, open, ev.Index, out)
+				case "content_block_stop":
+					require.Equal(t, open, ev.Index, out)
+					open = -1
+				}
+			}
+			require.Equal(t, 2, starts, out)
+			r.up["primary"].play(act{status: http.StatusOK, ctype: "text/event-stream", body: body})
+			got := r.anthStream(msgParams("primary"))
+			require.NoError(t, got.err)
+			require.NoError(t, got.accumErr)
+			require.Len(t, got.msg.Content, 2)
+		})
+	}
+}
+
+// The results of parallel tool calls, one Chat Completions "tool" message
+// each, reach an Anthropic upstream as one user message of tool_result
+// blocks, as Anthropic's API asks for parallel tool use (results split
+// over several user turns teach the model to stop calling tools in
+// parallel).
+func TestChatParallelToolResultsToAnthropicInOneMessage(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, []string{"primary"})
+	resp, out := r.rawPost("/v1/chat/completions", `{"model":"primary","messages":[{"role":"user","content":"Weather in Paris and Lyon?"},
+		{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"w","arguments":"{\"city\":\"Paris\"}"}},
+			{"id":"call_2","type":"function","function":{"name":"w","arguments":"{\"city\":\"Lyon\"}"}}]},
+		{"role":"tool","tool_call_id":"call_1","content":"18C"},{"role":"tool","tool_call_id":"call_2","content":"20C"},
+		{"role":"user","content":"Thanks."}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	require.JSONEq(t, `[{"role":"user","content":[{"type":"text","text":"Weather in Paris and Lyon?"}]},
+		{"role":"assistant","content":[{"type":"tool_use","id":"call_1","name":"w","input":{"city":"Paris"}},{"type":"tool_use","id":"call_2","name":"w","input":{"city":"Lyon"}}]},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":[{"type":"text","text":"18C"}],"is_error":false},
+			{"type":"tool_result","tool_use_id":"call_2","content":[{"type":"text","text":"20C"}],"is_error":false}]},
+		{"role":"user","content":[{"type":"text","text":"Thanks."}]}]`, string(r.up["primary"].requests()[0].body["messages"]))
+}
+
+// An Anthropic answer its safety classifier stopped after it started
+// (stop_reason "refusal", no refusal text) ends for an OpenAI client with
+// finish_reason "content_filter", as /v1/messages maps OpenAI's
+// content_filter to "refusal", not with "stop", which would pass the cut
+// answer off as complete.
+func TestChatAnthropicRefusalStopIsContentFilter(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, []string{"primary"})
+	r.up["primary"].play(act{transcript: "anthropic/refusal_stop_after_text.json"})
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "Sure, the first step", got.text)
+	require.Equal(t, "content_filter", got.finish)
+
+	r.up["primary"].play(act{transcript: "anthropic/refusal_stop_after_text.json"})
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "content_filter", cc.Choices[0].FinishReason)
+}
+
 // A route that fails over to a model of the other API still answers in the
 // client's format: /v1/messages from an OpenAI model, /v1/chat/completions
 // from an Anthropic one.
@@ -184,6 +313,7 @@ func TestCrossProviderRequestFields(t *testing.T) {
 		{"role":"tool","tool_call_id":"toolu_1","content":"21C"},{"role":"user","content":"And tomorrow?"}]`, string(got["messages"]))
 	require.JSONEq(t, `{"type":"function","function":{"name":"get_weather"}}`, string(got["tool_choice"]))
 	require.Equal(t, "false", string(got["parallel_tool_calls"]))
+	require.Equal(t, `"u-1"`, string(got["user"]), "metadata.user_id is the end-user id")
 	require.JSONEq(t, `["END"]`, string(got["stop"]))
 	require.Equal(t, "99", string(got["max_completion_tokens"]))
 	var tools []struct {
@@ -194,6 +324,20 @@ func TestCrossProviderRequestFields(t *testing.T) {
 	require.Equal(t, "get_weather", tools[0].Function.Name)
 	for _, k := range []string{"top_k", "thinking", "metadata", "system", "stop_sequences", "max_tokens"} {
 		require.NotContains(t, got, k, "an Anthropic-only field")
+	}
+
+	// The end-user id goes without a tool choice too; a metadata without
+	// one (or of the wrong shape) sends no user.
+	for body, want := range map[string]string{
+		`"metadata":{"user_id":"u-2"}`: `"u-2"`,
+		`"metadata":{}`:                "",
+		`"metadata":{"user_id":7}`:     "",
+		`"metadata":"u-3"`:             "",
+	} {
+		r.up["backup"].reset()
+		resp, out = r.rawMessages(`{"model":"backup","max_tokens":9,` + body + `,"messages":[{"role":"user","content":"hi"}]}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, out)
+		require.Equal(t, want, string(r.up["backup"].requests()[0].body["user"]), body)
 	}
 }
 

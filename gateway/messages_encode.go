@@ -19,9 +19,10 @@ import (
 //
 // Blocks are numbered in the order they open; text and thinking blocks
 // open at their first non-empty delta (an upstream's empty blocks are not
-// relayed), a tool_use block at its tool-input-start; several may be open
-// at once (deltas name their index), and every open block is closed
-// before message_delta.
+// relayed), a tool_use block at its tool-input-start; a text or thinking
+// block is closed when another block opens (see stopText), tool_use blocks
+// may be open at once (deltas name their index), and every open block is
+// closed before message_delta.
 //
 // From an Anthropic upstream's raw events (policy.Options.RawChunks) it
 // relays what the parts do not carry, as the upstream sent it: blocks no
@@ -45,10 +46,11 @@ type messagesEncoder struct {
 	finished bool
 
 	// From an Anthropic upstream's raw events.
-	up         map[int64]*upBlock // its blocks by its index, from start to stop
-	startUsage string             // message_start's usage object
-	endDelta   string             // message_delta's delta object (stop_sequence, stop_details…)
-	endUsage   string             // message_delta's usage object
+	anthropicUp bool               // one arrived: the blocks are laid out as the upstream's
+	up          map[int64]*upBlock // its blocks by its index, from start to stop
+	startUsage  string             // message_start's usage object
+	endDelta    string             // message_delta's delta object (stop_sequence, stop_details…)
+	endUsage    string             // message_delta's usage object
 
 	// A non-streaming answer.
 	blocks []*msgBlock
@@ -132,6 +134,9 @@ func (e *messagesEncoder) block(b []byte, kind abi.PartKind, id string, empty fu
 		return b, -1 // a raw block opens only as the upstream opened it
 	}
 	b = e.start(b)
+	if !e.anthropicUp {
+		b = e.stopText(b)
+	}
 	idx := e.next
 	e.next++
 	e.open = append(e.open, openBlock{kind: kind, id: id, index: idx})
@@ -146,6 +151,27 @@ func (e *messagesEncoder) block(b []byte, kind abi.PartKind, id string, empty fu
 		b = empty(b)
 	}
 	return b, idx
+}
+
+// stopText closes the open text and thinking blocks before another block
+// opens, as Anthropic's API streams its blocks one after the other, when
+// the answer is not an Anthropic upstream's (whose blocks, raw events
+// tell, are relayed as it laid them out): an OpenAI-compatible model's
+// text ends only at the end of its stream, after its tool calls (or a
+// late refusal). A later delta of such a block opens a new one. Tool_use
+// blocks stay open: an OpenAI stream may interleave the arguments of
+// parallel tool calls, so one cannot be closed before the stream ends.
+func (e *messagesEncoder) stopText(b []byte) []byte {
+	kept := e.open[:0]
+	for _, ob := range e.open {
+		if ob.kind == abi.KindTextStart || ob.kind == abi.KindReasoningStart {
+			b = appendBlockStop(b, ob.index)
+		} else {
+			kept = append(kept, ob)
+		}
+	}
+	e.open = kept
+	return b
 }
 
 // upstream returns the upstream block the parts of kind and id come from,
@@ -331,6 +357,7 @@ func (e *messagesEncoder) raw(b []byte, p *abi.Part) []byte {
 	if !ok {
 		return b
 	}
+	e.anthropicUp = true
 	u := e.note(&ev)
 	if u == nil {
 		return b

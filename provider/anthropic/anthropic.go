@@ -413,6 +413,16 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 		if err != nil {
 			return p, nil, nil, fmt.Errorf("anthropic: message %d: %w", i, err)
 		}
+		// The results of parallel tool calls (one RoleTool message each, as
+		// Chat Completions sends them) go in one user message, as the API
+		// asks: results split over several turns teach the model to stop
+		// calling tools in parallel.
+		if msg.Role == driver.RoleTool && i > 0 && req.Messages[i-1].Role == driver.RoleTool && len(p.Messages) > 0 {
+			if last := p.Messages[len(p.Messages)-1].OfUser; last != nil && mp.OfUser != nil {
+				last.Content = append(last.Content, mp.OfUser.Content...)
+				continue
+			}
+		}
 		p.Messages = append(p.Messages, mp)
 	}
 	for _, t := range req.Tools {

@@ -94,7 +94,8 @@
 // # Request mapping
 //
 // Request.System (and RoleSystem messages) become system blocks; tool
-// results (RoleTool) become a user message of tool_result blocks;
+// results (RoleTool) become a user message of tool_result blocks, one
+// message for consecutive RoleTool messages (parallel calls' results);
 // MaxOutputTokens is max_tokens (DefaultMaxTokens when zero: the API
 // requires it). Seed is not supported and yields a Warning on stream-start
 // and in Response.Warnings. Request.ProviderOptions["anthropic"], a
