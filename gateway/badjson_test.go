@@ -37,6 +37,10 @@ func TestMistypedFieldNamesTheFieldInJSONTerms(t *testing.T) {
 			"tools", "tools: want a list, got an object"},
 		{"tool name a bool", `{"model":"primary","tools":[{"type":"function","function":{"name":true}}],` + msg + `}`,
 			"tools[0]", "tools[0].function.name: want a string, got a boolean"},
+		{"fallback null", `{"model":"primary","fallbacks":["backup",null],` + msg + `}`,
+			"fallbacks[1]", "fallbacks[1]: want a route name (a non-empty string); GET /v1/models lists them"},
+		{"fallback empty", `{"model":"primary","fallbacks":[""],` + msg + `}`,
+			"fallbacks[0]", "fallbacks[0]: want a route name (a non-empty string); GET /v1/models lists them"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := r.rawPost("/v1/chat/completions", tc.body)

@@ -167,6 +167,12 @@ func parseCommon(body []byte) (map[string]json.RawMessage, *chatRequest, error) 
 	if len(c.fallbacks) > maxFallbacks {
 		return nil, nil, badRequest("fallbacks", "fallbacks: at most %d routes, got %d", maxFallbacks, len(c.fallbacks))
 	}
+	for i, f := range c.fallbacks {
+		if f == "" { // also a null, which decodes as ""; no route has that name
+			p := fmt.Sprintf("fallbacks[%d]", i)
+			return nil, nil, badRequest(p, "%s: want a route name (a non-empty string); GET /v1/models lists them", p)
+		}
+	}
 	return fields, c, nil
 }
 
