@@ -248,14 +248,24 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
+// maxKeysFile bounds the --api-keys-file read (some 10,000 keys).
+const maxKeysFile = 1 << 20
+
 // apiKeys reads the client keys from a file (one per line, blank lines and
-// # comments skipped) and a comma-separated list.
+// # comments skipped) and a comma-separated list (RETRYHOST_API_KEYS).
+// Keys asked for but none found is an error, never an open gateway: a list
+// of only commas (a template whose values were left out), a file with no
+// key, a file larger than maxKeysFile (read cut, its last key could be a
+// prefix of one).
 func apiKeys(file, list string) ([]string, error) {
 	var keys []string
 	for _, k := range strings.Split(list, ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			keys = append(keys, k)
 		}
+	}
+	if len(keys) == 0 && strings.TrimSpace(list) != "" {
+		return nil, fmt.Errorf("RETRYHOST_API_KEYS has no key (%q): give comma-separated keys, or unset it to serve without keys", list)
 	}
 	if file == "" {
 		return keys, nil
@@ -265,7 +275,11 @@ func apiKeys(file, list string) ([]string, error) {
 		return nil, err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
+	if st, err := f.Stat(); err == nil && st.Size() > maxKeysFile {
+		return nil, fmt.Errorf("%s: larger than 1 MiB (%d bytes); a keys file holds one key a line", file, st.Size())
+	}
+	lr := &io.LimitedReader{R: f, N: maxKeysFile + 1}
+	sc := bufio.NewScanner(lr)
 	for sc.Scan() {
 		if k := strings.TrimSpace(sc.Text()); k != "" && !strings.HasPrefix(k, "#") {
 			keys = append(keys, k)
@@ -273,6 +287,9 @@ func apiKeys(file, list string) ([]string, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if lr.N == 0 { // grew past the cap while read (not a regular file)
+		return nil, fmt.Errorf("%s: larger than 1 MiB; a keys file holds one key a line", file)
 	}
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("%s: no API key in the file", file)
