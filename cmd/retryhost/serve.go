@@ -171,31 +171,33 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	hups := make(chan os.Signal, 1)
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
-	var changed <-chan struct{}
-	if (o.file != "" || o.keysFile != "") && o.watch {
+	// The policy's files and the keys file are watched apart: a keys
+	// rotation must not reload the policy, whose new generation starts
+	// with no cooldowns, retry budgets or sticky fallbacks in memory, and a
+	// policy edit need not re-read the keys. SIGHUP reloads both.
+	var policyChanged, keysChanged <-chan struct{}
+	if o.watch {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
-		changed = watchFiles(wctx, func() []string {
-			var files []string
-			if o.file != "" {
-				files = policyFiles(o.file)
-			}
-			if o.keysFile != "" {
-				files = append(files, o.keysFile)
-			}
-			return files
-		}, serveWatchInterval)
+		if o.file != "" {
+			policyChanged = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval)
+		}
+		if o.keysFile != "" {
+			keysChanged = watchFiles(wctx, func() []string { return []string{o.keysFile} }, serveWatchInterval)
+		}
 	}
-	reload := func(why string) {
+	reloadPolicy := func(why string) {
 		if err := gw.Reload(ctx); err == nil {
 			logger.Info("policy reloaded", slog.String("why", why))
 		}
+	}
+	reloadKeys := func(why string) {
 		if o.keysFile == "" {
 			return
 		}
-		// The keys file is read again too: a key added is served and a
-		// key removed refused from now on, without a restart. A file
-		// that has no key left, or cannot be read, keeps the keys in use.
+		// A key added is served and a key removed refused from now on,
+		// without a restart. A file that has no key left, or cannot be
+		// read, keeps the keys in use.
 		keys, err := apiKeys(o.keysFile, os.Getenv("RETRYHOST_API_KEYS"))
 		if err == nil {
 			err = gw.SetAPIKeys(keys...)
@@ -211,11 +213,15 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		case err := <-served:
 			fmt.Fprintf(stderr, "retryhost serve: %v\n", err)
 			return exitFail
-		case <-changed:
-			reload("file changed")
+		case <-policyChanged:
+			reloadPolicy("file changed")
+			continue
+		case <-keysChanged:
+			reloadKeys("file changed")
 			continue
 		case <-hups:
-			reload("SIGHUP")
+			reloadPolicy("SIGHUP")
+			reloadKeys("SIGHUP")
 			continue
 		case <-stops:
 		case <-ctx.Done():

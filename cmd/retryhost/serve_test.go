@@ -341,7 +341,9 @@ func TestServe_PrintDemoPolicy(t *testing.T) {
 // The --api-keys-file is read again when it changes (and on SIGHUP, the
 // same reload): a rotated key is served and the old one refused without a
 // restart; a file left with no key is rejected (logged) and the keys in
-// use stay.
+// use stay. A keys file's change does not reload the policy, whose new
+// generation would start with no cooldowns, budgets or sticky fallbacks
+// (in-memory state) and a new created time.
 func TestServe_APIKeysFileReloads(t *testing.T) {
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
@@ -363,6 +365,7 @@ func TestServe_APIKeysFileReloads(t *testing.T) {
 	require.NoError(t, os.WriteFile(keys, []byte("# rotated\nk-new\n"), 0o600))
 	require.Eventually(t, func() bool { return code("k-new") == http.StatusOK }, 10*time.Second, 20*time.Millisecond, "%s", stderr)
 	require.Equal(t, http.StatusUnauthorized, code("k-old"))
+	require.False(t, strings.Contains(stderr.String(), "policy reloaded"), "a keys file's change reloaded the policy")
 
 	require.NoError(t, os.WriteFile(keys, []byte("# none left\n"), 0o600))
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "API keys reload rejected") },
