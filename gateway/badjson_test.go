@@ -19,6 +19,8 @@ func TestMistypedFieldNamesTheFieldInJSONTerms(t *testing.T) {
 	for _, tc := range []struct {
 		name, body, param, message string
 	}{
+		{"body empty", ``, "", "the body is empty: want a JSON object"},
+		{"body blank", " \n", "", "the body is empty: want a JSON object"},
 		{"body a list", `[1,2]`, "", "the body is not a JSON object: got a list"},
 		{"body a string", `"hi"`, "", "the body is not a JSON object: got a string"},
 		{"stream_options a string", `{"model":"primary","stream":true,"stream_options":"x",` + msg + `}`,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strconv"
 	"strings"
@@ -143,6 +144,9 @@ func parseCommon(body []byte) (map[string]json.RawMessage, *chatRequest, error) 
 		// only "invalid character").
 		dec := json.NewDecoder(bytes.NewReader(body))
 		if err := dec.Decode(&fields); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, nil, badRequest("", "the body is empty: want a JSON object")
+			}
 			var te *json.UnmarshalTypeError
 			if errors.As(err, &te) {
 				return nil, nil, badRequest("", "the body is not a JSON object: got %s", jsonValue(te.Value))
