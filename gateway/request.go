@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -54,7 +56,7 @@ func parseChat(body []byte, providers, anthropic []string) (*chatRequest, error)
 		IncludeUsage bool `json:"include_usage"`
 	}
 	if err := field(fields, "stream_options", &so); err != nil {
-		return nil, badRequest("stream_options", "stream_options: %v", err)
+		return nil, badRequest("stream_options", "%s", mismatch("stream_options", err))
 	}
 	if so != nil {
 		c.includeUsage = so.IncludeUsage
@@ -66,7 +68,7 @@ func parseChat(body []byte, providers, anthropic []string) (*chatRequest, error)
 	r := &c.req
 	var msgs []wireMessage
 	if err := field(fields, "messages", &msgs); err != nil {
-		return nil, badRequest("messages", "messages: %v", err)
+		return nil, listError[wireMessage]("messages", fields["messages"], err)
 	}
 	if len(msgs) == 0 {
 		return nil, badRequest("messages", "messages: at least one message is required")
@@ -87,7 +89,12 @@ func parseChat(body []byte, providers, anthropic []string) (*chatRequest, error)
 		} `json:"function"`
 	}
 	if err := field(fields, "tools", &tools); err != nil {
-		return nil, badRequest("tools", "tools: %v", err)
+		return nil, listError[struct {
+			Function *struct {
+				Name        string `json:"name"`
+				Description string `json:"description"`
+			} `json:"function"`
+		}]("tools", fields["tools"], err)
 	}
 	for i, t := range tools {
 		if t.Function == nil || t.Function.Name == "" {
@@ -137,6 +144,13 @@ func parseCommon(body []byte) (map[string]json.RawMessage, *chatRequest, error) 
 		// only "invalid character").
 		dec := json.NewDecoder(bytes.NewReader(body))
 		if err := dec.Decode(&fields); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, nil, badRequest("", "the body is empty: want a JSON object")
+			}
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				return nil, nil, badRequest("", "the body is not a JSON object: got %s", jsonValue(te.Value))
+			}
 			return nil, nil, badRequest("", "the body is not a JSON object: %v", err)
 		}
 		return nil, nil, badRequest("", "the body has data after its JSON object")
@@ -157,7 +171,89 @@ func parseCommon(body []byte) (map[string]json.RawMessage, *chatRequest, error) 
 	if len(c.fallbacks) > maxFallbacks {
 		return nil, nil, badRequest("fallbacks", "fallbacks: at most %d routes, got %d", maxFallbacks, len(c.fallbacks))
 	}
+	for i, f := range c.fallbacks {
+		if f == "" { // also a null, which decodes as ""; no route has that name
+			p := fmt.Sprintf("fallbacks[%d]", i)
+			return nil, nil, badRequest(p, "%s: want a route name (a non-empty string); GET /v1/models lists them", p)
+		}
+	}
 	return fields, c, nil
+}
+
+// mismatch says what is wrong with the field at path in the client's terms:
+// a JSON type mismatch as "path.sub: want a string, got a number" (the
+// decoder's own message names Go types, such as wireMessage or
+// []struct{…}, that mean nothing to a client), anything else as is.
+func mismatch(path string, err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return fmt.Sprintf("%s: %v", path, err)
+	}
+	if te.Field != "" {
+		path += "." + te.Field
+	}
+	return fmt.Sprintf("%s: want %s, got %s", path, jsonKind(te.Type), jsonValue(te.Value))
+}
+
+// listError is the 400 for the list field key whose decoding failed with
+// err: the first element that does not decode as T is named by its index
+// (the decoder's error has none), else the list itself.
+func listError[T any](key string, raw json.RawMessage, err error) error {
+	var items []json.RawMessage
+	if json.Unmarshal(raw, &items) == nil {
+		for i, it := range items {
+			var v T
+			if e := json.Unmarshal(it, &v); e != nil {
+				p := fmt.Sprintf("%s[%d]", key, i)
+				return badRequest(p, "%s", mismatch(p, e))
+			}
+		}
+	}
+	return badRequest(key, "%s", mismatch(key, err))
+}
+
+// jsonKind names the JSON type a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "a value"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "a value"
+}
+
+// jsonValue names the JSON value the decoder met, from its
+// UnmarshalTypeError.Value ("string", "array", "number 1.5", …).
+func jsonValue(v string) string {
+	switch {
+	case v == "array":
+		return "a list"
+	case v == "object":
+		return "an object"
+	case v == "bool":
+		return "a boolean"
+	case v == "string":
+		return "a string"
+	case strings.HasPrefix(v, "number"):
+		return "a number"
+	}
+	return v
 }
 
 // sampling reads temperature and top_p, which both formats spell alike.

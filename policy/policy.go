@@ -63,6 +63,7 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -379,7 +380,11 @@ func isYAML(name string, data []byte) bool {
 	return false
 }
 
+// decode reads the file in its format. A leading UTF-8 byte order mark,
+// which some editors write and encoding/json refuses ("invalid character
+// 'ï'"), is dropped, as isYAML's sniffing already skips it.
 func decode(data []byte, name string, f *File) (*strict.Doc, error) {
+	data = bytes.TrimPrefix(data, []byte("\ufeff"))
 	if isYAML(name, data) {
 		return strict.DecodeYAML(data, f)
 	}

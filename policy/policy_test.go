@@ -72,3 +72,21 @@ func TestBuiltins(t *testing.T) {
 	require.NotNil(t, p.Runtime)
 	require.NotNil(t, p.Model)
 }
+
+// TestByteOrderMarkIsNotAnError: a policy saved by an editor that writes a
+// UTF-8 byte order mark first (Notepad, some Windows tools) loads as the
+// same file without it, instead of failing on "invalid character 'ï'".
+func TestByteOrderMarkIsNotAnError(t *testing.T) {
+	ctx := context.Background()
+	const model = `{"name": "m", "provider": "openai", "model": "gpt-4o-mini", "api_key_env": "K"}`
+	for _, tc := range []struct{ name, src string }{
+		{"p.json", `{"models": [` + model + `]}`},
+		{"p.jsonc", "// mine\n{\"models\": [" + model + "]}"},
+		{"", `{"models": [` + model + `]}`},
+		{"p.yaml", "models:\n  - " + model + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, policy.Validate(ctx, []byte("\ufeff"+tc.src), policy.Options{Name: tc.name}))
+		})
+	}
+}

@@ -171,31 +171,33 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	hups := make(chan os.Signal, 1)
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
-	var changed <-chan struct{}
-	if (o.file != "" || o.keysFile != "") && o.watch {
+	// The policy's files and the keys file are watched apart: a keys
+	// rotation must not reload the policy, whose new generation starts
+	// with no cooldowns, retry budgets or sticky fallbacks in memory, and a
+	// policy edit need not re-read the keys. SIGHUP reloads both.
+	var policyChanged, keysChanged <-chan struct{}
+	if o.watch {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
-		changed = watchFiles(wctx, func() []string {
-			var files []string
-			if o.file != "" {
-				files = policyFiles(o.file)
-			}
-			if o.keysFile != "" {
-				files = append(files, o.keysFile)
-			}
-			return files
-		}, serveWatchInterval)
+		if o.file != "" {
+			policyChanged = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval)
+		}
+		if o.keysFile != "" {
+			keysChanged = watchFiles(wctx, func() []string { return []string{o.keysFile} }, serveWatchInterval)
+		}
 	}
-	reload := func(why string) {
+	reloadPolicy := func(why string) {
 		if err := gw.Reload(ctx); err == nil {
 			logger.Info("policy reloaded", slog.String("why", why))
 		}
+	}
+	reloadKeys := func(why string) {
 		if o.keysFile == "" {
 			return
 		}
-		// The keys file is read again too: a key added is served and a
-		// key removed refused from now on, without a restart. A file
-		// that has no key left, or cannot be read, keeps the keys in use.
+		// A key added is served and a key removed refused from now on,
+		// without a restart. A file that has no key left, or cannot be
+		// read, keeps the keys in use.
 		keys, err := apiKeys(o.keysFile, os.Getenv("RETRYHOST_API_KEYS"))
 		if err == nil {
 			err = gw.SetAPIKeys(keys...)
@@ -211,11 +213,15 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		case err := <-served:
 			fmt.Fprintf(stderr, "retryhost serve: %v\n", err)
 			return exitFail
-		case <-changed:
-			reload("file changed")
+		case <-policyChanged:
+			reloadPolicy("file changed")
+			continue
+		case <-keysChanged:
+			reloadKeys("file changed")
 			continue
 		case <-hups:
-			reload("SIGHUP")
+			reloadPolicy("SIGHUP")
+			reloadKeys("SIGHUP")
 			continue
 		case <-stops:
 		case <-ctx.Done():
@@ -248,14 +254,24 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
+// maxKeysFile bounds the --api-keys-file read (some 10,000 keys).
+const maxKeysFile = 1 << 20
+
 // apiKeys reads the client keys from a file (one per line, blank lines and
-// # comments skipped) and a comma-separated list.
+// # comments skipped) and a comma-separated list (RETRYHOST_API_KEYS).
+// Keys asked for but none found is an error, never an open gateway: a list
+// of only commas (a template whose values were left out), a file with no
+// key, a file larger than maxKeysFile (read cut, its last key could be a
+// prefix of one).
 func apiKeys(file, list string) ([]string, error) {
 	var keys []string
 	for _, k := range strings.Split(list, ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			keys = append(keys, k)
 		}
+	}
+	if len(keys) == 0 && strings.TrimSpace(list) != "" {
+		return nil, fmt.Errorf("RETRYHOST_API_KEYS has no key (%q): give comma-separated keys, or unset it to serve without keys", list)
 	}
 	if file == "" {
 		return keys, nil
@@ -265,7 +281,11 @@ func apiKeys(file, list string) ([]string, error) {
 		return nil, err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
+	if st, err := f.Stat(); err == nil && st.Size() > maxKeysFile {
+		return nil, fmt.Errorf("%s: larger than 1 MiB (%d bytes); a keys file holds one key a line", file, st.Size())
+	}
+	lr := &io.LimitedReader{R: f, N: maxKeysFile + 1}
+	sc := bufio.NewScanner(lr)
 	for sc.Scan() {
 		if k := strings.TrimSpace(sc.Text()); k != "" && !strings.HasPrefix(k, "#") {
 			keys = append(keys, k)
@@ -273,6 +293,9 @@ func apiKeys(file, list string) ([]string, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if lr.N == 0 { // grew past the cap while read (not a regular file)
+		return nil, fmt.Errorf("%s: larger than 1 MiB; a keys file holds one key a line", file)
 	}
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("%s: no API key in the file", file)

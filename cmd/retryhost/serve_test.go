@@ -341,7 +341,9 @@ func TestServe_PrintDemoPolicy(t *testing.T) {
 // The --api-keys-file is read again when it changes (and on SIGHUP, the
 // same reload): a rotated key is served and the old one refused without a
 // restart; a file left with no key is rejected (logged) and the keys in
-// use stay.
+// use stay. A keys file's change does not reload the policy, whose new
+// generation would start with no cooldowns, budgets or sticky fallbacks
+// (in-memory state) and a new created time.
 func TestServe_APIKeysFileReloads(t *testing.T) {
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
@@ -363,6 +365,7 @@ func TestServe_APIKeysFileReloads(t *testing.T) {
 	require.NoError(t, os.WriteFile(keys, []byte("# rotated\nk-new\n"), 0o600))
 	require.Eventually(t, func() bool { return code("k-new") == http.StatusOK }, 10*time.Second, 20*time.Millisecond, "%s", stderr)
 	require.Equal(t, http.StatusUnauthorized, code("k-old"))
+	require.False(t, strings.Contains(stderr.String(), "policy reloaded"), "a keys file's change reloaded the policy")
 
 	require.NoError(t, os.WriteFile(keys, []byte("# none left\n"), 0o600))
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "API keys reload rejected") },
@@ -370,4 +373,45 @@ func TestServe_APIKeysFileReloads(t *testing.T) {
 	require.Equal(t, http.StatusOK, code("k-new"))
 	require.Equal(t, http.StatusUnauthorized, code(""))
 	require.Equal(t, exitOK, stop())
+}
+
+// TestServe_APIKeysThatHoldNoKey: keys given but none in them never leave
+// the gateway open. RETRYHOST_API_KEYS set to only commas and spaces is
+// refused at start, as a keys file with no key is (unset or empty, it
+// means no keys: open); a keys file over the reader's 1 MiB is refused
+// rather than read cut, which could take a key's first bytes for a key.
+func TestServe_APIKeysThatHoldNoKey(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big")
+	line := strings.Repeat("k", 99) + "\n"
+	require.NoError(t, os.WriteFile(big, []byte(strings.Repeat(line, (1<<20)/len(line)+1)), 0o600))
+	for _, tc := range []struct {
+		name, file, list string
+		want             []string
+		err              string
+	}{
+		{name: "none", want: nil},
+		{name: "blank list", list: "  ", want: nil},
+		{name: "list", list: " a , ,b ", want: []string{"a", "b"}},
+		{name: "commas only", list: " , ,", err: "RETRYHOST_API_KEYS has no key"},
+		{name: "file over 1 MiB", file: big, err: "larger than 1 MiB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keys, err := apiKeys(tc.file, tc.list)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, keys)
+		})
+	}
+	t.Setenv("RETRYHOST_API_KEYS", ",")
+	// The context only ends a gateway that wrongly started open, so that
+	// the failure is an exit code, not a hung test.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	require.Equal(t, exitInput, dispatch(ctx, []string{"serve", "--addr", "127.0.0.1:0"}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "RETRYHOST_API_KEYS has no key")
 }
