@@ -67,3 +67,36 @@ func TestMistypedFieldNamesTheFieldInJSONTerms(t *testing.T) {
 		})
 	}
 }
+
+// The same on /v1/messages: a mistyped messages or tools entry is a 400 in
+// Anthropic's shape naming the element and the JSON types, never Go's.
+func TestMessagesMistypedFieldNamesTheFieldInJSONTerms(t *testing.T) {
+	r := newRig(t, "")
+	for _, tc := range []struct{ name, body, message string }{
+		{"messages an object", `{"model":"primary","max_tokens":5,"messages":{"role":"user"}}`,
+			"messages: want a list, got an object"},
+		{"role a number", `{"model":"primary","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":5,"content":"hi"}]}`,
+			"messages[1].role: want a string, got a number"},
+		{"tool name a bool", `{"model":"primary","max_tokens":5,"tools":[{"name":true}],"messages":[{"role":"user","content":"hi"}]}`,
+			"tools[0].name: want a string, got a boolean"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := r.rawMessages(tc.body)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+			var e struct {
+				Type  string `json:"type"`
+				Error struct {
+					Type    string `json:"type"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(body), &e), body)
+			require.Equal(t, "error", e.Type)
+			require.Equal(t, "invalid_request_error", e.Error.Type)
+			require.Equal(t, tc.message, e.Error.Message)
+			for _, u := range r.up {
+				require.Empty(t, u.requests())
+			}
+		})
+	}
+}

@@ -107,12 +107,13 @@ func parseMessages(body []byte, anthropic, openai []string) (*chatRequest, error
 		}
 		r.System = text
 	}
-	var msgs []struct {
+	type wireMsg struct {
 		Role    string          `json:"role"`
 		Content json.RawMessage `json:"content"`
 	}
+	var msgs []wireMsg
 	if err := field(fields, "messages", &msgs); err != nil {
-		return nil, badRequest("messages", "messages: %v", err)
+		return nil, listError[wireMsg]("messages", fields["messages"], err)
 	}
 	if len(msgs) == 0 {
 		return nil, badRequest("messages", "messages: at least one message is required")
@@ -124,14 +125,15 @@ func parseMessages(body []byte, anthropic, openai []string) (*chatRequest, error
 		}
 		r.Messages = append(r.Messages, ms...)
 	}
-	var tools []struct {
+	type wireTool struct {
 		Type        string          `json:"type"`
 		Name        string          `json:"name"`
 		Description string          `json:"description"`
 		InputSchema json.RawMessage `json:"input_schema"`
 	}
+	var tools []wireTool
 	if err := field(fields, "tools", &tools); err != nil {
-		return nil, badRequest("tools", "tools: %v", err)
+		return nil, listError[wireTool]("tools", fields["tools"], err)
 	}
 	for _, t := range tools {
 		if (t.Type != "" && t.Type != "custom") || t.Name == "" {
