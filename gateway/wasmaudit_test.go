@@ -1,0 +1,37 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A failed request's access-log line counts each attempt once: the
+// attempts of the last link of the chain (the route, or its last
+// fallback) were counted twice, so a request that failed on two
+// upstreams was logged with four attempts.
+func TestFailedRequestLogsEachAttemptOnce(t *testing.T) {
+	for _, c := range []struct {
+		name, body string
+		attempts   int
+	}{
+		{"route only", `{"model":"primary","messages":[{"role":"user","content":"hi"}]}`, 2},
+		{"route and a fallback", `{"model":"primary","fallbacks":["third"],"messages":[{"role":"user","content":"hi"}]}`, 4}, // third, then backup by the rule,
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, `"rules": [{"when": {"status": [503]}, "action": "switch", "model": "backup"}]`)
+			for _, u := range r.up {
+				u.play(act{status: 503})
+			}
+			resp, out := r.rawStream(c.body)
+			require.Equal(t, http.StatusBadGateway, resp.StatusCode, out)
+			want := fmt.Sprintf(`"attempts":%d,`, c.attempts)
+			require.Eventually(t, func() bool { return strings.Contains(r.logs.String(), `"status":502`) }, 5*time.Second, time.Millisecond)
+			require.Contains(t, r.logs.String(), want)
+		})
+	}
+}
