@@ -35,3 +35,15 @@ func TestFailedRequestLogsEachAttemptOnce(t *testing.T) {
 		})
 	}
 }
+
+// A request that a fail-closed plugin failed is logged with the class the
+// driver gave the failure (plugin), not "unknown": with no upstream error
+// to read a class from, the access log had none.
+func TestFailClosedPluginLogsItsClass(t *testing.T) {
+	r := newRig(t, `"rules": [], "transforms": [{"plugin": {"path": "../host/testdata/trap.wasm", "fail": "closed"}}]`)
+	r.up["primary"].play(act{chunks: []string{"Paris"}})
+	resp, out := r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode, out)
+	require.Eventually(t, func() bool { return strings.Contains(r.logs.String(), `"status":502`) }, 5*time.Second, time.Millisecond)
+	require.Contains(t, r.logs.String(), `"error_class":"plugin"`)
+}
