@@ -3,6 +3,8 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,4 +48,20 @@ func TestFailClosedPluginLogsItsClass(t *testing.T) {
 	require.Equal(t, http.StatusBadGateway, resp.StatusCode, out)
 	require.Eventually(t, func() bool { return strings.Contains(r.logs.String(), `"status":502`) }, 5*time.Second, time.Millisecond)
 	require.Contains(t, r.logs.String(), `"error_class":"plugin"`)
+}
+
+// Two plugins whose files share a base name (or one built-in used twice)
+// are told apart in what names them: the error a client gets, the logs,
+// plugin_*_total's series. Both were "upper.wasm", so a failure of the
+// second read as one of the first.
+func TestPluginsOfOneBaseNameAreToldApart(t *testing.T) {
+	trap, err := os.ReadFile("../host/testdata/trap.wasm")
+	require.NoError(t, err)
+	other := filepath.Join(t.TempDir(), "upper.wasm")
+	require.NoError(t, os.WriteFile(other, trap, 0o600))
+	r := newRig(t, fmt.Sprintf(`"rules": [], "transforms": [{"plugin": {"path": "../host/testdata/upper.wasm"}}, {"plugin": {"path": %q, "fail": "closed"}}]`, other))
+	r.up["primary"].play(act{chunks: []string{"Paris"}})
+	resp, out := r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode, out)
+	require.Contains(t, out, `transform upper.wasm#2 failed`)
 }
