@@ -378,10 +378,10 @@ func (c *call) open() {
 	for i, rt := range c.chain {
 		c.l.fallbacks = i
 		c.s, c.err = c.gen.pol.Model.Stream(driver.StartOn(c.sctx, rt.model), c.req)
-		if c.err == nil || c.ctx.Err() != nil || !chainOn(c.err) {
+		if c.err == nil || c.ctx.Err() != nil || !chainOn(c.err) || i == len(c.chain)-1 {
 			break
 		}
-		c.prior += attempts(c.err)
+		c.prior += attempts(c.err) // the attempts of a link the request moves on from; the last link's are its error's
 	}
 }
 

@@ -121,8 +121,17 @@ func classify(err error) failure {
 			msg: "retryhost gateway: every model refused: " + err.Error()}}
 	}
 	class := "unknown"
-	if pe != nil {
+	var re *driver.RetryError
+	var te *abi.TransformError
+	switch {
+	case pe != nil:
 		class = pe.Class.String()
+	case errors.As(err, &re) && len(re.Attempts) > 0 && re.Attempts[len(re.Attempts)-1].Class != abi.ClassNone:
+		// No upstream error (a fail-closed plugin, a transform's verdict):
+		// the class the driver gave the last attempt, as attempts_total has it.
+		class = re.Attempts[len(re.Attempts)-1].Class.String()
+	case errors.As(err, &te) && te.Class != abi.ClassNone:
+		class = te.Class.String()
 	}
 	return failure{apiError: apiError{status: http.StatusBadGateway, class: class, typ: "upstream_error", code: "upstream_failed",
 		msg: "retryhost gateway: " + err.Error()}}

@@ -33,6 +33,10 @@ type builder struct {
 	// backoff.delay: the wait of a retry that names none.
 	retryDelay time.Duration
 	raw        bool // Options.RawChunks, in a file whose commit rule is not legacy
+	// plugins counts the plugin names given so far: a name given twice
+	// (two files of one base name, a built-in used twice) gets "#2", "#3"
+	// …, so that its logs, errors and metric series are its own.
+	plugins map[string]int
 }
 
 func (b *builder) errf(path, format string, args ...any) error {
@@ -826,6 +830,12 @@ func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.
 			return nil, b.errf(at+".path", "%v", err)
 		}
 		name = filepath.Base(ps.Path)
+	}
+	if b.plugins == nil {
+		b.plugins = map[string]int{}
+	}
+	if b.plugins[name]++; b.plugins[name] > 1 {
+		name = fmt.Sprintf("%s#%d", name, b.plugins[name])
 	}
 	rt, err := b.runtime(ctx)
 	if err != nil {
