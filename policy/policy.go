@@ -404,7 +404,16 @@ func decode(data []byte, name string, f *File) (*strict.Doc, error) {
 	if isYAML(name, data) {
 		return strict.DecodeYAML(data, f)
 	}
-	return strict.Decode(data, f)
+	doc, err := strict.Decode(data, f)
+	// A YAML policy saved as .json fails on its first character with
+	// encoding/json's words; say why, since the extension decided.
+	var se *strict.Error
+	if errors.As(err, &se) && isYAML("", data) {
+		if _, yerr := strict.DecodeYAML(data, &File{}); yerr == nil {
+			se.Msg += fmt.Sprintf(" (the %s name reads the file as JSON, and it looks like YAML: name it .yaml)", filepath.Ext(name))
+		}
+	}
+	return doc, err
 }
 
 func (o *Options) wrap(err error) error {
