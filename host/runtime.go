@@ -297,6 +297,12 @@ func (rt *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazer
 	return cm, nil
 }
 
+// ModuleLimits returns the limits this Runtime applies to every module
+// (the defaults as set by [WithModuleLimits]), so a caller reading a module
+// from a file or a pipe can stop at ModuleBytes+1 instead of reading it
+// whole: Load then rejects it with the ModuleBytes limit.
+func (rt *Runtime) ModuleLimits() ModuleLimits { return rt.cfg.limits }
+
 // LoadFile is [Runtime.Load] on the contents of a file.
 func (rt *Runtime) LoadFile(ctx context.Context, name, path string, opts ...LoadOption) (*Plugin, error) {
 	b, err := os.ReadFile(path)

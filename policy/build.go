@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/url"
 	"os"
@@ -825,8 +826,14 @@ func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.
 		if !filepath.IsAbs(path) && b.opts.Dir != "" {
 			path = filepath.Join(b.opts.Dir, path)
 		}
-		var err error
-		if wasm, err = os.ReadFile(path); err != nil {
+		rt, err := b.runtime(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// Read no more than the module size limit allows (+1, so Load
+		// rejects it by that limit): a device or an endless pipe is not
+		// read until memory runs out.
+		if wasm, err = readAtMost(path, int64(rt.ModuleLimits().ModuleBytes)+1); err != nil {
 			return nil, b.errf(at+".path", "%v", err)
 		}
 		name = filepath.Base(ps.Path)
@@ -1089,4 +1096,14 @@ func switchesModel(rules []RuleSpec) bool {
 		}
 	}
 	return false
+}
+
+// readAtMost reads the file at path, stopping after n bytes.
+func readAtMost(path string, n int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, n))
 }

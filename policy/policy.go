@@ -67,6 +67,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -347,10 +349,24 @@ func ValidateFile(ctx context.Context, path string, opts Options) error {
 	return Validate(ctx, data, opts)
 }
 
+// MaxFileSize bounds a policy file read by Load and ValidateFile (real
+// policies are kilobytes): a path to a device or a runaway file is refused,
+// as a *fs.PathError, instead of being read until memory runs out.
+const MaxFileSize = 16 << 20
+
 func readFile(path string, opts *Options) ([]byte, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileSize {
+		return nil, &fs.PathError{Op: "read", Path: path,
+			Err: fmt.Errorf("larger than the %d MiB limit of a policy file", MaxFileSize>>20)}
 	}
 	if opts.Name == "" {
 		opts.Name = path
@@ -388,7 +404,16 @@ func decode(data []byte, name string, f *File) (*strict.Doc, error) {
 	if isYAML(name, data) {
 		return strict.DecodeYAML(data, f)
 	}
-	return strict.Decode(data, f)
+	doc, err := strict.Decode(data, f)
+	// A YAML policy saved as .json fails on its first character with
+	// encoding/json's words; say why, since the extension decided.
+	var se *strict.Error
+	if errors.As(err, &se) && isYAML("", data) {
+		if _, yerr := strict.DecodeYAML(data, &File{}); yerr == nil {
+			se.Msg += fmt.Sprintf(" (the %s name reads the file as JSON, and it looks like YAML: name it .yaml)", filepath.Ext(name))
+		}
+	}
+	return doc, err
 }
 
 func (o *Options) wrap(err error) error {

@@ -3,6 +3,9 @@ package policy_test
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -88,5 +91,23 @@ func TestByteOrderMarkIsNotAnError(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			require.NoError(t, policy.Validate(ctx, []byte("\ufeff"+tc.src), policy.Options{Name: tc.name}))
 		})
+	}
+}
+
+// TestFileTooLarge: a policy file is read under MaxFileSize, so a path to
+// a device or a runaway file is refused with a clear error instead of being
+// read until the process runs out of memory.
+func TestFileTooLarge(t *testing.T) {
+	ctx := context.Background()
+	big := filepath.Join(t.TempDir(), "big.json")
+	require.NoError(t, os.WriteFile(big, nil, 0o600))
+	require.NoError(t, os.Truncate(big, policy.MaxFileSize+1)) // sparse: no disk used
+	for name, err := range map[string]error{
+		"Load":         func() error { _, err := policy.Load(ctx, big, policy.Options{}); return err }(),
+		"ValidateFile": policy.ValidateFile(ctx, big, policy.Options{}),
+	} {
+		require.EqualError(t, err, "read "+big+": larger than the 16 MiB limit of a policy file", name)
+		var pathErr *fs.PathError
+		require.ErrorAs(t, err, &pathErr, name)
 	}
 }

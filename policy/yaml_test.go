@@ -108,3 +108,24 @@ func TestFormatByNameOrContent(t *testing.T) {
 	_, err := policy.Parse(ctx, []byte(yamlModels), opts)
 	require.ErrorContains(t, err, "invalid character 'm' looking for beginning of value", "a .json name is JSON")
 }
+
+// TestJSONNameYAMLContentHints: a YAML policy saved as policy.json is read
+// as JSON (the extension decides), and "invalid character 'm'" alone does
+// not tell the user why; the error says the file looks like YAML and how to
+// have it read so. A JSON mistake in a real JSON file gets no such hint.
+func TestJSONNameYAMLContentHints(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct{ doc, want, not string }{
+		{yamlModels, `p.json: line 1:2: invalid character 'm' looking for beginning of value ` +
+			`(the .json name reads the file as JSON, and it looks like YAML: name it .yaml)`, ""},
+		{"{" + models + ",}", "p.json: line ", "looks like YAML"},
+	} {
+		opts := bound()
+		opts.Name = "p.json"
+		_, err := policy.Parse(ctx, []byte(tt.doc), opts)
+		require.ErrorContains(t, err, tt.want)
+		if tt.not != "" {
+			require.NotContains(t, err.Error(), tt.not)
+		}
+	}
+}

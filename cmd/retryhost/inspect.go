@@ -184,12 +184,18 @@ func runInspect(ctx context.Context, e *env, args []string, asJSON bool, config 
 	}
 	builtin := false
 	if errors.Is(err, fs.ErrNotExist) && !strings.ContainsAny(file, `/\`) {
-		if p, ok := plugins.Lookup(file); ok {
-			b, err, builtin = p.Wasm, nil, true
-			file += " (built-in)"
-			if config == nil {
-				cfg = []byte(p.ExampleConfig)
+		p, ok := plugins.Lookup(file)
+		if !ok { // most likely a mistyped built-in: name them
+			names := make([]string, 0, 4)
+			for _, p := range plugins.All() {
+				names = append(names, p.Name)
 			}
+			return e.errorf(exitInput, "%v, and no built-in plugin is called %q (built-ins: %s)", err, file, strings.Join(names, ", "))
+		}
+		b, err, builtin = p.Wasm, nil, true
+		file += " (built-in)"
+		if config == nil {
+			cfg = []byte(p.ExampleConfig)
 		}
 	}
 	if err != nil {

@@ -102,6 +102,11 @@ func TestPluginInspect_BadInput(t *testing.T) {
 		{"no file", []string{"plugin", "inspect"}, exitUsage, "usage: retryhost plugin inspect"},
 		{"missing file", []string{"plugin", "inspect", "/nonexistent.wasm"}, exitInput, "no such file"},
 		{"not wasm", []string{"plugin", "inspect", notWasm}, exitFail, "accepted: no (invalid-module)"},
+		// A bare name that is neither a file nor a built-in is most likely a
+		// mistyped built-in: say so and list them, not just "no such file".
+		{"mistyped built-in", []string{"plugin", "inspect", "refusl"}, exitInput,
+			`retryhost plugin inspect: open refusl: no such file or directory, and no built-in plugin is called "refusl" ` +
+				"(built-ins: refusal, errmatch, finish, c-status)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -66,7 +66,11 @@ func runPolicyCheck(ctx context.Context, e *env, files []string, asJSON bool, rf
 		r := checkResult{File: f, Valid: true}
 		if err := policy.ValidateFile(ctx, f, policy.Options{Builtin: plugins.Module, OCI: rf.policyOCI(e), HostOptions: hostOpts, Logger: e.log}); err != nil {
 			r.Valid = false
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			var pathErr *fs.PathError
+			var policyErr *policy.Error
+			// The file itself could not be read (missing, a directory, too
+			// large): exit 3. A plugin path is reported inside a policy.Error.
+			if errors.As(err, &pathErr) && !errors.As(err, &policyErr) {
 				code = exitInput
 			} else if code == exitOK {
 				code = exitFail

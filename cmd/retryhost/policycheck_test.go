@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/policy"
 )
 
 // TestPolicyCheck: CI lints policy files with no key in the environment
@@ -75,4 +77,38 @@ transforms:
 	require.Contains(t, errOut, "usage: retryhost policy check")
 	code, _, _ = run("policy", "lint", good)
 	require.Equal(t, exitUsage, code)
+}
+
+// TestPolicyCheckUnreadable: a path that cannot be read as a policy file
+// (a directory, a file over the size limit) exits 3 like a missing file,
+// the README's "an input cannot be used", not 1 as if it were read and
+// found invalid; the JSON report still names it.
+func TestPolicyCheckUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.yaml")
+	require.NoError(t, os.WriteFile(big, nil, 0o600))
+	require.NoError(t, os.Truncate(big, policy.MaxFileSize+1))
+	for _, tt := range []struct{ name, file, msg string }{
+		{"directory", dir, "is a directory"},
+		{"too large", big, "larger than the 16 MiB limit of a policy file"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := dispatch(context.Background(), []string{"policy", "check", tt.file}, &stdout, &stderr)
+			require.Equal(t, exitInput, code, stdout.String())
+			require.Contains(t, stdout.String(), tt.msg)
+
+			stdout.Reset()
+			code = dispatch(context.Background(), []string{"policy", "check", "--json", tt.file}, &stdout, &stderr)
+			require.Equal(t, exitInput, code)
+			var v struct {
+				Valid bool
+				Files []checkResult
+			}
+			require.NoError(t, json.Unmarshal(stdout.Bytes(), &v))
+			require.False(t, v.Valid)
+			require.Len(t, v.Files, 1)
+			require.Contains(t, v.Files[0].Error.Message, tt.msg)
+		})
+	}
 }

@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/policy"
 )
 
 const (
@@ -106,4 +109,16 @@ func TestReplayEveryScenario(t *testing.T) {
 	code, out, errOut := replay("../../testdata/scenarios")
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	require.Contains(t, out, fmt.Sprintf("%d scenario(s): %d passed, 0 failed\n", len(files), len(files)))
+}
+
+// TestReplayOversizedScenario: a scenario file is read under the policy
+// file limit (it embeds one), so replay on a runaway file or a device
+// reports an unreadable input (exit 3) instead of running out of memory.
+func TestReplayOversizedScenario(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "big.json")
+	require.NoError(t, os.WriteFile(big, nil, 0o600))
+	require.NoError(t, os.Truncate(big, policy.MaxFileSize+1)) // sparse: no disk used
+	code, out, _ := replay(big)
+	require.Equal(t, exitInput, code)
+	require.Contains(t, out, "read "+big+": larger than the 16 MiB limit of a scenario file")
 }

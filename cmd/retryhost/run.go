@@ -32,7 +32,7 @@ func init() {
 			"attempts so far).",
 		setup: func(fs *flag.FlagSet) runFunc {
 			o := &runOpts{}
-			fs.StringVar(&o.file, "policy", "", "the policy `FILE` (JSON; see policy/testdata/example.json); required")
+			fs.StringVar(&o.file, "policy", "", "the policy `FILE` (JSON or YAML; see policy/testdata/example.json); required")
 			fs.BoolVar(&o.call, "call", false, "a non-streaming call instead of a stream")
 			fs.StringVar(&o.system, "system", "", "a system prompt (`TEXT`)")
 			fs.BoolVar(&o.json, "json", false, "print one JSON event per line on stdout instead")

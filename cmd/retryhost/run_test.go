@@ -129,3 +129,14 @@ func TestRun_CanceledFails(t *testing.T) {
 	require.Equal(t, exitFail, code)
 	require.Contains(t, stderr.String(), "context canceled")
 }
+
+// TestPolicyFlagHelpSaysYAML: run and serve load YAML policies as well as
+// JSON, so their --policy help must not say "JSON" alone (a user with a
+// policy.yaml would think it unsupported).
+func TestPolicyFlagHelpSaysYAML(t *testing.T) {
+	for _, cmd := range []string{"run", "serve"} {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, exitOK, dispatch(context.Background(), []string{cmd, "--help"}, &stdout, &stderr))
+		require.Contains(t, stdout.String(), "the policy FILE (JSON or YAML", cmd)
+	}
+}

@@ -37,7 +37,7 @@ func init() {
 			"Logs are JSON at info level unless --log-format or --log-level say otherwise.",
 		setup: func(fs *flag.FlagSet) runFunc {
 			o := &serveOpts{}
-			fs.StringVar(&o.file, "policy", "", "the policy `FILE` (JSON); none: the built-in demo policy over loopback providers")
+			fs.StringVar(&o.file, "policy", "", "the policy `FILE` (JSON or YAML); none: the built-in demo policy over loopback providers")
 			fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on (`HOST:PORT`)")
 			fs.StringVar(&o.keysFile, "api-keys-file", "", "a `FILE` of client API keys, one per line (# comments), read again on SIGHUP and when it changes; RETRYHOST_API_KEYS adds comma-separated keys")
 			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -229,7 +230,7 @@ type Result struct {
 // RunFile parses and runs the scenario at path. It returns the scenario
 // (for Diff) and what actually happened.
 func RunFile(ctx context.Context, path string, opts Options) (*Scenario, *Result, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -245,6 +246,26 @@ func RunFile(ctx context.Context, path string, opts Options) (*Scenario, *Result
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return s, res, nil
+}
+
+// readFile reads a scenario under policy.MaxFileSize (a scenario is a
+// policy and its scripts: kilobytes), so a device or a runaway file is
+// refused instead of read until memory runs out.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, policy.MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > policy.MaxFileSize {
+		return nil, &fs.PathError{Op: "read", Path: path,
+			Err: fmt.Errorf("larger than the %d MiB limit of a scenario file", policy.MaxFileSize>>20)}
+	}
+	return data, nil
 }
 
 // recorder collects what the driver's callbacks report for one request.
