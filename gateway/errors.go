@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/retryhost/retryhost/abi"
@@ -97,7 +98,7 @@ func classify(err error) failure {
 	switch {
 	case pe != nil && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden):
 		return failure{apiError: apiError{status: http.StatusBadGateway, class: "upstream_auth", typ: "upstream_error", code: "upstream_auth",
-			msg: "retryhost gateway: the upstream rejected the gateway's credentials: " + pe.Error()}}
+			msg: "retryhost gateway: the upstream rejected the gateway's credentials: " + oneLine(pe.Error())}}
 	case pe != nil && pe.Status >= 400 && pe.Status < 500:
 		f := failure{apiError: apiError{status: pe.Status, class: pe.Class.String(), typ: "invalid_request_error", code: pe.Type, msg: pe.Message},
 			raw: bytes.TrimSpace(pe.Body)}
@@ -112,13 +113,13 @@ func classify(err error) failure {
 		return f
 	case errors.Is(lastErr(err), driver.ErrAnswerTooLarge):
 		return failure{apiError: apiError{status: http.StatusBadGateway, class: "answer_too_large", typ: "upstream_error", code: "answer_too_large",
-			msg: "retryhost gateway: " + err.Error()}}
+			msg: "retryhost gateway: " + oneLine(err.Error())}}
 	case errors.As(err, &de):
 		return failure{apiError: apiError{status: http.StatusGatewayTimeout, class: "timeout", typ: "timeout", code: de.Deadline.String(),
-			msg: "retryhost gateway: " + err.Error()}}
+			msg: "retryhost gateway: " + oneLine(err.Error())}}
 	case pe != nil && pe.Class == abi.ClassRefusal:
 		return failure{apiError: apiError{status: http.StatusBadGateway, class: "refusal", typ: "upstream_error", code: "refusal",
-			msg: "retryhost gateway: every model refused: " + err.Error()}}
+			msg: "retryhost gateway: every model refused: " + oneLine(err.Error())}}
 	}
 	class := "unknown"
 	var re *driver.RetryError
@@ -134,7 +135,28 @@ func classify(err error) failure {
 		class = te.Class.String()
 	}
 	return failure{apiError: apiError{status: http.StatusBadGateway, class: class, typ: "upstream_error", code: "upstream_failed",
-		msg: "retryhost gateway: " + err.Error()}}
+		msg: "retryhost gateway: " + oneLine(err.Error())}}
+}
+
+// oneLine is an error's text as a client gets it: without the stack
+// traces wazero appends to a plugin's trap ("wasm stack trace:" and its
+// indented frames, the guest's internals, which say nothing to a client
+// and grow with the guest's call depth) and on one line.
+func oneLine(s string) string {
+	if !strings.Contains(s, "\n") {
+		return s
+	}
+	var b strings.Builder
+	for line := range strings.SplitSeq(s, "\n") {
+		if line == "wasm stack trace:" || strings.HasPrefix(line, "\t") || strings.TrimSpace(line) == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(line)
+	}
+	return b.String()
 }
 
 // body returns the failure's answer in d's format.
@@ -157,7 +179,7 @@ func isErrorObject(b []byte) bool {
 // streamFailure is the in-band error that ends a committed stream which
 // failed: no end marker follows it.
 func streamFailure(ctx context.Context, err error) apiError {
-	e := apiError{typ: "upstream_error", code: "stream_failed", msg: "retryhost gateway: the answer failed after it started: " + err.Error()}
+	e := apiError{typ: "upstream_error", code: "stream_failed", msg: "retryhost gateway: the answer failed after it started: " + oneLine(err.Error())}
 	if pe := lastProviderError(err); pe != nil {
 		e.class = pe.Class.String()
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -48,6 +49,11 @@ func TestFailClosedPluginLogsItsClass(t *testing.T) {
 	require.Equal(t, http.StatusBadGateway, resp.StatusCode, out)
 	require.Eventually(t, func() bool { return strings.Contains(r.logs.String(), `"status":502`) }, 5*time.Second, time.Millisecond)
 	require.Contains(t, r.logs.String(), `"error_class":"plugin"`)
+	var e struct{ Error struct{ Message string } }
+	require.NoError(t, json.Unmarshal([]byte(out), &e), out)
+	require.Contains(t, e.Error.Message, "transform trap.wasm failed", "the client is told which plugin failed")
+	require.NotContains(t, e.Error.Message, "wasm stack trace", "but not the guest's stack")
+	require.NotContains(t, e.Error.Message, "\n", "in one line")
 }
 
 // Two plugins whose files share a base name (or one built-in used twice)
