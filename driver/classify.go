@@ -137,31 +137,40 @@ func containsAny(s string, subs ...string) bool {
 	return false
 }
 
-// retryAfter reads the wait a server asked for: retry-after-ms (or
-// x-ms-retry-after-ms) in milliseconds, else Retry-After in seconds or as an
-// HTTP date. Numbers are non-negative decimals ("2", "0.5"). It returns -1
-// when there is none or it does not parse (a negative number, "inf", hex,
-// garbage), and never more than limit: a wait too long to represent (1e9 s,
-// 1e12 ms, a 400-digit number, a date centuries away) is capped, not
-// dropped, since a server that asks for a very long wait wants at least the
-// longest one the caller allows.
-func retryAfter(h http.Header, now time.Time, limit time.Duration) time.Duration {
+// RetryAfter reads the wait a server asked for, as the driver does before
+// it retries: retry-after-ms (or x-ms-retry-after-ms) in milliseconds, else
+// Retry-After in seconds or as an HTTP date. Numbers are non-negative
+// decimals ("2", "0.5"). It returns -1 when there is none or it does not
+// parse (a negative number, "inf", hex, garbage), and never more than
+// limit: a wait too long to represent (1e9 s, 1e12 ms, a 400-digit number,
+// a date centuries away) is capped, not dropped, since a server that asks
+// for a very long wait wants at least the longest one the caller allows.
+// ms reports whether the wait came from a milliseconds header. A proxy
+// that passes a server's wait on (the gateway) reads it here, so that it
+// tells its client what the driver itself would have honoured.
+func RetryAfter(h http.Header, now time.Time, limit time.Duration) (d time.Duration, ms bool) {
 	if h == nil {
-		return -1
+		return -1, false
 	}
 	for _, k := range [...]string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
 		if d := waitFor(h.Get(k), time.Millisecond, limit); d >= 0 {
-			return d
+			return d, true
 		}
 	}
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if d := waitFor(v, time.Second, limit); d >= 0 || v == "" {
-		return d
+		return d, false
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return min(max(t.Sub(now), 0), limit) // Sub saturates far dates
+		return min(max(t.Sub(now), 0), limit), false // Sub saturates far dates
 	}
-	return -1
+	return -1, false
+}
+
+// retryAfter is RetryAfter's wait alone.
+func retryAfter(h http.Header, now time.Time, limit time.Duration) time.Duration {
+	d, _ := RetryAfter(h, now, limit)
+	return d
 }
 
 // waitFor parses v as a non-negative decimal count of unit, capped at

@@ -3,8 +3,9 @@ package gateway
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/retryhost/retryhost/driver"
 )
 
 // Every 429 and 503 the gateway sends carries a Retry-After in whole
@@ -40,53 +41,12 @@ func retryAfterMsHeader(d time.Duration) string {
 	return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
 }
 
-// upstreamRetryAfter reads the wait an upstream's answer asks for, the way
-// the driver does before it retries: Retry-After-Ms (or
-// X-Ms-Retry-After-Ms) in milliseconds, else Retry-After in seconds or as
-// an HTTP date (a past one is 0). Numbers are non-negative decimals. It
-// returns -1 when there is none that parses, and never more than
-// maxRetryAfter (a wait too long to represent is capped, not dropped).
-// ms reports whether the wait came from a milliseconds header.
+// upstreamRetryAfter reads the wait an upstream's answer asks for, as the
+// driver reads it before it retries (driver.RetryAfter), capped at
+// maxRetryAfter; -1 when there is none that parses. ms reports whether the
+// wait came from a milliseconds header.
 func upstreamRetryAfter(h http.Header, now time.Time) (d time.Duration, ms bool) {
-	for _, k := range [...]string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
-		if d := decimalWait(h.Get(k), time.Millisecond); d >= 0 {
-			return d, true
-		}
-	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if d := decimalWait(v, time.Second); d >= 0 {
-		return d, false
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return min(max(t.Sub(now), 0), maxRetryAfter), false // Sub saturates far dates
-	}
-	return -1, false
-}
-
-// decimalWait parses v as a non-negative decimal count of unit ("2",
-// "0.5"), capped at maxRetryAfter; -1 when v is not such a number
-// (negative, "inf", hex, empty).
-func decimalWait(v string, unit time.Duration) time.Duration {
-	v = strings.TrimSpace(v)
-	whole, frac, dot := strings.Cut(v, ".")
-	if !allDigits(whole) || dot && !allDigits(frac) {
-		return -1
-	}
-	// Digits only, so the one error left is ErrRange, whose +Inf caps.
-	n, _ := strconv.ParseFloat(v, 64)
-	if f := n * float64(unit); f < float64(maxRetryAfter) {
-		return time.Duration(f)
-	}
-	return maxRetryAfter
-}
-
-func allDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return s != ""
+	return driver.RetryAfter(h, now, maxRetryAfter)
 }
 
 // setRetryAfter gives a 429 or 503 answer the gateway's default
