@@ -221,7 +221,7 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	// shutdown (with ErrShuttingDown as its cause).
 	ctx, cancel := context.WithCancelCause(r.Context())
 	c.cancel = cancel
-	g.live.add(c)
+	c.stopAfter = context.AfterFunc(g.stopCtx, func() { cancel(context.Cause(g.stopCtx)) })
 	st := &c.st
 	st.atEnd = !cr.stream
 	ctx = context.WithValue(ctx, stateKey{}, st)
@@ -269,7 +269,9 @@ func (c *call) close(g *Gateway) {
 	if c.s != nil {
 		_ = c.s.Close()
 	}
-	g.live.remove(c)
+	if c.stopAfter != nil {
+		c.stopAfter()
+	}
 	if c.cancel != nil {
 		c.cancel(nil)
 	}
@@ -308,68 +310,7 @@ type call struct {
 	relayHook *flushHook // the flush hook the relay arms; nil: flush every event
 	entered   bool       // admitted (g.enter)
 	cancel    context.CancelCauseFunc
-	// The gateway's list of calls in flight (liveCalls), which Shutdown's
-	// deadline and Close end.
-	prev, next *call
-	listed     bool
-}
-
-// liveCalls is the calls in flight that the gateway's stop ends (with its
-// cause, ErrShuttingDown): a list through the calls themselves, so that a
-// held stream costs no context.AfterFunc on a gateway-wide context (its
-// context, its entry in that context's children, two closures).
-type liveCalls struct {
-	mu      sync.Mutex
-	head    *call
-	stopped error // set by stop: a call added after it is ended at once
-}
-
-// add lists c, whose cancel is set; after stop it ends c instead.
-func (l *liveCalls) add(c *call) {
-	l.mu.Lock()
-	if err := l.stopped; err != nil {
-		l.mu.Unlock()
-		c.cancel(err)
-		return
-	}
-	c.next, c.listed = l.head, true
-	if l.head != nil {
-		l.head.prev = c
-	}
-	l.head = c
-	l.mu.Unlock()
-}
-
-// remove unlists c, if listed.
-func (l *liveCalls) remove(c *call) {
-	l.mu.Lock()
-	if c.listed {
-		if c.prev != nil {
-			c.prev.next = c.next
-		} else {
-			l.head = c.next
-		}
-		if c.next != nil {
-			c.next.prev = c.prev
-		}
-		c.prev, c.next, c.listed = nil, nil, false
-	}
-	l.mu.Unlock()
-}
-
-// stop ends every listed call with err as its context's cause, and every
-// call added from now on. A cancel only marks contexts done and starts
-// their AfterFuncs on goroutines of their own, so none of it comes back to
-// the list's lock.
-func (l *liveCalls) stop(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.stopped == nil {
-		l.stopped = err
-	}
-	for c := l.head; c != nil; c = c.next {
-		c.cancel(l.stopped)
-	}
+	stopAfter func() bool
 }
 
 // open opens the policy request on each link of the chain in turn, until

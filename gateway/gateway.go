@@ -280,7 +280,8 @@ type Gateway struct {
 	mu       sync.Mutex // guards draining against inflight.Add
 	draining bool
 	inflight sync.WaitGroup
-	live     liveCalls // the requests in flight, which the drain deadline and Close end
+	stopCtx  context.Context // done when in-flight requests must end (drain deadline, Close)
+	stop     context.CancelCauseFunc
 
 	poller pluginPoller // follows the policy's tagged plugins (WithPluginPoll)
 
@@ -336,8 +337,10 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		g.keys.Store(&g.cfg.keys)
 	}
 	g.sem = make(chan struct{}, g.cfg.maxConcurrent)
+	g.stopCtx, g.stop = context.WithCancelCause(context.Background())
 	gen, err := g.load(ctx)
 	if err != nil {
+		g.stop(err)
 		g.closeClient()
 		return nil, err
 	}
@@ -425,7 +428,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		g.live.stop(ErrShuttingDown)
+		g.stop(ErrShuttingDown)
 		<-done
 		return ctx.Err()
 	}
@@ -439,7 +442,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	g.mu.Lock()
 	g.draining = true
 	g.mu.Unlock()
-	g.live.stop(ErrShuttingDown)
+	g.stop(ErrShuttingDown)
 	done := make(chan struct{})
 	go func() { g.inflight.Wait(); close(done) }()
 	select {
