@@ -27,15 +27,23 @@ var streamFalse = option.WithJSONSet("stream", false)
 // driver's, as for a stream. Errors before the body map as Stream's do
 // (openError): the same statuses, classes and Retry-After.
 func (m *Model) streamJSON(ctx context.Context, req *driver.Request) (driver.Stream, error) {
-	params, opts, err := m.params(req, false)
-	if err != nil {
-		return nil, err
-	}
 	var raw *http.Response
-	// The body is not read by the SDK: read here through MaxAnswer.
-	_, err = m.client.Chat.Completions.New(ctx, params, append(opts, option.WithResponseBodyInto(&raw), streamFalse)...)
-	if err != nil {
-		return nil, m.openError(ctx, err, raw)
+	if body, t, err := m.directBody(req, false); err != nil {
+		return nil, err
+	} else if t != nil {
+		if raw, err = m.send(ctx, t, req, body, false); err != nil {
+			return nil, err
+		}
+	} else {
+		params, opts, err := m.params(req, false)
+		if err != nil {
+			return nil, err
+		}
+		// The body is not read by the SDK: read here through MaxAnswer.
+		_, err = m.client.Chat.Completions.New(ctx, params, append(opts, option.WithResponseBodyInto(&raw), streamFalse)...)
+		if err != nil {
+			return nil, m.openError(ctx, err, raw)
+		}
 	}
 	src := &answer{
 		source: source{provider: m.provider, fields: m.fields},

@@ -49,8 +49,15 @@ type config struct {
 	rawChunks       bool
 	chunkFields     bool
 	upstreamJSON    bool
+	noAuth          bool // withoutAuthorization
 	sdkOpts         []option.RequestOption
 }
+
+// withoutAuthorization sends no Authorization header (the SDK's default
+// reads OPENAI_API_KEY): a policy's model without a key. Unlike the same
+// option through WithRequestOptions, it leaves the model on the direct
+// path (direct.go), as the header it removes is removed from the template.
+func withoutAuthorization() Option { return func(c *config) { c.noAuth = true } }
 
 // WithAPIKey sets the API key. Default: the SDK's, the OPENAI_API_KEY
 // environment variable.
@@ -224,7 +231,8 @@ type Model struct {
 	sdkChunks bool // decode every chunk with the SDK (tests compare both paths)
 	sdkBody   bool // encode every body with the SDK (tests compare both paths)
 	client    oai.Client
-	host      string // the server it calls, for telemetry
+	direct    directPath // sends what the SDK would, without its per-request work (direct.go)
+	host      string     // the server it calls, for telemetry
 	port      int
 	scope     string // RateLimitScope's
 }
@@ -308,6 +316,9 @@ func New(id string, opts ...Option) (*Model, error) {
 		}
 		params = append(params, option.WithJSONSet(p.name, p.value))
 	}
+	if c.noAuth {
+		sdk = append(sdk, option.WithHeaderDel("authorization"))
+	}
 	sdk = append(sdk, c.sdkOpts...)
 	key := c.provider + "/" + id
 	if c.keySet {
@@ -342,6 +353,7 @@ func New(id string, opts ...Option) (*Model, error) {
 		fields:    c.chunkFields,
 		upJSON:    c.upstreamJSON,
 		client:    oai.NewClient(sdk...),
+		direct:    directPath{ok: len(c.sdkOpts) == 0 && c.maxRetries == 0 && len(params) == 0 && !c.responsesAPI, hc: c.httpClient},
 		host:      host,
 		port:      port,
 	}, nil
@@ -436,6 +448,13 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 	if m.upJSON && driver.CommitsAtEnd(ctx) {
 		return m.streamJSON(ctx, req)
 	}
+	if !m.raw && !m.sdkChunks {
+		if body, t, err := m.directBody(req, true); err != nil {
+			return nil, err
+		} else if t != nil {
+			return m.streamDirect(ctx, t, req, body)
+		}
+	}
 	params, opts, err := m.params(req, true)
 	if err != nil {
 		return nil, err
@@ -504,25 +523,41 @@ const (
 // of the params and its per-field merge (an SJSON pass over the whole body
 // for every forwarded field) would build the same object.
 func (m *Model) params(req *driver.Request, stream bool) (oai.ChatCompletionNewParams, []option.RequestOption, error) {
+	p, fields, lean, err := m.prepare(req, stream)
+	if err != nil {
+		return p, nil, err
+	}
+	if lean {
+		body, err := leanBody(&p, req.StopSequences, fields, "")
+		if err != nil {
+			return p, nil, fmt.Errorf("openai: %w", err)
+		}
+		// The SDK sends params set to raw JSON as they are (compacted and
+		// checked); the options (WithParam's fields, "stream") still apply
+		// after it.
+		return rawParams(body), m.options(req, nil), nil
+	}
+	return p, m.options(req, fields), nil
+}
+
+// prepare translates what of a driver request is not raw JSON into params,
+// and returns its ProviderOptions entry and whether the body can be
+// written by leanBody: when the entry carries the messages (and the
+// tools, if the request has any), all raw, as a gateway forwards them.
+func (m *Model) prepare(req *driver.Request, stream bool) (oai.ChatCompletionNewParams, map[string]any, bool, error) {
 	p := oai.ChatCompletionNewParams{Model: m.id}
 	if req == nil {
-		return p, nil, errors.New("openai: nil request")
+		return p, nil, false, errors.New("openai: nil request")
 	}
 	fields, err := m.entry(req)
 	if err != nil {
-		return p, nil, err
+		return p, nil, false, err
 	}
 	// A ProviderOptions entry's messages or tools replace the request's in
 	// the body (a gateway forwards a client's own): not built for nothing.
 	_, rawMessages := fields["messages"]
 	_, rawTools := fields["tools"]
 	lean := !m.sdkBody && rawMessages && (rawTools || len(req.Tools) == 0) && allRaw(fields)
-	var opts []option.RequestOption
-	if lean {
-		opts = m.options(req, nil)
-	} else {
-		opts = m.options(req, fields)
-	}
 	if req.System != "" && !rawMessages {
 		p.Messages = append(p.Messages, oai.SystemMessage(req.System))
 	}
@@ -532,7 +567,7 @@ func (m *Model) params(req *driver.Request, stream bool) (oai.ChatCompletionNewP
 		}
 		msgs, err := messages(&req.Messages[i])
 		if err != nil {
-			return p, nil, fmt.Errorf("openai: message %d: %w", i, err)
+			return p, nil, false, fmt.Errorf("openai: message %d: %w", i, err)
 		}
 		p.Messages = append(p.Messages, msgs...)
 	}
@@ -547,7 +582,7 @@ func (m *Model) params(req *driver.Request, stream bool) (oai.ChatCompletionNewP
 		if t.Schema != "" {
 			var schema map[string]any
 			if err := json.Unmarshal([]byte(t.Schema), &schema); err != nil {
-				return p, nil, fmt.Errorf("openai: tool %q: schema: %w", t.Name, err)
+				return p, nil, false, fmt.Errorf("openai: tool %q: schema: %w", t.Name, err)
 			}
 			def.Parameters = schema
 		}
@@ -579,17 +614,7 @@ func (m *Model) params(req *driver.Request, stream bool) (oai.ChatCompletionNewP
 	if stream {
 		p.StreamOptions.IncludeUsage = param.NewOpt(true)
 	}
-	if lean {
-		body, err := leanBody(&p, req.StopSequences, fields)
-		if err != nil {
-			return p, nil, fmt.Errorf("openai: %w", err)
-		}
-		// The SDK sends params set to raw JSON as they are (compacted and
-		// checked); the options (WithParam's fields, "stream") still apply
-		// after it.
-		p = rawParams(body)
-	}
-	return p, opts, nil
+	return p, fields, lean, nil
 }
 
 // rawParams returns chat params that the SDK encodes as body.
@@ -623,7 +648,10 @@ func allRaw(fields map[string]any) bool {
 // every field of fields, in key order, with its raw value. The object is
 // the one the SDK would encode p into and then merge fields into, member
 // for member; only the order of its members differs.
-func leanBody(p *oai.ChatCompletionNewParams, stop []string, fields map[string]any) ([]byte, error) {
+//
+// stream, when not empty, is the raw value of a "stream" member written in
+// place of any the fields have (as the SDK's option sets it).
+func leanBody(p *oai.ChatCompletionNewParams, stop []string, fields map[string]any, stream string) ([]byte, error) {
 	n := 128
 	for k, v := range fields {
 		n += len(k) + len(v.(json.RawMessage)) + 4
@@ -674,10 +702,19 @@ func leanBody(p *oai.ChatCompletionNewParams, stop []string, fields map[string]a
 		b = strconv.AppendBool(b, p.StreamOptions.IncludeUsage.Value)
 		b = append(b, '}')
 	}
+	if stream != "" {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, `"stream":`...)
+		b = append(b, stream...)
+	}
 	var buf [16]string // a request's forwarded fields are seldom more
 	keys := buf[:0]
 	for k := range fields {
-		keys = append(keys, k)
+		if stream == "" || k != "stream" {
+			keys = append(keys, k)
+		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {

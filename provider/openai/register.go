@@ -4,8 +4,6 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/openai/openai-go/v3/option"
-
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/internal/providers"
 )
@@ -29,7 +27,7 @@ func fromSpec(s providers.Spec) (driver.Model, error) {
 		// A policy's model without api_key_env (a local vLLM or Ollama)
 		// sends no key: not the SDK's default, OPENAI_API_KEY, which
 		// would carry an OpenAI key to whatever server base_url names.
-		opts = append(opts, WithRequestOptions(option.WithHeaderDel("authorization")))
+		opts = append(opts, withoutAuthorization())
 	}
 	if s.Provider == "azure" {
 		opts = append(opts, WithAzure(s.BaseURL, s.Deployment, s.APIVersion))
