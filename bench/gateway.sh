@@ -15,6 +15,9 @@
 # (as the bare hop's and Portkey's are); -upstream-json=false asks the
 # upstream for a stream and collects it, as before.
 #
+# An A/B of two builds of retryhost in one run (the second one built from
+# another checkout): -targets revproxy,retryhost,retryhost-b -retryhost-b PATH.
+#
 # PORTKEY_DIR reuses an install (a folder with node_modules/@portkey-ai/gateway).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -48,6 +48,7 @@ var (
 	rounds   = flag.Int("rounds", 5, "cut the open- and closed-loop phases into this many rounds; in each every target runs its slice in turn, from a rotating start, so that a change of load during the run falls on all targets")
 	targets  = flag.String("targets", "direct,revproxy,retryhost,portkey", "targets to run, comma-separated")
 	rhBin    = flag.String("retryhost", "", "path of a built retryhost binary (empty: skip that row)")
+	rhBinB   = flag.String("retryhost-b", "", "path of a second retryhost binary, run as target retryhost-b beside retryhost with the same policy and flags: an A/B of two builds in one run (add retryhost-b to -targets)")
 	pkDir    = flag.String("portkey-dir", "", "folder with node_modules/@portkey-ai/gateway (empty: skip that row)")
 	held     = flag.String("held-streams", "", "after the phases, hold this many streams open at once and report the proxy's RSS; a comma-separated list holds each count in turn (empty: skip)")
 	heldH2C  = flag.Bool("held-h2c", false, "hold the streams over HTTP/2 without TLS (h2c, 250 streams a connection) to the Go proxies (bare and retryhost serve --h2c), so that a proxy holding N streams needs N+N/250 descriptors, not 2N; Portkey stays on HTTP/1.1")
@@ -267,7 +268,7 @@ func holdStreams(ctx context.Context, t *target, upstream string, n int) (opened
 			}
 			req.Header.Set("Content-Type", "application/json")
 			c := holdClient
-			if *heldH2C && (t.name == "revproxy" || t.name == "retryhost") {
+			if *heldH2C && (t.name == "revproxy" || strings.HasPrefix(t.name, "retryhost")) {
 				c = holdClientH2C
 			}
 			resp, err := c.Do(req)
@@ -511,12 +512,16 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 		}
 		return &target{name: name, url: "http://" + strings.TrimSpace(addr) + "/v1/chat/completions", model: "m", pid: cmd.Process.Pid,
 			stop: func() { stdin.Close(); stopProc(cmd, done) }}, nil
-	case "retryhost":
-		if *rhBin == "" {
-			return nil, errSkip("no -retryhost binary")
+	case "retryhost", "retryhost-b":
+		bin := *rhBin
+		if name == "retryhost-b" {
+			bin = *rhBinB
+		}
+		if bin == "" {
+			return nil, errSkip("no -" + name + " binary")
 		}
 		pol := fmt.Sprintf(`{"models": [{"name": "bench", "provider": "openai", "model": "m", "base_url": %q, "api_key_env": "BENCH_UPSTREAM_KEY", "upstream_json": %t}]}`, upstream+"/v1", *upJSON)
-		pf := filepath.Join(dir, "bench-policy.json")
+		pf := filepath.Join(dir, name+"-policy.json")
 		if err := os.WriteFile(pf, []byte(pol), 0o644); err != nil {
 			return nil, err
 		}
@@ -524,11 +529,11 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 		if err != nil {
 			return nil, err
 		}
-		logf, err := os.Create(filepath.Join(dir, "retryhost.log"))
+		logf, err := os.Create(filepath.Join(dir, name+".log"))
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(*rhBin, "serve", "--policy", pf, "--addr", addr, "--watch=false",
+		cmd := exec.Command(bin, "serve", "--policy", pf, "--addr", addr, "--watch=false",
 			"--max-concurrent", strconv.Itoa(*upConns), "--upstream-conns", strconv.Itoa(*upConns), "--h2c="+strconv.FormatBool(*heldH2C))
 		cmd.Env = append(os.Environ(), "BENCH_UPSTREAM_KEY=k", "RETRYHOST_API_KEYS=")
 		cmd.Stdout, cmd.Stderr = logf, logf
@@ -538,7 +543,7 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 		}
 		if err := waitUp(ctx, addr); err != nil {
 			stopProc(cmd, done)
-			return nil, fmt.Errorf("retryhost: %w (see %s)", err, logf.Name())
+			return nil, fmt.Errorf("%s: %w (see %s)", name, err, logf.Name())
 		}
 		return &target{name: name, url: "http://" + addr + "/v1/chat/completions", model: "bench", pid: cmd.Process.Pid,
 			note: fmt.Sprintf("access log (JSON, one line per request) on, to a file; --upstream-conns %d --max-concurrent %d; upstream_json %t", *upConns, *upConns, *upJSON),
