@@ -228,8 +228,9 @@ func hold(w http.ResponseWriter, r *http.Request) {
 // holdStreams opens n streams at once through t, waits (at most 3 min) until
 // each has its first content, reads the proxy's RSS, then releases them all
 // (the upstream's /release) and counts those that ended intact.
-func holdStreams(ctx context.Context, t *target, upstream string, n int) (opened, intact int, rss0, rss1 int64) {
-	rss0 = procRSS(t.pid)
+func holdStreams(ctx context.Context, t *target, upstream string, n int) (h holdResult) {
+	warmUp(ctx, t)
+	h.rss0, h.anon0 = procMem(t.pid)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	var open, ok atomic.Int64
@@ -306,8 +307,8 @@ func holdStreams(ctx context.Context, t *target, upstream string, n int) (opened
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond) // let the proxy settle
-	rss1 = procRSS(t.pid)
-	opened = int(open.Load())
+	h.rss1, h.anon1 = procMem(t.pid)
+	h.opened = int(open.Load())
 	if resp, err := http.Post(upstream+"/release", "text/plain", nil); err == nil {
 		resp.Body.Close()
 	} else {
@@ -315,12 +316,36 @@ func holdStreams(ctx context.Context, t *target, upstream string, n int) (opened
 	}
 	wg.Wait()
 	holdClientH2C.CloseIdleConnections()
-	return opened, int(ok.Load()), rss0, rss1
+	h.intact = int(ok.Load())
+	return h
+}
+
+// warmUp sends a fresh proxy 256 whole streamed requests, 16 at a time,
+// before its memory is read for the held streams: what its first
+// requests cost once (code pages of its binary faulted in, pools and
+// caches made, lazy initialisation) is then in "RSS before", not spread
+// over the streams. The connections are closed afterwards.
+func warmUp(ctx context.Context, t *target) {
+	if t.client == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 16 {
+				t.client.do(ctx, true)
+			}
+		})
+	}
+	wg.Wait()
+	t.client.closeIdle()
+	time.Sleep(200 * time.Millisecond)
 }
 
 type holdResult struct {
 	opened, intact int
-	rss0, rss1     int64
+	rss0, rss1     int64 // VmRSS before and held
+	anon0, anon1   int64 // RssAnon (the process's own memory, not its binary's pages)
 }
 
 // holdClient has no overall timeout (the streams are held on purpose) and no idle pool.
@@ -334,22 +359,30 @@ var holdClientH2C = func() *http.Client {
 	return &http.Client{Transport: tr}
 }()
 
-// procRSS is a process's resident set in bytes (Linux /proc; 0 elsewhere).
-func procRSS(pid int) int64 {
+// procMem is a process's resident set and the anonymous part of it, in
+// bytes (Linux /proc; 0 elsewhere).
+func procMem(pid int) (rss, anon int64) {
 	if pid == 0 {
-		return 0
+		return 0, 0
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb << 10
+		case "RssAnon:":
+			anon = kb << 10
 		}
 	}
-	return 0
+	return rss, anon
 }
 
 func expected() string {
@@ -908,8 +941,7 @@ func run(ctx context.Context) error {
 			}
 			rw.t = t
 			fmt.Fprintf(os.Stderr, "holding %d streams through %s…\n", n, rw.t.name)
-			var h holdResult
-			h.opened, h.intact, h.rss0, h.rss1 = holdStreams(ctx, rw.t, upstream, n)
+			h := holdStreams(ctx, rw.t, upstream, n)
 			rw.holds = append(rw.holds, h)
 			if err := ctx.Err(); err != nil {
 				return err
@@ -992,19 +1024,21 @@ func run(ctx context.Context) error {
 		if *heldH2C {
 			over = "h2c to the Go proxies (250 streams a connection), HTTP/1.1 to Portkey"
 		}
-		fmt.Printf("%d streams held open at once over %s (proxy RSS; per stream = (RSS held - RSS before) / opened)\n", n, over)
-		fmt.Println("| target | opened | RSS before | RSS held | per stream | intact after release |")
-		fmt.Println("|---|---|---|---|---|---|")
+		fmt.Printf("%d streams held open at once over %s (proxy RSS after 256 warm-up requests; per stream = (RSS held - RSS before) / opened; anonymous: the same of RssAnon, without the binary's pages)\n", n, over)
+		fmt.Println("| target | opened | RSS before (anonymous) | RSS held (anonymous) | per stream | anonymous per stream | intact after release |")
+		fmt.Println("|---|---|---|---|---|---|---|")
 		for _, r := range rows {
 			if r.t.pid == 0 || i >= len(r.holds) {
 				continue
 			}
 			h := r.holds[i]
-			per := "-"
+			per, anon := "-", "-"
 			if h.opened > 0 {
 				per = fmt.Sprintf("%.1f KiB", float64(h.rss1-h.rss0)/1024/float64(h.opened))
+				anon = fmt.Sprintf("%.1f KiB", float64(h.anon1-h.anon0)/1024/float64(h.opened))
 			}
-			fmt.Printf("| %s | %d | %.0f MiB | %.0f MiB | %s | %d/%d |\n", r.t.name, h.opened, float64(h.rss0)/(1<<20), float64(h.rss1)/(1<<20), per, h.intact, n)
+			fmt.Printf("| %s | %d | %.0f MiB (%.0f) | %.0f MiB (%.0f) | %s | %s | %d/%d |\n", r.t.name, h.opened, float64(h.rss0)/(1<<20), float64(h.anon0)/(1<<20),
+				float64(h.rss1)/(1<<20), float64(h.anon1)/(1<<20), per, anon, h.intact, n)
 		}
 		fmt.Println()
 	}
