@@ -34,7 +34,12 @@ import (
 // request's pipeline differ from the captured one: no WithRequestOptions
 // (middleware, timeouts), no SDK retries (WithMaxRetries 0, the default:
 // the driver retries), no WithParam fields, Chat Completions, and no
-// test's wish for the SDK's body (sdkBody). What the pipeline guards is
+// test's wish for the SDK's body (sdkBody). Of the SDK's headers, its
+// X-Stainless-* ones are not sent: they describe the SDK build, OS and
+// runtime of the gateway's host to the SDK vendor's telemetry (and the
+// request's retry count, always 0 here), not the client, and with them
+// the header map of every open upstream request outgrows a small map's
+// single group (~1 KiB more per held stream). What the pipeline guards is
 // kept: the body is checked to be JSON before anything is sent, a
 // redirect is followed only within the base URL's origin, and an error
 // answer becomes the same *openai.Error, and so the same
@@ -74,6 +79,9 @@ func (m *Model) template() *directTemplate {
 		}
 		h := make(http.Header, len(got.Header))
 		for k, vs := range got.Header {
+			if strings.HasPrefix(k, "X-Stainless-") {
+				continue // see directPath
+			}
 			h[k] = vs[:len(vs):len(vs)]
 		}
 		origin := *got.URL

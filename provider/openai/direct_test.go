@@ -101,9 +101,9 @@ func call(m *Model, req *driver.Request, atEnd bool) error {
 }
 
 // The direct path sends what the SDK's pipeline sends for the model: the
-// same URL, every header the same (the SDK's own, the model's, the
-// request's, the key's or its absence, Azure's), and the same JSON object,
-// streamed and not.
+// same URL, every header the same (the SDK's own but its X-Stainless-*
+// telemetry, the model's, the request's, the key's or its absence,
+// Azure's), and the same JSON object, streamed and not.
 func TestDirectSendsWhatTheSDKSends(t *testing.T) {
 	rec := newRecorder(t)
 	tests := map[string][]Option{
@@ -131,9 +131,9 @@ func TestDirectSendsWhatTheSDKSends(t *testing.T) {
 				if name != "azure" {
 					base = append(base, WithBaseURL(rec.srv.URL+"/v1"))
 				}
-				provider := "openai"
-				if name == "provider" {
-					provider = "vllm"
+				provider := map[string]string{"provider": "vllm", "azure": "azure"}[name]
+				if provider == "" {
+					provider = "openai"
 				}
 				var got [2]sent
 				for i, sdk := range []bool{true, false} {
@@ -148,6 +148,15 @@ func TestDirectSendsWhatTheSDKSends(t *testing.T) {
 				}
 				sdk, direct := got[0], got[1]
 				require.Equal(t, sdk.target, direct.target)
+				for k := range sdk.header {
+					if strings.HasPrefix(k, "X-Stainless-") {
+						delete(sdk.header, k) // the SDK's telemetry, not sent (directPath)
+					}
+				}
+				require.NotEmpty(t, sdk.header.Get("User-Agent"))
+				for k := range direct.header {
+					require.False(t, strings.HasPrefix(k, "X-Stainless-"), "sent on the direct path: %s", k)
+				}
 				require.Equal(t, sdk.header, direct.header)
 				require.JSONEq(t, string(sdk.body), string(direct.body))
 				require.Equal(t, []string{"req-1", "req-2"}, direct.header.Values("X-Request-Id"))
