@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -51,6 +53,52 @@ func TestStreamOptionsOnlyWithStream(t *testing.T) {
 			for _, u := range r.up {
 				require.Empty(t, u.requests(), "a refused request reaches no upstream")
 			}
+		})
+	}
+}
+
+// TestUncleanPathServedAsItsCleanForm: a path with a doubled slash or dot
+// segments (a base URL with a trailing slash, joined by hand) is served as
+// its clean form, not answered with ServeMux's 307 redirect, which
+// clients do not follow with a POST body; an unknown path stays a 404 in
+// the door's error shape.
+func TestUncleanPathServedAsItsCleanForm(t *testing.T) {
+	r := newRig(t, "")
+	noFollow := &http.Client{Transport: r.hc.Transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	const chat = `{"model":"primary","messages":[{"role":"user","content":"hi"}]}`
+	const msgs = `{"model":"primary","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+	for _, tc := range []struct {
+		name, method, path, body string
+		hdr                      []string
+		status                   int
+		want                     string // in the body
+	}{
+		{"double slash first", "POST", "//v1/chat/completions", chat, nil, 200, `"content":"ok"`},
+		{"double slash inside", "POST", "/v1//chat/completions", chat, nil, 200, `"content":"ok"`},
+		{"dot segment", "POST", "/v1/./chat/completions", chat, nil, 200, `"content":"ok"`},
+		{"dot-dot segment", "POST", "/v1/x/../chat/completions", chat, nil, 200, `"content":"ok"`},
+		{"messages door", "POST", "//v1/messages", msgs, []string{"anthropic-version", "2023-06-01"}, 200, `"text":"ok"`},
+		{"models", "GET", "//v1/models", "", nil, 200, `"id":"primary"`},
+		{"unknown, OpenAI shape", "POST", "//v1/nope", chat, nil, 404, `"code":"not_found"`},
+		{"unknown, Anthropic shape", "POST", "//v1/messages/nope", msgs, []string{"anthropic-version", "2023-06-01"}, 404, `"type":"not_found_error"`},
+		{"trailing slash", "POST", "/v1/chat/completions/", chat, nil, 404, `"code":"not_found"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, r.srv.URL+tc.path, strings.NewReader(tc.body))
+			require.NoError(t, err)
+			require.Equal(t, tc.path, req.URL.EscapedPath(), "the client sends the path as written")
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer client-key")
+			for i := 0; i+1 < len(tc.hdr); i += 2 {
+				req.Header.Set(tc.hdr[i], tc.hdr[i+1])
+			}
+			resp, err := noFollow.Do(req)
+			require.NoError(t, err)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.Equal(t, tc.status, resp.StatusCode, "%s %s", resp.Header.Get("Location"), b)
+			require.Contains(t, string(b), tc.want)
 		})
 	}
 }
