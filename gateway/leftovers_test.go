@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
 )
 
 // TestStreamOptionsOnlyWithStream: stream_options on a request that does
@@ -101,4 +104,151 @@ func TestUncleanPathServedAsItsCleanForm(t *testing.T) {
 			require.Contains(t, string(b), tc.want)
 		})
 	}
+}
+
+// TestMessagesParallelToolCallsDoNotOverlap: parallel tool calls from an
+// OpenAI-compatible model (whose argument deltas may interleave by index)
+// reach a /v1/messages client as blocks one after the other, as
+// Anthropic's API streams them (content_block_start … _stop before the
+// next start), each with its whole input, in the order the calls began;
+// anthropic-sdk-go accumulates the same message.
+func TestMessagesParallelToolCallsDoNotOverlap(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, nil)
+	chunk := func(delta, finish string) string {
+		return `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-x","choices":[{"index":0,"delta":` + delta +
+			`,"finish_reason":` + finish + `}]}` + "\n\n"
+	}
+	start := func(i, id, name string) string {
+		return chunk(`{"tool_calls":[{"index":`+i+`,"id":"`+id+`","type":"function","function":{"name":"`+name+`","arguments":""}}]}`, "null")
+	}
+	args := func(i, a string) string {
+		b, _ := json.Marshal(a)
+		return chunk(`{"tool_calls":[{"index":`+i+`,"function":{"arguments":`+string(b)+`}}]}`, "null")
+	}
+	end := chunk(`{}`, `"tool_calls"`) + "data: [DONE]\n\n"
+	type tool struct{ id, name, input string }
+	ab := []tool{{"call_a", "f", `{"x":1,"y":"a"}`}, {"call_b", "g", `{"z":[2,3]}`}}
+	for _, tc := range []struct {
+		name, body string
+		text       string
+		tools      []tool
+	}{
+		{"interleaved", start("0", "call_a", "f") + start("1", "call_b", "g") + args("0", `{"x":1,`) + args("1", `{"z":`) +
+			args("0", `"y":"a"}`) + args("1", `[2,3]}`) + end, "", ab},
+		{"one after the other", start("0", "call_a", "f") + args("0", `{"x":1,`) + args("0", `"y":"a"}`) +
+			start("1", "call_b", "g") + args("1", `{"z":`) + args("1", `[2,3]}`) + end, "", ab},
+		{"both in one chunk", chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"f","arguments":"{\"x\":1,"}},`+
+			`{"index":1,"id":"call_b","type":"function","function":{"name":"g","arguments":"{\"z\":"}}]}`, "null") +
+			args("1", `[2,3]}`) + args("0", `"y":"a"}`) + end, "", ab},
+		{"text, then three tools, text between", chunk(`{"role":"assistant","content":"Checking."}`, "null") +
+			start("0", "call_a", "f") + start("1", "call_b", "g") + args("1", `{"z":[2,3]}`) +
+			chunk(`{"content":" More."}`, "null") + start("2", "call_c", "h") + args("0", `{"x":1,"y":"a"}`) + end,
+			"Checking. More.", append(ab[:2:2], tool{"call_c", "h", `{}`})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r.up["primary"].play(act{status: http.StatusOK, ctype: "text/event-stream", body: tc.body})
+			resp, out := r.rawMessages(`{"model":"primary","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+			require.Equal(t, http.StatusOK, resp.StatusCode, out)
+			names, data := sseEvents(out)
+			open, next := -1, 0
+			var got []tool
+			var text strings.Builder
+			for i, n := range names {
+				var ev struct {
+					Index        int
+					ContentBlock struct{ Type, ID, Name string } `json:"content_block"`
+					Delta        struct {
+						Type, Text  string
+						PartialJSON string `json:"partial_json"`
+					}
+				}
+				require.NoError(t, json.Unmarshal([]byte(data[i]), &ev), data[i])
+				switch n {
+				case "content_block_start":
+					require.Equal(t, -1, open, "block %d opens while block %d is open:\n%s", ev.Index, open, out)
+					require.Equal(t, next, ev.Index, out)
+					open, next = ev.Index, next+1
+					if ev.ContentBlock.Type == "tool_use" {
+						got = append(got, tool{id: ev.ContentBlock.ID, name: ev.ContentBlock.Name})
+					}
+				case "content_block_delta":
+					require.Equal(t, open, ev.Index, "a delta of a block not open:\n%s", out)
+					switch ev.Delta.Type {
+					case "input_json_delta":
+						got[len(got)-1].input += ev.Delta.PartialJSON
+					case "text_delta":
+						text.WriteString(ev.Delta.Text)
+					}
+				case "content_block_stop":
+					require.Equal(t, open, ev.Index, out)
+					open = -1
+				}
+			}
+			require.Equal(t, -1, open, out)
+			for i := range got {
+				if got[i].input == "" { // no delta: the start's input, {}
+					got[i].input = "{}"
+				}
+			}
+			require.Equal(t, tc.tools, got, out)
+			require.Equal(t, tc.text, text.String())
+
+			r.up["primary"].play(act{status: http.StatusOK, ctype: "text/event-stream", body: tc.body})
+			s := r.anthStream(msgParams("primary"))
+			require.NoError(t, s.err)
+			require.NoError(t, s.accumErr)
+			var acc []tool
+			for _, b := range s.msg.Content {
+				if b.Type == "tool_use" {
+					acc = append(acc, tool{b.ID, b.Name, string(b.Input)})
+				}
+			}
+			require.Equal(t, tc.tools, acc)
+			require.Equal(t, "tool_use", string(s.msg.StopReason))
+		})
+	}
+}
+
+// TestMessagesHeldBlocksBounded: the blocks held back behind an open
+// tool_use block (text an OpenAI-compatible model sends while a tool
+// call's input is open) are held up to maxWaiting; past it they go out at
+// once, beside the tool_use block, whole, rather than grow: the stream
+// stays one anthropic-sdk-go accumulates.
+func TestMessagesHeldBlocksBounded(t *testing.T) {
+	const mib = 1 << 20
+	chunk := strings.Repeat("t", mib)
+	parts := []abi.Part{{Kind: abi.KindToolInputStart, ID: "call_a", Tool: &abi.ToolInfo{Name: "f"}},
+		{Kind: abi.KindToolInputDelta, ID: "call_a", Delta: `{"x":`}}
+	for range maxWaiting/mib + 1 {
+		parts = append(parts, abi.Part{Kind: abi.KindTextDelta, ID: "text", Delta: chunk})
+	}
+	parts = append(parts, abi.Part{Kind: abi.KindToolInputDelta, ID: "call_a", Delta: `1}`},
+		abi.Part{Kind: abi.KindTextEnd, ID: "text"}, abi.Part{Kind: abi.KindToolInputEnd, ID: "call_a"},
+		abi.Part{Kind: abi.KindToolCall, ID: "call_a", Tool: &abi.ToolInfo{Name: "f", Input: `{"x":1}`}},
+		abi.Part{Kind: abi.KindFinish, Finish: &abi.Finish{Reason: abi.FinishReason{Unified: abi.ReasonToolCalls}}})
+
+	enc := &messagesEncoder{id: "msg_rh1", model: "route"}
+	var out []byte
+	for i := range parts {
+		out = enc.appendPart(out, &parts[i])
+		if i == 1+maxWaiting/mib { // maxWaiting held: nothing of the text out yet
+			require.NotContains(t, string(out), "text_delta")
+			require.Equal(t, maxWaiting, enc.waitingBytes)
+		}
+	}
+	require.Empty(t, enc.waiting)
+	var msg anthropic.Message
+	for _, ev := range strings.SplitAfter(string(out), "\n\n") {
+		if data, ok := strings.CutPrefix(strings.TrimSpace(ev[strings.Index(ev, "\n")+1:]), "data: "); ok {
+			var e anthropic.MessageStreamEventUnion
+			require.NoError(t, json.Unmarshal([]byte(data), &e))
+			require.NoError(t, msg.Accumulate(e))
+		}
+	}
+	require.Len(t, msg.Content, 2)
+	require.Equal(t, "tool_use", msg.Content[0].Type)
+	require.JSONEq(t, `{"x":1}`, string(msg.Content[0].Input))
+	require.Equal(t, "text", msg.Content[1].Type)
+	require.Len(t, msg.Content[1].Text, (maxWaiting/mib+1)*mib)
+	checkEncoded(t, parts)
 }
