@@ -134,6 +134,12 @@ func classify(err error) failure {
 	case errors.As(err, &te) && te.Class != abi.ClassNone:
 		class = te.Class.String()
 	}
+	if class == abi.ClassPlugin.String() {
+		// The gateway's own plugin failed (a fail-closed trap, timeout …),
+		// not an upstream: said so, so that no one looks at the upstreams.
+		return failure{apiError: apiError{status: http.StatusBadGateway, class: class, typ: "server_error", code: "plugin_failed",
+			msg: "retryhost gateway: " + oneLine(err.Error())}}
+	}
 	return failure{apiError: apiError{status: http.StatusBadGateway, class: class, typ: "upstream_error", code: "upstream_failed",
 		msg: "retryhost gateway: " + oneLine(err.Error())}}
 }

@@ -252,3 +252,40 @@ func TestMessagesHeldBlocksBounded(t *testing.T) {
 	require.Len(t, msg.Content[1].Text, (maxWaiting/mib+1)*mib)
 	checkEncoded(t, parts)
 }
+
+// TestFailClosedPluginIsPluginFailed: a request a fail-closed plugin
+// failed is the gateway's own failure, not an upstream's: on the chat door
+// a 502 with type server_error and code plugin_failed (it was
+// upstream_error/upstream_failed, which sent an operator to the upstream),
+// streamed or not; on /v1/messages Anthropic's api_error (its shape has no
+// code) whose message names the plugin.
+func TestFailClosedPluginIsPluginFailed(t *testing.T) {
+	r := newRig(t, `"rules": [], "transforms": [{"plugin": {"path": "../host/testdata/trap.wasm", "fail": "closed"}}]`)
+	for _, stream := range []bool{true, false} {
+		r.up["primary"].play(act{chunks: []string{"Paris"}})
+		body := `{"model":"primary","messages":[{"role":"user","content":"hi"}]}`
+		if stream {
+			body = streamBody("primary")
+		}
+		resp, out := r.rawStream(body)
+		require.Equal(t, http.StatusBadGateway, resp.StatusCode, out)
+		var e struct {
+			Error struct{ Message, Type, Code string }
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &e), out)
+		require.Equal(t, "plugin_failed", e.Error.Code, out)
+		require.Equal(t, "server_error", e.Error.Type, out)
+		require.Contains(t, e.Error.Message, "transform trap.wasm failed")
+	}
+	r.up["primary"].play(act{chunks: []string{"Paris"}})
+	resp, out := r.rawMessages(`{"model":"primary","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode, out)
+	var a struct {
+		Type  string
+		Error struct{ Type, Message string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &a), out)
+	require.Equal(t, "error", a.Type)
+	require.Equal(t, "api_error", a.Error.Type)
+	require.Contains(t, a.Error.Message, "transform trap.wasm failed")
+}
