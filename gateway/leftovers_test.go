@@ -289,3 +289,34 @@ func TestFailClosedPluginIsPluginFailed(t *testing.T) {
 	require.Equal(t, "api_error", a.Error.Type)
 	require.Contains(t, a.Error.Message, "transform trap.wasm failed")
 }
+
+// TestFailClosedPluginAfterCommitIsPluginFailed: a fail-closed plugin that
+// fails after the answer started (boom.wasm traps on the text "boom") ends
+// the stream with the in-band error coded plugin_failed, not
+// stream_failed, on the chat door, and Anthropic's api_error naming the
+// plugin on /v1/messages.
+func TestFailClosedPluginAfterCommitIsPluginFailed(t *testing.T) {
+	r := newRig(t, `"rules": [], "transforms": [{"plugin": {"path": "../host/testdata/boom.wasm", "fail": "closed"}}]`)
+	r.up["primary"].play(act{chunks: []string{"Paris", "boom"}})
+	resp, out := r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	ev := events(out)
+	require.NotEmpty(t, ev)
+	last := ev[len(ev)-1]
+	var e struct {
+		Error struct{ Message, Type, Code string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(last), &e), out)
+	require.Equal(t, "plugin_failed", e.Error.Code, out)
+	require.Equal(t, "server_error", e.Error.Type, out)
+	require.Contains(t, e.Error.Message, "boom.wasm")
+	require.Contains(t, out, `"content":"Paris"`, "it failed after commit")
+
+	r.up["primary"].play(act{chunks: []string{"Paris", "boom"}})
+	resp, out = r.rawMessages(`{"model":"primary","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	names, data := sseEvents(out)
+	require.Equal(t, "error", names[len(names)-1], out)
+	require.Contains(t, data[len(data)-1], `"type":"api_error"`)
+	require.Contains(t, data[len(data)-1], "boom.wasm")
+}
