@@ -144,6 +144,20 @@ func classify(err error) failure {
 		msg: "retryhost gateway: " + oneLine(err.Error())}}
 }
 
+// pluginFailed reports whether a stream's err is a fail-closed plugin's
+// failure (a transform's error of class plugin), not an upstream's.
+func pluginFailed(err error) bool {
+	var re *driver.RetryError
+	var te *abi.TransformError
+	switch {
+	case errors.As(err, &re) && len(re.Attempts) > 0 && re.Attempts[len(re.Attempts)-1].Class != abi.ClassNone:
+		return re.Attempts[len(re.Attempts)-1].Class == abi.ClassPlugin
+	case errors.As(err, &te):
+		return te.Class == abi.ClassPlugin
+	}
+	return false
+}
+
 // oneLine is an error's text as a client gets it: without the stack
 // traces wazero appends to a plugin's trap ("wasm stack trace:" and its
 // indented frames, the guest's internals, which say nothing to a client
@@ -188,6 +202,8 @@ func streamFailure(ctx context.Context, err error) apiError {
 	e := apiError{typ: "upstream_error", code: "stream_failed", msg: "retryhost gateway: the answer failed after it started: " + oneLine(err.Error())}
 	if pe := lastProviderError(err); pe != nil {
 		e.class = pe.Class.String()
+	} else if pluginFailed(err) { // as classify says it before commit
+		e.typ, e.code, e.class = "server_error", "plugin_failed", abi.ClassPlugin.String()
 	}
 	var de *driver.DeadlineError
 	switch cause := context.Cause(ctx); {
