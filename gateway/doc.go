@@ -47,7 +47,8 @@
 // the gateway's (it streams upstream and asks for usage, but for a
 // non-streaming request to a model with "upstream_json": true in the
 // policy, which is non-streamed upstream too; the client gets usage when it
-// asked for it). A "fallbacks" field, a list of route
+// asked for it; "stream_options" without "stream": true is refused, as
+// OpenAI refuses it). A "fallbacks" field, a list of route
 // names, adds a per-request chain tried in order when the route fails for a
 // reason other than the request itself (an upstream 4xx); it is never
 // forwarded. n > 1 is refused (the driver follows one choice).

@@ -134,8 +134,28 @@ func classify(err error) failure {
 	case errors.As(err, &te) && te.Class != abi.ClassNone:
 		class = te.Class.String()
 	}
+	if class == abi.ClassPlugin.String() {
+		// The gateway's own plugin failed (a fail-closed trap, timeout …),
+		// not an upstream: said so, so that no one looks at the upstreams.
+		return failure{apiError: apiError{status: http.StatusBadGateway, class: class, typ: "server_error", code: "plugin_failed",
+			msg: "retryhost gateway: " + oneLine(err.Error())}}
+	}
 	return failure{apiError: apiError{status: http.StatusBadGateway, class: class, typ: "upstream_error", code: "upstream_failed",
 		msg: "retryhost gateway: " + oneLine(err.Error())}}
+}
+
+// pluginFailed reports whether a stream's err is a fail-closed plugin's
+// failure (a transform's error of class plugin), not an upstream's.
+func pluginFailed(err error) bool {
+	var re *driver.RetryError
+	var te *abi.TransformError
+	switch {
+	case errors.As(err, &re) && len(re.Attempts) > 0 && re.Attempts[len(re.Attempts)-1].Class != abi.ClassNone:
+		return re.Attempts[len(re.Attempts)-1].Class == abi.ClassPlugin
+	case errors.As(err, &te):
+		return te.Class == abi.ClassPlugin
+	}
+	return false
 }
 
 // oneLine is an error's text as a client gets it: without the stack
@@ -182,6 +202,8 @@ func streamFailure(ctx context.Context, err error) apiError {
 	e := apiError{typ: "upstream_error", code: "stream_failed", msg: "retryhost gateway: the answer failed after it started: " + oneLine(err.Error())}
 	if pe := lastProviderError(err); pe != nil {
 		e.class = pe.Class.String()
+	} else if pluginFailed(err) { // as classify says it before commit
+		e.typ, e.code, e.class = "server_error", "plugin_failed", abi.ClassPlugin.String()
 	}
 	var de *driver.DeadlineError
 	switch cause := context.Cause(ctx); {

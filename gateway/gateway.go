@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -366,8 +368,49 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	return g, nil
 }
 
-// ServeHTTP serves the endpoints listed in the package documentation.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the endpoints listed in the package documentation. A
+// path that is not clean (a doubled slash, as a base URL with a trailing
+// slash joined by hand gives, or a dot segment) is served as its clean
+// form: ServeMux would answer it with a 307 redirect, which clients do not
+// follow with a POST body, so the request failed on a spelling.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.EscapedPath(); r.Method != http.MethodConnect {
+		if c := cleanPath(p); c != p {
+			r = withPath(r, c)
+		}
+	}
+	g.mux.ServeHTTP(w, r)
+}
+
+// cleanPath is p without doubled slashes and dot segments, its trailing
+// slash kept, as ServeMux cleans a path before it matches one.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
+
+// withPath is a shallow copy of r for the escaped path p (r when p does
+// not unescape, which a path from EscapedPath, cleaned, always does).
+func withPath(r *http.Request, p string) *http.Request {
+	dec, err := url.PathUnescape(p)
+	if err != nil {
+		return r
+	}
+	u := *r.URL
+	u.Path, u.RawPath = dec, ""
+	if dec != p {
+		u.RawPath = p
+	}
+	r = r.WithContext(r.Context())
+	r.URL = &u
+	return r
+}
 
 // Reload loads the Source again and, if it builds, serves the new policy to
 // every request that starts from now on; requests in flight finish on the

@@ -44,6 +44,12 @@ type messagesEncoder struct {
 	open     []openBlock // blocks started and not stopped (streamed, or collected)
 	tools    map[string]bool
 	finished bool
+	// waiting are the blocks of an answer that is not an Anthropic
+	// upstream's that cannot open yet, in the order they began: a tool_use
+	// block is open, and it cannot close before its input ends (see wait).
+	waiting      []*waitingBlock
+	waitingBytes int
+	overlap      bool // waiting grew past maxWaiting: blocks open at once, as before
 
 	// From an Anthropic upstream's raw events.
 	anthropicUp bool               // one arrived: the blocks are laid out as the upstream's
@@ -78,6 +84,23 @@ type upBlock struct {
 // parts alone (without the upstream's own fields), or not at all when no
 // part carries it (redacted_thinking, a newer type).
 const maxUpBlocks = 1024
+
+// waitingBlock is a block held back while a tool_use block is open, with
+// its deltas so far.
+type waitingBlock struct {
+	kind     abi.PartKind
+	id       string
+	start    []byte // its content_block JSON and the event's end, as an empty func appends them
+	typ, key string // its deltas' type and member
+	buf      strings.Builder
+	ended    bool
+}
+
+// maxWaiting bounds the bytes of the deltas held back while a tool_use
+// block is open (as the adapters bound a stream's tool input, 4 MiB). Past
+// it the held blocks go out at once, open beside the tool_use block (what
+// anthropic-sdk-go accumulates right, by index), rather than grow.
+const maxWaiting = 4 << 20
 
 type openBlock struct {
 	kind  abi.PartKind // KindTextStart, KindReasoningStart, KindToolInputStart or KindRaw
@@ -193,6 +216,97 @@ func (e *messagesEncoder) stop(b []byte, kind abi.PartKind, id string) []byte {
 			e.open = append(e.open[:i], e.open[i+1:]...)
 			return appendBlockStop(b, idx)
 		}
+	}
+	return b
+}
+
+// toolOpen reports whether an open block must stay open while another
+// would start: a tool_use block of an answer that is not an Anthropic
+// upstream's (an OpenAI stream may interleave the arguments of parallel
+// tool calls, so one cannot be closed before its input ends).
+func (e *messagesEncoder) toolOpen() bool {
+	if e.anthropicUp || e.overlap {
+		return false
+	}
+	for _, ob := range e.open {
+		if ob.kind == abi.KindToolInputStart {
+			return true
+		}
+	}
+	return false
+}
+
+// wait returns the held-back block of kind and id that a delta of it goes
+// to, holding a new one back (empty appends its start) when a tool_use
+// block is open and it is not; nil when the delta goes out now.
+func (e *messagesEncoder) wait(kind abi.PartKind, id string, empty func([]byte) []byte, typ, key string) *waitingBlock {
+	if w := e.held(kind, id); w != nil {
+		return w
+	}
+	if e.find(kind, id) != nil || !e.toolOpen() {
+		return nil
+	}
+	w := &waitingBlock{kind: kind, id: id, start: empty(nil), typ: typ, key: key}
+	e.waiting = append(e.waiting, w)
+	return w
+}
+
+// held returns the held-back block of kind and id that has not ended, or nil.
+func (e *messagesEncoder) held(kind abi.PartKind, id string) *waitingBlock {
+	for _, w := range e.waiting {
+		if w.kind == kind && w.id == id && !w.ended {
+			return w
+		}
+	}
+	return nil
+}
+
+// deltaTo appends a delta of the block of kind and id, opening the block
+// if needed, or holds it back with the block (see wait).
+func (e *messagesEncoder) deltaTo(b []byte, kind abi.PartKind, id string, empty func([]byte) []byte, typ, key, s string) []byte {
+	if w := e.wait(kind, id, empty, typ, key); w != nil {
+		w.buf.WriteString(s)
+		if e.waitingBytes += len(s); e.waitingBytes > maxWaiting {
+			e.overlap = true
+			return e.flush(b)
+		}
+		return b
+	}
+	b, idx := e.block(b, kind, id, empty)
+	return delta(b, idx, typ, key, s)
+}
+
+// end appends the end of the block of kind and id: a held-back one is
+// marked ended, an open one stopped, and then the blocks held back behind
+// it go out (see flush).
+func (e *messagesEncoder) end(b []byte, kind abi.PartKind, id string) []byte {
+	if w := e.held(kind, id); w != nil {
+		w.ended = true
+		return b
+	}
+	return e.flush(e.stop(b, kind, id))
+}
+
+// flush sends the held-back blocks, in the order they began, while no
+// tool_use block stays open: each opens with its deltas so far as one
+// delta, and stops if it has ended.
+func (e *messagesEncoder) flush(b []byte) []byte {
+	for len(e.waiting) > 0 && !e.toolOpen() {
+		w := e.waiting[0]
+		e.waiting[0] = nil
+		e.waiting = e.waiting[1:]
+		e.waitingBytes -= w.buf.Len()
+		var idx int
+		b, idx = e.block(b, w.kind, w.id, func(b []byte) []byte { return append(b, w.start...) })
+		if w.buf.Len() > 0 {
+			b = delta(b, idx, w.typ, w.key, w.buf.String())
+		}
+		if w.ended {
+			b = e.stop(b, w.kind, w.id)
+		}
+	}
+	if len(e.waiting) == 0 {
+		e.waiting = nil
 	}
 	return b
 }
@@ -410,43 +524,49 @@ func (e *messagesEncoder) appendPart(b []byte, p *abi.Part) []byte {
 		if p.Delta == "" {
 			return b
 		}
-		b, idx = e.block(b, abi.KindTextStart, p.ID, emptyText)
-		return delta(b, idx, "text_delta", "text", p.Delta)
+		return e.deltaTo(b, abi.KindTextStart, p.ID, emptyText, "text_delta", "text", p.Delta)
 	case abi.KindTextEnd:
-		return e.stop(b, abi.KindTextStart, p.ID)
+		return e.end(b, abi.KindTextStart, p.ID)
 	case abi.KindReasoningDelta:
 		if p.Delta == "" {
 			return b
 		}
-		b, idx = e.block(b, abi.KindReasoningStart, p.ID, emptyThinking)
-		return delta(b, idx, "thinking_delta", "thinking", p.Delta)
+		return e.deltaTo(b, abi.KindReasoningStart, p.ID, emptyThinking, "thinking_delta", "thinking", p.Delta)
 	case abi.KindReasoningEnd:
-		return e.stop(b, abi.KindReasoningStart, p.ID)
+		return e.end(b, abi.KindReasoningStart, p.ID)
 	case abi.KindToolInputStart:
 		if e.tools[p.ID] {
 			return b
 		}
 		e.tool(p.ID)
+		if e.wait(abi.KindToolInputStart, p.ID, emptyToolUse(p.ID, p.Tool), "input_json_delta", "partial_json") != nil {
+			return b
+		}
 		b, _ = e.block(b, abi.KindToolInputStart, p.ID, emptyToolUse(p.ID, p.Tool))
 		return b
 	case abi.KindToolInputDelta:
-		ob := e.find(abi.KindToolInputStart, p.ID)
-		if ob == nil || p.Delta == "" {
+		if p.Delta == "" || e.held(abi.KindToolInputStart, p.ID) == nil && e.find(abi.KindToolInputStart, p.ID) == nil {
 			return b
 		}
-		return delta(b, ob.index, "input_json_delta", "partial_json", p.Delta)
+		return e.deltaTo(b, abi.KindToolInputStart, p.ID, nil, "input_json_delta", "partial_json", p.Delta)
 	case abi.KindToolInputEnd:
-		return e.stop(b, abi.KindToolInputStart, p.ID)
+		return e.end(b, abi.KindToolInputStart, p.ID)
 	case abi.KindToolCall:
 		if e.tools[p.ID] || p.Tool == nil {
-			return e.stop(b, abi.KindToolInputStart, p.ID) // its input went out as deltas
+			return e.end(b, abi.KindToolInputStart, p.ID) // its input went out as deltas
 		}
 		e.tool(p.ID)
+		if w := e.wait(abi.KindToolInputStart, p.ID, emptyToolUse(p.ID, p.Tool), "input_json_delta", "partial_json"); w != nil {
+			w.buf.WriteString(p.Tool.Input)
+			e.waitingBytes += len(p.Tool.Input)
+			w.ended = true
+			return b
+		}
 		b, idx = e.block(b, abi.KindToolInputStart, p.ID, emptyToolUse(p.ID, p.Tool))
 		if p.Tool.Input != "" {
 			b = delta(b, idx, "input_json_delta", "partial_json", p.Tool.Input)
 		}
-		return e.stop(b, abi.KindToolInputStart, p.ID)
+		return e.flush(e.stop(b, abi.KindToolInputStart, p.ID))
 	case abi.KindToolResult:
 		if p.Tool == nil || !p.Tool.ProviderExecuted {
 			return b
@@ -489,6 +609,10 @@ func (e *messagesEncoder) finish(b []byte, r abi.FinishReason, u *abi.Usage) []b
 		b = appendBlockStop(b, ob.index)
 	}
 	e.open = e.open[:0]
+	for _, w := range e.waiting {
+		w.ended = true
+	}
+	b = e.flush(b)
 	b = event(b, "message_delta")
 	b = append(b, `{"type":"message_delta","delta":`...)
 	b = e.appendDelta(b, r)

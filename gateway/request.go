@@ -59,6 +59,12 @@ func parseChat(body []byte, providers, anthropic []string) (*chatRequest, error)
 		return nil, badRequest("stream_options", "%s", mismatch("stream_options", err))
 	}
 	if so != nil {
+		if !c.stream {
+			// OpenAI's API refuses it the same way (a non-null
+			// stream_options without stream), and a client that sends it
+			// expects a usage chunk no answer of this request has.
+			return nil, badRequest("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
+		}
 		c.includeUsage = so.IncludeUsage
 	}
 	var n *int

@@ -135,11 +135,12 @@ func (r *Registry) Load(ctx context.Context, name string, wasm []byte, opts ...L
 	return n, nil
 }
 
-// LoadFile is [Registry.Load] on the contents of a file.
+// LoadFile is [Registry.Load] on the contents of a file, read as
+// [Runtime.LoadFile] reads it.
 func (r *Registry) LoadFile(ctx context.Context, name, path string, opts ...LoadOption) (*Named, error) {
-	b, err := os.ReadFile(path)
+	b, err := r.rt.readModule(name, path) // as Runtime.LoadFile: up to ModuleBytes
 	if err != nil {
-		return nil, loadErr(name, ErrInvalidModule, err)
+		return nil, err
 	}
 	return r.Load(ctx, name, b, opts...)
 }
@@ -179,9 +180,9 @@ func (r *Registry) scanOne(ctx context.Context, name, path string, opts []LoadOp
 	if known {
 		return nil
 	}
-	wasm, err := os.ReadFile(path)
+	wasm, err := r.rt.readModule(name, path)
 	if err != nil {
-		return loadErr(name, ErrInvalidModule, err)
+		return err
 	}
 	cfg, err := os.ReadFile(cfgPath)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

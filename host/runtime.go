@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -303,13 +304,38 @@ func (rt *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazer
 // whole: Load then rejects it with the ModuleBytes limit.
 func (rt *Runtime) ModuleLimits() ModuleLimits { return rt.cfg.limits }
 
-// LoadFile is [Runtime.Load] on the contents of a file.
+// LoadFile is [Runtime.Load] on the contents of a file, read up to the
+// ModuleBytes limit: a larger file, or a pipe or device that goes on past
+// it, fails with [ErrLimit] before it is read whole.
 func (rt *Runtime) LoadFile(ctx context.Context, name, path string, opts ...LoadOption) (*Plugin, error) {
-	b, err := os.ReadFile(path)
+	b, err := rt.readModule(name, path)
+	if err != nil {
+		return nil, err
+	}
+	return rt.Load(ctx, name, b, opts...)
+}
+
+// readModule reads the module at path, at most ModuleBytes: a regular file
+// larger than that is refused from its size, anything else (a pipe,
+// /dev/zero) when it goes past it, as a [*LimitError] on ModuleBytes.
+func (rt *Runtime) readModule(name, path string) ([]byte, error) {
+	limit := rt.cfg.limits.ModuleBytes
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, loadErr(name, ErrInvalidModule, err)
 	}
-	return rt.Load(ctx, name, b, opts...)
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > int64(limit) {
+		return nil, loadErr(name, ErrLimit, &LimitError{Limit: "ModuleBytes", Got: int(min(st.Size(), math.MaxInt)), Max: limit})
+	}
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, loadErr(name, ErrInvalidModule, err)
+	}
+	if len(b) > limit { // Got 0: "over the host's limit", its size unknown
+		return nil, loadErr(name, ErrLimit, &LimitError{Limit: "ModuleBytes", Max: limit})
+	}
+	return b, nil
 }
 
 // Close has http.Server.Shutdown semantics: new loads and calls fail with

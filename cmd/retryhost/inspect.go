@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -41,7 +42,8 @@ func init() {
 				"so a rejection comes with the host's reason (forbidden-import, abi-version, no-kind, …).\n\n" +
 				"BUILTIN is a built-in plugin's name (" + strings.Join(names, ", ") + "), used when no " +
 				"file of that name exists; without --config it loads with the built-in's example config. " +
-				"A plugin whose init rejects an empty config is reported as needs-config.\n\n" +
+				"A plugin whose init rejects an empty config is reported as needs-config. A file over the host's " +
+				"module size limit (16 MiB) is rejected as limit without being read further (no sha256).\n\n" +
 				"Exit 0 when accepted, 1 when rejected, 3 when the file cannot be read.",
 			setup: func(fs *flag.FlagSet) runFunc {
 				asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -101,6 +103,8 @@ type report struct {
 	// built-in's example config (ExampleConfig true).
 	Config        string `json:"config,omitempty"`
 	ExampleConfig bool   `json:"example_config,omitempty"`
+	// sizeUnknown: a pipe or device over the limit, Size the bytes read.
+	sizeUnknown bool
 }
 
 type function struct {
@@ -177,7 +181,8 @@ func runInspect(ctx context.Context, e *env, args []string, asJSON bool, config 
 		return e.usageError(commands["plugin"].subs[0], "want one FILE.wasm or built-in name")
 	}
 	file := args[0]
-	b, err := os.ReadFile(file)
+	limit := host.DefaultModuleLimits().ModuleBytes
+	b, size, err := readPlugin(file, limit)
 	var cfg []byte
 	if config != nil {
 		cfg = []byte(*config)
@@ -201,8 +206,10 @@ func runInspect(ctx context.Context, e *env, args []string, asJSON bool, config 
 	if err != nil {
 		return e.errorf(exitInput, "%v", err)
 	}
-	r, err := inspect(ctx, file, b, cfg, e.hostOptions(ctx)...)
-	if err != nil {
+	var r *report
+	if size > int64(limit) {
+		r = overLimit(file, size, limit, b == nil)
+	} else if r, err = inspect(ctx, file, b, cfg, e.hostOptions(ctx)...); err != nil {
 		return e.errorf(exitFail, "%v", err)
 	}
 	if builtin && config == nil {
@@ -225,6 +232,47 @@ func runInspect(ctx context.Context, e *env, args []string, asJSON bool, config 
 		return exitFail
 	}
 	return exitOK
+}
+
+// readPlugin reads file up to limit bytes, and returns its size: past the
+// limit it stops (a regular file is not read at all, its size known; a
+// pipe or device, /dev/zero, is read to limit+1) and size is over limit,
+// so that a file the host would refuse is not read into memory whole.
+func readPlugin(file string, limit int) ([]byte, int64, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	if st.IsDir() {
+		return nil, 0, fmt.Errorf("%s: is a directory, not a Wasm file", file)
+	}
+	if st.Mode().IsRegular() && st.Size() > int64(limit) {
+		return nil, st.Size(), nil
+	}
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, 0, err
+	}
+	return b, int64(len(b)), nil
+}
+
+// overLimit is the report on a file over the host's ModuleBytes limit,
+// which the host refuses unread: no sha256 (the file was not read whole),
+// and, unless its size is known (a regular file), a size of limit+1 (the
+// bytes read: at least that many).
+func overLimit(file string, size int64, limit int, known bool) *report {
+	got := int(min(size, math.MaxInt))
+	if !known {
+		got = 0 // LimitError: "over the host's limit", no size
+	}
+	err := &host.LoadError{Plugin: file, Reason: host.ErrLimit, Err: &host.LimitError{Limit: "ModuleBytes", Got: got, Max: limit}}
+	return &report{File: file, Size: int(min(size, math.MaxInt)), ABI: "none", Kinds: []string{}, Imports: []function{},
+		Exports: []function{}, Memories: []memory{}, Reason: "limit", Error: err.Error(), sizeUnknown: !known}
 }
 
 // inspect describes wasm from wazero's compiled module, then tries to load
@@ -350,8 +398,17 @@ func printReport(w io.Writer, t term, r *report) {
 		}
 	}
 	line("file", r.File)
-	line("size", fmt.Sprintf("%d bytes", r.Size))
-	line("sha256", r.SHA256)
+	if r.SHA256 == "" { // over the limit, not read whole (overLimit)
+		size := fmt.Sprintf("%d bytes", r.Size)
+		if r.sizeUnknown { // the bytes read are the limit + 1
+			size = fmt.Sprintf("more than %d bytes", r.Size-1)
+		}
+		line("size", size+", over the host's limit (ModuleBytes)")
+		line("sha256", "not computed (the file was not read)")
+	} else {
+		line("size", fmt.Sprintf("%d bytes", r.Size))
+		line("sha256", r.SHA256)
+	}
 	abiLine := r.ABI
 	if r.ABI != fmt.Sprintf("v%d", abi.VersionMajor) {
 		abiLine += fmt.Sprintf(" (this host speaks v%d.%d)", abi.VersionMajor, abi.VersionMinor)

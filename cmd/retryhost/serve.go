@@ -180,10 +180,10 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
 		if o.file != "" {
-			policyChanged = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval)
+			policyChanged = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval, logger, "policy")
 		}
 		if o.keysFile != "" {
-			keysChanged = watchFiles(wctx, func() []string { return []string{o.keysFile} }, serveWatchInterval)
+			keysChanged = watchFiles(wctx, func() []string { return []string{o.keysFile} }, serveWatchInterval, logger, "API keys")
 		}
 	}
 	reloadPolicy := func(why string) {
@@ -304,23 +304,12 @@ func apiKeys(file, list string) ([]string, error) {
 }
 
 // watchFiles reports, at most once per interval, that one of the files
-// files() names changed (its size or modification time; a replaced file
-// counts). It asks files() again at every tick, so a plugin the policy
-// starts to use is watched from then on.
-func watchFiles(ctx context.Context, files func() []string, interval time.Duration) <-chan struct{} {
+// files() names changed (see fileWatch.check). It asks files() again at
+// every tick, so a plugin the policy starts to use is watched from then
+// on. what names what the files hold, for the log.
+func watchFiles(ctx context.Context, files func() []string, interval time.Duration, log *slog.Logger, what string) <-chan struct{} {
 	ch := make(chan struct{}, 1)
-	stamp := func() (string, bool) {
-		var b strings.Builder
-		for _, f := range files() {
-			fi, err := os.Stat(f)
-			if err != nil {
-				return "", false // missing, as while an editor replaces it
-			}
-			fmt.Fprintf(&b, "%s %d %d\n", f, fi.Size(), fi.ModTime().UnixNano())
-		}
-		return b.String(), true
-	}
-	last, _ := stamp()
+	w := newFileWatch(files, log, what)
 	go func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
@@ -330,8 +319,7 @@ func watchFiles(ctx context.Context, files func() []string, interval time.Durati
 				return
 			case <-t.C:
 			}
-			if s, ok := stamp(); ok && s != last {
-				last = s
+			if w.check() {
 				select {
 				case ch <- struct{}{}:
 				default:
@@ -340,6 +328,70 @@ func watchFiles(ctx context.Context, files func() []string, interval time.Durati
 		}
 	}()
 	return ch
+}
+
+// fileWatch is watchFiles' state between two checks.
+type fileWatch struct {
+	files   func() []string
+	log     *slog.Logger
+	what    string
+	last    map[string]os.FileInfo // as last reported, every file there
+	missing map[string]bool        // missing at the last check (logged)
+}
+
+// newFileWatch watches files from their state now.
+func newFileWatch(files func() []string, log *slog.Logger, what string) *fileWatch {
+	w := &fileWatch{files: files, log: log, what: what, missing: map[string]bool{}}
+	w.check()
+	return w
+}
+
+// check reports whether the files changed since the last report: one
+// added to or gone from the list, or one whose size, modification time or
+// identity (a new file in its place: an editor's atomic save, a
+// ConfigMap's symlink swap, even of the same size within the clock's
+// granularity) differs. While a file is missing it reports nothing (a
+// reload would fail, and the change made meanwhile would be lost to the
+// next check) and logs it once; when every file is back, any change made
+// meanwhile, to it or another, is reported.
+func (w *fileWatch) check() bool {
+	files := w.files()
+	cur := make(map[string]os.FileInfo, len(files))
+	whole := true
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			whole = false
+			if !w.missing[f] {
+				w.missing[f] = true
+				w.log.Error("watched file missing; the "+w.what+" in use stays until it is back",
+					slog.String("file", f), slog.String("error", err.Error()))
+			}
+			continue
+		}
+		if w.missing[f] {
+			delete(w.missing, f)
+			w.log.Info("watched file back", slog.String("file", f))
+		}
+		cur[f] = fi
+	}
+	for f := range w.missing {
+		if !slices.Contains(files, f) {
+			delete(w.missing, f) // no longer watched
+		}
+	}
+	if !whole {
+		return false
+	}
+	changed := len(cur) != len(w.last)
+	for f, fi := range cur {
+		old, ok := w.last[f]
+		if !ok || fi.Size() != old.Size() || !fi.ModTime().Equal(old.ModTime()) || !os.SameFile(fi, old) {
+			changed = true
+		}
+	}
+	w.last = cur
+	return changed
 }
 
 // policyFiles returns the policy file and the plugin files it names by

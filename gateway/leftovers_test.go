@@ -1,0 +1,322 @@
+package gateway
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
+)
+
+// TestStreamOptionsOnlyWithStream: stream_options on a request that does
+// not stream (stream false or absent) is a 400 invalid_request_error with
+// param "stream_options", as OpenAI's API answers, and reaches no
+// upstream; a null stream_options, which OpenAI accepts, is accepted.
+func TestStreamOptionsOnlyWithStream(t *testing.T) {
+	r := newRig(t, "")
+	const msg = `"messages":[{"role":"user","content":"hi"}]`
+	for _, tc := range []struct {
+		name, body string
+		status     int
+	}{
+		{"stream false", `{"model":"primary","stream":false,"stream_options":{"include_usage":true},` + msg + `}`, http.StatusBadRequest},
+		{"stream absent", `{"model":"primary","stream_options":{"include_usage":true},` + msg + `}`, http.StatusBadRequest},
+		{"stream null", `{"model":"primary","stream":null,"stream_options":{},` + msg + `}`, http.StatusBadRequest},
+		{"empty object", `{"model":"primary","stream_options":{},` + msg + `}`, http.StatusBadRequest},
+		{"null without stream", `{"model":"primary","stream_options":null,` + msg + `}`, http.StatusOK},
+		{"null with stream false", `{"model":"primary","stream":false,"stream_options":null,` + msg + `}`, http.StatusOK},
+		{"with stream", `{"model":"primary","stream":true,"stream_options":{"include_usage":true},` + msg + `}`, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, u := range r.up {
+				u.reset()
+			}
+			resp, body := r.rawPost("/v1/chat/completions", tc.body)
+			require.Equal(t, tc.status, resp.StatusCode, body)
+			if tc.status == http.StatusOK {
+				return
+			}
+			var e struct {
+				Error struct {
+					Message string  `json:"message"`
+					Type    string  `json:"type"`
+					Param   *string `json:"param"`
+				} `json:"error"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(body), &e), body)
+			require.Equal(t, "invalid_request_error", e.Error.Type)
+			require.Equal(t, "The 'stream_options' parameter is only allowed when 'stream' is enabled.", e.Error.Message)
+			require.NotNil(t, e.Error.Param)
+			require.Equal(t, "stream_options", *e.Error.Param)
+			for _, u := range r.up {
+				require.Empty(t, u.requests(), "a refused request reaches no upstream")
+			}
+		})
+	}
+}
+
+// TestUncleanPathServedAsItsCleanForm: a path with a doubled slash or dot
+// segments (a base URL with a trailing slash, joined by hand) is served as
+// its clean form, not answered with ServeMux's 307 redirect, which
+// clients do not follow with a POST body; an unknown path stays a 404 in
+// the door's error shape.
+func TestUncleanPathServedAsItsCleanForm(t *testing.T) {
+	r := newRig(t, "")
+	noFollow := &http.Client{Transport: r.hc.Transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	const chat = `{"model":"primary","messages":[{"role":"user","content":"hi"}]}`
+	const msgs = `{"model":"primary","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+	for _, tc := range []struct {
+		name, method, path, body string
+		hdr                      []string
+		status                   int
+		want                     string // in the body
+	}{
+		{"double slash first", "POST", "//v1/chat/completions", chat, nil, 200, `"content":"ok"`},
+		{"double slash inside", "POST", "/v1//chat/completions", chat, nil, 200, `"content":"ok"`},
+		{"dot segment", "POST", "/v1/./chat/completions", chat, nil, 200, `"content":"ok"`},
+		{"dot-dot segment", "POST", "/v1/x/../chat/completions", chat, nil, 200, `"content":"ok"`},
+		{"messages door", "POST", "//v1/messages", msgs, []string{"anthropic-version", "2023-06-01"}, 200, `"text":"ok"`},
+		{"models", "GET", "//v1/models", "", nil, 200, `"id":"primary"`},
+		{"unknown, OpenAI shape", "POST", "//v1/nope", chat, nil, 404, `"code":"not_found"`},
+		{"unknown, Anthropic shape", "POST", "//v1/messages/nope", msgs, []string{"anthropic-version", "2023-06-01"}, 404, `"type":"not_found_error"`},
+		{"trailing slash", "POST", "/v1/chat/completions/", chat, nil, 404, `"code":"not_found"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, r.srv.URL+tc.path, strings.NewReader(tc.body))
+			require.NoError(t, err)
+			require.Equal(t, tc.path, req.URL.EscapedPath(), "the client sends the path as written")
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer client-key")
+			for i := 0; i+1 < len(tc.hdr); i += 2 {
+				req.Header.Set(tc.hdr[i], tc.hdr[i+1])
+			}
+			resp, err := noFollow.Do(req)
+			require.NoError(t, err)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.Equal(t, tc.status, resp.StatusCode, "%s %s", resp.Header.Get("Location"), b)
+			require.Contains(t, string(b), tc.want)
+		})
+	}
+}
+
+// TestMessagesParallelToolCallsDoNotOverlap: parallel tool calls from an
+// OpenAI-compatible model (whose argument deltas may interleave by index)
+// reach a /v1/messages client as blocks one after the other, as
+// Anthropic's API streams them (content_block_start … _stop before the
+// next start), each with its whole input, in the order the calls began;
+// anthropic-sdk-go accumulates the same message.
+func TestMessagesParallelToolCallsDoNotOverlap(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, nil)
+	chunk := func(delta, finish string) string {
+		return `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-x","choices":[{"index":0,"delta":` + delta +
+			`,"finish_reason":` + finish + `}]}` + "\n\n"
+	}
+	start := func(i, id, name string) string {
+		return chunk(`{"tool_calls":[{"index":`+i+`,"id":"`+id+`","type":"function","function":{"name":"`+name+`","arguments":""}}]}`, "null")
+	}
+	args := func(i, a string) string {
+		b, _ := json.Marshal(a)
+		return chunk(`{"tool_calls":[{"index":`+i+`,"function":{"arguments":`+string(b)+`}}]}`, "null")
+	}
+	end := chunk(`{}`, `"tool_calls"`) + "data: [DONE]\n\n"
+	type tool struct{ id, name, input string }
+	ab := []tool{{"call_a", "f", `{"x":1,"y":"a"}`}, {"call_b", "g", `{"z":[2,3]}`}}
+	for _, tc := range []struct {
+		name, body string
+		text       string
+		tools      []tool
+	}{
+		{"interleaved", start("0", "call_a", "f") + start("1", "call_b", "g") + args("0", `{"x":1,`) + args("1", `{"z":`) +
+			args("0", `"y":"a"}`) + args("1", `[2,3]}`) + end, "", ab},
+		{"one after the other", start("0", "call_a", "f") + args("0", `{"x":1,`) + args("0", `"y":"a"}`) +
+			start("1", "call_b", "g") + args("1", `{"z":`) + args("1", `[2,3]}`) + end, "", ab},
+		{"both in one chunk", chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"f","arguments":"{\"x\":1,"}},`+
+			`{"index":1,"id":"call_b","type":"function","function":{"name":"g","arguments":"{\"z\":"}}]}`, "null") +
+			args("1", `[2,3]}`) + args("0", `"y":"a"}`) + end, "", ab},
+		{"text, then three tools, text between", chunk(`{"role":"assistant","content":"Checking."}`, "null") +
+			start("0", "call_a", "f") + start("1", "call_b", "g") + args("1", `{"z":[2,3]}`) +
+			chunk(`{"content":" More."}`, "null") + start("2", "call_c", "h") + args("0", `{"x":1,"y":"a"}`) + end,
+			"Checking. More.", append(ab[:2:2], tool{"call_c", "h", `{}`})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r.up["primary"].play(act{status: http.StatusOK, ctype: "text/event-stream", body: tc.body})
+			resp, out := r.rawMessages(`{"model":"primary","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+			require.Equal(t, http.StatusOK, resp.StatusCode, out)
+			names, data := sseEvents(out)
+			open, next := -1, 0
+			var got []tool
+			var text strings.Builder
+			for i, n := range names {
+				var ev struct {
+					Index        int
+					ContentBlock struct{ Type, ID, Name string } `json:"content_block"`
+					Delta        struct {
+						Type, Text  string
+						PartialJSON string `json:"partial_json"`
+					}
+				}
+				require.NoError(t, json.Unmarshal([]byte(data[i]), &ev), data[i])
+				switch n {
+				case "content_block_start":
+					require.Equal(t, -1, open, "block %d opens while block %d is open:\n%s", ev.Index, open, out)
+					require.Equal(t, next, ev.Index, out)
+					open, next = ev.Index, next+1
+					if ev.ContentBlock.Type == "tool_use" {
+						got = append(got, tool{id: ev.ContentBlock.ID, name: ev.ContentBlock.Name})
+					}
+				case "content_block_delta":
+					require.Equal(t, open, ev.Index, "a delta of a block not open:\n%s", out)
+					switch ev.Delta.Type {
+					case "input_json_delta":
+						got[len(got)-1].input += ev.Delta.PartialJSON
+					case "text_delta":
+						text.WriteString(ev.Delta.Text)
+					}
+				case "content_block_stop":
+					require.Equal(t, open, ev.Index, out)
+					open = -1
+				}
+			}
+			require.Equal(t, -1, open, out)
+			for i := range got {
+				if got[i].input == "" { // no delta: the start's input, {}
+					got[i].input = "{}"
+				}
+			}
+			require.Equal(t, tc.tools, got, out)
+			require.Equal(t, tc.text, text.String())
+
+			r.up["primary"].play(act{status: http.StatusOK, ctype: "text/event-stream", body: tc.body})
+			s := r.anthStream(msgParams("primary"))
+			require.NoError(t, s.err)
+			require.NoError(t, s.accumErr)
+			var acc []tool
+			for _, b := range s.msg.Content {
+				if b.Type == "tool_use" {
+					acc = append(acc, tool{b.ID, b.Name, string(b.Input)})
+				}
+			}
+			require.Equal(t, tc.tools, acc)
+			require.Equal(t, "tool_use", string(s.msg.StopReason))
+		})
+	}
+}
+
+// TestMessagesHeldBlocksBounded: the blocks held back behind an open
+// tool_use block (text an OpenAI-compatible model sends while a tool
+// call's input is open) are held up to maxWaiting; past it they go out at
+// once, beside the tool_use block, whole, rather than grow: the stream
+// stays one anthropic-sdk-go accumulates.
+func TestMessagesHeldBlocksBounded(t *testing.T) {
+	const mib = 1 << 20
+	chunk := strings.Repeat("t", mib)
+	parts := []abi.Part{{Kind: abi.KindToolInputStart, ID: "call_a", Tool: &abi.ToolInfo{Name: "f"}},
+		{Kind: abi.KindToolInputDelta, ID: "call_a", Delta: `{"x":`}}
+	for range maxWaiting/mib + 1 {
+		parts = append(parts, abi.Part{Kind: abi.KindTextDelta, ID: "text", Delta: chunk})
+	}
+	parts = append(parts, abi.Part{Kind: abi.KindToolInputDelta, ID: "call_a", Delta: `1}`},
+		abi.Part{Kind: abi.KindTextEnd, ID: "text"}, abi.Part{Kind: abi.KindToolInputEnd, ID: "call_a"},
+		abi.Part{Kind: abi.KindToolCall, ID: "call_a", Tool: &abi.ToolInfo{Name: "f", Input: `{"x":1}`}},
+		abi.Part{Kind: abi.KindFinish, Finish: &abi.Finish{Reason: abi.FinishReason{Unified: abi.ReasonToolCalls}}})
+
+	enc := &messagesEncoder{id: "msg_rh1", model: "route"}
+	var out []byte
+	for i := range parts {
+		out = enc.appendPart(out, &parts[i])
+		if i == 1+maxWaiting/mib { // maxWaiting held: nothing of the text out yet
+			require.NotContains(t, string(out), "text_delta")
+			require.Equal(t, maxWaiting, enc.waitingBytes)
+		}
+	}
+	require.Empty(t, enc.waiting)
+	var msg anthropic.Message
+	for _, ev := range strings.SplitAfter(string(out), "\n\n") {
+		if data, ok := strings.CutPrefix(strings.TrimSpace(ev[strings.Index(ev, "\n")+1:]), "data: "); ok {
+			var e anthropic.MessageStreamEventUnion
+			require.NoError(t, json.Unmarshal([]byte(data), &e))
+			require.NoError(t, msg.Accumulate(e))
+		}
+	}
+	require.Len(t, msg.Content, 2)
+	require.Equal(t, "tool_use", msg.Content[0].Type)
+	require.JSONEq(t, `{"x":1}`, string(msg.Content[0].Input))
+	require.Equal(t, "text", msg.Content[1].Type)
+	require.Len(t, msg.Content[1].Text, (maxWaiting/mib+1)*mib)
+	checkEncoded(t, parts)
+}
+
+// TestFailClosedPluginIsPluginFailed: a request a fail-closed plugin
+// failed is the gateway's own failure, not an upstream's: on the chat door
+// a 502 with type server_error and code plugin_failed (it was
+// upstream_error/upstream_failed, which sent an operator to the upstream),
+// streamed or not; on /v1/messages Anthropic's api_error (its shape has no
+// code) whose message names the plugin.
+func TestFailClosedPluginIsPluginFailed(t *testing.T) {
+	r := newRig(t, `"rules": [], "transforms": [{"plugin": {"path": "../host/testdata/trap.wasm", "fail": "closed"}}]`)
+	for _, stream := range []bool{true, false} {
+		r.up["primary"].play(act{chunks: []string{"Paris"}})
+		body := `{"model":"primary","messages":[{"role":"user","content":"hi"}]}`
+		if stream {
+			body = streamBody("primary")
+		}
+		resp, out := r.rawStream(body)
+		require.Equal(t, http.StatusBadGateway, resp.StatusCode, out)
+		var e struct {
+			Error struct{ Message, Type, Code string }
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &e), out)
+		require.Equal(t, "plugin_failed", e.Error.Code, out)
+		require.Equal(t, "server_error", e.Error.Type, out)
+		require.Contains(t, e.Error.Message, "transform trap.wasm failed")
+	}
+	r.up["primary"].play(act{chunks: []string{"Paris"}})
+	resp, out := r.rawMessages(`{"model":"primary","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode, out)
+	var a struct {
+		Type  string
+		Error struct{ Type, Message string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &a), out)
+	require.Equal(t, "error", a.Type)
+	require.Equal(t, "api_error", a.Error.Type)
+	require.Contains(t, a.Error.Message, "transform trap.wasm failed")
+}
+
+// TestFailClosedPluginAfterCommitIsPluginFailed: a fail-closed plugin that
+// fails after the answer started (boom.wasm traps on the text "boom") ends
+// the stream with the in-band error coded plugin_failed, not
+// stream_failed, on the chat door, and Anthropic's api_error naming the
+// plugin on /v1/messages.
+func TestFailClosedPluginAfterCommitIsPluginFailed(t *testing.T) {
+	r := newRig(t, `"rules": [], "transforms": [{"plugin": {"path": "../host/testdata/boom.wasm", "fail": "closed"}}]`)
+	r.up["primary"].play(act{chunks: []string{"Paris", "boom"}})
+	resp, out := r.rawStream(streamBody("primary"))
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	ev := events(out)
+	require.NotEmpty(t, ev)
+	last := ev[len(ev)-1]
+	var e struct {
+		Error struct{ Message, Type, Code string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(last), &e), out)
+	require.Equal(t, "plugin_failed", e.Error.Code, out)
+	require.Equal(t, "server_error", e.Error.Type, out)
+	require.Contains(t, e.Error.Message, "boom.wasm")
+	require.Contains(t, out, `"content":"Paris"`, "it failed after commit")
+
+	r.up["primary"].play(act{chunks: []string{"Paris", "boom"}})
+	resp, out = r.rawMessages(`{"model":"primary","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	names, data := sseEvents(out)
+	require.Equal(t, "error", names[len(names)-1], out)
+	require.Contains(t, data[len(data)-1], `"type":"api_error"`)
+	require.Contains(t, data[len(data)-1], "boom.wasm")
+}
