@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 
@@ -57,4 +58,42 @@ func FuzzScalar(f *testing.F) {
 			require.Equal(t, want, got)
 		}
 	})
+}
+
+// FuzzSplitObject: splitObject reads every body it accepts exactly as
+// json.Unmarshal into a map of raw values does, and declines no plain
+// object.
+func FuzzSplitObject(f *testing.F) {
+	for _, s := range []string{`{}`, ` { } `, `{"a":1}`, `{"a":1,"a":2}`, `{"a" : [1, {"b":"}"}] , "c":"\"x\\"}`,
+		`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"n":null,"t":-1.5e3}`,
+		`{"k\u00e9":1}`, `{"é":1}`, `{"a":"\ud800"}`, `[1]`, `null`, `{"a":1}x`, `{"a":}`, "{\"a\":1}\n",
+		`{"a":{"b":[[],{}]},"c":false}`, `{"":0}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, ok := splitObject(body)
+		var want map[string]json.RawMessage
+		err := json.Unmarshal(body, &want)
+		if !ok {
+			if err == nil && want != nil && bytes.IndexByte(body, '\\') < 0 && isASCII(body) {
+				t.Fatalf("declined a plain object %q", body)
+			}
+			return
+		}
+		require.NoError(t, err, "accepted %q", body)
+		require.Equal(t, len(want), len(got), "%q", body)
+		for k, v := range want {
+			require.Contains(t, got, k)
+			require.Equal(t, string(v), string(got[k]), "%q: member %q", body, k)
+		}
+	})
+}
+
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }

@@ -143,23 +143,25 @@ func parseChat(body []byte, providers, anthropic []string) (*chatRequest, error)
 // parseCommon decodes a body that must be one JSON object, and the fields
 // both doors read the same way: model (the route), stream and fallbacks.
 func parseCommon(body []byte) (map[string]json.RawMessage, *chatRequest, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
-		// The rare path: a Decoder tells a bad object from data after a
-		// good one (json.Unmarshal, which needs no copy of the body, says
-		// only "invalid character").
-		dec := json.NewDecoder(bytes.NewReader(body))
-		if err := dec.Decode(&fields); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil, nil, badRequest("", "the body is empty: want a JSON object")
+	fields, ok := splitObject(body)
+	if !ok {
+		if err := json.Unmarshal(body, &fields); err != nil {
+			// The rare path: a Decoder tells a bad object from data after a
+			// good one (json.Unmarshal, which needs no copy of the body, says
+			// only "invalid character").
+			dec := json.NewDecoder(bytes.NewReader(body))
+			if err := dec.Decode(&fields); err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil, nil, badRequest("", "the body is empty: want a JSON object")
+				}
+				var te *json.UnmarshalTypeError
+				if errors.As(err, &te) {
+					return nil, nil, badRequest("", "the body is not a JSON object: got %s", jsonValue(te.Value))
+				}
+				return nil, nil, badRequest("", "the body is not a JSON object: %v", err)
 			}
-			var te *json.UnmarshalTypeError
-			if errors.As(err, &te) {
-				return nil, nil, badRequest("", "the body is not a JSON object: got %s", jsonValue(te.Value))
-			}
-			return nil, nil, badRequest("", "the body is not a JSON object: %v", err)
+			return nil, nil, badRequest("", "the body has data after its JSON object")
 		}
-		return nil, nil, badRequest("", "the body has data after its JSON object")
 	}
 	if fields == nil {
 		return nil, nil, badRequest("", "the body is not a JSON object")

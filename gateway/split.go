@@ -1,0 +1,103 @@
+package gateway
+
+import "encoding/json"
+
+// splitObject returns the members of body, a JSON object, as
+// json.Unmarshal into a map[string]json.RawMessage would (the last of a
+// duplicated key wins, each value exactly its bytes), without its
+// reflective decoding: every request's body goes through here. The values
+// share body's array, which lives as long as the request. ok is false,
+// and nothing is returned, for what it leaves to json.Unmarshal: a body
+// that is not valid JSON or not an object (for the error), and a key with
+// an escape or a byte outside ASCII (which the decoder unescapes and
+// repairs).
+func splitObject(body []byte) (fields map[string]json.RawMessage, ok bool) {
+	if !json.Valid(body) {
+		return nil, false
+	}
+	i := skipSpace(body, 0)
+	if i == len(body) || body[i] != '{' {
+		return nil, false
+	}
+	fields = make(map[string]json.RawMessage, 8)
+	i = skipSpace(body, i+1)
+	if body[i] == '}' {
+		return fields, true
+	}
+	for {
+		// body is valid: here is a key, a colon, a value, then ',' or '}'.
+		start := i + 1
+		i = start
+		for body[i] != '"' {
+			if c := body[i]; c == '\\' || c >= 0x80 {
+				return nil, false
+			}
+			i++
+		}
+		key := string(body[start:i])
+		i = skipSpace(body, i+1) + 1 // past the colon
+		i = skipSpace(body, i)
+		end := skipValue(body, i)
+		fields[key] = json.RawMessage(body[i:end:end])
+		i = skipSpace(body, end)
+		if body[i] == '}' {
+			return fields, true
+		}
+		i = skipSpace(body, i+1) // past the comma
+	}
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the index just past the valid JSON value starting at
+// i.
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return i
+	default: // a number, true, false or null: up to a delimiter
+		for i < len(b) {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
+
+// skipString returns the index just past the JSON string starting at i.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
