@@ -126,10 +126,12 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 	s.up = up
 	s.stopAF = context.AfterFunc(actx, s.closeUp)
 	// What the gate holds before commit, usually a preamble (stream start,
-	// response metadata, a text start) and the first content: one
-	// allocation rather than three growing ones; recv lets it go once
-	// replayed. An attempt that commits at its end holds the whole answer.
-	gateParts := 4
+	// response metadata, a text start, and with chunk fields on, as a
+	// gateway has them, the first chunk's raw part) and the first content:
+	// one allocation rather than growing ones (four parts, then eight, was
+	// 1.7 KB a gateway request); recv lets it go once replayed. An attempt
+	// that commits at its end holds the whole answer.
+	gateParts := 6
 	if sp.atEnd {
 		gateParts = atEndParts
 	}
