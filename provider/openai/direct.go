@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -53,7 +55,7 @@ type directPath struct {
 
 // directTemplate is the request the SDK composes for the model.
 type directTemplate struct {
-	url    string
+	url    *url.URL    // shared by every request, never modified (net/http does not)
 	header http.Header // every value slice clipped: a request's Add copies it
 	client *http.Client
 }
@@ -102,7 +104,7 @@ func (m *Model) template() *directTemplate {
 			}
 			return nil
 		}
-		m.direct.t = &directTemplate{url: got.URL.String(), header: h, client: &c}
+		m.direct.t = &directTemplate{url: &origin, header: h, client: &c}
 	})
 	return m.direct.t
 }
@@ -139,10 +141,19 @@ func (m *Model) directBody(req *driver.Request, stream bool) (body []byte, t *di
 // any other outcome is the error the SDK path gives for it (openError).
 // sse normalizes an event stream's body as the SDK path's middleware does.
 func (m *Model) send(ctx context.Context, t *directTemplate, req *driver.Request, body []byte, sse bool) (*http.Response, error) {
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body))
-	if err != nil {
-		return nil, m.openError(ctx, err, nil)
-	}
+	// As http.NewRequestWithContext makes it, but on the template's URL: a
+	// parsed URL of its own is ~0.5 KiB that every open stream would hold.
+	hr := (&http.Request{
+		Method:        http.MethodPost,
+		URL:           t.url,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Host:          t.url.Host,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
+		ContentLength: int64(len(body)),
+	}).WithContext(ctx)
 	h := make(http.Header, len(t.header)+len(req.Headers))
 	for k, vs := range t.header {
 		h[k] = vs
@@ -153,7 +164,10 @@ func (m *Model) send(ctx context.Context, t *directTemplate, req *driver.Request
 		}
 	}
 	hr.Header = h
-	var resp *http.Response
+	var (
+		resp *http.Response
+		err  error
+	)
 	if sse {
 		resp, err = adapter.NormalizeSSE(hr, t.client.Do)
 	} else {
