@@ -156,7 +156,7 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	c.gen = gen
 
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.readTimeout))
+	// The read deadline (WithReadTimeout) was set in ServeHTTP.
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.maxBody))
 	_ = rc.SetReadDeadline(time.Time{}) // the server watches the connection for the client going away
 	if err != nil {

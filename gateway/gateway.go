@@ -218,7 +218,8 @@ func WithWriteTimeout(d time.Duration) Option {
 
 // WithReadTimeout bounds the reading of a request's body, so that a client
 // that trickles it cannot hold one of the WithMaxConcurrent slots; past it
-// the answer is 408. Default 30s.
+// the answer is 408. It bounds the body of a request answered without
+// reading it too (a missing key, /healthz …): see ServeHTTP. Default 30s.
 func WithReadTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -367,7 +368,21 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 }
 
 // ServeHTTP serves the endpoints listed in the package documentation.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+//
+// A request with a body gets the read timeout (WithReadTimeout) from its
+// start, whichever endpoint it is for: net/http reads what a handler left
+// unread of a body (up to 256 KiB) before it sends the answer and again
+// after it, with no deadline unless the server has a ReadTimeout (serve's
+// has none: it would end every stream). Without one a client with no key
+// could hold a connection and its goroutine for ever by declaring a body
+// and never sending it, as the 401 does not read it. The chat doors read
+// their body under the same deadline and then clear it.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 { // -1: chunked
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(g.cfg.readTimeout))
+	}
+	g.mux.ServeHTTP(w, r)
+}
 
 // Reload loads the Source again and, if it builds, serves the new policy to
 // every request that starts from now on; requests in flight finish on the

@@ -1,0 +1,70 @@
+package gateway
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestUnreadBodyBoundedByReadTimeout: a request the gateway answers without
+// reading its body (a missing key, an unknown path, /healthz, the model
+// list, a wrong method) and whose body never arrives in full must not hold
+// its connection and goroutine without bound. net/http reads what a
+// handler left of a body (up to 256 KiB) before it sends the answer, with
+// no deadline of its own in a server without ReadTimeout (serve's, and
+// httptest's): without the gateway's read deadline a client with no key
+// could hold any number of connections by sending a Content-Length and
+// never the body. The answer comes, and the connection is closed.
+func TestUnreadBodyBoundedByReadTimeout(t *testing.T) {
+	r := newRig(t, "", WithAPIKeys("client-key"), WithReadTimeout(100*time.Millisecond))
+	for _, tc := range []struct {
+		name, method, path, key string
+		chunked                 bool
+		status                  int
+	}{
+		{name: "chat without a key", method: "POST", path: "/v1/chat/completions", status: http.StatusUnauthorized},
+		{name: "chat without a key, chunked", method: "POST", path: "/v1/chat/completions", chunked: true, status: http.StatusUnauthorized},
+		{name: "messages without a key", method: "POST", path: "/v1/messages", status: http.StatusUnauthorized},
+		{name: "healthz", method: "GET", path: "/healthz", status: http.StatusOK},
+		{name: "readyz", method: "GET", path: "/readyz", status: http.StatusOK},
+		{name: "models", method: "GET", path: "/v1/models", key: "client-key", status: http.StatusOK},
+		{name: "metrics without a key", method: "GET", path: "/metrics", status: http.StatusUnauthorized},
+		{name: "unknown path", method: "POST", path: "/v1/nope", key: "client-key", status: http.StatusNotFound},
+		{name: "chat with the wrong method", method: "PUT", path: "/v1/chat/completions", key: "client-key", status: http.StatusMethodNotAllowed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", r.srv.Listener.Addr().String())
+			require.NoError(t, err)
+			defer conn.Close()
+			req := tc.method + " " + tc.path + " HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+			if tc.key != "" {
+				req += "Authorization: Bearer " + tc.key + "\r\n"
+			}
+			if tc.chunked {
+				req += "Transfer-Encoding: chunked\r\n\r\n8\r\n{\"model\"\r\n" // and never the rest
+			} else {
+				req += "Content-Length: 100\r\n\r\n{\"model\":" // 9 of the 100 bytes
+			}
+			_, err = io.WriteString(conn, req)
+			require.NoError(t, err)
+			// Generous: the gateway's read timeout is 100 ms; without it the
+			// answer never comes.
+			require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			require.NoError(t, err, "no answer: the unread body holds the connection")
+			_, err = io.Copy(io.Discard, resp.Body)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, tc.status, resp.StatusCode)
+			_, err = br.ReadByte()
+			require.ErrorIs(t, err, io.EOF, "the connection stays open on a body that never came")
+		})
+	}
+	r.healthy()
+}
