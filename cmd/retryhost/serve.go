@@ -258,7 +258,7 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 const maxKeysFile = 1 << 20
 
 // apiKeys reads the client keys from a file (one per line, blank lines and
-// # comments skipped) and a comma-separated list (RETRYHOST_API_KEYS).
+// # comments skipped, a leading byte order mark dropped) and a comma-separated list (RETRYHOST_API_KEYS).
 // Keys asked for but none found is an error, never an open gateway: a list
 // of only commas (a template whose values were left out), a file with no
 // key, a file larger than maxKeysFile (read cut, its last key could be a
@@ -286,8 +286,14 @@ func apiKeys(file, list string) ([]string, error) {
 	}
 	lr := &io.LimitedReader{R: f, N: maxKeysFile + 1}
 	sc := bufio.NewScanner(lr)
-	for sc.Scan() {
-		if k := strings.TrimSpace(sc.Text()); k != "" && !strings.HasPrefix(k, "#") {
+	for first := true; sc.Scan(); first = false {
+		line := sc.Text()
+		if first {
+			// A UTF-8 byte order mark (an editor's "UTF-8 with BOM") is
+			// not part of the first key, nor whitespace to TrimSpace.
+			line = strings.TrimPrefix(line, "\ufeff")
+		}
+		if k := strings.TrimSpace(line); k != "" && !strings.HasPrefix(k, "#") {
 			keys = append(keys, k)
 		}
 	}
