@@ -242,6 +242,11 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	}
 	c.chain, c.ctx, c.sctx, c.req = chain, ctx, sctx, &cr.req
 	g.openers.run(c)
+	// A move on to the request's own fallbacks is a fail-over as much as a
+	// rule's switch (which the observer counts): one per link moved to.
+	for _, rt := range c.chain[1 : 1+l.fallbacks] {
+		g.metrics.failovers.WithLabelValues(rt.name).Inc()
+	}
 	c.req = nil // opened: a held stream does not keep the parsed request through the call
 	err, prior := c.err, c.prior
 	if err != nil {

@@ -36,7 +36,7 @@ func newMetrics(st *stats) *metrics {
 	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "attempts_total",
 		Help: "Upstream attempts, by model, outcome (success, error, rejected, truncated) and error class."}, []string{"model", "outcome", "class"})
 	m.failovers = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "failovers_total",
-		Help: "Attempts that moved a request to another model, by the model moved to."}, []string{"to"})
+		Help: "Attempts that moved a request to another model (a rule's switch, or on to the request's own fallbacks), by the model moved to."}, []string{"to"})
 	m.commits = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "commits_total",
 		Help: "Answers committed (first content reached the client side of the gate), by model."}, []string{"model"})
 	m.ttfc = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "time_to_first_content_seconds",
