@@ -23,6 +23,11 @@ type reqState struct {
 	committed driver.Model
 	attempts  int  // the committed attempt's number
 	atEnd     bool // a non-streaming request: it commits at the end of the answer
+	// start is when the gateway took the request: its time to first
+	// content runs from there, over the links of its chain (each link is
+	// a policy request of its own, whose commit event counts from the
+	// link's start).
+	start time.Time
 }
 
 type stateKey struct{}
@@ -223,7 +228,7 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	c.cancel = cancel
 	c.stopAfter = context.AfterFunc(g.stopCtx, func() { cancel(context.Cause(g.stopCtx)) })
 	st := &c.st
-	st.atEnd = !cr.stream
+	st.atEnd, st.start = !cr.stream, l.start
 	ctx = context.WithValue(ctx, stateKey{}, st)
 	var hook *flushHook
 	if cr.stream && g.client != nil {

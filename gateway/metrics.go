@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -108,10 +109,14 @@ func (o observer) AttemptEnd(_ context.Context, e driver.AttemptEndEvent) {
 // a non-streaming request commits at the end of its answer.
 func (o observer) Commit(ctx context.Context, e driver.CommitEvent) {
 	o.m.commits.WithLabelValues(e.Model.Key()).Inc()
-	if st, ok := ctx.Value(stateKey{}).(*reqState); ok && st.atEnd {
-		return
+	elapsed := e.Elapsed
+	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
+		if st.atEnd {
+			return
+		}
+		elapsed = time.Since(st.start) // the whole request's, over its fallbacks
 	}
-	o.m.ttfc.WithLabelValues(e.Model.Key()).Observe(e.Elapsed.Seconds())
+	o.m.ttfc.WithLabelValues(e.Model.Key()).Observe(elapsed.Seconds())
 }
 
 func (o observer) RequestEnd(context.Context, driver.RequestEndEvent) {}

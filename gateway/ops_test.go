@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +102,33 @@ func TestPerRequestFallbacksCountedAsFailOvers(t *testing.T) {
 	for _, w := range wants {
 		require.Contains(t, text, w)
 	}
+	r.healthy()
+}
+
+// TestTimeToFirstContentCountsTheFallbacks: time_to_first_content_seconds
+// is from the request's start (retries and fail-overs included), also when
+// the request moved on to its own fallbacks: a primary silent past its
+// first-content deadline is part of the wait the client saw. (A lower
+// bound only: the primary held the request at least its deadline.)
+func TestTimeToFirstContentCountsTheFallbacks(t *testing.T) {
+	r := newRig(t, `"rules": [], "deadlines": {"first_content": "300ms"}`)
+	r.up["primary"].play(act{preamble: true, slowFirst: 5 * time.Second, chunks: []string{"late"}})
+	r.up["backup"].play(act{chunks: []string{"backup answers"}})
+	resp, body := r.rawStream(`{"model":"primary","stream":true,"fallbacks":["backup"],"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, "backup", resp.Header.Get("X-Retryhost-Model"))
+	var sum float64
+	require.Eventually(t, func() bool {
+		for _, line := range strings.Split(r.metricsText(), "\n") {
+			if v, ok := strings.CutPrefix(line, `retryhost_gateway_time_to_first_content_seconds_sum{model="backup"} `); ok {
+				var err error
+				sum, err = strconv.ParseFloat(v, 64)
+				require.NoError(t, err)
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond)
+	require.GreaterOrEqual(t, sum, 0.3, "the primary's wait is left out of the time to first content")
 	r.healthy()
 }
