@@ -104,11 +104,14 @@ type config struct {
 // keys, as "Authorization: Bearer KEY" (what OpenAI clients send) or
 // "X-Api-Key: KEY"; anything else gets 401. Keys are compared in constant
 // time, each against its SHA-256. Calling it again adds keys; empty keys are
-// an error. Default: no keys, every client is served (bind to loopback).
+// an error. Whitespace around a key is not part of it (a key read with
+// os.ReadFile keeps its final newline), as it is not of the key a client
+// sends. Default: no keys, every client is served (bind to loopback).
 func WithAPIKeys(keys ...string) Option {
 	return func(c *config) error {
 		for i, k := range keys {
-			if strings.TrimSpace(k) == "" {
+			k = strings.TrimSpace(k)
+			if k == "" {
 				return fmt.Errorf("gateway: API key %d is empty", i)
 			}
 			c.keys = append(c.keys, sha256.Sum256([]byte(k)))

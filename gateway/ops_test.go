@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	oai "github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 )
 
@@ -131,4 +134,29 @@ func TestTimeToFirstContentCountsTheFallbacks(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	require.GreaterOrEqual(t, sum, 0.3, "the primary's wait is left out of the time to first content")
 	r.healthy()
+}
+
+// TestAPIKeysAsReadFromFiles: a key an embedder passes as read from a file
+// or a secret mount (os.ReadFile keeps the final newline) is the key
+// without the whitespace around it, as a client's key is: it must not be
+// a key no client can ever send. Both doors and SetAPIKeys alike.
+func TestAPIKeysAsReadFromFiles(t *testing.T) {
+	r := newRig(t, "", WithAPIKeys("k-one\n", "\tk-two "))
+	chat := func(key string) error {
+		c := r.newClient(key)
+		_, err := c.Chat.Completions.New(context.Background(), params("primary"))
+		return err
+	}
+	for _, key := range []string{"k-one", "k-two"} {
+		require.NoError(t, chat(key), key)
+		a := r.newAnthropicClient(key)
+		_, err := a.Models.List(context.Background(), anthropic.ModelListParams{})
+		require.NoError(t, err, key)
+	}
+	require.NoError(t, r.gw.SetAPIKeys("k-three\r\n"))
+	require.NoError(t, chat("k-three"))
+	err := chat("k-one")
+	var apiErr *oai.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
 }
