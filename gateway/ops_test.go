@@ -13,7 +13,10 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/policy"
 )
 
 // TestUnreadBodyBoundedByReadTimeout: a request the gateway answers without
@@ -159,4 +162,66 @@ func TestAPIKeysAsReadFromFiles(t *testing.T) {
 	var apiErr *oai.Error
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
+}
+
+// TestKeepAlivesAfterCommitDoNotHoldTheStream: an upstream that, after its
+// first content, sends only keep-alives (SSE comments, chunks with an empty
+// delta or empty text, as some OpenAI-compatible servers do while they
+// think) has gone silent as far as the answer goes: the gap deadline ends
+// the stream with the in-band error instead of holding the client and the
+// gateway's slot for as long as the upstream keeps them coming.
+func TestKeepAlivesAfterCommitDoNotHoldTheStream(t *testing.T) {
+	for _, tc := range []struct{ name, keepAlive string }{
+		{"SSE comment", ": keep-alive\n\n"},
+		{"empty delta", `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":{}}]}` + "\n\n"},
+		{"empty text", `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":{"content":""}}]}` + "\n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stop := make(chan struct{})
+			up := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":{"role":"assistant","content":"Paris"}}]}`+"\n\n")
+				w.(http.Flusher).Flush()
+				tick := time.NewTicker(20 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-r.Context().Done():
+						return
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					if _, err := io.WriteString(w, tc.keepAlive); err != nil {
+						return
+					}
+					w.(http.Flusher).Flush()
+				}
+			}))
+			defer close(stop)
+			pol := `{"models": [{"name": "m", "provider": "openai", "model": "up", "base_url": "` + up.URL + `/v1", "api_key_env": "K"}],
+				"deadlines": {"first_content": "1s", "gap": "300ms"}}`
+			gw, err := New(context.Background(), Bytes("p.json", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}))
+			require.NoError(t, err)
+			srv := newTestServer(t, gw)
+			defer func() { srv.Close(); require.NoError(t, gw.Close(context.Background())) }()
+			c := oai.NewClient(option.WithBaseURL(srv.URL+"/v1"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+			// The test's own bound, far past the gap: without the gateway's
+			// it is what ends the stream.
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			s := c.Chat.Completions.NewStreaming(ctx, params("m"))
+			defer s.Close()
+			var text string
+			for s.Next() {
+				for _, ch := range s.Current().Choices {
+					text += ch.Delta.Content
+				}
+			}
+			require.Equal(t, "Paris", text)
+			require.Error(t, s.Err())
+			require.NoError(t, ctx.Err(), "the keep-alives held the stream: %v", s.Err())
+			require.Contains(t, s.Err().Error(), "stalled")
+		})
+	}
 }
