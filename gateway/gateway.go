@@ -192,10 +192,13 @@ func WithUpstreamConns(n int) Option {
 }
 
 // WithUpstreamHeaderTimeout bounds the wait for an upstream's response
-// headers; past it the attempt fails as a network error (and fails over as
-// the policy says). The policy's first-content deadline bounds the wait for
-// content as well. Default 60s. It applies when the Source's policy.Options
-// bring no HTTPClient of their own.
+// headers; past it the attempt fails as a timeout (and fails over as the
+// policy says). The policy's first-content deadline bounds the wait for
+// content as well. Default 60s. It applies to streaming clients' requests,
+// when the Source's policy.Options bring no HTTPClient of their own: a
+// non-streaming client's request may be non-streamed upstream (a model's
+// "upstream_json"), whose headers come with the whole answer, so the
+// first-content deadline alone bounds it.
 func WithUpstreamHeaderTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -323,19 +326,18 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	}
 	if src.opts.HTTPClient == nil {
 		g.client = &http.Client{Transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          g.cfg.upstreamConns * 4,
-			MaxIdleConnsPerHost:   g.cfg.upstreamConns,
-			MaxConnsPerHost:       g.cfg.upstreamConns,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   10 * time.Second,
-			ResponseHeaderTimeout: g.cfg.headerTimeout,
-			ReadBufferSize:        upstreamReadBuffer,
-			WriteBufferSize:       upstreamWriteBuffer,
+			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:   true,
+			MaxIdleConns:        g.cfg.upstreamConns * 4,
+			MaxIdleConnsPerHost: g.cfg.upstreamConns,
+			MaxConnsPerHost:     g.cfg.upstreamConns,
+			IdleConnTimeout:     90 * time.Second,
+			TLSHandshakeTimeout: 10 * time.Second,
+			ReadBufferSize:      upstreamReadBuffer,
+			WriteBufferSize:     upstreamWriteBuffer,
 		}}
-		g.client.Transport = &sseFilter{next: g.client.Transport, skipped: &g.stats.malformed}
+		g.client.Transport = &sseFilter{next: g.client.Transport, skipped: &g.stats.malformed, headerTimeout: g.cfg.headerTimeout}
 	}
 	if len(g.cfg.keys) > 0 {
 		g.keys.Store(&g.cfg.keys)

@@ -225,3 +225,23 @@ func TestKeepAlivesAfterCommitDoNotHoldTheStream(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamJSONAnswerNotCutByTheHeaderTimeout: a model with
+// "upstream_json" is asked for a non-streamed answer, whose headers an
+// OpenAI-compatible server sends only with the whole answer: there the
+// policy's first_content bounds the whole answer (README), not the
+// transport's header timeout (WithUpstreamHeaderTimeout), which would fail
+// every answer longer to write than it (60 s by default) however long the
+// policy allows. Streamed requests keep the header timeout.
+func TestUpstreamJSONAnswerNotCutByTheHeaderTimeout(t *testing.T) {
+	r := newRigJSON(t, `"rules": [], "deadlines": {"first_content": "10s"}`, WithUpstreamHeaderTimeout(200*time.Millisecond))
+	r.up["primary"].play(act{holdFor: 600 * time.Millisecond, chunks: []string{"a long answer"}})
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "a long answer", cc.Choices[0].Message.Content)
+	// The stream's headers still have their own deadline.
+	r.up["primary"].play(act{holdFor: 5 * time.Second, chunks: []string{"late"}})
+	got := r.stream("primary")
+	require.Error(t, got.err)
+	r.healthy()
+}
