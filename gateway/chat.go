@@ -161,8 +161,13 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	c.gen = gen
 
 	rc := http.NewResponseController(w)
-	// The read deadline (WithReadTimeout) was set in ServeHTTP.
+	// The read deadline (WithReadTimeout) was set in ServeHTTP. The
+	// gateway's stop (Shutdown's deadline, Close) ends a body still
+	// arriving at once, as it ends a stream: the drain must not wait on it
+	// for the rest of the read timeout.
+	stopRead := context.AfterFunc(g.stopCtx, func() { _ = rc.SetReadDeadline(time.Now()) })
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.maxBody))
+	stopRead()
 	_ = rc.SetReadDeadline(time.Time{}) // the server watches the connection for the client going away
 	if err != nil {
 		var (
@@ -170,6 +175,10 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 			ne net.Error
 		)
 		switch {
+		case g.stopCtx.Err() != nil:
+			l.status, l.outcome = http.StatusServiceUnavailable, "shutdown"
+			w.Header().Set("Connection", "close")
+			writeErr(w, d, errShutdown)
 		case errors.As(err, &mb):
 			l.status, l.outcome = http.StatusRequestEntityTooLarge, "client_error"
 			writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "request_too_large",

@@ -245,3 +245,43 @@ func TestUpstreamJSONAnswerNotCutByTheHeaderTimeout(t *testing.T) {
 	require.Error(t, got.err)
 	r.healthy()
 }
+
+// TestShutdownEndsABodyStillArriving: a request whose body still trickles
+// in when the drain deadline passes is ended then, as a stream is, with a
+// 503: not after the body read timeout (WithReadTimeout), which would keep
+// Shutdown, and serve's exit, waiting past --drain for as long as it.
+func TestShutdownEndsABodyStillArriving(t *testing.T) {
+	r := newRig(t, "", WithReadTimeout(time.Minute))
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = pw.Write([]byte(`{"model":"primary",`)) }() // and never the rest
+	req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/v1/chat/completions", pr)
+	require.NoError(t, err)
+	answered := make(chan *http.Response, 1)
+	go func() {
+		resp, err := r.hc.Do(req)
+		if err != nil {
+			answered <- nil
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		answered <- resp
+	}()
+	require.Eventually(t, func() bool { return len(r.gw.sem) == 1 }, 10*time.Second, time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- r.gw.Shutdown(ctx) }()
+	select {
+	case err := <-shut:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(20 * time.Second): // far below the read timeout
+		t.Fatal("Shutdown waits on a body past its drain deadline")
+	}
+	resp := <-answered
+	require.NotNil(t, resp)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	require.Empty(t, r.up["primary"].requests())
+}
