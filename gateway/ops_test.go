@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
 
+	"github.com/retryhost/retryhost/internal/testutil"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -284,4 +286,65 @@ func TestShutdownEndsABodyStillArriving(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	require.NotEmpty(t, resp.Header.Get("Retry-After"))
 	require.Empty(t, r.up["primary"].requests())
+}
+
+// TestShutdownEndsAStalledClientsStream: a client that reads nothing of
+// its stream when the drain deadline passes does not keep Shutdown (and
+// serve's exit) waiting for the rest of the write timeout: once the
+// gateway stops, a write has a short grace, enough for the in-band error
+// to reach a client that reads.
+func TestShutdownEndsAStalledClientsStream(t *testing.T) {
+	// The upstream streams 64 KiB deltas for as long as they are read; when
+	// it can write no more, the gateway has stopped reading it: its relay
+	// is blocked writing to the client.
+	var written atomic.Int64
+	chunk := `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":{"content":"` +
+		strings.Repeat("x", 64<<10) + `"}}]}` + "\n\n"
+	up := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for r.Context().Err() == nil {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			written.Add(1)
+		}
+	}))
+	pol := `{"models": [{"name": "m", "provider": "openai", "model": "up", "base_url": "` + up.URL + `/v1", "api_key_env": "K"}]}`
+	logs := &testutil.LogBuffer{}
+	gw, err := New(context.Background(), Bytes("p.json", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}),
+		WithWriteTimeout(time.Minute), WithLogger(newJSONLogger(logs)))
+	require.NoError(t, err)
+	srv := newTestServer(t, gw)
+	defer func() { srv.Close(); require.NoError(t, gw.Close(context.Background())) }()
+
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(4<<10))
+	body := streamBody("m")
+	_, err = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: "+
+		strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	require.NoError(t, err)
+	// The client reads nothing: wait until the pipeline is full.
+	last := int64(-1)
+	require.Eventually(t, func() bool {
+		n := written.Load()
+		stalled := n > 0 && n == last
+		last = n
+		return stalled
+	}, 30*time.Second, 300*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- gw.Shutdown(ctx) }()
+	select {
+	case err := <-shut:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(30 * time.Second): // far below the write timeout
+		t.Fatal("Shutdown waits on a stalled client past its drain deadline")
+	}
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), `"outcome":"client_closed"`) },
+		10*time.Second, time.Millisecond, "%s", logs)
 }
