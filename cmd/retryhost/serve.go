@@ -82,6 +82,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if len(args) != 0 {
 		return e.usageError(commands["serve"], "unexpected argument %q", args[0])
 	}
+	if o.drain < 0 {
+		return e.usageError(commands["serve"], "--drain %v: a drain cannot be negative (0: end in-flight requests at once)", o.drain)
+	}
 	if o.printDemo {
 		_, err := fmt.Fprintf(e.stdout, "// The policy retryhost serve runs without --policy. Its base_url values are the demo's\n"+
 			"// in-process loopback providers (random ports at run time): point them at yours.\n%s\n",

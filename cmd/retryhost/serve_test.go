@@ -181,6 +181,14 @@ func TestServe_BadInput(t *testing.T) {
 	stderr.Reset()
 	require.Equal(t, exitUsage, dispatch(context.Background(), []string{"serve", "extra"}, io.Discard, &stderr))
 	stderr.Reset()
+	// A negative drain is a mistake (0 is no drain), refused before the
+	// gateway starts rather than taken for 0 at the first SIGTERM.
+	// The context only ends a gateway that wrongly started.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.Equal(t, exitUsage, dispatch(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--drain", "-1s"}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "--drain")
+	stderr.Reset()
 	empty := filepath.Join(t.TempDir(), "keys")
 	require.NoError(t, os.WriteFile(empty, []byte("# none\n"), 0o600))
 	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--api-keys-file", empty}, io.Discard, &stderr))
