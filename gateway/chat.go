@@ -23,6 +23,11 @@ type reqState struct {
 	committed driver.Model
 	attempts  int  // the committed attempt's number
 	atEnd     bool // a non-streaming request: it commits at the end of the answer
+	// start is when the gateway took the request: its time to first
+	// content runs from there, over the links of its chain (each link is
+	// a policy request of its own, whose commit event counts from the
+	// link's start).
+	start time.Time
 }
 
 type stateKey struct{}
@@ -156,8 +161,13 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	c.gen = gen
 
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.readTimeout))
+	// The read deadline (WithReadTimeout) was set in ServeHTTP. The
+	// gateway's stop (Shutdown's deadline, Close) ends a body still
+	// arriving at once, as it ends a stream: the drain must not wait on it
+	// for the rest of the read timeout.
+	stopRead := context.AfterFunc(g.stopCtx, func() { _ = rc.SetReadDeadline(time.Now()) })
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.maxBody))
+	stopRead()
 	_ = rc.SetReadDeadline(time.Time{}) // the server watches the connection for the client going away
 	if err != nil {
 		var (
@@ -165,6 +175,10 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 			ne net.Error
 		)
 		switch {
+		case g.stopCtx.Err() != nil:
+			l.status, l.outcome = http.StatusServiceUnavailable, "shutdown"
+			w.Header().Set("Connection", "close")
+			writeErr(w, d, errShutdown)
 		case errors.As(err, &mb):
 			l.status, l.outcome = http.StatusRequestEntityTooLarge, "client_error"
 			writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "request_too_large",
@@ -221,9 +235,21 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	// shutdown (with ErrShuttingDown as its cause).
 	ctx, cancel := context.WithCancelCause(r.Context())
 	c.cancel = cancel
-	c.stopAfter = context.AfterFunc(g.stopCtx, func() { cancel(context.Cause(g.stopCtx)) })
+	c.stopAfter = context.AfterFunc(g.stopCtx, func() {
+		cancel(context.Cause(g.stopCtx))
+		// A write under way to a client that reads nothing would hold
+		// the drain for the rest of its write timeout: it gets the
+		// grace that every write has from now on (writeDeadline). Not
+		// once the handler is done with w (close): an HTTP/2 writer is
+		// gone by then.
+		c.wmu.Lock()
+		if !c.wdone {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(stopWriteGrace))
+		}
+		c.wmu.Unlock()
+	})
 	st := &c.st
-	st.atEnd = !cr.stream
+	st.atEnd, st.start = !cr.stream, l.start
 	ctx = context.WithValue(ctx, stateKey{}, st)
 	var hook *flushHook
 	if cr.stream && g.client != nil {
@@ -242,6 +268,11 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	}
 	c.chain, c.ctx, c.sctx, c.req = chain, ctx, sctx, &cr.req
 	g.openers.run(c)
+	// A move on to the request's own fallbacks is a fail-over as much as a
+	// rule's switch (which the observer counts): one per link moved to.
+	for _, rt := range c.chain[1 : 1+l.fallbacks] {
+		g.metrics.failovers.WithLabelValues(rt.name).Inc()
+	}
 	c.req = nil // opened: a held stream does not keep the parsed request through the call
 	err, prior := c.err, c.prior
 	if err != nil {
@@ -269,8 +300,11 @@ func (c *call) close(g *Gateway) {
 	if c.s != nil {
 		_ = c.s.Close()
 	}
-	if c.stopAfter != nil {
-		c.stopAfter()
+	if c.stopAfter != nil && !c.stopAfter() {
+		// The stop's func has run or runs now: let it finish with w.
+		c.wmu.Lock()
+		c.wdone = true
+		c.wmu.Unlock()
 	}
 	if c.cancel != nil {
 		c.cancel(nil)
@@ -311,6 +345,8 @@ type call struct {
 	entered   bool       // admitted (g.enter)
 	cancel    context.CancelCauseFunc
 	stopAfter func() bool
+	wmu       sync.Mutex // held while stopAfter's func sets w's write deadline
+	wdone     bool       // close ran: w is not to be touched (under wmu)
 }
 
 // open opens the policy request on each link of the chain in turn, until
@@ -324,6 +360,23 @@ func (c *call) open() {
 		}
 		c.prior += attempts(c.err) // the attempts of a link the request moves on from; the last link's are its error's
 	}
+}
+
+// stopWriteGrace bounds a write to a client once its request is ended
+// (the gateway stopped at its drain deadline, or the client went away):
+// enough for the in-band error to reach a client that reads, short
+// enough that one that reads nothing does not hold the drain for the
+// write timeout.
+const stopWriteGrace = time.Second
+
+// writeDeadline is the deadline of a write to a client starting now:
+// WithWriteTimeout, or stopWriteGrace once ctx, the request's, is done.
+func (g *Gateway) writeDeadline(ctx context.Context) time.Time {
+	d := g.cfg.writeTimeout
+	if ctx.Err() != nil {
+		d = min(d, stopWriteGrace)
+	}
+	return time.Now().Add(d)
 }
 
 // errShutdown is the answer to a request that arrives while the gateway
@@ -420,7 +473,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		if len(buf) == 0 || broken {
 			return
 		}
-		_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.writeTimeout))
+		_ = rc.SetWriteDeadline(g.writeDeadline(ctx))
 		if _, err := w.Write(buf); err != nil {
 			broken = true
 			return
@@ -569,7 +622,7 @@ func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, d door, l 
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.writeTimeout))
+	_ = rc.SetWriteDeadline(g.writeDeadline(ctx))
 	l.status, l.outcome = http.StatusOK, "ok"
 	if _, err := w.Write(b); err != nil {
 		l.outcome = "client_closed"

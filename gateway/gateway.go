@@ -106,11 +106,14 @@ type config struct {
 // keys, as "Authorization: Bearer KEY" (what OpenAI clients send) or
 // "X-Api-Key: KEY"; anything else gets 401. Keys are compared in constant
 // time, each against its SHA-256. Calling it again adds keys; empty keys are
-// an error. Default: no keys, every client is served (bind to loopback).
+// an error. Whitespace around a key is not part of it (a key read with
+// os.ReadFile keeps its final newline), as it is not of the key a client
+// sends. Default: no keys, every client is served (bind to loopback).
 func WithAPIKeys(keys ...string) Option {
 	return func(c *config) error {
 		for i, k := range keys {
-			if strings.TrimSpace(k) == "" {
+			k = strings.TrimSpace(k)
+			if k == "" {
 				return fmt.Errorf("gateway: API key %d is empty", i)
 			}
 			c.keys = append(c.keys, sha256.Sum256([]byte(k)))
@@ -191,10 +194,13 @@ func WithUpstreamConns(n int) Option {
 }
 
 // WithUpstreamHeaderTimeout bounds the wait for an upstream's response
-// headers; past it the attempt fails as a network error (and fails over as
-// the policy says). The policy's first-content deadline bounds the wait for
-// content as well. Default 60s. It applies when the Source's policy.Options
-// bring no HTTPClient of their own.
+// headers; past it the attempt fails as a timeout (and fails over as the
+// policy says). The policy's first-content deadline bounds the wait for
+// content as well. Default 60s. It applies to streaming clients' requests,
+// when the Source's policy.Options bring no HTTPClient of their own: a
+// non-streaming client's request may be non-streamed upstream (a model's
+// "upstream_json"), whose headers come with the whole answer, so the
+// first-content deadline alone bounds it.
 func WithUpstreamHeaderTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -220,7 +226,8 @@ func WithWriteTimeout(d time.Duration) Option {
 
 // WithReadTimeout bounds the reading of a request's body, so that a client
 // that trickles it cannot hold one of the WithMaxConcurrent slots; past it
-// the answer is 408. Default 30s.
+// the answer is 408. It bounds the body of a request answered without
+// reading it too (a missing key, /healthz …): see ServeHTTP. Default 30s.
 func WithReadTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -321,19 +328,18 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	}
 	if src.opts.HTTPClient == nil {
 		g.client = &http.Client{Transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          g.cfg.upstreamConns * 4,
-			MaxIdleConnsPerHost:   g.cfg.upstreamConns,
-			MaxConnsPerHost:       g.cfg.upstreamConns,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   10 * time.Second,
-			ResponseHeaderTimeout: g.cfg.headerTimeout,
-			ReadBufferSize:        upstreamReadBuffer,
-			WriteBufferSize:       upstreamWriteBuffer,
+			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:   true,
+			MaxIdleConns:        g.cfg.upstreamConns * 4,
+			MaxIdleConnsPerHost: g.cfg.upstreamConns,
+			MaxConnsPerHost:     g.cfg.upstreamConns,
+			IdleConnTimeout:     90 * time.Second,
+			TLSHandshakeTimeout: 10 * time.Second,
+			ReadBufferSize:      upstreamReadBuffer,
+			WriteBufferSize:     upstreamWriteBuffer,
 		}}
-		g.client.Transport = &sseFilter{next: g.client.Transport, skipped: &g.stats.malformed}
+		g.client.Transport = &sseFilter{next: g.client.Transport, skipped: &g.stats.malformed, headerTimeout: g.cfg.headerTimeout}
 	}
 	if len(g.cfg.keys) > 0 {
 		g.keys.Store(&g.cfg.keys)
@@ -373,7 +379,19 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 // slash joined by hand gives, or a dot segment) is served as its clean
 // form: ServeMux would answer it with a 307 redirect, which clients do not
 // follow with a POST body, so the request failed on a spelling.
+//
+// A request with a body gets the read timeout (WithReadTimeout) from its
+// start, whichever endpoint it is for: net/http reads what a handler left
+// unread of a body (up to 256 KiB) before it sends the answer and again
+// after it, with no deadline unless the server has a ReadTimeout (serve's
+// has none: it would end every stream). Without one a client with no key
+// could hold a connection and its goroutine for ever by declaring a body
+// and never sending it, as the 401 does not read it. The chat doors read
+// their body under the same deadline and then clear it.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 { // -1: chunked
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(g.cfg.readTimeout))
+	}
 	if p := r.URL.EscapedPath(); r.Method != http.MethodConnect {
 		if c := cleanPath(p); c != p {
 			r = withPath(r, c)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -36,7 +37,7 @@ func newMetrics(st *stats) *metrics {
 	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "attempts_total",
 		Help: "Upstream attempts, by model, outcome (success, error, rejected, truncated) and error class."}, []string{"model", "outcome", "class"})
 	m.failovers = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "failovers_total",
-		Help: "Attempts that moved a request to another model, by the model moved to."}, []string{"to"})
+		Help: "Attempts that moved a request to another model (a rule's switch, or on to the request's own fallbacks), by the model moved to."}, []string{"to"})
 	m.commits = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "commits_total",
 		Help: "Answers committed (first content reached the client side of the gate), by model."}, []string{"model"})
 	m.ttfc = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "time_to_first_content_seconds",
@@ -108,10 +109,14 @@ func (o observer) AttemptEnd(_ context.Context, e driver.AttemptEndEvent) {
 // a non-streaming request commits at the end of its answer.
 func (o observer) Commit(ctx context.Context, e driver.CommitEvent) {
 	o.m.commits.WithLabelValues(e.Model.Key()).Inc()
-	if st, ok := ctx.Value(stateKey{}).(*reqState); ok && st.atEnd {
-		return
+	elapsed := e.Elapsed
+	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
+		if st.atEnd {
+			return
+		}
+		elapsed = time.Since(st.start) // the whole request's, over its fallbacks
 	}
-	o.m.ttfc.WithLabelValues(e.Model.Key()).Observe(e.Elapsed.Seconds())
+	o.m.ttfc.WithLabelValues(e.Model.Key()).Observe(elapsed.Seconds())
 }
 
 func (o observer) RequestEnd(context.Context, driver.RequestEndEvent) {}

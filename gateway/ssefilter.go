@@ -2,13 +2,16 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/internal/sseline"
 )
 
@@ -20,13 +23,47 @@ const maxEventBytes = 4 << 20
 // events whose data is neither [DONE] nor a JSON object, so that one
 // malformed event from an upstream is skipped (and counted) instead of
 // ending the stream in the SDK's decoder.
+//
+// It also bounds the wait for a streamed request's response headers
+// (WithUpstreamHeaderTimeout), which the transport cannot do per request:
+// a request that commits at its end (a non-streaming client's) may be a
+// non-streamed one upstream ("upstream_json"), whose headers come only
+// with the whole answer, which the policy's first-content deadline bounds.
 type sseFilter struct {
-	next    http.RoundTripper
-	skipped *atomic.Int64
+	next          http.RoundTripper
+	skipped       *atomic.Int64
+	headerTimeout time.Duration // 0: none
 }
 
+// errUpstreamHeaders is the failure of an upstream that sent no response
+// headers within the header timeout: a timeout, as the transport's own.
+type errUpstreamHeaders struct{}
+
+func (errUpstreamHeaders) Error() string   { return "net/http: timeout awaiting response headers" }
+func (errUpstreamHeaders) Timeout() bool   { return true }
+func (errUpstreamHeaders) Temporary() bool { return true }
+
 func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := f.next.RoundTrip(r)
+	var (
+		resp *http.Response
+		err  error
+	)
+	if f.headerTimeout > 0 && !driver.CommitsAtEnd(r.Context()) {
+		// The child context lives as long as the response body (ended
+		// with the request's, when the attempt ends); only the timer is
+		// stopped once the headers are in.
+		ctx, cancel := context.WithCancelCause(r.Context())
+		t := time.AfterFunc(f.headerTimeout, func() { cancel(errUpstreamHeaders{}) })
+		resp, err = f.next.RoundTrip(r.WithContext(ctx))
+		if !t.Stop() && context.Cause(ctx) == (errUpstreamHeaders{}) {
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			return nil, errUpstreamHeaders{}
+		}
+	} else {
+		resp, err = f.next.RoundTrip(r)
+	}
 	if err != nil || resp.Body == nil {
 		return resp, err
 	}

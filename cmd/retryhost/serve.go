@@ -82,6 +82,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if len(args) != 0 {
 		return e.usageError(commands["serve"], "unexpected argument %q", args[0])
 	}
+	if o.drain < 0 {
+		return e.usageError(commands["serve"], "--drain %v: a drain cannot be negative (0: end in-flight requests at once)", o.drain)
+	}
 	if o.printDemo {
 		_, err := fmt.Fprintf(e.stdout, "// The policy retryhost serve runs without --policy. Its base_url values are the demo's\n"+
 			"// in-process loopback providers (random ports at run time): point them at yours.\n%s\n",
@@ -258,7 +261,7 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 const maxKeysFile = 1 << 20
 
 // apiKeys reads the client keys from a file (one per line, blank lines and
-// # comments skipped) and a comma-separated list (RETRYHOST_API_KEYS).
+// # comments skipped, a leading byte order mark dropped) and a comma-separated list (RETRYHOST_API_KEYS).
 // Keys asked for but none found is an error, never an open gateway: a list
 // of only commas (a template whose values were left out), a file with no
 // key, a file larger than maxKeysFile (read cut, its last key could be a
@@ -286,8 +289,14 @@ func apiKeys(file, list string) ([]string, error) {
 	}
 	lr := &io.LimitedReader{R: f, N: maxKeysFile + 1}
 	sc := bufio.NewScanner(lr)
-	for sc.Scan() {
-		if k := strings.TrimSpace(sc.Text()); k != "" && !strings.HasPrefix(k, "#") {
+	for first := true; sc.Scan(); first = false {
+		line := sc.Text()
+		if first {
+			// A UTF-8 byte order mark (an editor's "UTF-8 with BOM") is
+			// not part of the first key, nor whitespace to TrimSpace.
+			line = strings.TrimPrefix(line, "\ufeff")
+		}
+		if k := strings.TrimSpace(line); k != "" && !strings.HasPrefix(k, "#") {
 			keys = append(keys, k)
 		}
 	}

@@ -181,6 +181,14 @@ func TestServe_BadInput(t *testing.T) {
 	stderr.Reset()
 	require.Equal(t, exitUsage, dispatch(context.Background(), []string{"serve", "extra"}, io.Discard, &stderr))
 	stderr.Reset()
+	// A negative drain is a mistake (0 is no drain), refused before the
+	// gateway starts rather than taken for 0 at the first SIGTERM.
+	// The context only ends a gateway that wrongly started.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.Equal(t, exitUsage, dispatch(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--drain", "-1s"}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "--drain")
+	stderr.Reset()
 	empty := filepath.Join(t.TempDir(), "keys")
 	require.NoError(t, os.WriteFile(empty, []byte("# none\n"), 0o600))
 	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--api-keys-file", empty}, io.Discard, &stderr))
@@ -414,4 +422,31 @@ func TestServe_APIKeysThatHoldNoKey(t *testing.T) {
 	var stderr bytes.Buffer
 	require.Equal(t, exitInput, dispatch(ctx, []string{"serve", "--addr", "127.0.0.1:0"}, io.Discard, &stderr))
 	require.Contains(t, stderr.String(), "RETRYHOST_API_KEYS has no key")
+}
+
+// TestServe_APIKeysFileFormats: a keys file as editors and tools write it
+// gives the keys it holds: CRLF line ends, blank and indented lines, #
+// comments, no final newline, and a UTF-8 byte order mark (Notepad's
+// "UTF-8 with BOM"), which must not become part of the first key: that key
+// would be refused with 401 and nothing would say why.
+func TestServe_APIKeysFileFormats(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, data string
+		want       []string
+	}{
+		{name: "plain", data: "k1\nk2\n", want: []string{"k1", "k2"}},
+		{name: "CRLF", data: "k1\r\nk2\r\n", want: []string{"k1", "k2"}},
+		{name: "comments and blank lines", data: "# clients\n\n  k1  \n\t# old: k0\n\nk2", want: []string{"k1", "k2"}},
+		{name: "byte order mark", data: "\ufeffk1\r\nk2\r\n", want: []string{"k1", "k2"}},
+		{name: "byte order mark before a comment", data: "\ufeff# clients\nk1\n", want: []string{"k1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+			require.NoError(t, os.WriteFile(file, []byte(tc.data), 0o600))
+			keys, err := apiKeys(file, "")
+			require.NoError(t, err)
+			require.Equal(t, tc.want, keys)
+		})
+	}
 }
