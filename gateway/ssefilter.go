@@ -193,6 +193,17 @@ func newEventReader(body io.ReadCloser, skipped *atomic.Int64, hook *flushHook) 
 
 func (e *eventReader) Close() error { return e.src.Close() }
 
+// Release gives the line reader's buffer back to its pool once its
+// consumer, which reads with ReadEvent, has seen the stream's end marker
+// (sseline.Reader.Release). The data ReadEvent returned last is invalid
+// afterwards. Nothing is released while Read, the other way of reading,
+// has an event under way.
+func (e *eventReader) Release() {
+	if len(e.event) == e.off && len(e.partial) == 0 {
+		e.lr.Release()
+	}
+}
+
 // maxLeadBytes is the most of a JSON body in place of events that an
 // upstream body reads (the adapters' MaxBody, as for one under a JSON
 // Content-Type).

@@ -247,6 +247,20 @@ func (l *Reader) takeBuf() {
 	l.buf = make([]byte, l.Size)
 }
 
+// Release gives the read buffer back to its pool when nothing is buffered
+// in it, as a read that finds it empty does: a consumer that stops at its
+// stream's end marker ([DONE]) and closes the body never makes that read,
+// and the buffer was dropped with every stream. The lines returned so far
+// are invalid afterwards. It is for the reader's own goroutine, between
+// reads (never beside a Line in flight); a later Line takes a buffer
+// again.
+func (l *Reader) Release() {
+	if l.r == l.w {
+		l.r, l.w = 0, 0
+		l.putBuf()
+	}
+}
+
 // putBuf gives the reader's buffer, with nothing in it, back to the pool.
 func (l *Reader) putBuf() {
 	p := poolOf(len(l.buf))

@@ -229,3 +229,39 @@ func TestLead(t *testing.T) {
 		})
 	}
 }
+
+// Release gives the buffer back only when nothing is buffered in it, and
+// the reader goes on reading afterwards (taking a buffer again).
+func TestReaderRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		in       string
+		read     int // lines read before Release
+		released bool
+		rest     []string
+	}{
+		{name: "all read", in: "data: [DONE]\n\n", read: 2, released: true},
+		{name: "a line still buffered", in: "data: [DONE]\n\ndata: x\n", read: 2, released: false, rest: []string{"data: x\n"}},
+		{name: "nothing read yet", in: "", read: 0, released: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &Reader{Src: strings.NewReader(tc.in), Size: 64}
+			for range tc.read {
+				_, _, err := l.Line()
+				require.NoError(t, err)
+			}
+			l.Release()
+			require.Equal(t, tc.released, l.BufSize() == 0, "buffer released")
+			var rest []string
+			for {
+				line, _, err := l.Line()
+				if err != nil {
+					require.ErrorIs(t, err, io.EOF)
+					break
+				}
+				rest = append(rest, string(line))
+			}
+			require.Equal(t, tc.rest, rest)
+		})
+	}
+}

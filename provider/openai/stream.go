@@ -307,6 +307,9 @@ func (e *events) next(c *chunk) (bool, error) {
 		}
 		if string(data) == "[DONE]\n" {
 			e.done = true
+			if r, ok := e.src.(adapter.Releaser); ok {
+				r.Release() // data is not used again
+			}
 			return false, nil
 		}
 		thread := bytes.HasPrefix(typ, []byte("thread."))

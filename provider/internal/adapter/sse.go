@@ -68,6 +68,12 @@ func Events(body io.ReadCloser) EventBody {
 	return SSEBody(body)
 }
 
+// Releaser is an EventBody that can give its read buffer back once its
+// consumer has seen the end marker and will read no more ([DONE]): the
+// data ReadEvent returned last is invalid afterwards. It is called on the
+// reading goroutine, between reads.
+type Releaser interface{ Release() }
+
 type sseBody struct {
 	rc      io.ReadCloser
 	started bool
@@ -207,6 +213,9 @@ func (b *sseBody) Read(p []byte) (int, error) {
 }
 
 func (b *sseBody) Close() error { return b.rc.Close() }
+
+// Release gives the line reader's buffer back (Releaser).
+func (b *sseBody) Release() { b.lr.Release() }
 
 // NormalizeSSE is an SDK middleware (the signature of both SDKs'
 // option.Middleware) that wraps a successful response's body in
