@@ -15,6 +15,17 @@
 // in, use WithMaxRetries(n), or pass any SDK option with WithRequestOptions
 // (applied last, so it wins).
 //
+// # Requests a gateway forwards
+//
+// A Chat Completions request whose messages (and tools) come as raw JSON in
+// its ProviderOptions entry, which is what the retryhost gateway forwards,
+// is written without the SDK's encoder and sent without its per-request
+// pipeline: with the URL and the headers the SDK composes for the model,
+// captured from the SDK once (the SDK's X-Stainless-* telemetry headers
+// aside). The object, the headers, the errors and the redirect rule are the
+// SDK path's. A model with WithRequestOptions, WithParam, SDK retries or the
+// Responses API keeps the SDK's pipeline for every request.
+//
 // # Stream mapping
 //
 // Stream sends stream_options.include_usage and emits:
