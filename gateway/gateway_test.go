@@ -397,10 +397,11 @@ func (c countingConn) Write(p []byte) (int, error) {
 }
 
 // The upstream client's 1 KiB write buffer does not split a request into
-// more writes than net/http's default 4 KiB would: the headers (the SDK's,
-// a long API key; ~630 bytes) go in one write, flushed on their own, and the
-// body in one more however long it is (up to the copy's 32 KiB). A buffer
-// smaller than the headers fails it (256 bytes: 4 writes).
+// more writes than net/http's default 4 KiB would: the headers (the
+// openai direct path's, a long API key; ~330 bytes) and a body that fits
+// the rest of the buffer go in one write, a longer body in one more
+// however long it is (up to the copy's 32 KiB). A buffer smaller than the
+// headers fails it (256 bytes: 4 writes).
 func TestUpstreamRequestWrites(t *testing.T) {
 	key := strings.Repeat("k", 164)
 	up := newUpstream("primary")
@@ -451,6 +452,9 @@ func TestUpstreamRequestWrites(t *testing.T) {
 			t.Logf("%d writes for %d body bytes", n, len(hits[0].raw))
 			require.Positive(t, dials.Load(), "the counting dialer was not used")
 			require.LessOrEqual(t, n, int64(2), "writes for one request of %d body bytes", len(hits[0].raw))
+			if tc.prompt < 512 {
+				require.Equal(t, int64(1), n, "a short request is one write")
+			}
 		})
 	}
 }
