@@ -557,7 +557,7 @@ func (m *Model) prepare(req *driver.Request, stream bool) (oai.ChatCompletionNew
 	// the body (a gateway forwards a client's own): not built for nothing.
 	_, rawMessages := fields["messages"]
 	_, rawTools := fields["tools"]
-	lean := !m.sdkBody && rawMessages && (rawTools || len(req.Tools) == 0) && allRaw(fields)
+	lean := m.leanable(req, fields)
 	if req.System != "" && !rawMessages {
 		p.Messages = append(p.Messages, oai.SystemMessage(req.System))
 	}
@@ -615,6 +615,15 @@ func (m *Model) prepare(req *driver.Request, stream bool) (oai.ChatCompletionNew
 		p.StreamOptions.IncludeUsage = param.NewOpt(true)
 	}
 	return p, fields, lean, nil
+}
+
+// leanable reports whether leanBody can write req's body, whose
+// ProviderOptions entry is fields: the entry carries the messages (and the
+// tools, if the request has any), all raw, as a gateway forwards them.
+func (m *Model) leanable(req *driver.Request, fields map[string]any) bool {
+	_, rawMessages := fields["messages"]
+	_, rawTools := fields["tools"]
+	return !m.sdkBody && rawMessages && (rawTools || len(req.Tools) == 0) && allRaw(fields)
 }
 
 // rawParams returns chat params that the SDK encodes as body.
