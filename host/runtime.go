@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/host/internal/wasmcheck"
+	"github.com/retryhost/retryhost/internal/filecap"
 )
 
 // Runtime owns a wazero runtime with retryhost's sandbox and the plugins
@@ -317,23 +316,17 @@ func (rt *Runtime) LoadFile(ctx context.Context, name, path string, opts ...Load
 
 // readModule reads the module at path, at most ModuleBytes: a regular file
 // larger than that is refused from its size, anything else (a pipe,
-// /dev/zero) when it goes past it, as a [*LimitError] on ModuleBytes.
+// /dev/zero) when it goes past it, as a [*LimitError] on ModuleBytes (Got
+// 0 when the size is unknown: "over the host's limit").
 func (rt *Runtime) readModule(name, path string) ([]byte, error) {
 	limit := rt.cfg.limits.ModuleBytes
-	f, err := os.Open(path)
-	if err != nil {
+	b, err := filecap.Read(path, int64(limit))
+	var big *filecap.TooLargeError
+	switch {
+	case errors.As(err, &big):
+		return nil, loadErr(name, ErrLimit, &LimitError{Limit: "ModuleBytes", Got: int(min(max(big.Size, 0), math.MaxInt)), Max: limit})
+	case err != nil:
 		return nil, loadErr(name, ErrInvalidModule, err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > int64(limit) {
-		return nil, loadErr(name, ErrLimit, &LimitError{Limit: "ModuleBytes", Got: int(min(st.Size(), math.MaxInt)), Max: limit})
-	}
-	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
-	if err != nil {
-		return nil, loadErr(name, ErrInvalidModule, err)
-	}
-	if len(b) > limit { // Got 0: "over the host's limit", its size unknown
-		return nil, loadErr(name, ErrLimit, &LimitError{Limit: "ModuleBytes", Max: limit})
 	}
 	return b, nil
 }

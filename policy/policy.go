@@ -67,7 +67,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -78,6 +77,7 @@ import (
 
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/internal/filecap"
 	"github.com/retryhost/retryhost/internal/policyhook"
 	"github.com/retryhost/retryhost/internal/stateplug"
 	"github.com/retryhost/retryhost/internal/strict"
@@ -355,18 +355,13 @@ func ValidateFile(ctx context.Context, path string, opts Options) error {
 const MaxFileSize = 16 << 20
 
 func readFile(path string, opts *Options) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxFileSize {
+	data, err := filecap.Read(path, MaxFileSize)
+	if errors.As(err, new(*filecap.TooLargeError)) {
 		return nil, &fs.PathError{Op: "read", Path: path,
 			Err: fmt.Errorf("larger than the %d MiB limit of a policy file", MaxFileSize>>20)}
+	}
+	if err != nil {
+		return nil, err
 	}
 	if opts.Name == "" {
 		opts.Name = path

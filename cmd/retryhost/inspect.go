@@ -11,7 +11,6 @@ import (
 	"io"
 	"io/fs"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/internal/filecap"
 	"github.com/retryhost/retryhost/plugins"
 )
 
@@ -182,7 +182,11 @@ func runInspect(ctx context.Context, e *env, args []string, asJSON bool, config 
 	}
 	file := args[0]
 	limit := host.DefaultModuleLimits().ModuleBytes
-	b, size, err := readPlugin(file, limit)
+	b, err := filecap.Read(file, int64(limit))
+	var big *filecap.TooLargeError // reported as rejected (limit), not an unreadable file
+	if errors.As(err, &big) {
+		err = nil
+	}
 	var cfg []byte
 	if config != nil {
 		cfg = []byte(*config)
@@ -207,8 +211,8 @@ func runInspect(ctx context.Context, e *env, args []string, asJSON bool, config 
 		return e.errorf(exitInput, "%v", err)
 	}
 	var r *report
-	if size > int64(limit) {
-		r = overLimit(file, size, limit, b == nil)
+	if big != nil {
+		r = overLimit(file, big, limit)
 	} else if r, err = inspect(ctx, file, b, cfg, e.hostOptions(ctx)...); err != nil {
 		return e.errorf(exitFail, "%v", err)
 	}
@@ -234,45 +238,18 @@ func runInspect(ctx context.Context, e *env, args []string, asJSON bool, config 
 	return exitOK
 }
 
-// readPlugin reads file up to limit bytes, and returns its size: past the
-// limit it stops (a regular file is not read at all, its size known; a
-// pipe or device, /dev/zero, is read to limit+1) and size is over limit,
-// so that a file the host would refuse is not read into memory whole.
-func readPlugin(file string, limit int) ([]byte, int64, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, 0, err
-	}
-	if st.IsDir() {
-		return nil, 0, fmt.Errorf("%s: is a directory, not a Wasm file", file)
-	}
-	if st.Mode().IsRegular() && st.Size() > int64(limit) {
-		return nil, st.Size(), nil
-	}
-	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
-	if err != nil {
-		return nil, 0, err
-	}
-	return b, int64(len(b)), nil
-}
-
 // overLimit is the report on a file over the host's ModuleBytes limit,
 // which the host refuses unread: no sha256 (the file was not read whole),
 // and, unless its size is known (a regular file), a size of limit+1 (the
 // bytes read: at least that many).
-func overLimit(file string, size int64, limit int, known bool) *report {
-	got := int(min(size, math.MaxInt))
-	if !known {
-		got = 0 // LimitError: "over the host's limit", no size
+func overLimit(file string, big *filecap.TooLargeError, limit int) *report {
+	size, got := int(min(big.Size, math.MaxInt)), int(min(big.Size, math.MaxInt))
+	if big.Size < 0 {
+		size, got = limit+1, 0 // LimitError: "over the host's limit", no size
 	}
 	err := &host.LoadError{Plugin: file, Reason: host.ErrLimit, Err: &host.LimitError{Limit: "ModuleBytes", Got: got, Max: limit}}
-	return &report{File: file, Size: int(min(size, math.MaxInt)), ABI: "none", Kinds: []string{}, Imports: []function{},
-		Exports: []function{}, Memories: []memory{}, Reason: "limit", Error: err.Error(), sizeUnknown: !known}
+	return &report{File: file, Size: size, ABI: "none", Kinds: []string{}, Imports: []function{},
+		Exports: []function{}, Memories: []memory{}, Reason: "limit", Error: err.Error(), sizeUnknown: big.Size < 0}
 }
 
 // inspect describes wasm from wazero's compiled module, then tries to load

@@ -12,7 +12,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/internal/filecap"
 	"github.com/retryhost/retryhost/internal/policyhook"
 	"github.com/retryhost/retryhost/internal/strict"
 	"github.com/retryhost/retryhost/policy"
@@ -252,20 +252,12 @@ func RunFile(ctx context.Context, path string, opts Options) (*Scenario, *Result
 // policy and its scripts: kilobytes), so a device or a runaway file is
 // refused instead of read until memory runs out.
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, policy.MaxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > policy.MaxFileSize {
+	data, err := filecap.Read(path, policy.MaxFileSize)
+	if errors.As(err, new(*filecap.TooLargeError)) {
 		return nil, &fs.PathError{Op: "read", Path: path,
 			Err: fmt.Errorf("larger than the %d MiB limit of a scenario file", policy.MaxFileSize>>20)}
 	}
-	return data, nil
+	return data, err
 }
 
 // recorder collects what the driver's callbacks report for one request.
