@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -251,6 +252,46 @@ func TestMessagesHeldBlocksBounded(t *testing.T) {
 	require.Equal(t, "text", msg.Content[1].Type)
 	require.Len(t, msg.Content[1].Text, (maxWaiting/mib+1)*mib)
 	checkEncoded(t, parts)
+}
+
+// TestMessagesHeldWholeToolCallsBounded: tool calls that come whole (an
+// adapter's tool-call part, not deltas) while a tool_use block is open are
+// held under the same bound as deltas: past maxWaiting they go out at once.
+func TestMessagesHeldWholeToolCallsBounded(t *testing.T) {
+	const mib = 1 << 20
+	input := `{"x":"` + strings.Repeat("t", mib) + `"}`
+	parts := []abi.Part{{Kind: abi.KindToolInputStart, ID: "call_a", Tool: &abi.ToolInfo{Name: "f"}},
+		{Kind: abi.KindToolInputDelta, ID: "call_a", Delta: `{"x":`}}
+	n := maxWaiting/len(input) + 1
+	for i := range n {
+		parts = append(parts, abi.Part{Kind: abi.KindToolCall, ID: fmt.Sprintf("call_%d", i), Tool: &abi.ToolInfo{Name: "g", Input: input}})
+	}
+	parts = append(parts, abi.Part{Kind: abi.KindToolInputDelta, ID: "call_a", Delta: `1}`},
+		abi.Part{Kind: abi.KindToolInputEnd, ID: "call_a"},
+		abi.Part{Kind: abi.KindToolCall, ID: "call_a", Tool: &abi.ToolInfo{Name: "f", Input: `{"x":1}`}},
+		abi.Part{Kind: abi.KindFinish, Finish: &abi.Finish{Reason: abi.FinishReason{Unified: abi.ReasonToolCalls}}})
+
+	enc := &messagesEncoder{id: "msg_rh1", model: "route"}
+	var out []byte
+	for i := range parts {
+		out = enc.appendPart(out, &parts[i])
+		require.LessOrEqual(t, enc.waitingBytes, maxWaiting, "part %d", i)
+	}
+	require.True(t, enc.overlap, "the bound was passed")
+	require.Empty(t, enc.waiting)
+	var msg anthropic.Message
+	for _, ev := range strings.SplitAfter(string(out), "\n\n") {
+		if data, ok := strings.CutPrefix(strings.TrimSpace(ev[strings.Index(ev, "\n")+1:]), "data: "); ok {
+			var e anthropic.MessageStreamEventUnion
+			require.NoError(t, json.Unmarshal([]byte(data), &e))
+			require.NoError(t, msg.Accumulate(e))
+		}
+	}
+	require.Len(t, msg.Content, n+1)
+	require.JSONEq(t, `{"x":1}`, string(msg.Content[0].Input))
+	for _, c := range msg.Content[1:] {
+		require.JSONEq(t, input, string(c.Input))
+	}
 }
 
 // TestFailClosedPluginIsPluginFailed: a request a fail-closed plugin

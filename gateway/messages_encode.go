@@ -265,15 +265,22 @@ func (e *messagesEncoder) held(kind abi.PartKind, id string) *waitingBlock {
 // if needed, or holds it back with the block (see wait).
 func (e *messagesEncoder) deltaTo(b []byte, kind abi.PartKind, id string, empty func([]byte) []byte, typ, key, s string) []byte {
 	if w := e.wait(kind, id, empty, typ, key); w != nil {
-		w.buf.WriteString(s)
-		if e.waitingBytes += len(s); e.waitingBytes > maxWaiting {
-			e.overlap = true
-			return e.flush(b)
-		}
-		return b
+		return e.keep(b, w, s)
 	}
 	b, idx := e.block(b, kind, id, empty)
 	return delta(b, idx, typ, key, s)
+}
+
+// keep adds s to a held-back block's deltas. Past maxWaiting the held
+// blocks go out at once, open beside the tool_use block, and no block is
+// held from then on (overlap).
+func (e *messagesEncoder) keep(b []byte, w *waitingBlock, s string) []byte {
+	w.buf.WriteString(s)
+	if e.waitingBytes += len(s); e.waitingBytes > maxWaiting {
+		e.overlap = true
+		return e.flush(b)
+	}
+	return b
 }
 
 // end appends the end of the block of kind and id: a held-back one is
@@ -557,10 +564,8 @@ func (e *messagesEncoder) appendPart(b []byte, p *abi.Part) []byte {
 		}
 		e.tool(p.ID)
 		if w := e.wait(abi.KindToolInputStart, p.ID, emptyToolUse(p.ID, p.Tool), "input_json_delta", "partial_json"); w != nil {
-			w.buf.WriteString(p.Tool.Input)
-			e.waitingBytes += len(p.Tool.Input)
 			w.ended = true
-			return b
+			return e.keep(b, w, p.Tool.Input)
 		}
 		b, idx = e.block(b, abi.KindToolInputStart, p.ID, emptyToolUse(p.ID, p.Tool))
 		if p.Tool.Input != "" {
