@@ -250,6 +250,29 @@ func TestPerRequestFallbacks(t *testing.T) {
 	for _, h := range r.up["third"].requests() {
 		require.NotContains(t, h.body, "fallbacks")
 	}
+	// A move on to the request's own fallbacks has failed over as much as
+	// one the policy's rules switch: failovers_total counts each move, by
+	// the model moved to, beside the rules' switches.
+	wants := []string{
+		`retryhost_gateway_failovers_total{to="backup"} 1`,
+		`retryhost_gateway_failovers_total{to="third"} 1`,
+		`retryhost_gateway_commits_total{model="third"} 1`,
+		`retryhost_gateway_requests_total{code="200",outcome="ok",route="primary"} 1`,
+	}
+	var text string
+	require.Eventually(t, func() bool {
+		text = r.metricsText()
+		for _, w := range wants {
+			if !strings.Contains(text, w) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+	for _, w := range wants {
+		require.Contains(t, text, w)
+	}
+	r.healthy()
 	// The upstream refusing the gateway's own credentials moves on too.
 	r.up["primary"].play(act{status: 401})
 	r.up["backup"].play(act{chunks: []string{"backup answers"}})

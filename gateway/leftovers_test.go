@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/abi"
@@ -238,14 +237,7 @@ func TestMessagesHeldBlocksBounded(t *testing.T) {
 		}
 	}
 	require.Empty(t, enc.waiting)
-	var msg anthropic.Message
-	for _, ev := range strings.SplitAfter(string(out), "\n\n") {
-		if data, ok := strings.CutPrefix(strings.TrimSpace(ev[strings.Index(ev, "\n")+1:]), "data: "); ok {
-			var e anthropic.MessageStreamEventUnion
-			require.NoError(t, json.Unmarshal([]byte(data), &e))
-			require.NoError(t, msg.Accumulate(e))
-		}
-	}
+	msg := accumulated(t, out)
 	require.Len(t, msg.Content, 2)
 	require.Equal(t, "tool_use", msg.Content[0].Type)
 	require.JSONEq(t, `{"x":1}`, string(msg.Content[0].Input))
@@ -279,14 +271,7 @@ func TestMessagesHeldWholeToolCallsBounded(t *testing.T) {
 	}
 	require.True(t, enc.overlap, "the bound was passed")
 	require.Empty(t, enc.waiting)
-	var msg anthropic.Message
-	for _, ev := range strings.SplitAfter(string(out), "\n\n") {
-		if data, ok := strings.CutPrefix(strings.TrimSpace(ev[strings.Index(ev, "\n")+1:]), "data: "); ok {
-			var e anthropic.MessageStreamEventUnion
-			require.NoError(t, json.Unmarshal([]byte(data), &e))
-			require.NoError(t, msg.Accumulate(e))
-		}
-	}
+	msg := accumulated(t, out)
 	require.Len(t, msg.Content, n+1)
 	require.JSONEq(t, `{"x":1}`, string(msg.Content[0].Input))
 	for _, c := range msg.Content[1:] {

@@ -126,20 +126,7 @@ func checkEncoded(t *testing.T, parts []abi.Part) {
 		out = enc.appendPart(out, p)
 	}
 	out = enc.appendEnd(out, &u)
-	var msg anthropic.Message
-	for _, ev := range strings.SplitAfter(string(out), "\n\n") {
-		if ev == "" {
-			continue
-		}
-		lines := strings.Split(strings.TrimSuffix(ev, "\n\n"), "\n")
-		require.Len(t, lines, 2, "an event is its name and one data line: %q", ev)
-		data, ok := strings.CutPrefix(lines[1], "data: ")
-		require.True(t, ok, "%q", ev)
-		require.True(t, json.Valid([]byte(data)), "%q", data)
-		var e anthropic.MessageStreamEventUnion
-		require.NoError(t, json.Unmarshal([]byte(data), &e))
-		require.NoError(t, msg.Accumulate(e), "%s", out)
-	}
+	msg := accumulated(t, out)
 	col := &messagesEncoder{id: "msg_rh1", model: "route"}
 	for i := range parts {
 		col.collect(&parts[i])
@@ -368,4 +355,26 @@ func TestMessagesRawBlockDeltasFolded(t *testing.T) {
 	require.Equal(t, `{"type":"mcp_tool_use","id":"mcptoolu_1","name":"echo","server_name":"tools","input":{"say": "hi"}}`, string(m.Content[0]))
 	require.Equal(t, `{"type":"note","text":"ab","citations":[{"type":"char_location","cited_text":"x"},{"type":"char_location","cited_text":"y"}],"z":1}`, string(m.Content[1]))
 	checkMessagesEncoder(t, []byte(body))
+}
+
+// accumulated is the message anthropic-sdk-go's accumulator makes of the
+// /v1/messages events in out, each checked to be its name and one data
+// line of valid JSON.
+func accumulated(t testing.TB, out []byte) anthropic.Message {
+	t.Helper()
+	var msg anthropic.Message
+	for _, ev := range strings.SplitAfter(string(out), "\n\n") {
+		if ev == "" {
+			continue
+		}
+		lines := strings.Split(strings.TrimSuffix(ev, "\n\n"), "\n")
+		require.Len(t, lines, 2, "an event is its name and one data line: %q", ev)
+		data, ok := strings.CutPrefix(lines[1], "data: ")
+		require.True(t, ok, "%q", ev)
+		require.True(t, json.Valid([]byte(data)), "%q", data)
+		var e anthropic.MessageStreamEventUnion
+		require.NoError(t, json.Unmarshal([]byte(data), &e))
+		require.NoError(t, msg.Accumulate(e), "%s", out)
+	}
+	return msg
 }

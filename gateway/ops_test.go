@@ -79,40 +79,6 @@ func TestUnreadBodyBoundedByReadTimeout(t *testing.T) {
 	r.healthy()
 }
 
-// TestPerRequestFallbacksCountedAsFailOvers: a request that moves on to
-// its own fallbacks (the body's "fallbacks") has failed over as much as one
-// the policy's rules switch: failovers_total counts each move, by the model
-// moved to, beside the rules' switches.
-func TestPerRequestFallbacksCountedAsFailOvers(t *testing.T) {
-	r := newRig(t, `"rules": []`)
-	r.up["primary"].play(act{status: 503})
-	r.up["backup"].play(act{status: 500})
-	r.up["third"].play(act{chunks: []string{"third answers"}})
-	resp, body := r.rawStream(`{"model":"primary","stream":true,"fallbacks":["backup","third"],"messages":[{"role":"user","content":"hi"}]}`)
-	require.Equal(t, http.StatusOK, resp.StatusCode, body)
-	require.Equal(t, "third", resp.Header.Get("X-Retryhost-Model"))
-	wants := []string{
-		`retryhost_gateway_failovers_total{to="backup"} 1`,
-		`retryhost_gateway_failovers_total{to="third"} 1`,
-		`retryhost_gateway_commits_total{model="third"} 1`,
-		`retryhost_gateway_requests_total{code="200",outcome="ok",route="primary"} 1`,
-	}
-	var text string
-	require.Eventually(t, func() bool {
-		text = r.metricsText()
-		for _, w := range wants {
-			if !strings.Contains(text, w) {
-				return false
-			}
-		}
-		return true
-	}, 10*time.Second, 10*time.Millisecond)
-	for _, w := range wants {
-		require.Contains(t, text, w)
-	}
-	r.healthy()
-}
-
 // TestTimeToFirstContentCountsTheFallbacks: time_to_first_content_seconds
 // is from the request's start (retries and fail-overs included), also when
 // the request moved on to its own fallbacks: a primary silent past its
