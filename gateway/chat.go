@@ -552,7 +552,25 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		u = *usage
 	}
 	buf = enc.appendEnd(buf, &u)
-	if send(); broken {
+	// The end goes out unflushed: net/http flushes it when the handler
+	// returns, in the same write as the chunked body's terminator (on
+	// HTTP/2, in the frame that ends the stream), one write a request fewer
+	// than a flush here and the terminator after it. So a client that left
+	// just now is not seen here: the access log says "ok" for an answer
+	// handed whole to the server.
+	if !broken && len(buf) > 0 {
+		_ = rc.SetWriteDeadline(g.writeDeadline(ctx))
+		_, err := w.Write(buf)
+		if box != nil && cap(buf) <= maxPooledBuf {
+			*box = buf[:0]
+			relayBufs.Put(box)
+		}
+		if err != nil {
+			l.outcome = "client_closed"
+			return
+		}
+	}
+	if broken {
 		l.outcome = "client_closed"
 		return
 	}

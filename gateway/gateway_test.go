@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -457,4 +458,63 @@ func TestUpstreamRequestWrites(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recordingConn keeps what the server writes to a client connection, one
+// entry a write.
+type recordingConn struct {
+	net.Conn
+	mu     *sync.Mutex
+	writes *[]string
+}
+
+func (c recordingConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	*c.writes = append(*c.writes, string(p))
+	c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+type recordingListener struct {
+	net.Listener
+	mu     sync.Mutex
+	writes []string
+}
+
+func (l *recordingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return recordingConn{Conn: c, mu: &l.mu, writes: &l.writes}, nil
+}
+
+// A streamed answer's end marker and the chunked body's terminator go out
+// in one write: the relay does not flush the end itself (net/http does as
+// the handler returns), which would make the terminator a write of its
+// own — a syscall and, on loopback, the receiver's TCP work, per request.
+func TestStreamEndSharesTheTerminatorsWrite(t *testing.T) {
+	up := newUpstream("primary", act{chunks: []string{"Par", "is"}})
+	t.Cleanup(up.srv.Close)
+	pol := `{"models": [{"name": "primary", "provider": "openai", "model": "m", "base_url": "` + up.url() + `", "api_key_env": "K"}]}`
+	gw, err := New(context.Background(), Bytes("end", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}))
+	require.NoError(t, err)
+	t.Cleanup(func() { gw.Close(context.Background()) })
+	srv := httptest.NewUnstartedServer(gw)
+	rl := &recordingListener{Listener: srv.Listener}
+	srv.Listener = rl
+	srv.Start()
+	t.Cleanup(srv.Close)
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(streamBody("primary")))
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	require.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"), "%s", body)
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	require.NotEmpty(t, rl.writes)
+	last := rl.writes[len(rl.writes)-1]
+	require.True(t, strings.HasSuffix(last, "data: [DONE]\n\n\r\n0\r\n\r\n"), "the last write: %q", last)
 }
