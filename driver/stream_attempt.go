@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/internal/attempt"
 )
 
 // ErrStreamClosed is the outcome of a committed stream the caller closed
@@ -99,6 +100,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		gap:    sp.gap,
 		clock:  sp.clock,
 	}
+	s.mctx = attemptCtx{Context: actx, s: s}
 	if sp.firstContent > 0 {
 		s.firstV.arm(sp.clock, sp.firstContent, cancel)
 		s.first = &s.firstV
@@ -119,7 +121,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 	}
 	s.ch = ch
 	ch.commit = sp.commit
-	up, err := openStream(actx, sp.model, sp.req)
+	up, err := openStream(&s.mctx, sp.model, sp.req)
 	if err != nil {
 		return fail(err)
 	}
@@ -221,6 +223,34 @@ func openStream(ctx context.Context, m Model, req *Request) (st Stream, err erro
 	return st, err
 }
 
+// attemptCtx is the context a model's Stream gets: the attempt's own,
+// which also answers for the attempt (internal/attempt, for the gateway's
+// transport) without a context.WithValue of its own, an allocation and a
+// link to walk for every Value lookup under it.
+type attemptCtx struct {
+	context.Context
+	s *attemptStream
+}
+
+func (c *attemptCtx) Value(key any) any {
+	if _, ok := key.(attempt.Key); ok {
+		return c.s
+	}
+	return c.Context.Value(key)
+}
+
+// End ends the attempt with cause (attempt.Ender): a layer under the model
+// bounds a wait of its own (the gateway's transport, the response headers)
+// without a cancelable context of its own, which a streamed response's
+// body would keep for the stream's life.
+func (s *attemptStream) End(cause error) bool {
+	if s.ctx.Err() != nil {
+		return false
+	}
+	s.cancel(cause)
+	return true
+}
+
 func partError(p *Part) error {
 	if p.Err != nil {
 		return p.Err
@@ -255,8 +285,10 @@ type attemptStream struct {
 	// a provider's Close need not be safe against itself.
 	upClose sync.Once
 
-	// The watches and the chain live in the attemptStream, so that an
-	// attempt allocates them with it rather than one by one.
+	// The watches, the chain and the model's context live in the
+	// attemptStream, so that an attempt allocates them with it rather
+	// than one by one.
+	mctx   attemptCtx
 	firstV firstWatch
 	gapV   gapWatch
 	chainV chain

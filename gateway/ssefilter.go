@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/internal/attempt"
 	"github.com/retryhost/retryhost/internal/sseline"
 )
 
@@ -49,18 +50,7 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 		err  error
 	)
 	if f.headerTimeout > 0 && !driver.CommitsAtEnd(r.Context()) {
-		// The child context lives as long as the response body (ended
-		// with the request's, when the attempt ends); only the timer is
-		// stopped once the headers are in.
-		ctx, cancel := context.WithCancelCause(r.Context())
-		t := time.AfterFunc(f.headerTimeout, func() { cancel(errUpstreamHeaders{}) })
-		resp, err = f.next.RoundTrip(r.WithContext(ctx))
-		if !t.Stop() && context.Cause(ctx) == (errUpstreamHeaders{}) {
-			if err == nil {
-				_ = resp.Body.Close()
-			}
-			return nil, errUpstreamHeaders{}
-		}
+		resp, err = f.headersWithin(r)
 	} else {
 		resp, err = f.next.RoundTrip(r)
 	}
@@ -77,6 +67,34 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 		hook.bodies.Add(1)
 	}
 	return resp, nil
+}
+
+// headersWithin sends r and waits at most the header timeout for its
+// response headers. A request of a driver attempt (every streamed request
+// of the gateway's) is ended with its attempt, whose cause, a timeout, the
+// rules then see: the filter needs no cancelable context and request copy
+// of its own, which the response body would keep for the stream's life
+// (~0.5 KiB an open stream). Any other request gets a child context. Only
+// the timer is stopped once the headers are in.
+func (f *sseFilter) headersWithin(r *http.Request) (*http.Response, error) {
+	ctx := r.Context()
+	var stop func() bool
+	if a := attempt.Of(ctx); a != nil {
+		stop = time.AfterFunc(f.headerTimeout, func() { a.End(errUpstreamHeaders{}) }).Stop
+	} else {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		stop = time.AfterFunc(f.headerTimeout, func() { cancel(errUpstreamHeaders{}) }).Stop
+		r = r.WithContext(ctx)
+	}
+	resp, err := f.next.RoundTrip(r)
+	if !stop() && context.Cause(ctx) == (errUpstreamHeaders{}) {
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return nil, errUpstreamHeaders{}
+	}
+	return resp, err
 }
 
 // isEventStream reports whether a Content-Type is text/event-stream, as
