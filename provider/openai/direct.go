@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 
@@ -56,7 +55,10 @@ type directPath struct {
 
 // directTemplate is the request the SDK composes for the model.
 type directTemplate struct {
-	url    *url.URL    // shared by every request, never modified (net/http does not)
+	// req is never sent: each request is a copy of it (WithContext) with
+	// its body and headers. Its URL is shared by every request, never
+	// modified (net/http does not).
+	req    *http.Request
 	header http.Header // every value slice clipped: a request's Add copies it
 	client *http.Client
 }
@@ -105,7 +107,17 @@ func (m *Model) template() *directTemplate {
 			}
 			return nil
 		}
-		m.direct.t = &directTemplate{url: &origin, header: h, client: &c}
+		// As http.NewRequestWithContext makes it, on the captured URL;
+		// send fills in a copy of it (WithContext) per request.
+		tr := &http.Request{
+			Method:     http.MethodPost,
+			URL:        &origin,
+			Proto:      "HTTP/1.1",
+			ProtoMajor: 1,
+			ProtoMinor: 1,
+			Host:       origin.Host,
+		}
+		m.direct.t = &directTemplate{req: tr, header: h, client: &c}
 	})
 	return m.direct.t
 }
@@ -146,19 +158,13 @@ func (m *Model) directBody(req *driver.Request, stream bool) (body []byte, t *di
 // any other outcome is the error the SDK path gives for it (openError).
 // sse normalizes an event stream's body as the SDK path's middleware does.
 func (m *Model) send(ctx context.Context, t *directTemplate, req *driver.Request, body []byte, sse bool) (*http.Response, error) {
-	// As http.NewRequestWithContext makes it, but on the template's URL: a
-	// parsed URL of its own is ~0.5 KiB that every open stream would hold.
-	hr := (&http.Request{
-		Method:        http.MethodPost,
-		URL:           t.url,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Host:          t.url.Host,
-		Body:          io.NopCloser(bytes.NewReader(body)),
-		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
-		ContentLength: int64(len(body)),
-	}).WithContext(ctx)
+	// The template's request with ctx: one shallow copy, on the
+	// template's URL (a parsed URL of its own is ~0.5 KiB that every open
+	// stream would hold).
+	hr := t.req.WithContext(ctx)
+	hr.Body = io.NopCloser(bytes.NewReader(body))
+	hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	hr.ContentLength = int64(len(body))
 	h := make(http.Header, len(t.header)+len(req.Headers))
 	for k, vs := range t.header {
 		h[k] = vs
