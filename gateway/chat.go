@@ -161,14 +161,36 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	c.gen = gen
 
 	rc := http.NewResponseController(w)
-	// The read deadline (WithReadTimeout) was set in ServeHTTP. The
-	// gateway's stop (Shutdown's deadline, Close) ends a body still
-	// arriving at once, as it ends a stream: the drain must not wait on it
-	// for the rest of the read timeout.
-	stopRead := context.AfterFunc(g.stopCtx, func() { _ = rc.SetReadDeadline(time.Now()) })
+	// The request's context: the client's, ended also by the gateway's
+	// stop (Shutdown's deadline, Close), with ErrShuttingDown as its
+	// cause. The stop also ends a body still arriving at once, as it ends
+	// a stream: the drain must not wait on it for the rest of the read
+	// timeout (WithReadTimeout, set in ServeHTTP). One AfterFunc on the
+	// gateway's stop does both.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	c.cancel = cancel
+	c.reading = true
+	c.stopAfter = context.AfterFunc(g.stopCtx, func() {
+		cancel(context.Cause(g.stopCtx))
+		// A write under way to a client that reads nothing would hold
+		// the drain for the rest of its write timeout: it gets the
+		// grace that every write has from now on (writeDeadline). Not
+		// once the handler is done with w (close): an HTTP/2 writer is
+		// gone by then.
+		c.wmu.Lock()
+		if c.reading {
+			_ = rc.SetReadDeadline(time.Now())
+		}
+		if !c.wdone {
+			_ = rc.SetWriteDeadline(time.Now().Add(stopWriteGrace))
+		}
+		c.wmu.Unlock()
+	})
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.maxBody))
-	stopRead()
+	c.wmu.Lock()
+	c.reading = false
 	_ = rc.SetReadDeadline(time.Time{}) // the server watches the connection for the client going away
+	c.wmu.Unlock()
 	if err != nil {
 		var (
 			mb *http.MaxBytesError
@@ -231,31 +253,14 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	}
 	l.route = cr.model // a known route only: it labels metrics, whose label values must stay few
 
-	// The request's context: the client's, ended also by the gateway's
-	// shutdown (with ErrShuttingDown as its cause).
-	ctx, cancel := context.WithCancelCause(r.Context())
-	c.cancel = cancel
-	c.stopAfter = context.AfterFunc(g.stopCtx, func() {
-		cancel(context.Cause(g.stopCtx))
-		// A write under way to a client that reads nothing would hold
-		// the drain for the rest of its write timeout: it gets the
-		// grace that every write has from now on (writeDeadline). Not
-		// once the handler is done with w (close): an HTTP/2 writer is
-		// gone by then.
-		c.wmu.Lock()
-		if !c.wdone {
-			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(stopWriteGrace))
-		}
-		c.wmu.Unlock()
-	})
 	st := &c.st
 	st.atEnd, st.start = !cr.stream, l.start
-	ctx = context.WithValue(ctx, stateKey{}, st)
 	var hook *flushHook
 	if cr.stream && g.client != nil {
 		hook = &c.hook
-		ctx = context.WithValue(ctx, flushKey{}, hook)
 	}
+	c.ctxV = callCtx{Context: ctx, c: c, hooked: hook != nil}
+	ctx = &c.ctxV
 
 	// Before commit: nothing is written. Each link of the chain is a whole
 	// policy request starting on that route. A non-streaming client sees
@@ -345,8 +350,32 @@ type call struct {
 	entered   bool       // admitted (g.enter)
 	cancel    context.CancelCauseFunc
 	stopAfter func() bool
-	wmu       sync.Mutex // held while stopAfter's func sets w's write deadline
+	ctxV      callCtx    // the request's context, as the driver and the upstream client see it
+	wmu       sync.Mutex // held while stopAfter's func sets w's deadlines
+	reading   bool       // the body is being read (under wmu)
 	wdone     bool       // close ran: w is not to be touched (under wmu)
+}
+
+// callCtx is a request's context below the gateway: its cancelable one,
+// answering also for the request's state (stateKey) and its flush hook
+// (flushKey), which a context.WithValue each would cost an allocation and
+// a link that every Value lookup under it walks.
+type callCtx struct {
+	context.Context
+	c      *call
+	hooked bool // the flush hook is the upstream client's to run
+}
+
+func (x *callCtx) Value(key any) any {
+	switch key.(type) {
+	case stateKey:
+		return &x.c.st
+	case flushKey:
+		if x.hooked {
+			return &x.c.hook
+		}
+	}
+	return x.Context.Value(key)
 }
 
 // open opens the policy request on each link of the chain in turn, until
