@@ -39,7 +39,7 @@ func init() {
 			o := &serveOpts{}
 			fs.StringVar(&o.file, "policy", "", "the policy `FILE` (JSON or YAML); none: the built-in demo policy over loopback providers")
 			fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on (`HOST:PORT`)")
-			fs.StringVar(&o.keysFile, "api-keys-file", "", "a `FILE` of client API keys, one per line (# comments), read again on SIGHUP and when it changes; RETRYHOST_API_KEYS adds comma-separated keys")
+			fs.StringVar(&o.keysFile, "api-keys-file", "", "a `FILE` of client API keys, one per line (# starts a comment, at a line's start or after whitespace), read again on SIGHUP and when it changes; RETRYHOST_API_KEYS adds comma-separated keys")
 			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
@@ -260,8 +260,10 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 // maxKeysFile bounds the --api-keys-file read (some 10,000 keys).
 const maxKeysFile = 1 << 20
 
-// apiKeys reads the client keys from a file (one per line, blank lines and
-// # comments skipped, a leading byte order mark dropped) and a comma-separated list (RETRYHOST_API_KEYS).
+// apiKeys reads the client keys from a file (one per line; blank lines and
+// comments skipped, a comment starting at a # that begins the line or
+// follows whitespace, so "key # who has it" is the key "key"; a leading
+// byte order mark dropped) and a comma-separated list (RETRYHOST_API_KEYS).
 // Keys asked for but none found is an error, never an open gateway: a list
 // of only commas (a template whose values were left out), a file with no
 // key, a file larger than maxKeysFile (read cut, its last key could be a
@@ -296,7 +298,7 @@ func apiKeys(file, list string) ([]string, error) {
 			// not part of the first key, nor whitespace to TrimSpace.
 			line = strings.TrimPrefix(line, "\ufeff")
 		}
-		if k := strings.TrimSpace(line); k != "" && !strings.HasPrefix(k, "#") {
+		if k := strings.TrimSpace(stripComment(line)); k != "" {
 			keys = append(keys, k)
 		}
 	}
@@ -310,6 +312,20 @@ func apiKeys(file, list string) ([]string, error) {
 		return nil, fmt.Errorf("%s: no API key in the file", file)
 	}
 	return keys, nil
+}
+
+// stripComment returns a keys file's line without its comment: from a #
+// that starts the line or follows a space or tab (an indented comment
+// line too). A #
+// elsewhere is part of the key: a key may hold one, a comment is set apart
+// from the key before it.
+func stripComment(line string) string {
+	for i := 0; i < len(line); i++ {
+		if line[i] == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t') {
+			return line[:i]
+		}
+	}
+	return line
 }
 
 // watchFiles reports, at most once per interval, that one of the files

@@ -426,7 +426,7 @@ func TestServe_APIKeysThatHoldNoKey(t *testing.T) {
 
 // TestServe_APIKeysFileFormats: a keys file as editors and tools write it
 // gives the keys it holds: CRLF line ends, blank and indented lines, #
-// comments, no final newline, and a UTF-8 byte order mark (Notepad's
+// comments (a whole line, or after a key and whitespace), no final newline, and a UTF-8 byte order mark (Notepad's
 // "UTF-8 with BOM"), which must not become part of the first key: that key
 // would be refused with 401 and nothing would say why.
 func TestServe_APIKeysFileFormats(t *testing.T) {
@@ -440,6 +440,9 @@ func TestServe_APIKeysFileFormats(t *testing.T) {
 		{name: "comments and blank lines", data: "# clients\n\n  k1  \n\t# old: k0\n\nk2", want: []string{"k1", "k2"}},
 		{name: "byte order mark", data: "\ufeffk1\r\nk2\r\n", want: []string{"k1", "k2"}},
 		{name: "byte order mark before a comment", data: "\ufeff# clients\nk1\n", want: []string{"k1"}},
+		// A comment after a key starts at whitespace followed by #; a #
+		// inside a key is part of it.
+		{name: "inline comments", data: "k1 # ci\nk2\t# staging, until May\nk3  #\nk#4\nk5#x # y\n", want: []string{"k1", "k2", "k3", "k#4", "k5#x"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
