@@ -383,6 +383,31 @@ func TestServe_APIKeysFileReloads(t *testing.T) {
 	require.Equal(t, exitOK, stop())
 }
 
+// TestServe_APIKeysFileReplacedAlike: a keys file replaced by another of
+// the same size and modification time (a rotation by a config manager's
+// rename, a ConfigMap's symlink swap within the clock's granularity) is
+// seen by its watcher, which is the policy's (fileWatch): the new key is
+// served and the old one refused without a SIGHUP.
+func TestServe_APIKeysFileReplacedAlike(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	require.NoError(t, os.WriteFile(keys, []byte("k-old-1\n"), 0o600))
+	t.Setenv("RETRYHOST_API_KEYS", "")
+	base, stderr, stop := startServe(t, "--api-keys-file", keys)
+	code := func(key string) int {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, code("k-old-1"))
+	writeLike(t, keys, "k-new-1\n", "")
+	require.Eventually(t, func() bool { return code("k-new-1") == http.StatusOK }, 10*time.Second, 20*time.Millisecond, "%s", stderr)
+	require.Equal(t, http.StatusUnauthorized, code("k-old-1"))
+	require.Equal(t, exitOK, stop())
+}
+
 // TestServe_APIKeysThatHoldNoKey: keys given but none in them never leave
 // the gateway open. RETRYHOST_API_KEYS set to only commas and spaces is
 // refused at start, as a keys file with no key is (unset or empty, it
