@@ -104,7 +104,8 @@ type config struct {
 
 // WithAPIKeys makes every endpoint but /healthz and /readyz require one of
 // keys, as "Authorization: Bearer KEY" (what OpenAI clients send) or
-// "X-Api-Key: KEY"; anything else gets 401. Keys are compared in constant
+// "X-Api-Key: KEY" (a request with both is served if either is a key);
+// anything else gets 401. Keys are compared in constant
 // time, each against its SHA-256. Calling it again adds keys; empty keys are
 // an error. Whitespace around a key is not part of it (a key read with
 // os.ReadFile keeps its final newline), as it is not of the key a client
@@ -683,7 +684,11 @@ func (gen *generation) name(m driver.Model) string {
 }
 
 // authed wraps h with the API key check, against the keys in use when the
-// request arrives (none: open); a refusal is in d's format.
+// request arrives (none: open); a refusal is in d's format. A request is
+// served when any credential it presents (a bearer token, an X-Api-Key)
+// is a key: a client may send both, one of them stale (an SDK's
+// OPENAI_API_KEY from the environment beside the x-api-key it was given).
+// Each credential is compared with every key, in constant time.
 func (g *Gateway) authed(d door, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		keys := g.keys.Load()
@@ -691,16 +696,18 @@ func (g *Gateway) authed(d door, h http.HandlerFunc) http.HandlerFunc {
 			h(w, r)
 			return
 		}
-		key, ok := bearer(r.Header.Get("Authorization"))
-		if !ok {
-			key = r.Header.Get("X-Api-Key")
-		}
-		sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
+		bearerKey, _ := bearer(r.Header.Get("Authorization"))
 		match := 0
-		for i := range *keys {
-			match |= subtle.ConstantTimeCompare(sum[:], (*keys)[i][:])
+		for _, key := range [2]string{bearerKey, r.Header.Get("X-Api-Key")} {
+			if key = strings.TrimSpace(key); key == "" {
+				continue // keys are never empty
+			}
+			sum := sha256.Sum256([]byte(key))
+			for i := range *keys {
+				match |= subtle.ConstantTimeCompare(sum[:], (*keys)[i][:])
+			}
 		}
-		if key == "" || match != 1 {
+		if match != 1 {
 			g.stats.unauthorized.Add(1)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="retryhost"`)
 			writeErr(w, d, apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
