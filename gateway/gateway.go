@@ -289,6 +289,7 @@ type Gateway struct {
 
 	mu       sync.Mutex // guards draining against inflight.Add
 	draining bool
+	unready  atomic.Bool // Unready: /readyz is 503 while requests are still served
 	inflight sync.WaitGroup
 	stopCtx  context.Context // done when in-flight requests must end (drain deadline, Close)
 	stop     context.CancelCauseFunc
@@ -473,6 +474,14 @@ func (g *Gateway) SetAPIKeys(keys ...string) error {
 	g.keys.Store(&c.keys)
 	return nil
 }
+
+// Unready turns /readyz to 503 (as while draining) from now on, while every
+// request is still served as before. It is the first step of a stop behind
+// a load balancer that probes /readyz: call Unready, keep the listener
+// open until the balancer has seen the 503 and sends no more (retryhost
+// serve's --shutdown-delay), then Shutdown. A balancer cannot see a 503
+// from a listener that is already closed.
+func (g *Gateway) Unready() { g.unready.Store(true) }
 
 // Shutdown stops taking chat requests (they get 503, /readyz turns 503) and
 // waits for those in flight until ctx is done; then it ends them, a stream
@@ -737,7 +746,7 @@ func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
 
 func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
-	draining := g.draining
+	draining := g.draining || g.unready.Load()
 	g.mu.Unlock()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	switch {

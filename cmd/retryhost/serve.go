@@ -33,7 +33,7 @@ func init() {
 		help: "Serves OpenAI's chat completions (/v1/chat/completions) and Anthropic's Messages API (/v1/messages), whose routes are the policy's models, " +
 			"with the policy's retry and fail-over (see the README's \"Run it as a gateway\"). Without " +
 			"--policy it serves a demo policy over three loopback providers.\n\n" +
-			"SIGTERM or SIGINT drains in-flight requests (--drain) and exits 0; SIGHUP reloads the policy and the --api-keys-file. " +
+			"SIGTERM or SIGINT drains in-flight requests (--drain; after --shutdown-delay, if set) and exits 0; SIGHUP reloads the policy and the --api-keys-file. " +
 			"Logs are JSON at info level unless --log-format or --log-level say otherwise.",
 		setup: func(fs *flag.FlagSet) runFunc {
 			o := &serveOpts{}
@@ -41,6 +41,7 @@ func init() {
 			fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on (`HOST:PORT`)")
 			fs.StringVar(&o.keysFile, "api-keys-file", "", "a `FILE` of client API keys, one per line (# starts a comment, at a line's start or after whitespace), read again on SIGHUP and when it changes; RETRYHOST_API_KEYS adds comma-separated keys")
 			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
+			fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep accepting and serving with /readyz answering 503, so that a load balancer sees it and stops sending, before the drain (0: drain at once)")
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
 			fs.Int64Var(&o.maxAnswer, "max-answer", 32<<20, "the largest answer a non-streaming request holds until it is complete, per attempt, in `BYTES` (payload + 256 per part); past it the attempt fails")
@@ -57,7 +58,7 @@ func init() {
 
 type serveOpts struct {
 	file, addr, keysFile string
-	drain                time.Duration
+	drain, shutdownDelay time.Duration
 	maxConc              int
 	upstreamConns        int
 	maxBody, maxAnswer   int64
@@ -84,6 +85,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	}
 	if o.drain < 0 {
 		return e.usageError(commands["serve"], "--drain %v: a drain cannot be negative (0: end in-flight requests at once)", o.drain)
+	}
+	if o.shutdownDelay < 0 {
+		return e.usageError(commands["serve"], "--shutdown-delay %v: a delay cannot be negative (0: drain at once)", o.shutdownDelay)
 	}
 	if o.printDemo {
 		_, err := fmt.Fprintf(e.stdout, "// The policy retryhost serve runs without --policy. Its base_url values are the demo's\n"+
@@ -237,6 +241,16 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	// channel instead of ending the process. Both handlers have been sent
 	// the first signal by now, so nothing is lost by dropping them.
 	signal.Reset(syscall.SIGTERM, syscall.SIGINT)
+	if o.shutdownDelay > 0 {
+		// /readyz turns 503 while the listener still accepts and every
+		// request is served: a load balancer probing it takes the
+		// gateway out of rotation before the drain closes the listener
+		// (a closed one answers no probe). A second signal still ends
+		// the process at once.
+		gw.Unready()
+		fmt.Fprintf(stderr, "retryhost serve: not ready; serving on for %v before the drain\n", o.shutdownDelay)
+		<-serveDelayTimer(o.shutdownDelay)
+	}
 	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", o.drain)
 	// Stop accepting and close idle connections, while the gateway lets
 	// in-flight requests finish until the drain deadline and then ends
@@ -256,6 +270,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	fmt.Fprintln(stderr, "retryhost serve: stopped")
 	return exitOK
 }
+
+// serveDelayTimer is the --shutdown-delay's timer; tests replace it.
+var serveDelayTimer = time.After
 
 // maxKeysFile bounds the --api-keys-file read (some 10,000 keys).
 const maxKeysFile = 1 << 20
