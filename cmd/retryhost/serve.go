@@ -159,6 +159,23 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		srv.Protocols.SetUnencryptedHTTP2(true)
 		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: serveH2Streams}
 	}
+	// The policy's files and the keys file are watched apart: a keys
+	// rotation must not reload the policy, whose new generation starts
+	// with no cooldowns, retry budgets or sticky fallbacks in memory, and a
+	// policy edit need not re-read the keys. SIGHUP reloads both. The
+	// watchers take the files' state before serve says it listens, so
+	// that a change made after that is seen.
+	var policyChanged, keysChanged <-chan struct{}
+	if o.watch {
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		if o.file != "" {
+			policyChanged = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval, logger, "policy")
+		}
+		if o.keysFile != "" {
+			keysChanged = watchFiles(wctx, func() []string { return []string{o.keysFile} }, serveWatchInterval, logger, "API keys")
+		}
+	}
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(stderr, "retryhost serve: listening on %s\n", base)
 	if o.file == "" {
@@ -178,21 +195,6 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	hups := make(chan os.Signal, 1)
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
-	// The policy's files and the keys file are watched apart: a keys
-	// rotation must not reload the policy, whose new generation starts
-	// with no cooldowns, retry budgets or sticky fallbacks in memory, and a
-	// policy edit need not re-read the keys. SIGHUP reloads both.
-	var policyChanged, keysChanged <-chan struct{}
-	if o.watch {
-		wctx, stopWatch := context.WithCancel(ctx)
-		defer stopWatch()
-		if o.file != "" {
-			policyChanged = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval, logger, "policy")
-		}
-		if o.keysFile != "" {
-			keysChanged = watchFiles(wctx, func() []string { return []string{o.keysFile} }, serveWatchInterval, logger, "API keys")
-		}
-	}
 	reloadPolicy := func(why string) {
 		if err := gw.Reload(ctx); err == nil {
 			logger.Info("policy reloaded", slog.String("why", why))
