@@ -205,6 +205,41 @@ func TestReadyzFalseWhileDraining(t *testing.T) {
 	require.NoError(t, <-shut)
 }
 
+// TestUnreadyServesWithReadyz503: after Unready, /readyz is 503 (with
+// Retry-After, as while draining) while chat requests are still served
+// whole and /healthz is ok: the window serve's --shutdown-delay gives a
+// load balancer to see the 503 before the listener closes.
+func TestUnreadyServesWithReadyz503(t *testing.T) {
+	r := newRig(t, "")
+	get := func(path string) (*http.Response, string) {
+		resp, err := r.hc.Get(r.srv.URL + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, string(b)
+	}
+	resp, _ := get("/readyz")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	r.gw.Unready()
+	resp, body := get("/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Equal(t, "draining\n", body)
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	resp, _ = get("/healthz")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	for _, stream := range []bool{true, false} {
+		r.up["primary"].play(act{chunks: []string{"Paris"}})
+		body := `{"model":"primary","messages":[{"role":"user","content":"hi"}]}`
+		if stream {
+			body = streamBody("primary")
+		}
+		resp, out := r.rawStream(body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, out)
+		require.Contains(t, out, "Paris")
+	}
+}
+
 // rawEnding makes u answer with chunks of content (none: a role-only
 // preamble), then end as said: "[DONE]" without a finish reason, or a
 // finish reason without [DONE].

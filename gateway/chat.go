@@ -48,7 +48,7 @@ type accessLog struct {
 	model      string
 	stream     bool
 	status     int
-	outcome    string // ok, client_error, upstream_error, truncated, client_closed, shutdown, unauthorized, not_found
+	outcome    string // ok, client_error, upstream_error, plugin_failed, truncated, client_closed, shutdown, rejected, unauthorized, not_found
 	attempts   int
 	fallbacks  int
 	errClass   string
@@ -452,7 +452,12 @@ func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, d door, l *ac
 	}
 	e := classify(err)
 	l.status, l.outcome, l.errClass = e.status, "upstream_error", e.class
-	if e.status < 500 && e.status != http.StatusTooManyRequests {
+	switch {
+	case e.code == codePluginFailed:
+		// The gateway's own plugin failed, not an upstream: the log says
+		// what the client was told.
+		l.outcome = codePluginFailed
+	case e.status < 500 && e.status != http.StatusTooManyRequests:
 		l.outcome = "client_error"
 	}
 	if e.retryAfter != "" {
@@ -544,8 +549,8 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			break
 		}
 		if err != nil {
-			l.outcome, l.errClass = g.endErr(ctx, err), classify(err).class
 			e := streamFailure(ctx, err)
+			l.outcome, l.errClass = g.endErr(ctx, &e), classify(err).class
 			buf = enc.appendErrorEvent(buf, &e)
 			send()
 			return
@@ -621,13 +626,18 @@ func upstreamModel(w http.ResponseWriter, p *abi.Part) {
 	}
 }
 
-// endErr names the outcome of a committed stream that failed.
-func (g *Gateway) endErr(ctx context.Context, err error) string {
+// endErr names the outcome of a committed stream that failed, ended with
+// the in-band error e: a fail-closed plugin's failure is plugin_failed, as
+// e says to the client, any other truncated.
+func (g *Gateway) endErr(ctx context.Context, e *apiError) string {
 	if cause := context.Cause(ctx); cause != nil {
 		if errors.Is(cause, ErrShuttingDown) {
 			return "shutdown"
 		}
 		return "client_closed"
+	}
+	if e.code == codePluginFailed {
+		return codePluginFailed
 	}
 	return "truncated"
 }

@@ -17,7 +17,7 @@
 //	GET  /v1/models/{id}        one route, in the list's shape (404 for an unknown one)
 //	GET  /metrics               Prometheus (WithMetrics adds the caller's collectors)
 //	GET  /healthz               200 while the process serves
-//	GET  /readyz                200 when a policy is loaded and the gateway is not draining
+//	GET  /readyz                200 when a policy is loaded and the gateway is neither draining nor Unready
 //
 // # The commit gate on the wire
 //

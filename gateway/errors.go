@@ -71,6 +71,10 @@ func lastErr(err error) error {
 	return err
 }
 
+// codePluginFailed is the error code of a request a fail-closed plugin
+// failed (before commit or in band after it), and its access log outcome.
+const codePluginFailed = "plugin_failed"
+
 // failure is the answer to a request that failed before commit.
 type failure struct {
 	apiError
@@ -137,7 +141,7 @@ func classify(err error) failure {
 	if class == abi.ClassPlugin.String() {
 		// The gateway's own plugin failed (a fail-closed trap, timeout …),
 		// not an upstream: said so, so that no one looks at the upstreams.
-		return failure{apiError: apiError{status: http.StatusBadGateway, class: class, typ: "server_error", code: "plugin_failed",
+		return failure{apiError: apiError{status: http.StatusBadGateway, class: class, typ: "server_error", code: codePluginFailed,
 			msg: "retryhost gateway: " + oneLine(err.Error())}}
 	}
 	return failure{apiError: apiError{status: http.StatusBadGateway, class: class, typ: "upstream_error", code: "upstream_failed",
@@ -203,7 +207,7 @@ func streamFailure(ctx context.Context, err error) apiError {
 	if pe := lastProviderError(err); pe != nil {
 		e.class = pe.Class.String()
 	} else if pluginFailed(err) { // as classify says it before commit
-		e.typ, e.code, e.class = "server_error", "plugin_failed", abi.ClassPlugin.String()
+		e.typ, e.code, e.class = "server_error", codePluginFailed, abi.ClassPlugin.String()
 	}
 	var de *driver.DeadlineError
 	switch cause := context.Cause(ctx); {

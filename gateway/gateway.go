@@ -104,7 +104,8 @@ type config struct {
 
 // WithAPIKeys makes every endpoint but /healthz and /readyz require one of
 // keys, as "Authorization: Bearer KEY" (what OpenAI clients send) or
-// "X-Api-Key: KEY"; anything else gets 401. Keys are compared in constant
+// "X-Api-Key: KEY" (a request with both is served if either is a key);
+// anything else gets 401. Keys are compared in constant
 // time, each against its SHA-256. Calling it again adds keys; empty keys are
 // an error. Whitespace around a key is not part of it (a key read with
 // os.ReadFile keeps its final newline), as it is not of the key a client
@@ -288,6 +289,7 @@ type Gateway struct {
 
 	mu       sync.Mutex // guards draining against inflight.Add
 	draining bool
+	unready  atomic.Bool // Unready: /readyz is 503 while requests are still served
 	inflight sync.WaitGroup
 	stopCtx  context.Context // done when in-flight requests must end (drain deadline, Close)
 	stop     context.CancelCauseFunc
@@ -472,6 +474,14 @@ func (g *Gateway) SetAPIKeys(keys ...string) error {
 	g.keys.Store(&c.keys)
 	return nil
 }
+
+// Unready turns /readyz to 503 (as while draining) from now on, while every
+// request is still served as before. It is the first step of a stop behind
+// a load balancer that probes /readyz: call Unready, keep the listener
+// open until the balancer has seen the 503 and sends no more (retryhost
+// serve's --shutdown-delay), then Shutdown. A balancer cannot see a 503
+// from a listener that is already closed.
+func (g *Gateway) Unready() { g.unready.Store(true) }
 
 // Shutdown stops taking chat requests (they get 503, /readyz turns 503) and
 // waits for those in flight until ctx is done; then it ends them, a stream
@@ -683,7 +693,11 @@ func (gen *generation) name(m driver.Model) string {
 }
 
 // authed wraps h with the API key check, against the keys in use when the
-// request arrives (none: open); a refusal is in d's format.
+// request arrives (none: open); a refusal is in d's format. A request is
+// served when any credential it presents (a bearer token, an X-Api-Key)
+// is a key: a client may send both, one of them stale (an SDK's
+// OPENAI_API_KEY from the environment beside the x-api-key it was given).
+// Each credential is compared with every key, in constant time.
 func (g *Gateway) authed(d door, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		keys := g.keys.Load()
@@ -691,16 +705,18 @@ func (g *Gateway) authed(d door, h http.HandlerFunc) http.HandlerFunc {
 			h(w, r)
 			return
 		}
-		key, ok := bearer(r.Header.Get("Authorization"))
-		if !ok {
-			key = r.Header.Get("X-Api-Key")
-		}
-		sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
+		bearerKey, _ := bearer(r.Header.Get("Authorization"))
 		match := 0
-		for i := range *keys {
-			match |= subtle.ConstantTimeCompare(sum[:], (*keys)[i][:])
+		for _, key := range [2]string{bearerKey, r.Header.Get("X-Api-Key")} {
+			if key = strings.TrimSpace(key); key == "" {
+				continue // keys are never empty
+			}
+			sum := sha256.Sum256([]byte(key))
+			for i := range *keys {
+				match |= subtle.ConstantTimeCompare(sum[:], (*keys)[i][:])
+			}
 		}
-		if key == "" || match != 1 {
+		if match != 1 {
 			g.stats.unauthorized.Add(1)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="retryhost"`)
 			writeErr(w, d, apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
@@ -730,7 +746,7 @@ func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
 
 func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
-	draining := g.draining
+	draining := g.draining || g.unready.Load()
 	g.mu.Unlock()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	switch {

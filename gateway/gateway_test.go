@@ -181,6 +181,50 @@ func TestAPIKeys(t *testing.T) {
 	require.Len(t, r.up["primary"].requests(), 2, "an unauthorised request reaches no upstream")
 }
 
+// TestAPIKeyAnyCredentialMatches: a request is served when any credential
+// it presents, Authorization: Bearer or X-Api-Key, is a key, whichever of
+// the two is wrong (a client with a stale OPENAI_API_KEY beside the right
+// x-api-key was refused: the bearer won); refused when every one is wrong
+// or none is sent. On both doors' shapes of /v1/models.
+func TestAPIKeyAnyCredentialMatches(t *testing.T) {
+	r := newRig(t, "", WithAPIKeys("k-one", "k-two"))
+	for _, tc := range []struct {
+		name                   string
+		authorization, xAPIKey string
+		status                 int
+	}{
+		{"bearer right, x-api-key wrong", "Bearer k-one", "wrong", http.StatusOK},
+		{"bearer wrong, x-api-key right", "Bearer wrong", "k-two", http.StatusOK},
+		{"both right, different keys", "Bearer k-two", "k-one", http.StatusOK},
+		{"empty bearer, x-api-key right", "Bearer ", "k-one", http.StatusOK},
+		{"another scheme, x-api-key right", "Basic k-one", "k-one", http.StatusOK},
+		{"bearer right alone", "bearer k-one", "", http.StatusOK},
+		{"x-api-key right alone", "", "k-two", http.StatusOK},
+		{"both wrong", "Bearer wrong", "wrong-too", http.StatusUnauthorized},
+		{"bearer wrong alone", "Bearer wrong", "", http.StatusUnauthorized},
+		{"x-api-key wrong alone", "", "wrong", http.StatusUnauthorized},
+		{"another scheme's right key alone", "Basic k-one", "", http.StatusUnauthorized},
+		{"neither", "", "", http.StatusUnauthorized},
+	} {
+		for _, anthropicVersion := range []string{"", "2023-06-01"} {
+			t.Run(tc.name+" "+anthropicVersion, func(t *testing.T) {
+				req, err := http.NewRequest(http.MethodGet, r.srv.URL+"/v1/models", nil)
+				require.NoError(t, err)
+				for h, v := range map[string]string{"Authorization": tc.authorization, "X-Api-Key": tc.xAPIKey, "Anthropic-Version": anthropicVersion} {
+					if v != "" {
+						req.Header.Set(h, v)
+					}
+				}
+				resp, err := r.hc.Do(req)
+				require.NoError(t, err)
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				require.Equal(t, tc.status, resp.StatusCode, string(body))
+			})
+		}
+	}
+}
+
 func TestBodyLimit(t *testing.T) {
 	r := newRig(t, "", WithMaxBodyBytes(256))
 	big := `{"model":"primary","messages":[{"role":"user","content":"` + strings.Repeat("x", 300) + `"}]}`

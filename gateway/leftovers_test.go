@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -314,6 +315,30 @@ func TestFailClosedPluginIsPluginFailed(t *testing.T) {
 	require.Equal(t, "error", a.Type)
 	require.Equal(t, "api_error", a.Error.Type)
 	require.Contains(t, a.Error.Message, "transform trap.wasm failed")
+	// The access log and requests_total say it too: outcome plugin_failed
+	// (it was upstream_error), for each of the three requests.
+	require.Eventually(t, func() bool { return len(accessRecords(t, r.logs.String())) == 3 }, 10*time.Second, time.Millisecond)
+	for _, rec := range accessRecords(t, r.logs.String()) {
+		require.Equal(t, "plugin_failed", rec["outcome"], rec)
+		require.Equal(t, "plugin", rec["error_class"], rec)
+		require.EqualValues(t, http.StatusBadGateway, rec["status"], rec)
+	}
+	require.Contains(t, r.metricsText(), `retryhost_gateway_requests_total{code="502",outcome="plugin_failed",route="primary"} 3`)
+}
+
+// accessRecords returns the access log's records ("msg":"request") among
+// the JSON lines of logs.
+func accessRecords(t *testing.T, logs string) []map[string]any {
+	t.Helper()
+	var recs []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+		if rec["msg"] == "request" {
+			recs = append(recs, rec)
+		}
+	}
+	return recs
 }
 
 // TestFailClosedPluginAfterCommitIsPluginFailed: a fail-closed plugin that
@@ -345,4 +370,12 @@ func TestFailClosedPluginAfterCommitIsPluginFailed(t *testing.T) {
 	require.Equal(t, "error", names[len(names)-1], out)
 	require.Contains(t, data[len(data)-1], `"type":"api_error"`)
 	require.Contains(t, data[len(data)-1], "boom.wasm")
+	// The access log says plugin_failed after commit too (it was
+	// truncated, the outcome of an upstream's stream cut), for both.
+	require.Eventually(t, func() bool { return len(accessRecords(t, r.logs.String())) == 2 }, 10*time.Second, time.Millisecond)
+	for _, rec := range accessRecords(t, r.logs.String()) {
+		require.Equal(t, "plugin_failed", rec["outcome"], rec)
+		require.Equal(t, "plugin", rec["error_class"], rec)
+		require.EqualValues(t, http.StatusOK, rec["status"], rec)
+	}
 }

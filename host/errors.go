@@ -66,8 +66,9 @@ var (
 	//
 	// At load, ErrLimit is the Reason of a [*LoadError]: the module exceeds
 	// one of the operator's [ModuleLimits] (its size, counts, tables,
-	// nesting) or took longer than ModuleLimits.CompileTimeout to compile;
-	// its Err is a [*LimitError] naming the ModuleLimits field.
+	// nesting) or took longer than ModuleLimits.CompileTimeout to compile,
+	// or [Registry.Scan]'s <name>.config is over its cap; its Err is (or
+	// wraps, with the file's path) a [*LimitError] naming the limit.
 	ErrLimit = errors.New("host: plugin exceeded a host limit")
 )
 
@@ -76,7 +77,8 @@ type LimitError struct {
 	// Limit is the limit's name: at call time "replace parts per call",
 	// "replace bytes per call", "replace parts per stream" or "replace
 	// bytes per stream"; at load the [ModuleLimits] field ("Exports",
-	// "Nesting", "TableEntries", "CompileTimeout" …).
+	// "Nesting", "TableEntries", "CompileTimeout" …), or "config file
+	// bytes" for a <name>.config over [Registry.Scan]'s 1 MiB.
 	Limit string
 	Max   int // the limit's value (nanoseconds for CompileTimeout)
 	// Got is, at load, what the module declares (a count, bytes, entries;

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/internal/filecap"
 )
 
 // Registry names plugins and hot-swaps their versions. A new version (new
@@ -147,7 +149,9 @@ func (r *Registry) LoadFile(ctx context.Context, name, path string, opts ...Load
 
 // Scan loads every <name>.wasm in dir that is new or changed since the last
 // scan, as plugin name; if <name>.config exists beside it, its bytes are the
-// config. A change is noticed by size and modification time and confirmed
+// config, read up to 1 MiB (a larger one, or a pipe or device that goes on
+// past it, fails the load with [ErrLimit], a [*LimitError] on "config file
+// bytes" naming the file). A change is noticed by size and modification time and confirmed
 // by content hash. Removed files leave their plugin loaded. A file whose
 // load fails is retried only after it changes again; the old version keeps
 // serving. opts apply to every load.
@@ -184,8 +188,23 @@ func (r *Registry) scanOne(ctx context.Context, name, path string, opts []LoadOp
 	if err != nil {
 		return err
 	}
-	cfg, err := os.ReadFile(cfgPath)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	cfg, err := filecap.Read(cfgPath, maxConfigFile)
+	var big *filecap.TooLargeError
+	switch {
+	case errors.As(err, &big):
+		// Logged, as a failed load is (Watch drops Scan's errors), and
+		// not read again until the file changes: only a new size can
+		// bring it under the cap.
+		err = loadErr(name, ErrLimit, fmt.Errorf("%s: %w", cfgPath,
+			&LimitError{Limit: "config file bytes", Got: int(min(max(big.Size, 0), math.MaxInt)), Max: maxConfigFile}))
+		r.rt.cfg.logger.Error("plugin reload failed; the previous version keeps serving", "plugin", name, "file", cfgPath, "error", err)
+		r.mu.Lock()
+		if n := r.entries[name]; n != nil {
+			n.stamp = stamp
+		}
+		r.mu.Unlock()
+		return err
+	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return loadErr(name, ErrInit, err)
 	}
 	h := sha256.New()
@@ -216,6 +235,11 @@ func (r *Registry) scanOne(ctx context.Context, name, path string, opts []LoadOp
 	r.mu.Unlock()
 	return nil
 }
+
+// maxConfigFile is the cap on a <name>.config file Scan reads (1 MiB, the
+// default cap on a plugin's scratch buffer; the built-in plugins take 64
+// KiB): past it the load fails with ErrLimit.
+const maxConfigFile = 1 << 20
 
 func fileStamp(path string) string {
 	fi, err := os.Stat(path)

@@ -179,3 +179,51 @@ func TestRegistry_ScanAndWatch(t *testing.T) {
 		require.True(t, strings.Contains(logs.String(), "plugin swapped"))
 	})
 }
+
+// TestRegistry_ScanConfigFileCapped: Scan reads a <name>.config under
+// maxConfigFile (it was read whole: a runaway file, or a path to a device,
+// was read until memory ran out). Past the cap the plugin's load fails with
+// ErrLimit, the error naming the file and the cap; it is logged (Watch
+// drops Scan's errors) and not retried until the file changes; a version
+// already serving keeps serving.
+func TestRegistry_ScanConfigFileCapped(t *testing.T) {
+	ctx := context.Background()
+	var logs logBuffer
+	rt := newRuntime(t, WithLogger(logs.logger()))
+	reg := NewRegistry(rt)
+	defer func() { require.NoError(t, reg.Close(ctx)) }()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "cond.config")
+	writeAtomic(t, dir, "cond.wasm", fixture(t, "condition"))
+	require.NoError(t, os.WriteFile(cfg, nil, 0o644))
+	require.NoError(t, os.Truncate(cfg, maxConfigFile+1)) // sparse: no disk used
+
+	requireCapped := func(err error) {
+		t.Helper()
+		require.ErrorIs(t, err, ErrLimit)
+		var le *LimitError
+		require.ErrorAs(t, err, &le)
+		require.Equal(t, maxConfigFile, le.Max)
+		require.Contains(t, err.Error(), cfg, "the error names the file")
+		require.Contains(t, err.Error(), "1048576", "the error names the cap")
+	}
+	requireCapped(reg.Scan(ctx, dir))
+	_, ok := reg.Get("cond")
+	require.False(t, ok, "nothing loaded with a config over the cap")
+
+	writeAtomic(t, dir, "cond.config", []byte("anthropic/claude"))
+	require.NoError(t, reg.Scan(ctx, dir))
+	cond, ok := reg.Get("cond")
+	require.True(t, ok)
+	version := cond.Version()
+
+	require.NoError(t, os.Truncate(cfg, maxConfigFile+1))
+	requireCapped(reg.Scan(ctx, dir))
+	require.Contains(t, logs.String(), "plugin reload failed")
+	require.Contains(t, logs.String(), cfg)
+	require.NoError(t, reg.Scan(ctx, dir), "an unchanged file over the cap is not read again")
+	d, err := cond.Decide(ctx, &abi.Attempt{Status: 503})
+	require.NoError(t, err)
+	require.Equal(t, "anthropic/claude", d.Model, "the version serving keeps its config")
+	require.Equal(t, version, cond.Version())
+}

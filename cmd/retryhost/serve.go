@@ -33,14 +33,15 @@ func init() {
 		help: "Serves OpenAI's chat completions (/v1/chat/completions) and Anthropic's Messages API (/v1/messages), whose routes are the policy's models, " +
 			"with the policy's retry and fail-over (see the README's \"Run it as a gateway\"). Without " +
 			"--policy it serves a demo policy over three loopback providers.\n\n" +
-			"SIGTERM or SIGINT drains in-flight requests (--drain) and exits 0; SIGHUP reloads the policy and the --api-keys-file. " +
+			"SIGTERM or SIGINT drains in-flight requests (--drain; after --shutdown-delay, if set) and exits 0; SIGHUP reloads the policy and the --api-keys-file. " +
 			"Logs are JSON at info level unless --log-format or --log-level say otherwise.",
 		setup: func(fs *flag.FlagSet) runFunc {
 			o := &serveOpts{}
 			fs.StringVar(&o.file, "policy", "", "the policy `FILE` (JSON or YAML); none: the built-in demo policy over loopback providers")
 			fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on (`HOST:PORT`)")
-			fs.StringVar(&o.keysFile, "api-keys-file", "", "a `FILE` of client API keys, one per line (# comments), read again on SIGHUP and when it changes; RETRYHOST_API_KEYS adds comma-separated keys")
+			fs.StringVar(&o.keysFile, "api-keys-file", "", "a `FILE` of client API keys, one per line (# starts a comment, at a line's start or after whitespace), read again on SIGHUP and when it changes; RETRYHOST_API_KEYS adds comma-separated keys")
 			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
+			fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep accepting and serving with /readyz answering 503, so that a load balancer sees it and stops sending, before the drain (0: drain at once)")
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
 			fs.Int64Var(&o.maxAnswer, "max-answer", 32<<20, "the largest answer a non-streaming request holds until it is complete, per attempt, in `BYTES` (payload + 256 per part); past it the attempt fails")
@@ -57,7 +58,7 @@ func init() {
 
 type serveOpts struct {
 	file, addr, keysFile string
-	drain                time.Duration
+	drain, shutdownDelay time.Duration
 	maxConc              int
 	upstreamConns        int
 	maxBody, maxAnswer   int64
@@ -84,6 +85,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	}
 	if o.drain < 0 {
 		return e.usageError(commands["serve"], "--drain %v: a drain cannot be negative (0: end in-flight requests at once)", o.drain)
+	}
+	if o.shutdownDelay < 0 {
+		return e.usageError(commands["serve"], "--shutdown-delay %v: a delay cannot be negative (0: drain at once)", o.shutdownDelay)
 	}
 	if o.printDemo {
 		_, err := fmt.Fprintf(e.stdout, "// The policy retryhost serve runs without --policy. Its base_url values are the demo's\n"+
@@ -155,6 +159,23 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		srv.Protocols.SetUnencryptedHTTP2(true)
 		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: serveH2Streams}
 	}
+	// The policy's files and the keys file are watched apart: a keys
+	// rotation must not reload the policy, whose new generation starts
+	// with no cooldowns, retry budgets or sticky fallbacks in memory, and a
+	// policy edit need not re-read the keys. SIGHUP reloads both. The
+	// watchers take the files' state before serve says it listens, so
+	// that a change made after that is seen.
+	var policyChanged, keysChanged <-chan struct{}
+	if o.watch {
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		if o.file != "" {
+			policyChanged = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval, logger, "policy")
+		}
+		if o.keysFile != "" {
+			keysChanged = watchFiles(wctx, func() []string { return []string{o.keysFile} }, serveWatchInterval, logger, "API keys")
+		}
+	}
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(stderr, "retryhost serve: listening on %s\n", base)
 	if o.file == "" {
@@ -174,21 +195,6 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	hups := make(chan os.Signal, 1)
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
-	// The policy's files and the keys file are watched apart: a keys
-	// rotation must not reload the policy, whose new generation starts
-	// with no cooldowns, retry budgets or sticky fallbacks in memory, and a
-	// policy edit need not re-read the keys. SIGHUP reloads both.
-	var policyChanged, keysChanged <-chan struct{}
-	if o.watch {
-		wctx, stopWatch := context.WithCancel(ctx)
-		defer stopWatch()
-		if o.file != "" {
-			policyChanged = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval, logger, "policy")
-		}
-		if o.keysFile != "" {
-			keysChanged = watchFiles(wctx, func() []string { return []string{o.keysFile} }, serveWatchInterval, logger, "API keys")
-		}
-	}
 	reloadPolicy := func(why string) {
 		if err := gw.Reload(ctx); err == nil {
 			logger.Info("policy reloaded", slog.String("why", why))
@@ -237,6 +243,16 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	// channel instead of ending the process. Both handlers have been sent
 	// the first signal by now, so nothing is lost by dropping them.
 	signal.Reset(syscall.SIGTERM, syscall.SIGINT)
+	if o.shutdownDelay > 0 {
+		// /readyz turns 503 while the listener still accepts and every
+		// request is served: a load balancer probing it takes the
+		// gateway out of rotation before the drain closes the listener
+		// (a closed one answers no probe). A second signal still ends
+		// the process at once.
+		gw.Unready()
+		fmt.Fprintf(stderr, "retryhost serve: not ready; serving on for %v before the drain\n", o.shutdownDelay)
+		<-serveDelayTimer(o.shutdownDelay)
+	}
 	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", o.drain)
 	// Stop accepting and close idle connections, while the gateway lets
 	// in-flight requests finish until the drain deadline and then ends
@@ -257,11 +273,16 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
+// serveDelayTimer is the --shutdown-delay's timer; tests replace it.
+var serveDelayTimer = time.After
+
 // maxKeysFile bounds the --api-keys-file read (some 10,000 keys).
 const maxKeysFile = 1 << 20
 
-// apiKeys reads the client keys from a file (one per line, blank lines and
-// # comments skipped, a leading byte order mark dropped) and a comma-separated list (RETRYHOST_API_KEYS).
+// apiKeys reads the client keys from a file (one per line; blank lines and
+// comments skipped, a comment starting at a # that begins the line or
+// follows whitespace, so "key # who has it" is the key "key"; a leading
+// byte order mark dropped) and a comma-separated list (RETRYHOST_API_KEYS).
 // Keys asked for but none found is an error, never an open gateway: a list
 // of only commas (a template whose values were left out), a file with no
 // key, a file larger than maxKeysFile (read cut, its last key could be a
@@ -296,7 +317,7 @@ func apiKeys(file, list string) ([]string, error) {
 			// not part of the first key, nor whitespace to TrimSpace.
 			line = strings.TrimPrefix(line, "\ufeff")
 		}
-		if k := strings.TrimSpace(line); k != "" && !strings.HasPrefix(k, "#") {
+		if k := strings.TrimSpace(stripComment(line)); k != "" {
 			keys = append(keys, k)
 		}
 	}
@@ -310,6 +331,20 @@ func apiKeys(file, list string) ([]string, error) {
 		return nil, fmt.Errorf("%s: no API key in the file", file)
 	}
 	return keys, nil
+}
+
+// stripComment returns a keys file's line without its comment: from a #
+// that starts the line or follows a space or tab (an indented comment
+// line too). A #
+// elsewhere is part of the key: a key may hold one, a comment is set apart
+// from the key before it.
+func stripComment(line string) string {
+	for i := 0; i < len(line); i++ {
+		if line[i] == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t') {
+			return line[:i]
+		}
+	}
+	return line
 }
 
 // watchFiles reports, at most once per interval, that one of the files

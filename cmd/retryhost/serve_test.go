@@ -383,6 +383,31 @@ func TestServe_APIKeysFileReloads(t *testing.T) {
 	require.Equal(t, exitOK, stop())
 }
 
+// TestServe_APIKeysFileReplacedAlike: a keys file replaced by another of
+// the same size and modification time (a rotation by a config manager's
+// rename, a ConfigMap's symlink swap within the clock's granularity) is
+// seen by its watcher, which is the policy's (fileWatch): the new key is
+// served and the old one refused without a SIGHUP.
+func TestServe_APIKeysFileReplacedAlike(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	require.NoError(t, os.WriteFile(keys, []byte("k-old-1\n"), 0o600))
+	t.Setenv("RETRYHOST_API_KEYS", "")
+	base, stderr, stop := startServe(t, "--api-keys-file", keys)
+	code := func(key string) int {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, code("k-old-1"))
+	writeLike(t, keys, "k-new-1\n", "")
+	require.Eventually(t, func() bool { return code("k-new-1") == http.StatusOK }, 10*time.Second, 20*time.Millisecond, "%s", stderr)
+	require.Equal(t, http.StatusUnauthorized, code("k-old-1"))
+	require.Equal(t, exitOK, stop())
+}
+
 // TestServe_APIKeysThatHoldNoKey: keys given but none in them never leave
 // the gateway open. RETRYHOST_API_KEYS set to only commas and spaces is
 // refused at start, as a keys file with no key is (unset or empty, it
@@ -426,7 +451,7 @@ func TestServe_APIKeysThatHoldNoKey(t *testing.T) {
 
 // TestServe_APIKeysFileFormats: a keys file as editors and tools write it
 // gives the keys it holds: CRLF line ends, blank and indented lines, #
-// comments, no final newline, and a UTF-8 byte order mark (Notepad's
+// comments (a whole line, or after a key and whitespace), no final newline, and a UTF-8 byte order mark (Notepad's
 // "UTF-8 with BOM"), which must not become part of the first key: that key
 // would be refused with 401 and nothing would say why.
 func TestServe_APIKeysFileFormats(t *testing.T) {
@@ -440,6 +465,9 @@ func TestServe_APIKeysFileFormats(t *testing.T) {
 		{name: "comments and blank lines", data: "# clients\n\n  k1  \n\t# old: k0\n\nk2", want: []string{"k1", "k2"}},
 		{name: "byte order mark", data: "\ufeffk1\r\nk2\r\n", want: []string{"k1", "k2"}},
 		{name: "byte order mark before a comment", data: "\ufeff# clients\nk1\n", want: []string{"k1"}},
+		// A comment after a key starts at whitespace followed by #; a #
+		// inside a key is part of it.
+		{name: "inline comments", data: "k1 # ci\nk2\t# staging, until May\nk3  #\nk#4\nk5#x # y\n", want: []string{"k1", "k2", "k3", "k#4", "k5#x"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
