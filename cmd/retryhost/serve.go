@@ -98,7 +98,12 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		}
 		return exitOK
 	}
-	stderr := e.stderr
+	// The log is written in batches (logbatch.go); serve's status lines
+	// and errors go out at once, in order with it.
+	batch := newLogBatch(e.stderr, logBatchEvery)
+	defer batch.Close()
+	stderr := io.Writer(now{batch})
+	e.stderr = stderr
 	// A gateway logs JSON at info unless the global flags say otherwise.
 	if !e.g.levelSet {
 		e.g.level = slog.LevelInfo
@@ -106,7 +111,7 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if !e.g.formatSet {
 		e.g.json = true
 	}
-	logger := e.g.logger(stderr)
+	logger := slog.New(flushOnWarn{e.g.logger(batch).Handler(), batch})
 	e.log = logger
 	// The shared state logs a Redis outage once (as JSON, with the rest);
 	// go-redis would print every failed dial to stderr.
