@@ -267,6 +267,10 @@ func TestRegistry_ScanLogsAFailedLoadOnce(t *testing.T) {
 		{"module that does not compile, a version serving", true, "cond.wasm", func(t *testing.T, dir string) {
 			writeAtomic(t, dir, "cond.wasm", []byte("not wasm"))
 		}, ErrInvalidModule, "not a valid wasm module"},
+		{"module that cannot be read (a directory), a version serving", true, "cond.wasm", func(t *testing.T, dir string) {
+			require.NoError(t, os.Remove(filepath.Join(dir, "cond.wasm")))
+			require.NoError(t, os.Mkdir(filepath.Join(dir, "cond.wasm"), 0o755))
+		}, ErrInvalidModule, "is a directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs logBuffer
@@ -316,6 +320,7 @@ func TestRegistry_ScanLogsAFailedLoadOnce(t *testing.T) {
 
 			// Changed, it is tried again.
 			require.NoError(t, os.RemoveAll(filepath.Join(dir, "cond.config")))
+			require.NoError(t, os.RemoveAll(filepath.Join(dir, "cond.wasm")))
 			writeAtomic(t, dir, "cond.wasm", fixture(t, "refusal"))
 			require.NoError(t, reg.Scan(ctx, dir))
 			cond, ok = reg.Get("cond")
