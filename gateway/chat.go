@@ -42,13 +42,19 @@ func onCommit(ctx context.Context, c driver.CommitInfo) {
 // accessLog is what one request's log record says (never prompt or
 // output text).
 type accessLog struct {
-	id         string // the answer's id (chatcmpl-…)
-	requestID  string // X-Request-Id: the client's, else id
-	route      string
-	model      string
-	stream     bool
-	status     int
-	outcome    string // ok, client_error, upstream_error, plugin_failed, truncated, client_closed, shutdown, rejected, unauthorized, not_found
+	id        string // the answer's id (chatcmpl-…)
+	requestID string // X-Request-Id: the client's, else id
+	route     string
+	model     string
+	stream    bool
+	status    int
+	// outcome is what the client got: ok, client_error, upstream_error,
+	// plugin_failed, truncated, client_closed, shutdown, rejected,
+	// unauthorized, not_found. truncated is a stream's only (an upstream
+	// failed after its first event went out, see endErr): a non-streaming
+	// client gets a whole answer or a whole error answer, and a failure
+	// while collecting it is logged as that error (fail), never truncated.
+	outcome    string
 	attempts   int
 	fallbacks  int
 	errClass   string
@@ -656,12 +662,10 @@ func (g *Gateway) collect(ctx context.Context, w http.ResponseWriter, d door, l 
 			break
 		}
 		if err != nil {
-			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, ErrShuttingDown) {
-				l.status, l.outcome = 499, "client_closed"
-				return
-			}
+			// Nothing of the answer was written: the client gets fail's
+			// whole answer (a 499 unwritten, a 503 shutting_down, the
+			// error), and the log says that answer, never truncated.
 			g.fail(ctx, w, d, l, err)
-			l.outcome = "truncated"
 			return
 		}
 		if p.Kind == abi.KindRaw {

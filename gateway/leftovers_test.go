@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -377,5 +380,76 @@ func TestFailClosedPluginAfterCommitIsPluginFailed(t *testing.T) {
 		require.Equal(t, "plugin_failed", rec["outcome"], rec)
 		require.Equal(t, "plugin", rec["error_class"], rec)
 		require.EqualValues(t, http.StatusOK, rec["status"], rec)
+	}
+}
+
+// failingStream replays parts, then fails with err.
+type failingStream struct {
+	parts []abi.Part
+	err   error
+}
+
+func (s *failingStream) Recv() (abi.Part, error) {
+	if len(s.parts) == 0 {
+		return abi.Part{}, s.err
+	}
+	p := s.parts[0]
+	s.parts = s.parts[1:]
+	return p, nil
+}
+
+func (s *failingStream) Close() error { return nil }
+
+// TestCollectFailureLogsWhatTheClientGot: a non-streaming answer whose
+// stream fails while it is collected is answered with a whole error
+// (never a short 200), and its access-log line (and requests_total) says
+// that answer: a 503 shutdown during a drain, the 502 plugin_failed or
+// upstream_error the client was sent, 499 client_closed when it left. It
+// was logged as truncated whatever the client got: a shutdown's 503 read
+// as an upstream's cut. The driver's replay of an answer held to its end
+// does not fail today, so collect is driven here with a stream that does.
+func TestCollectFailureLogsWhatTheClientGot(t *testing.T) {
+	text := []abi.Part{{Kind: abi.KindTextStart, ID: "t"}, {Kind: abi.KindTextDelta, ID: "t", Delta: "Par"}}
+	for _, tc := range []struct {
+		name    string
+		cause   error // the request's context ends with it; nil: it does not end
+		err     error // what the stream fails with
+		status  int
+		outcome string
+		code    string // the error code the client gets; "" for no answer
+	}{
+		{"gateway shutting down", ErrShuttingDown, fmt.Errorf("read: %w", ErrShuttingDown), http.StatusServiceUnavailable, "shutdown", "shutting_down"},
+		{"fail-closed plugin", nil, &abi.TransformError{Transform: "boom.wasm", Class: abi.ClassPlugin, Message: "trap"}, http.StatusBadGateway, "plugin_failed", "plugin_failed"},
+		{"upstream cut", nil, errors.New("connection reset by peer"), http.StatusBadGateway, "upstream_error", "upstream_failed"},
+		{"client gone", context.Canceled, context.Canceled, 499, "client_closed", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, "")
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			if tc.cause != nil {
+				cancel(tc.cause)
+			}
+			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+			w := httptest.NewRecorder()
+			l := accessLog{id: "chatcmpl-x", route: "primary", start: time.Now()}
+			s := &failingStream{parts: text, err: tc.err}
+			r.gw.collect(ctx, w, chatDoor{}, &l, s, chatDoor{}.encoder(l.id, "primary", &chatRequest{}))
+			r.gw.logAccess(ctx, req, &l)
+
+			recs := accessRecords(t, r.logs.String())
+			require.Len(t, recs, 1)
+			require.Equal(t, tc.outcome, recs[0]["outcome"], recs[0])
+			require.EqualValues(t, tc.status, recs[0]["status"], recs[0])
+			if tc.code == "" {
+				require.Empty(t, w.Body.String(), "nobody to answer")
+				return
+			}
+			require.Equal(t, tc.status, w.Code, "the log says the status the client got")
+			var e struct{ Error struct{ Code string } }
+			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &e), w.Body.String())
+			require.Equal(t, tc.code, e.Error.Code, w.Body.String())
+			require.Contains(t, r.metricsText(), fmt.Sprintf(`retryhost_gateway_requests_total{code="%d",outcome=%q,route="primary"} 1`, tc.status, tc.outcome))
+		})
 	}
 }

@@ -31,11 +31,27 @@ type Registry struct {
 	closed  bool
 	entries map[string]*Named
 	retired []*Plugin
+	// failed holds, by name, Scan's last failed load of a plugin, so that
+	// it is logged once, not on every poll of Watch, and (unless the
+	// files could not be read) not tried again until they change: a
+	// plugin that never loaded has no entry to remember it by.
+	failed map[string]scanFailure
+}
+
+// scanFailure is a plugin's failed load in Scan.
+type scanFailure struct {
+	stamp string   // the files' size and mtime when it failed
+	hash  [32]byte // their contents' hash, zero if they were not read whole
+	// retry: the files could not be read (permissions, a file gone
+	// between listing and reading), which no change of theirs may show:
+	// tried on every scan, logged again only when the error changes.
+	retry bool
+	msg   string // the error logged
 }
 
 // NewRegistry returns an empty registry loading through rt.
 func NewRegistry(rt *Runtime) *Registry {
-	return &Registry{rt: rt, entries: map[string]*Named{}}
+	return &Registry{rt: rt, entries: map[string]*Named{}, failed: map[string]scanFailure{}}
 }
 
 // Named is the stable handle of a registry entry: it always serves the
@@ -152,13 +168,18 @@ func (r *Registry) LoadFile(ctx context.Context, name, path string, opts ...Load
 // config, read up to 1 MiB (a larger one, or a pipe or device that goes on
 // past it, fails the load with [ErrLimit], a [*LimitError] on "config file
 // bytes" naming the file). A change is noticed by size and modification time and confirmed
-// by content hash. Removed files leave their plugin loaded. A file whose
-// load fails is retried only after it changes again; the old version keeps
-// serving. opts apply to every load.
+// by content hash. Removed files leave their plugin loaded. A load that
+// fails (a module over ModuleBytes, a config over its cap, a module that
+// does not compile …) is logged once, naming the file and the error, and
+// retried only after the files change again (files that could not be
+// read, on every scan, logged again only if the error changes); the old
+// version keeps serving. opts apply to every load.
 //
 // # Errors
 //
-// The joined load errors of this scan (each a [*LoadError]).
+// The joined load errors of this scan (each a [*LoadError]); files
+// unchanged since their load failed are not tried again, so their error is
+// not returned again (except files that could not be read).
 func (r *Registry) Scan(ctx context.Context, dir string, opts ...LoadOption) error {
 	files, err := filepath.Glob(filepath.Join(dir, "*.wasm"))
 	if err != nil {
@@ -179,33 +200,27 @@ func (r *Registry) scanOne(ctx context.Context, name, path string, opts []LoadOp
 	stamp := fileStamp(path) + "|" + fileStamp(cfgPath)
 	r.mu.Lock()
 	n := r.entries[name]
-	known := n != nil && n.stamp == stamp
+	f, failed := r.failed[name]
+	known := failed && f.stamp == stamp && !f.retry || !failed && n != nil && n.stamp == stamp
 	r.mu.Unlock()
 	if known {
 		return nil
 	}
 	wasm, err := r.rt.readModule(name, path)
 	if err != nil {
-		return err
+		// Over ModuleBytes, only a new size can bring it under: not
+		// read again until the file changes.
+		return r.scanFailed(name, path, stamp, [32]byte{}, !errors.Is(err, ErrLimit), err)
 	}
 	cfg, err := filecap.Read(cfgPath, maxConfigFile)
 	var big *filecap.TooLargeError
 	switch {
 	case errors.As(err, &big):
-		// Logged, as a failed load is (Watch drops Scan's errors), and
-		// not read again until the file changes: only a new size can
-		// bring it under the cap.
 		err = loadErr(name, ErrLimit, fmt.Errorf("%s: %w", cfgPath,
 			&LimitError{Limit: "config file bytes", Got: int(min(max(big.Size, 0), math.MaxInt)), Max: maxConfigFile}))
-		r.rt.cfg.logger.Error("plugin reload failed; the previous version keeps serving", "plugin", name, "file", cfgPath, "error", err)
-		r.mu.Lock()
-		if n := r.entries[name]; n != nil {
-			n.stamp = stamp
-		}
-		r.mu.Unlock()
-		return err
+		return r.scanFailed(name, cfgPath, stamp, [32]byte{}, false, err)
 	case err != nil && !errors.Is(err, os.ErrNotExist):
-		return loadErr(name, ErrInit, err)
+		return r.scanFailed(name, cfgPath, stamp, [32]byte{}, true, loadErr(name, ErrInit, err))
 	}
 	h := sha256.New()
 	h.Write(wasm)
@@ -215,25 +230,45 @@ func (r *Registry) scanOne(ctx context.Context, name, path string, opts []LoadOp
 	h.Sum(sum[:0])
 	r.mu.Lock()
 	if n := r.entries[name]; n != nil && n.hash == sum {
-		n.stamp = stamp // touched, same content
+		n.stamp = stamp // touched, or back to what serves: same content
+		delete(r.failed, name)
+		r.mu.Unlock()
+		return nil
+	}
+	if f, ok := r.failed[name]; ok && !f.retry && f.hash == sum {
+		f.stamp = stamp // touched, same content that failed
+		r.failed[name] = f
 		r.mu.Unlock()
 		return nil
 	}
 	r.mu.Unlock()
 	n, err = r.Load(ctx, name, wasm, append([]LoadOption{WithConfig(cfg)}, opts...)...)
 	if err != nil {
-		r.rt.cfg.logger.Error("plugin reload failed; the previous version keeps serving", "plugin", name, "file", path, "error", err)
-		r.mu.Lock()
-		if n := r.entries[name]; n != nil {
-			n.stamp, n.hash = stamp, sum
-		}
-		r.mu.Unlock()
-		return err
+		// A load cut short (the scan's ctx ended) says nothing of the
+		// files: tried again at the next scan.
+		return r.scanFailed(name, path, stamp, sum, ctx.Err() != nil, err)
 	}
 	r.mu.Lock()
 	n.stamp, n.hash = stamp, sum
+	delete(r.failed, name)
 	r.mu.Unlock()
 	return nil
+}
+
+// scanFailed records Scan's failed load of name (file is the file at
+// fault) and logs it, unless the same failure of the same files was
+// logged already (Watch drops Scan's errors: the log is where an operator
+// sees it); the version serving, if any, stays. It returns err.
+func (r *Registry) scanFailed(name, file, stamp string, sum [32]byte, retry bool, err error) error {
+	msg := err.Error()
+	r.mu.Lock()
+	prev, ok := r.failed[name]
+	r.failed[name] = scanFailure{stamp: stamp, hash: sum, retry: retry, msg: msg}
+	r.mu.Unlock()
+	if !ok || prev.stamp != stamp || prev.msg != msg {
+		r.rt.cfg.logger.Error("plugin reload failed; the previous version keeps serving", "plugin", name, "file", file, "error", err)
+	}
+	return err
 }
 
 // maxConfigFile is the cap on a <name>.config file Scan reads (1 MiB, the
@@ -250,8 +285,9 @@ func fileStamp(path string) string {
 }
 
 // Watch scans dir now and then every interval (default 1s if ≤ 0) until
-// ctx is done, and returns ctx.Err(). Load failures are logged and leave
-// the previous version serving.
+// ctx is done, and returns ctx.Err(). Load failures are logged, once
+// while the files stay unchanged (see [Registry.Scan]), and leave the
+// previous version serving.
 func (r *Registry) Watch(ctx context.Context, dir string, interval time.Duration, opts ...LoadOption) error {
 	if interval <= 0 {
 		interval = time.Second

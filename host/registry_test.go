@@ -227,3 +227,105 @@ func TestRegistry_ScanConfigFileCapped(t *testing.T) {
 	require.Equal(t, "anthropic/claude", d.Model, "the version serving keeps its config")
 	require.Equal(t, version, cond.Version())
 }
+
+// TestRegistry_ScanLogsAFailedLoadOnce: a plugin whose load fails in Scan
+// (a module over ModuleBytes, a .config over its cap, a module that does
+// not compile), new or replacing a version that serves, is logged once,
+// naming the file and the reason, and Scan returns the error; Watch, which
+// drops Scan's errors, neither retries nor logs it again while its files
+// stay unchanged, and a version serving keeps serving. A module over the
+// limit was returned by Scan but never logged, so Watch said nothing; a
+// failed plugin never loaded before was retried and logged on every poll.
+func TestRegistry_ScanLogsAFailedLoadOnce(t *testing.T) {
+	ctx := context.Background()
+	sparse := func(t *testing.T, path string, size int64) {
+		t.Helper()
+		require.NoError(t, os.WriteFile(path, nil, 0o644))
+		require.NoError(t, os.Truncate(path, size)) // sparse: no disk used
+	}
+	for _, tc := range []struct {
+		name    string
+		serving bool // a version is loaded first
+		file    string
+		breakIt func(t *testing.T, dir string)
+		is      error
+		reason  string
+	}{
+		{"module over ModuleBytes, new", false, "cond.wasm", func(t *testing.T, dir string) {
+			sparse(t, filepath.Join(dir, "cond.wasm"), 16<<20+1)
+		}, ErrLimit, "ModuleBytes"},
+		{"module over ModuleBytes, a version serving", true, "cond.wasm", func(t *testing.T, dir string) {
+			sparse(t, filepath.Join(dir, "cond.wasm"), 16<<20+1)
+		}, ErrLimit, "ModuleBytes"},
+		{"config over its cap, new", false, "cond.config", func(t *testing.T, dir string) {
+			writeAtomic(t, dir, "cond.wasm", fixture(t, "condition"))
+			sparse(t, filepath.Join(dir, "cond.config"), maxConfigFile+1)
+		}, ErrLimit, "config file bytes"},
+		{"module that does not compile, new", false, "cond.wasm", func(t *testing.T, dir string) {
+			writeAtomic(t, dir, "cond.wasm", []byte("not wasm"))
+		}, ErrInvalidModule, "not a valid wasm module"},
+		{"module that does not compile, a version serving", true, "cond.wasm", func(t *testing.T, dir string) {
+			writeAtomic(t, dir, "cond.wasm", []byte("not wasm"))
+		}, ErrInvalidModule, "not a valid wasm module"},
+		{"module that cannot be read (a directory), a version serving", true, "cond.wasm", func(t *testing.T, dir string) {
+			require.NoError(t, os.Remove(filepath.Join(dir, "cond.wasm")))
+			require.NoError(t, os.Mkdir(filepath.Join(dir, "cond.wasm"), 0o755))
+		}, ErrInvalidModule, "is a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs logBuffer
+			reg := NewRegistry(newRuntime(t, WithLogger(logs.logger())))
+			defer func() { require.NoError(t, reg.Close(ctx)) }()
+			dir := t.TempDir()
+			path := filepath.Join(dir, tc.file)
+			failures := func() (n int) {
+				for line := range strings.SplitSeq(logs.String(), "\n") {
+					if strings.Contains(line, `msg="plugin reload failed`) && strings.Contains(line, "file="+path+" ") {
+						require.Contains(t, line, tc.reason, "the log says why")
+						n++
+					}
+				}
+				return n
+			}
+			version := ""
+			if tc.serving {
+				writeAtomic(t, dir, "cond.wasm", fixture(t, "upper"))
+				require.NoError(t, reg.Scan(ctx, dir))
+				cond, ok := reg.Get("cond")
+				require.True(t, ok)
+				version = cond.Version()
+			}
+
+			tc.breakIt(t, dir)
+			err := reg.Scan(ctx, dir)
+			require.ErrorIs(t, err, tc.is)
+			require.Equal(t, 1, failures(), "logged, naming %s:\n%s", path, logs.String())
+
+			// Watch polls on; a plugin added meanwhile is loaded, so it
+			// has passed over the unchanged failed one since.
+			wctx, cancel := context.WithCancel(ctx)
+			watchErr := make(chan error, 1)
+			go func() { watchErr <- reg.Watch(wctx, dir, time.Millisecond) }()
+			writeAtomic(t, dir, "other.wasm", fixture(t, "upper"))
+			waitFor(t, func() bool { _, ok := reg.Get("other"); return ok }, "the watcher to load other")
+			cancel()
+			require.ErrorIs(t, <-watchErr, context.Canceled)
+			require.Equal(t, 1, failures(), "not logged again while unchanged:\n%s", logs.String())
+
+			cond, ok := reg.Get("cond")
+			require.Equal(t, tc.serving, ok)
+			if tc.serving {
+				require.Equal(t, version, cond.Version(), "the version serving keeps serving")
+			}
+
+			// Changed, it is tried again.
+			require.NoError(t, os.RemoveAll(filepath.Join(dir, "cond.config")))
+			require.NoError(t, os.RemoveAll(filepath.Join(dir, "cond.wasm")))
+			writeAtomic(t, dir, "cond.wasm", fixture(t, "refusal"))
+			require.NoError(t, reg.Scan(ctx, dir))
+			cond, ok = reg.Get("cond")
+			require.True(t, ok)
+			require.Equal(t, sha(fixture(t, "refusal")), cond.Version())
+		})
+	}
+}
