@@ -97,3 +97,42 @@ func isASCII(b []byte) bool {
 	}
 	return true
 }
+
+// FuzzDecodeMessages: decodeMessages decodes every "messages" value it
+// accepts exactly as json.Unmarshal does, and declines none of the common
+// shape (plain role and content strings).
+func FuzzDecodeMessages(f *testing.F) {
+	for _, s := range []string{`[]`, ` [ ] `, `[{"role":"user","content":"hi"}]`,
+		`[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"a"}],"name":"x"}]`,
+		`[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"42"}]`,
+		`[{"role":"user","content":"a\nb"}]`, `[{"role":"us\u0065r","content":"x"}]`, `[{"Role":"user","content":"x"}]`,
+		`[{"role":"user","role":"assistant","content":"x"}]`, `[{"role":1}]`, `[{"role":null,"content":"x"}]`, `[null]`, `[1]`,
+		`{"role":"user"}`, `null`, `[{}]`, `[{"tool_calls":null,"content":{"a":[1]}}]`, `[{"rolé":"x"}]`, `[{"tool_calls":[1]}]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) {
+			return // the body was validated whole before
+		}
+		got, ok := decodeMessages(raw)
+		var want []wireMessage
+		err := json.Unmarshal(raw, &want)
+		if !ok {
+			var plain []struct{ Role, Content string }
+			if json.Unmarshal(raw, &plain) == nil && bytes.IndexByte(raw, '\\') < 0 && isASCII(raw) &&
+				!bytes.Contains(bytes.ToLower(raw), []byte("tool")) && !bytes.Contains(raw, []byte("null")) &&
+				bytes.Equal(bytes.ToLower(raw), raw) && raw[skipSpace(raw, 0)] == '[' {
+				t.Fatalf("declined plain messages %q", raw)
+			}
+			return
+		}
+		require.NoError(t, err, "accepted %q", raw)
+		require.Equal(t, len(want), len(got), "%q", raw)
+		for i := range want {
+			require.Equal(t, want[i].Role, got[i].Role, "%q [%d]", raw, i)
+			require.Equal(t, string(want[i].Content), string(got[i].Content), "%q [%d]", raw, i)
+			require.Equal(t, want[i].ToolCallID, got[i].ToolCallID, "%q [%d]", raw, i)
+			require.Equal(t, want[i].ToolCalls, got[i].ToolCalls, "%q [%d]", raw, i)
+		}
+	})
+}

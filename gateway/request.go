@@ -72,9 +72,11 @@ func parseChat(body []byte, providers, anthropic []string) (*chatRequest, error)
 		return nil, badRequest("n", "n: only 1 is supported (the gateway follows one choice)")
 	}
 	r := &c.req
-	var msgs []wireMessage
-	if err := field(fields, "messages", &msgs); err != nil {
-		return nil, listError[wireMessage]("messages", fields["messages"], err)
+	msgs, ok := decodeMessages(fields["messages"])
+	if !ok {
+		if err := field(fields, "messages", &msgs); err != nil {
+			return nil, listError[wireMessage]("messages", fields["messages"], err)
+		}
 	}
 	if len(msgs) == 0 {
 		return nil, badRequest("messages", "messages: at least one message is required")

@@ -1,6 +1,9 @@
 package gateway
 
-import "encoding/json"
+import (
+	"bytes"
+	"encoding/json"
+)
 
 // splitObject returns the members of body, a JSON object, as
 // json.Unmarshal into a map[string]json.RawMessage would (the last of a
@@ -100,4 +103,92 @@ func skipString(b []byte, i int) int {
 		}
 	}
 	return i
+}
+
+// decodeMessages decodes raw, a request's "messages" (valid JSON: the
+// body was validated whole), into msgs as json.Unmarshal would, without
+// its reflective decoding and second validation, for the shape nearly
+// every request has: an array of objects whose role and tool_call_id are
+// plain strings (no escape, valid UTF-8), whose content is kept raw, and
+// whose tool_calls go to json.Unmarshal. Members the type has no field for
+// are skipped, as json.Unmarshal skips them. ok is false, with nothing
+// decoded, for anything else (a key that matches a field only as
+// json.Unmarshal matches, regardless of case; a key with an escape or a
+// byte outside ASCII; a value of another type; an element that is not an
+// object), which json.Unmarshal then decodes or reports.
+func decodeMessages(raw []byte) (msgs []wireMessage, ok bool) {
+	i := skipSpace(raw, 0)
+	if i == len(raw) || raw[i] != '[' {
+		return nil, false
+	}
+	msgs = make([]wireMessage, 0, 4)
+	i = skipSpace(raw, i+1)
+	if raw[i] == ']' {
+		return msgs, true
+	}
+	for {
+		if raw[i] != '{' {
+			return nil, false
+		}
+		msgs = append(msgs, wireMessage{})
+		if i, ok = decodeMessage(raw, i, &msgs[len(msgs)-1]); !ok {
+			return nil, false
+		}
+		i = skipSpace(raw, i)
+		if raw[i] == ']' {
+			return msgs, true
+		}
+		i = skipSpace(raw, i+1) // past the comma
+	}
+}
+
+// decodeMessage decodes the object at raw[i] into m (see decodeMessages)
+// and returns the index just past it.
+func decodeMessage(raw []byte, i int, m *wireMessage) (end int, ok bool) {
+	i = skipSpace(raw, i+1)
+	if raw[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		start := i + 1
+		i = start
+		for raw[i] != '"' {
+			if c := raw[i]; c == '\\' || c >= 0x80 {
+				return 0, false
+			}
+			i++
+		}
+		key := raw[start:i]
+		i = skipSpace(raw, i+1) + 1 // past the colon
+		i = skipSpace(raw, i)
+		vend := skipValue(raw, i)
+		val := raw[i:vend:vend]
+		switch string(key) {
+		case "role":
+			if m.Role, ok = plainString(val); !ok {
+				return 0, false
+			}
+		case "content":
+			m.Content = json.RawMessage(val)
+		case "tool_call_id":
+			if m.ToolCallID, ok = plainString(val); !ok {
+				return 0, false
+			}
+		case "tool_calls":
+			if json.Unmarshal(val, &m.ToolCalls) != nil {
+				return 0, false
+			}
+		default:
+			for _, f := range [...]string{"role", "content", "tool_call_id", "tool_calls"} {
+				if bytes.EqualFold(key, []byte(f)) {
+					return 0, false // json.Unmarshal's case-insensitive match
+				}
+			}
+		}
+		i = skipSpace(raw, vend)
+		if raw[i] == '}' {
+			return i + 1, true
+		}
+		i = skipSpace(raw, i+1) // past the comma
+	}
 }
