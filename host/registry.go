@@ -264,9 +264,15 @@ func (r *Registry) scanFailed(name, file, stamp string, sum [32]byte, retry bool
 	r.mu.Lock()
 	prev, ok := r.failed[name]
 	r.failed[name] = scanFailure{stamp: stamp, hash: sum, retry: retry, msg: msg}
+	_, serving := r.entries[name] // a plugin that never loaded has no entry
 	r.mu.Unlock()
 	if !ok || prev.stamp != stamp || prev.msg != msg {
-		r.rt.cfg.logger.Error("plugin reload failed; the previous version keeps serving", "plugin", name, "file", file, "error", err)
+		// Say what serves instead: the version loaded before, or nothing.
+		what := "plugin reload failed; the previous version keeps serving"
+		if !serving {
+			what = "plugin load failed; the plugin is not loaded"
+		}
+		r.rt.cfg.logger.Error(what, "plugin", name, "file", file, "error", err)
 	}
 	return err
 }

@@ -280,8 +280,13 @@ func TestRegistry_ScanLogsAFailedLoadOnce(t *testing.T) {
 			path := filepath.Join(dir, tc.file)
 			failures := func() (n int) {
 				for line := range strings.SplitSeq(logs.String(), "\n") {
-					if strings.Contains(line, `msg="plugin reload failed`) && strings.Contains(line, "file="+path+" ") {
+					if strings.Contains(line, "failed;") && strings.Contains(line, "file="+path+" ") {
 						require.Contains(t, line, tc.reason, "the log says why")
+						if tc.serving {
+							require.Contains(t, line, `msg="plugin reload failed; the previous version keeps serving"`)
+						} else {
+							require.Contains(t, line, `msg="plugin load failed; the plugin is not loaded"`, "no version to keep serving")
+						}
 						n++
 					}
 				}
