@@ -172,7 +172,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	// that a change made after that is seen.
 	var policyChanged, keysChanged <-chan struct{}
 	if o.watch {
-		wctx, stopWatch := context.WithCancel(ctx)
+		// Not ended by the stop (ctx), which the shutdown delay serves on
+		// past: the watchers end when serve returns.
+		wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 		defer stopWatch()
 		if o.file != "" {
 			policyChanged = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval, logger, "policy")
@@ -201,7 +203,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
 	reloadPolicy := func(why string) {
-		if err := gw.Reload(ctx); err == nil {
+		// Not ended by the stop either: a reload during the shutdown
+		// delay completes.
+		if err := gw.Reload(context.WithoutCancel(ctx)); err == nil {
 			logger.Info("policy reloaded", slog.String("why", why))
 		}
 	}
@@ -256,7 +260,26 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		// the process at once.
 		gw.Unready()
 		fmt.Fprintf(stderr, "retryhost serve: not ready; serving on for %v before the drain\n", o.shutdownDelay)
-		<-serveDelayTimer(o.shutdownDelay)
+		// Serving on means all of it: reloads are still acted on, and a
+		// server that fails ends the wait (and the process) at once.
+		delay := serveDelayTimer(o.shutdownDelay)
+	wait:
+		for {
+			select {
+			case <-delay:
+				break wait
+			case err := <-served:
+				fmt.Fprintf(stderr, "retryhost serve: %v\n", err)
+				return exitFail
+			case <-policyChanged:
+				reloadPolicy("file changed")
+			case <-keysChanged:
+				reloadKeys("file changed")
+			case <-hups:
+				reloadPolicy("SIGHUP")
+				reloadKeys("SIGHUP")
+			}
+		}
 	}
 	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", o.drain)
 	// Stop accepting and close idle connections, while the gateway lets

@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -95,4 +97,40 @@ func TestServe_ShutdownDelayFlag(t *testing.T) {
 
 	_, _, stop := startServe(t)
 	require.Equal(t, exitOK, stop(), "without the flag the drain starts at once")
+}
+
+// During the shutdown delay serve serves on in full: a keys file rotated
+// then is read again (the watchers are still acted on), so a load balancer
+// draining slowly meets the keys of now, not those of the SIGTERM.
+func TestServe_ShutdownDelayKeepsReloading(t *testing.T) {
+	release := make(chan time.Time)
+	asked := make(chan time.Duration, 1)
+	old := serveDelayTimer
+	serveDelayTimer = func(d time.Duration) <-chan time.Time { asked <- d; return release }
+	t.Cleanup(func() { serveDelayTimer = old })
+
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	require.NoError(t, os.WriteFile(keys, []byte("k-old\n"), 0o600))
+	t.Setenv("RETRYHOST_API_KEYS", "")
+	base, stderr, stop := startServe(t, "--api-keys-file", keys, "--shutdown-delay", "1h")
+	code := func(key string) int {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, code("k-old"))
+	exited := make(chan int, 1)
+	go func() { exited <- stop() }()
+	<-asked // the delay began
+
+	time.Sleep(20 * time.Millisecond) // a distinct modification time
+	require.NoError(t, os.WriteFile(keys, []byte("k-new\n"), 0o600))
+	require.Eventually(t, func() bool { return code("k-new") == http.StatusOK }, 10*time.Second, 20*time.Millisecond, "%s", stderr)
+	require.Equal(t, http.StatusUnauthorized, code("k-old"))
+	close(release)
+	require.Equal(t, exitOK, <-exited, stderr.String())
 }
