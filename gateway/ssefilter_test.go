@@ -258,6 +258,7 @@ type ender struct {
 }
 
 func (e *ender) End(cause error) bool { e.cause <- cause; e.cancel(cause); return true }
+func (e *ender) Ended() error         { return nil }
 
 // roundTripFunc is an http.RoundTripper.
 type roundTripFunc func(*http.Request) (*http.Response, error)
