@@ -17,8 +17,7 @@ import (
 // TestHeaderTimeoutIsTheUpstreamsFailure: an upstream that sends no
 // response headers within WithUpstreamHeaderTimeout fails its attempt as a
 // cut connection of that upstream: class network, the provider and the URL
-// named in the message the client gets (and the URL, through OpenAI's
-// client) and a rule on "network" switching
+// named in the message the client gets, with the URL, and a rule on "network" switching
 // over. Ending the attempt (rather than a request context of the
 // transport's own) made the failure the bare timeout, class timeout, with
 // no upstream named: a policy whose rules switch on network errors no
@@ -58,9 +57,7 @@ func TestHeaderTimeoutIsTheUpstreamsFailure(t *testing.T) {
 			require.Equal(t, http.StatusBadGateway, status, body)
 			require.Contains(t, body, prov+": stream interrupted: ")
 			require.Contains(t, body, "net/http: timeout awaiting response headers")
-			if !anthropic { // its SDK reports the context's end for the transport's error, and its URL with it
-				require.Contains(t, body, `Post \"`+r.up["backup"].url())
-			}
+			require.Contains(t, body, `Post \"`+r.up["backup"].srv.URL)
 			require.Eventually(t, func() bool { return len(accessRecords(t, r.logs.String())) == 2 }, 10*time.Second, time.Millisecond)
 			recs := accessRecords(t, r.logs.String())
 			require.Equal(t, "network", recs[1]["error_class"], recs[1])
