@@ -70,3 +70,40 @@ func TestAttemptEnd(t *testing.T) {
 	require.Error(t, ctx.Err())
 	require.False(t, attempt.Of(ctx).End(errHeaders{}), "the attempt is over")
 }
+
+// endsWithItsOwnError is endsAtOpen whose transport returns the cause it
+// ended the attempt with, which the model wraps as its own failure.
+type endsWithItsOwnError struct{ endsAtOpen }
+
+func (m *endsWithItsOwnError) Stream(ctx context.Context, _ *Request) (Stream, error) {
+	a := attempt.Of(ctx)
+	m.ended <- a != nil && a.End(errHeaders{})
+	<-ctx.Done()
+	if attempt.Cause(ctx) != (errHeaders{}) {
+		return nil, fmt.Errorf("cause: %v", attempt.Cause(ctx))
+	}
+	return nil, &ProviderError{Provider: "p", Message: "stream interrupted: post: " + errHeaders{}.Error(), Class: abi.ClassNetwork, Retryable: true, Err: errHeaders{}}
+}
+
+// A model's error that carries the cause its attempt was ended with is
+// the attempt's error, as the layer's own failure (here a cut connection,
+// class network, which the rule switches on), not the bare cause.
+func TestAttemptEndKeepsTheModelsError(t *testing.T) {
+	a := &endsWithItsOwnError{endsAtOpen{ended: make(chan bool, 1)}}
+	b := &scriptModel{key: "p/b", clock: newManualClock(), scripts: [][]sstep{answer("from b")}}
+	var got Outcome
+	r, err := New(a, WithRules(OnClass(abi.ClassNetwork).Switch(b)), WithOnSuccess(func(_ context.Context, o Outcome) { got = o }))
+	require.NoError(t, err)
+	rm, err := NewRetryableModel(r)
+	require.NoError(t, err)
+	s, err := rm.Stream(t.Context(), &Request{})
+	require.NoError(t, err)
+	require.True(t, <-a.ended)
+	parts, err := drain(s)
+	require.NoError(t, err)
+	require.Contains(t, kinds(parts), "text-delta:from b")
+	require.Len(t, got.Attempts, 2)
+	require.Equal(t, abi.ClassNetwork, got.Attempts[0].Class)
+	require.ErrorIs(t, got.Attempts[0].Err, errHeaders{})
+	require.Contains(t, got.Attempts[0].Err.Error(), "stream interrupted: post: ")
+}

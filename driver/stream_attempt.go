@@ -107,7 +107,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 	}
 
 	fail := func(err error) attemptResult {
-		if actx.Err() != nil {
+		if actx.Err() != nil && !s.endedBy(err) {
 			err = s.cause()
 		}
 		s.release()
@@ -244,11 +244,32 @@ func (c *attemptCtx) Value(key any) any {
 // without a cancelable context of its own, which a streamed response's
 // body would keep for the stream's life.
 func (s *attemptStream) End(cause error) bool {
-	if s.ctx.Err() != nil {
+	if s.ctx.Err() != nil || cause == nil {
 		return false
 	}
+	s.endCause.CompareAndSwap(nil, &cause)
 	s.cancel(cause)
 	return true
+}
+
+// Ended returns the cause End ended the attempt with, or nil
+// (attempt.Ender).
+func (s *attemptStream) Ended() error {
+	p := s.endCause.Load()
+	if p == nil || !errors.Is(context.Cause(s.ctx), *p) {
+		return nil // not ended, or ended otherwise first
+	}
+	return *p
+}
+
+// endedBy reports whether err, the model's, carries the cause End ended
+// the attempt with: the layer that ended it returned it, and the model
+// mapped it as that layer's failure (a transport's timeout is a cut
+// connection of its upstream, class network, naming the provider and the
+// URL), which is the attempt's error, not the bare cause.
+func (s *attemptStream) endedBy(err error) bool {
+	cause := s.Ended()
+	return cause != nil && err != nil && s.parent.Err() == nil && errors.Is(err, cause)
 }
 
 func partError(p *Part) error {
@@ -288,10 +309,11 @@ type attemptStream struct {
 	// The watches, the chain and the model's context live in the
 	// attemptStream, so that an attempt allocates them with it rather
 	// than one by one.
-	mctx   attemptCtx
-	firstV firstWatch
-	gapV   gapWatch
-	chainV chain
+	mctx     attemptCtx
+	endCause atomic.Pointer[error] // End's cause (the first End's)
+	firstV   firstWatch
+	gapV     gapWatch
+	chainV   chain
 
 	// rd reads the upstream while a transform holds parts (see next);
 	// inflight reports a Recv it runs whose result next has not taken yet

@@ -139,6 +139,14 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	defer c.close(g)
 	if c.stream {
 		g.relay(c.ctx, w, l, c.s, c.enc, c.relayHook, r.ProtoMajor >= 2)
+		if l.outcome == "ok" && g.drained.Load() {
+			// The relay left the end for net/http to flush after the
+			// handler returns, but Shutdown returns as the request
+			// leaves (close), before that: a caller that exits then,
+			// or closes the server, would cut the end. While draining
+			// it is on the wire before the request leaves.
+			_ = http.NewResponseController(w).Flush()
+		}
 	} else {
 		g.collect(c.ctx, w, d, l, c.s, c.enc)
 	}

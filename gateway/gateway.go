@@ -289,6 +289,9 @@ type Gateway struct {
 
 	mu       sync.Mutex // guards draining against inflight.Add
 	draining bool
+	// drained is draining, read without mu: a stream that ends from then
+	// on flushes its end itself (see serve).
+	drained  atomic.Bool
 	unready  atomic.Bool // Unready: /readyz is 503 while requests are still served
 	inflight sync.WaitGroup
 	stopCtx  context.Context // done when in-flight requests must end (drain deadline, Close)
@@ -492,6 +495,7 @@ func (g *Gateway) Unready() { g.unready.Store(true) }
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.mu.Lock()
 	g.draining = true
+	g.drained.Store(true)
 	g.mu.Unlock()
 	done := make(chan struct{})
 	go func() { g.inflight.Wait(); close(done) }()
@@ -512,6 +516,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	g.stopPoll()
 	g.mu.Lock()
 	g.draining = true
+	g.drained.Store(true)
 	g.mu.Unlock()
 	g.stop(ErrShuttingDown)
 	done := make(chan struct{})

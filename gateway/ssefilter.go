@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,16 +73,23 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // headersWithin sends r and waits at most the header timeout for its
 // response headers. A request of a driver attempt (every streamed request
-// of the gateway's) is ended with its attempt, whose cause, a timeout, the
-// rules then see: the filter needs no cancelable context and request copy
-// of its own, which the response body would keep for the stream's life
-// (~0.5 KiB an open stream). Any other request gets a child context. Only
-// the timer is stopped once the headers are in.
+// of the gateway's) is ended with its attempt: the filter needs no
+// cancelable context and request copy of its own, which the response body
+// would keep for the stream's life (~0.5 KiB an open stream). The cause is
+// the error net/http's client makes of the filter's (a *url.Error naming
+// the method and URL), which the model maps as a cut connection of its
+// upstream (class network), as it did the error of a request ended by a
+// context of the filter's own; an SDK that reports its context's end in
+// place of the transport's error has the cause in its place
+// (attempt.Cause). Any other request gets a child context. Only the timer
+// is stopped once the headers are in.
 func (f *sseFilter) headersWithin(r *http.Request) (*http.Response, error) {
 	ctx := r.Context()
 	var stop func() bool
 	if a := attempt.Of(ctx); a != nil {
-		stop = time.AfterFunc(f.headerTimeout, func() { a.End(errUpstreamHeaders{}) }).Stop
+		stop = time.AfterFunc(f.headerTimeout, func() {
+			a.End(&url.Error{Op: urlErrorOp(r.Method), URL: r.URL.Redacted(), Err: errUpstreamHeaders{}})
+		}).Stop
 	} else {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
@@ -88,13 +97,22 @@ func (f *sseFilter) headersWithin(r *http.Request) (*http.Response, error) {
 		r = r.WithContext(ctx)
 	}
 	resp, err := f.next.RoundTrip(r)
-	if !stop() && context.Cause(ctx) == (errUpstreamHeaders{}) {
+	if !stop() && errors.Is(context.Cause(ctx), errUpstreamHeaders{}) {
 		if err == nil {
 			_ = resp.Body.Close()
 		}
 		return nil, errUpstreamHeaders{}
 	}
 	return resp, err
+}
+
+// urlErrorOp is the Op of the *url.Error net/http's client returns for a
+// request of method: "Post" for POST.
+func urlErrorOp(method string) string {
+	if method == "" {
+		return "Get"
+	}
+	return method[:1] + strings.ToLower(method[1:])
 }
 
 // isEventStream reports whether a Content-Type is text/event-stream, as

@@ -258,6 +258,7 @@ type ender struct {
 }
 
 func (e *ender) End(cause error) bool { e.cause <- cause; e.cancel(cause); return true }
+func (e *ender) Ended() error         { return nil }
 
 // roundTripFunc is an http.RoundTripper.
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -267,7 +268,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // The header timeout ends a driver attempt's request through the attempt
 // itself: the transport gets the request as it came (no context and copy
 // of the filter's own for the body to keep), and the attempt is ended with
-// the timeout as its cause. A request of no attempt still gets the timeout.
+// the timeout, as net/http's client reports it, as its cause. A request of no attempt still gets the timeout.
 func TestHeaderTimeoutEndsTheAttempt(t *testing.T) {
 	hang := func(seen *context.Context) roundTripFunc {
 		return func(r *http.Request) (*http.Response, error) {
@@ -289,7 +290,10 @@ func TestHeaderTimeoutEndsTheAttempt(t *testing.T) {
 		require.ErrorIs(t, err, errUpstreamHeaders{})
 		select {
 		case cause := <-e.cause:
-			require.Equal(t, errUpstreamHeaders{}, cause)
+			// The error net/http's client makes of the transport's,
+			// naming the request, as the model reports it.
+			require.EqualError(t, cause, `Post "http://upstream.invalid/": net/http: timeout awaiting response headers`)
+			require.ErrorIs(t, cause, errUpstreamHeaders{})
 		default:
 			t.Fatal("the attempt was not ended")
 		}
