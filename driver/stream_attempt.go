@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/abi"
-	"github.com/retryhost/retryhost/internal/attempt"
 )
 
 // ErrStreamClosed is the outcome of a committed stream the caller closed
@@ -100,14 +99,13 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		gap:    sp.gap,
 		clock:  sp.clock,
 	}
-	s.mctx = attemptCtx{Context: actx, s: s}
 	if sp.firstContent > 0 {
 		s.firstV.arm(sp.clock, sp.firstContent, cancel)
 		s.first = &s.firstV
 	}
 
 	fail := func(err error) attemptResult {
-		if actx.Err() != nil && !s.endedBy(err) {
+		if actx.Err() != nil {
 			err = s.cause()
 		}
 		s.release()
@@ -121,7 +119,7 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 	}
 	s.ch = ch
 	ch.commit = sp.commit
-	up, err := openStream(&s.mctx, sp.model, sp.req)
+	up, err := openStream(actx, sp.model, sp.req)
 	if err != nil {
 		return fail(err)
 	}
@@ -223,55 +221,6 @@ func openStream(ctx context.Context, m Model, req *Request) (st Stream, err erro
 	return st, err
 }
 
-// attemptCtx is the context a model's Stream gets: the attempt's own,
-// which also answers for the attempt (internal/attempt, for the gateway's
-// transport) without a context.WithValue of its own, an allocation and a
-// link to walk for every Value lookup under it.
-type attemptCtx struct {
-	context.Context
-	s *attemptStream
-}
-
-func (c *attemptCtx) Value(key any) any {
-	if _, ok := key.(attempt.Key); ok {
-		return c.s
-	}
-	return c.Context.Value(key)
-}
-
-// End ends the attempt with cause (attempt.Ender): a layer under the model
-// bounds a wait of its own (the gateway's transport, the response headers)
-// without a cancelable context of its own, which a streamed response's
-// body would keep for the stream's life.
-func (s *attemptStream) End(cause error) bool {
-	if s.ctx.Err() != nil || cause == nil {
-		return false
-	}
-	s.endCause.CompareAndSwap(nil, &cause)
-	s.cancel(cause)
-	return true
-}
-
-// Ended returns the cause End ended the attempt with, or nil
-// (attempt.Ender).
-func (s *attemptStream) Ended() error {
-	p := s.endCause.Load()
-	if p == nil || !errors.Is(context.Cause(s.ctx), *p) {
-		return nil // not ended, or ended otherwise first
-	}
-	return *p
-}
-
-// endedBy reports whether err, the model's, carries the cause End ended
-// the attempt with: the layer that ended it returned it, and the model
-// mapped it as that layer's failure (a transport's timeout is a cut
-// connection of its upstream, class network, naming the provider and the
-// URL), which is the attempt's error, not the bare cause.
-func (s *attemptStream) endedBy(err error) bool {
-	cause := s.Ended()
-	return cause != nil && err != nil && s.parent.Err() == nil && errors.Is(err, cause)
-}
-
 func partError(p *Part) error {
 	if p.Err != nil {
 		return p.Err
@@ -306,14 +255,11 @@ type attemptStream struct {
 	// a provider's Close need not be safe against itself.
 	upClose sync.Once
 
-	// The watches, the chain and the model's context live in the
-	// attemptStream, so that an attempt allocates them with it rather
-	// than one by one.
-	mctx     attemptCtx
-	endCause atomic.Pointer[error] // End's cause (the first End's)
-	firstV   firstWatch
-	gapV     gapWatch
-	chainV   chain
+	// The watches and the chain live in the attemptStream, so that an
+	// attempt allocates them with it rather than one by one.
+	firstV firstWatch
+	gapV   gapWatch
+	chainV chain
 
 	// rd reads the upstream while a transform holds parts (see next);
 	// inflight reports a Recv it runs whose result next has not taken yet

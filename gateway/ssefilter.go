@@ -4,17 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/retryhost/retryhost/driver"
-	"github.com/retryhost/retryhost/internal/attempt"
 	"github.com/retryhost/retryhost/internal/sseline"
 )
 
@@ -52,7 +49,18 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 		err  error
 	)
 	if f.headerTimeout > 0 && !driver.CommitsAtEnd(r.Context()) {
-		resp, err = f.headersWithin(r)
+		// The child context lives as long as the response body (ended
+		// with the request's, when the attempt ends); only the timer is
+		// stopped once the headers are in.
+		ctx, cancel := context.WithCancelCause(r.Context())
+		t := time.AfterFunc(f.headerTimeout, func() { cancel(errUpstreamHeaders{}) })
+		resp, err = f.next.RoundTrip(r.WithContext(ctx))
+		if !t.Stop() && context.Cause(ctx) == (errUpstreamHeaders{}) {
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			return nil, errUpstreamHeaders{}
+		}
 	} else {
 		resp, err = f.next.RoundTrip(r)
 	}
@@ -69,50 +77,6 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 		hook.bodies.Add(1)
 	}
 	return resp, nil
-}
-
-// headersWithin sends r and waits at most the header timeout for its
-// response headers. A request of a driver attempt (every streamed request
-// of the gateway's) is ended with its attempt: the filter needs no
-// cancelable context and request copy of its own, which the response body
-// would keep for the stream's life (~0.5 KiB an open stream). The cause is
-// the error net/http's client makes of the filter's (a *url.Error naming
-// the method and URL), which the model maps as a cut connection of its
-// upstream (class network), as it did the error of a request ended by a
-// context of the filter's own; an SDK that reports its context's end in
-// place of the transport's error has the cause in its place
-// (attempt.Cause). Any other request gets a child context. Only the timer
-// is stopped once the headers are in.
-func (f *sseFilter) headersWithin(r *http.Request) (*http.Response, error) {
-	ctx := r.Context()
-	var stop func() bool
-	if a := attempt.Of(ctx); a != nil {
-		stop = time.AfterFunc(f.headerTimeout, func() {
-			a.End(&url.Error{Op: urlErrorOp(r.Method), URL: r.URL.Redacted(), Err: errUpstreamHeaders{}})
-		}).Stop
-	} else {
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		stop = time.AfterFunc(f.headerTimeout, func() { cancel(errUpstreamHeaders{}) }).Stop
-		r = r.WithContext(ctx)
-	}
-	resp, err := f.next.RoundTrip(r)
-	if !stop() && errors.Is(context.Cause(ctx), errUpstreamHeaders{}) {
-		if err == nil {
-			_ = resp.Body.Close()
-		}
-		return nil, errUpstreamHeaders{}
-	}
-	return resp, err
-}
-
-// urlErrorOp is the Op of the *url.Error net/http's client returns for a
-// request of method: "Post" for POST.
-func urlErrorOp(method string) string {
-	if method == "" {
-		return "Get"
-	}
-	return method[:1] + strings.ToLower(method[1:])
 }
 
 // isEventStream reports whether a Content-Type is text/event-stream, as

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"mime"
@@ -10,12 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
-	"time"
 
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/stretchr/testify/require"
-
-	"github.com/retryhost/retryhost/internal/attempt"
 )
 
 func filter(t testing.TB, in string) (string, int64) {
@@ -249,63 +245,4 @@ func TestReadKeepsBuffersSmall(t *testing.T) {
 		allocs = min(allocs, testing.AllocsPerRun(500, read))
 	}
 	require.Zero(t, allocs)
-}
-
-// ender is a driver attempt as the filter finds it in a request's context.
-type ender struct {
-	cancel context.CancelCauseFunc
-	cause  chan error
-}
-
-func (e *ender) End(cause error) bool { e.cause <- cause; e.cancel(cause); return true }
-func (e *ender) Ended() error         { return nil }
-
-// roundTripFunc is an http.RoundTripper.
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// The header timeout ends a driver attempt's request through the attempt
-// itself: the transport gets the request as it came (no context and copy
-// of the filter's own for the body to keep), and the attempt is ended with
-// the timeout, as net/http's client reports it, as its cause. A request of no attempt still gets the timeout.
-func TestHeaderTimeoutEndsTheAttempt(t *testing.T) {
-	hang := func(seen *context.Context) roundTripFunc {
-		return func(r *http.Request) (*http.Response, error) {
-			*seen = r.Context()
-			<-r.Context().Done()
-			return nil, r.Context().Err()
-		}
-	}
-	t.Run("an attempt's request", func(t *testing.T) {
-		ctx, cancel := context.WithCancelCause(t.Context())
-		defer cancel(nil)
-		e := &ender{cancel: cancel, cause: make(chan error, 1)}
-		ctx = context.WithValue(ctx, attempt.Key{}, attempt.Ender(e))
-		var seen context.Context
-		f := &sseFilter{next: hang(&seen), skipped: new(atomic.Int64), headerTimeout: 20 * time.Millisecond}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://upstream.invalid/", nil)
-		require.NoError(t, err)
-		_, err = f.RoundTrip(req)
-		require.ErrorIs(t, err, errUpstreamHeaders{})
-		select {
-		case cause := <-e.cause:
-			// The error net/http's client makes of the transport's,
-			// naming the request, as the model reports it.
-			require.EqualError(t, cause, `Post "http://upstream.invalid/": net/http: timeout awaiting response headers`)
-			require.ErrorIs(t, cause, errUpstreamHeaders{})
-		default:
-			t.Fatal("the attempt was not ended")
-		}
-		require.True(t, seen == ctx, "the transport got the request's own context")
-	})
-	t.Run("any other request", func(t *testing.T) {
-		var seen context.Context
-		f := &sseFilter{next: hang(&seen), skipped: new(atomic.Int64), headerTimeout: 20 * time.Millisecond}
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://upstream.invalid/", nil)
-		require.NoError(t, err)
-		_, err = f.RoundTrip(req)
-		require.ErrorIs(t, err, errUpstreamHeaders{})
-		require.NoError(t, t.Context().Err())
-	})
 }

@@ -359,7 +359,7 @@ func bodyOf(r *http.Response) io.ReadCloser {
 
 // openError maps the error of a call that got no usable response.
 func openError(ctx context.Context, err error, raw *http.Response) error {
-	if adapter.Ended(ctx) {
+	if ctx.Err() != nil {
 		return adapter.CtxError(ctx)
 	}
 	var api *ant.Error

@@ -490,7 +490,7 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 
 // openError maps the error of a call that got no usable response.
 func (m *Model) openError(ctx context.Context, err error, raw *http.Response) error {
-	if adapter.Ended(ctx) {
+	if ctx.Err() != nil {
 		return adapter.CtxError(ctx)
 	}
 	var api *oai.Error

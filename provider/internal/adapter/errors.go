@@ -15,7 +15,6 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
-	"github.com/retryhost/retryhost/internal/attempt"
 )
 
 // MaxBody caps the response body kept in a ProviderError.
@@ -156,21 +155,15 @@ var ErrTruncated = errors.New("stream ended before the provider finished it")
 
 // TransportError turns an error that is not the provider's (a context
 // error, a cut connection, a truncated stream) into what the driver expects:
-// the context's error when ctx is done (see Ended), net.ErrClosed after
-// Close, and otherwise a ProviderError of class ClassNetwork, Retryable,
-// that wraps the original.
+// the context's error when ctx is done, net.ErrClosed after Close, and
+// otherwise a ProviderError of class ClassNetwork, Retryable, that wraps the
+// original.
 func TransportError(ctx context.Context, provider string, closed bool, err error) error {
 	if err == nil {
 		return nil
 	}
-	if Ended(ctx) {
+	if ctx.Err() != nil {
 		return CtxError(ctx)
-	}
-	if cause := attempt.Cause(ctx); cause != nil && !errors.Is(err, cause) {
-		// The layer under the model ended the attempt (the gateway's
-		// response-header timeout), and the SDK reported its context's
-		// end in place of the layer's error: the failure is the layer's.
-		err = cause
 	}
 	if closed {
 		return net.ErrClosed
@@ -194,15 +187,6 @@ func TransportError(ctx context.Context, provider string, closed bool, err error
 		Class:     abi.ClassNetwork,
 		Err:       err,
 	}
-}
-
-// Ended reports whether a call under ctx failed for ctx's end (CtxError
-// says it): ctx is done, and not by the layer under the model that ended
-// the driver attempt (attempt.Cause: the gateway's transport, its
-// response-header timeout), whose failure the call's is, a cut connection
-// of the upstream (TransportError).
-func Ended(ctx context.Context) bool {
-	return ctx.Err() != nil && attempt.Cause(ctx) == nil
 }
 
 // CtxError returns ctx's error, joined with its cause when the cause says
