@@ -139,14 +139,6 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	defer c.close(g)
 	if c.stream {
 		g.relay(c.ctx, w, l, c.s, c.enc, c.relayHook, r.ProtoMajor >= 2)
-		if l.outcome == "ok" && g.drained.Load() {
-			// The relay left the end for net/http to flush after the
-			// handler returns, but Shutdown returns as the request
-			// leaves (close), before that: a caller that exits then,
-			// or closes the server, would cut the end. While draining
-			// it is on the wire before the request leaves.
-			_ = http.NewResponseController(w).Flush()
-		}
 	} else {
 		g.collect(c.ctx, w, d, l, c.s, c.enc)
 	}
@@ -526,6 +518,9 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		headed bool     // the status line and headers are out
 		p      abi.Part // one for the whole stream: the encoder's methods take its address, which moves it to the heap
 	)
+	// send writes what is encoded and flushes it, but for the end when
+	// unflushed is set (see there).
+	unflushed := false
 	send := func() {
 		if len(buf) == 0 || broken {
 			return
@@ -535,9 +530,11 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			broken = true
 			return
 		}
-		broken = rc.Flush() != nil
-		if h2 {
-			_ = rc.SetWriteDeadline(time.Time{})
+		if !unflushed {
+			broken = rc.Flush() != nil
+			if h2 {
+				_ = rc.SetWriteDeadline(time.Time{})
+			}
 		}
 		headed = true
 		// Written: the array goes back to the pool, so that a stream
@@ -614,20 +611,11 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 	// HTTP/2, in the frame that ends the stream), one write a request fewer
 	// than a flush here and the terminator after it. So a client that left
 	// just now is not seen here: the access log says "ok" for an answer
-	// handed whole to the server.
-	if !broken && len(buf) > 0 {
-		_ = rc.SetWriteDeadline(g.writeDeadline(ctx))
-		_, err := w.Write(buf)
-		if box != nil && cap(buf) <= maxPooledBuf {
-			*box = buf[:0]
-			relayBufs.Put(box)
-		}
-		if err != nil {
-			l.outcome = "client_closed"
-			return
-		}
-	}
-	if broken {
+	// handed whole to the server. While the gateway drains it is flushed
+	// here: Shutdown returns as the request leaves, before net/http's
+	// flush, and a caller that exits then would cut the end.
+	unflushed = !g.draining.Load()
+	if send(); broken {
 		l.outcome = "client_closed"
 		return
 	}

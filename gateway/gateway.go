@@ -287,11 +287,10 @@ type Gateway struct {
 
 	sem chan struct{} // chat requests in flight
 
-	mu       sync.Mutex // guards draining against inflight.Add
-	draining bool
-	// drained is draining, read without mu: a stream that ends from then
-	// on flushes its end itself (see serve).
-	drained  atomic.Bool
+	mu sync.Mutex // orders draining's setting against enter's inflight.Add
+	// draining: Shutdown or Close began. Set under mu; read without it
+	// where no admission depends on it (readyz, a stream's end: see relay).
+	draining atomic.Bool
 	unready  atomic.Bool // Unready: /readyz is 503 while requests are still served
 	inflight sync.WaitGroup
 	stopCtx  context.Context // done when in-flight requests must end (drain deadline, Close)
@@ -494,8 +493,7 @@ func (g *Gateway) Unready() { g.unready.Store(true) }
 // end requests.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.mu.Lock()
-	g.draining = true
-	g.drained.Store(true)
+	g.draining.Store(true)
 	g.mu.Unlock()
 	done := make(chan struct{})
 	go func() { g.inflight.Wait(); close(done) }()
@@ -515,8 +513,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 func (g *Gateway) Close(ctx context.Context) error {
 	g.stopPoll()
 	g.mu.Lock()
-	g.draining = true
-	g.drained.Store(true)
+	g.draining.Store(true)
 	g.mu.Unlock()
 	g.stop(ErrShuttingDown)
 	done := make(chan struct{})
@@ -750,9 +747,7 @@ func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
-	g.mu.Lock()
-	draining := g.draining || g.unready.Load()
-	g.mu.Unlock()
+	draining := g.draining.Load() || g.unready.Load()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	switch {
 	case draining:
@@ -872,7 +867,7 @@ func (gen *generation) appendModel(b []byte, n string) []byte {
 // format) when the gateway drains or is full.
 func (g *Gateway) enter(w http.ResponseWriter, d door) bool {
 	g.mu.Lock()
-	if g.draining {
+	if g.draining.Load() {
 		g.mu.Unlock()
 		w.Header().Set("Connection", "close")
 		writeErr(w, d, errShutdown)
