@@ -23,30 +23,47 @@ func splitObject(body []byte) (fields map[string]json.RawMessage, ok bool) {
 		return nil, false
 	}
 	fields = make(map[string]json.RawMessage, 8)
-	i = skipSpace(body, i+1)
-	if body[i] == '}' {
-		return fields, true
+	if _, ok = eachMember(body, i, func(key, val []byte) bool {
+		fields[string(key)] = json.RawMessage(val)
+		return true
+	}); !ok {
+		return nil, false
+	}
+	return fields, true
+}
+
+// eachMember walks the members of the valid JSON object at b[i] (a '{'): fn
+// gets each key (the bytes between its quotes) and value (exactly its
+// bytes, capped). It returns the index just past the object, or false as
+// soon as fn does or a key has an escape or a byte outside ASCII (which
+// json.Unmarshal would unescape and repair).
+func eachMember(b []byte, i int, fn func(key, val []byte) bool) (end int, ok bool) {
+	i = skipSpace(b, i+1)
+	if b[i] == '}' {
+		return i + 1, true
 	}
 	for {
-		// body is valid: here is a key, a colon, a value, then ',' or '}'.
+		// b is valid: here is a key, a colon, a value, then ',' or '}'.
 		start := i + 1
 		i = start
-		for body[i] != '"' {
-			if c := body[i]; c == '\\' || c >= 0x80 {
-				return nil, false
+		for b[i] != '"' {
+			if c := b[i]; c == '\\' || c >= 0x80 {
+				return 0, false
 			}
 			i++
 		}
-		key := string(body[start:i])
-		i = skipSpace(body, i+1) + 1 // past the colon
-		i = skipSpace(body, i)
-		end := skipValue(body, i)
-		fields[key] = json.RawMessage(body[i:end:end])
-		i = skipSpace(body, end)
-		if body[i] == '}' {
-			return fields, true
+		key := b[start:i]
+		i = skipSpace(b, i+1) + 1 // past the colon
+		i = skipSpace(b, i)
+		vend := skipValue(b, i)
+		if !fn(key, b[i:vend:vend]) {
+			return 0, false
 		}
-		i = skipSpace(body, i+1) // past the comma
+		i = skipSpace(b, vend)
+		if b[i] == '}' {
+			return i + 1, true
+		}
+		i = skipSpace(b, i+1) // past the comma
 	}
 }
 
@@ -145,50 +162,25 @@ func decodeMessages(raw []byte) (msgs []wireMessage, ok bool) {
 // decodeMessage decodes the object at raw[i] into m (see decodeMessages)
 // and returns the index just past it.
 func decodeMessage(raw []byte, i int, m *wireMessage) (end int, ok bool) {
-	i = skipSpace(raw, i+1)
-	if raw[i] == '}' {
-		return i + 1, true
-	}
-	for {
-		start := i + 1
-		i = start
-		for raw[i] != '"' {
-			if c := raw[i]; c == '\\' || c >= 0x80 {
-				return 0, false
-			}
-			i++
-		}
-		key := raw[start:i]
-		i = skipSpace(raw, i+1) + 1 // past the colon
-		i = skipSpace(raw, i)
-		vend := skipValue(raw, i)
-		val := raw[i:vend:vend]
+	return eachMember(raw, i, func(key, val []byte) (ok bool) {
 		switch string(key) {
 		case "role":
-			if m.Role, ok = plainString(val); !ok {
-				return 0, false
-			}
+			m.Role, ok = plainString(val)
+			return ok
 		case "content":
 			m.Content = json.RawMessage(val)
 		case "tool_call_id":
-			if m.ToolCallID, ok = plainString(val); !ok {
-				return 0, false
-			}
+			m.ToolCallID, ok = plainString(val)
+			return ok
 		case "tool_calls":
-			if json.Unmarshal(val, &m.ToolCalls) != nil {
-				return 0, false
-			}
+			return json.Unmarshal(val, &m.ToolCalls) == nil
 		default:
 			for _, f := range [...]string{"role", "content", "tool_call_id", "tool_calls"} {
 				if bytes.EqualFold(key, []byte(f)) {
-					return 0, false // json.Unmarshal's case-insensitive match
+					return false // json.Unmarshal's case-insensitive match
 				}
 			}
 		}
-		i = skipSpace(raw, vend)
-		if raw[i] == '}' {
-			return i + 1, true
-		}
-		i = skipSpace(raw, i+1) // past the comma
-	}
+		return true
+	})
 }
