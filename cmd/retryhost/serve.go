@@ -226,6 +226,33 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		}
 		logger.Info("API keys reloaded", slog.String("why", why), slog.Int("keys", len(keys)))
 	}
+	// The first SIGTERM or SIGINT (or ctx's end) starts the stop: at once
+	// the drain, or with --shutdown-delay first the delay, through which
+	// serve serves on in full (reloads acted on, a failing server ending
+	// it at once) with /readyz answering 503, so that a load balancer
+	// probing it takes the gateway out of rotation before the drain
+	// closes the listener (a closed one answers no probe).
+	stopped := ctx.Done()
+	var delay <-chan time.Time // the --shutdown-delay's, once it runs
+	stopping := func() (drain bool) {
+		stops, stopped = nil, nil
+		// Reset, not Stop: runMain's own handler may not have taken the
+		// first signal yet (its goroutine was not scheduled), and while
+		// it is still registered a second signal would be caught and
+		// lost in its full channel instead of ending the process. Both
+		// handlers have been sent the first signal by now, so nothing is
+		// lost by dropping them. A second signal ends the process at
+		// once, delay or not.
+		signal.Reset(syscall.SIGTERM, syscall.SIGINT)
+		if o.shutdownDelay <= 0 {
+			return true
+		}
+		gw.Unready()
+		fmt.Fprintf(stderr, "retryhost serve: not ready; serving on for %v before the drain\n", o.shutdownDelay)
+		delay = serveDelayTimer(o.shutdownDelay)
+		return false
+	}
+serving:
 	for {
 		select {
 		case err := <-served:
@@ -233,52 +260,21 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 			return exitFail
 		case <-policyChanged:
 			reloadPolicy("file changed")
-			continue
 		case <-keysChanged:
 			reloadKeys("file changed")
-			continue
 		case <-hups:
 			reloadPolicy("SIGHUP")
 			reloadKeys("SIGHUP")
-			continue
 		case <-stops:
-		case <-ctx.Done():
-		}
-		break
-	}
-	// Reset, not Stop: runMain's own handler may not have taken the first
-	// signal yet (its goroutine was not scheduled), and while it is still
-	// registered a second signal would be caught and lost in its full
-	// channel instead of ending the process. Both handlers have been sent
-	// the first signal by now, so nothing is lost by dropping them.
-	signal.Reset(syscall.SIGTERM, syscall.SIGINT)
-	if o.shutdownDelay > 0 {
-		// /readyz turns 503 while the listener still accepts and every
-		// request is served: a load balancer probing it takes the
-		// gateway out of rotation before the drain closes the listener
-		// (a closed one answers no probe). A second signal still ends
-		// the process at once.
-		gw.Unready()
-		fmt.Fprintf(stderr, "retryhost serve: not ready; serving on for %v before the drain\n", o.shutdownDelay)
-		// Serving on means all of it: reloads are still acted on, and a
-		// server that fails ends the wait (and the process) at once.
-		delay := serveDelayTimer(o.shutdownDelay)
-	wait:
-		for {
-			select {
-			case <-delay:
-				break wait
-			case err := <-served:
-				fmt.Fprintf(stderr, "retryhost serve: %v\n", err)
-				return exitFail
-			case <-policyChanged:
-				reloadPolicy("file changed")
-			case <-keysChanged:
-				reloadKeys("file changed")
-			case <-hups:
-				reloadPolicy("SIGHUP")
-				reloadKeys("SIGHUP")
+			if stopping() {
+				break serving
 			}
+		case <-stopped:
+			if stopping() {
+				break serving
+			}
+		case <-delay:
+			break serving
 		}
 	}
 	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", o.drain)
