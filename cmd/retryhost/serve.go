@@ -20,6 +20,7 @@ import (
 
 	"github.com/retryhost/retryhost/gateway"
 	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/internal/gcfloor"
 	"github.com/retryhost/retryhost/internal/strict"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
@@ -44,6 +45,7 @@ func init() {
 			fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep accepting and serving with /readyz answering 503, so that a load balancer sees it and stops sending, before the drain (0: drain at once)")
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
+			fs.Int64Var(&o.gcFloor, "gc-floor", 64<<20, "the heap size, in `BYTES`, below which the garbage collector does not run; above it GOGC governs as usual (0: Go's default, a collection every few MiB)")
 			fs.Int64Var(&o.maxAnswer, "max-answer", 32<<20, "the largest answer a non-streaming request holds until it is complete, per attempt, in `BYTES` (payload + 256 per part); past it the attempt fails")
 			fs.BoolVar(&o.h2c, "h2c", false, "also accept HTTP/2 without TLS (prior knowledge, as a mesh sidecar or a load balancer speaks it), on the same port as HTTP/1.1")
 			fs.IntVar(&o.upstreamConns, "upstream-conns", 256, "connections to each upstream host, idle and active; more requests wait for one")
@@ -62,6 +64,7 @@ type serveOpts struct {
 	maxConc              int
 	upstreamConns        int
 	maxBody, maxAnswer   int64
+	gcFloor              int64
 	watch, printDemo     bool
 	h2c                  bool
 	pluginPoll           time.Duration
@@ -89,6 +92,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if o.shutdownDelay < 0 {
 		return e.usageError(commands["serve"], "--shutdown-delay %v: a delay cannot be negative (0: drain at once)", o.shutdownDelay)
 	}
+	if o.gcFloor < 0 {
+		return e.usageError(commands["serve"], "--gc-floor %d: a floor cannot be negative (0: Go's default)", o.gcFloor)
+	}
 	if o.printDemo {
 		_, err := fmt.Fprintf(e.stdout, "// The policy retryhost serve runs without --policy. Its base_url values are the demo's\n"+
 			"// in-process loopback providers (random ports at run time): point them at yours.\n%s\n",
@@ -98,6 +104,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		}
 		return exitOK
 	}
+	// A gateway's live heap is small and each request leaves garbage: Go
+	// would collect dozens of times a second (internal/gcfloor).
+	defer gcfloor.Start(uint64(o.gcFloor)).Stop()
 	// The log is written in batches (logbatch.go); serve's status lines
 	// and errors go out at once, in order with it.
 	batch := newLogBatch(e.stderr, logBatchEvery)

@@ -11,6 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -188,6 +191,9 @@ func TestServe_BadInput(t *testing.T) {
 	defer cancel()
 	require.Equal(t, exitUsage, dispatch(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--drain", "-1s"}, io.Discard, &stderr))
 	require.Contains(t, stderr.String(), "--drain")
+	stderr.Reset()
+	require.Equal(t, exitUsage, dispatch(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--gc-floor", "-1"}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "--gc-floor -1: a floor cannot be negative")
 	stderr.Reset()
 	empty := filepath.Join(t.TempDir(), "keys")
 	require.NoError(t, os.WriteFile(empty, []byte("# none\n"), 0o600))
@@ -477,4 +483,29 @@ func TestServe_APIKeysFileFormats(t *testing.T) {
 			require.Equal(t, tc.want, keys)
 		})
 	}
+}
+
+// serve keeps the collector off below --gc-floor while it runs, and gives
+// the process its own setting back when it stops.
+func TestServe_GCFloor(t *testing.T) {
+	runtime.GC()
+	before := heapGoal()
+	require.Less(t, before, uint64(200<<20), "this test's heap is small")
+
+	_, _, stop := startServe(t, "--gc-floor", strconv.Itoa(256<<20))
+	require.InDelta(t, 256<<20, heapGoal(), 8<<20, "the heap's goal is the floor while serve runs")
+	require.Equal(t, exitOK, stop())
+	runtime.GC()
+	require.Less(t, heapGoal(), uint64(200<<20), "after serve, Go's own goal")
+
+	_, _, stop = startServe(t, "--gc-floor", "0")
+	runtime.GC()
+	require.Less(t, heapGoal(), uint64(200<<20), "--gc-floor 0: Go's own goal")
+	require.Equal(t, exitOK, stop())
+}
+
+func heapGoal() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
