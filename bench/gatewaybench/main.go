@@ -947,6 +947,13 @@ func run(ctx context.Context) error {
 				return err
 			}
 		}
+		// Stopped now, not at the end: a proxy that keeps its idle
+		// upstream connections (retryhost serve keeps up to
+		// --upstream-conns) would hold the upstream's descriptors while
+		// the next target opens as many, and past the limit the
+		// upstream's accepts fail and the next target's streams open
+		// late (some past their idle deadlines).
+		rw.t.stop()
 	}
 	var base *row
 	for _, rw := range rows {
