@@ -45,7 +45,7 @@ func init() {
 			fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep accepting and serving with /readyz answering 503, so that a load balancer sees it and stops sending, before the drain (0: drain at once)")
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
-			fs.Int64Var(&o.gcFloor, "gc-floor", 64<<20, "the heap size, in `BYTES`, below which the garbage collector does not run; above it GOGC governs as usual (0: Go's default, a collection every few MiB)")
+			fs.Int64Var(&o.gcFloor, "gc-floor", 16<<20, "the heap size, in `BYTES`, below which the garbage collector does not run; above it GOGC governs as usual (0: Go's default, a collection every few MiB)")
 			fs.Int64Var(&o.maxAnswer, "max-answer", 32<<20, "the largest answer a non-streaming request holds until it is complete, per attempt, in `BYTES` (payload + 256 per part); past it the attempt fails")
 			fs.BoolVar(&o.h2c, "h2c", false, "also accept HTTP/2 without TLS (prior knowledge, as a mesh sidecar or a load balancer speaks it), on the same port as HTTP/1.1")
 			fs.IntVar(&o.upstreamConns, "upstream-conns", 256, "connections to each upstream host, idle and active; more requests wait for one")
