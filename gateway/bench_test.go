@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	rtmetrics "runtime/metrics"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -58,6 +59,16 @@ func benchStream(b *testing.B, n int, stream bool) {
 	}
 	run := func(b *testing.B, url string) {
 		b.ReportAllocs()
+		// Goroutines started per request (the client's, the upstream's and
+		// the hop's): each starts on a small stack that it grows again, so
+		// they cost beyond the start itself.
+		created := []rtmetrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+		rtmetrics.Read(created)
+		before := created[0].Value.Uint64()
+		defer func() {
+			rtmetrics.Read(created)
+			b.ReportMetric(float64(created[0].Value.Uint64()-before)/float64(b.N), "goroutines/op")
+		}()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				resp, err := hc.Post(url, "application/json", strings.NewReader(body))
