@@ -56,12 +56,12 @@ func Start(floor uint64) *Floor {
 	if running.f != nil {
 		return nil
 	}
-	base := debug.SetGCPercent(100)
-	debug.SetGCPercent(base)
-	if base < 0 {
-		return nil
+	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}} // read, not set and set back: no moment at another value
+	metrics.Read(gogc)
+	if gogc[0].Value.Kind() != metrics.KindUint64 || gogc[0].Value.Uint64() > math.MaxInt32 {
+		return nil // off (GOGC=off reads as -1, as a uint64)
 	}
-	f := &Floor{floor: floor, base: base}
+	f := &Floor{floor: floor, base: int(gogc[0].Value.Uint64())}
 	f.sample[0].Name = "/gc/heap/live:bytes"
 	f.sample[1].Name = "/gc/scan/stack:bytes"
 	f.sample[2].Name = "/gc/scan/globals:bytes"

@@ -125,3 +125,13 @@ func heapGoal() uint64 {
 	metrics.Read(s)
 	return s[0].Value.Uint64()
 }
+
+func TestFloorGivesBackGOGC(t *testing.T) {
+	old := debug.SetGCPercent(300)
+	defer debug.SetGCPercent(old)
+	f := Start(16 << 20)
+	require.NotNil(t, f)
+	require.Equal(t, 300, f.base, "GOGC's percentage is the proportion above the floor")
+	f.Stop()
+	require.Equal(t, 300, debug.SetGCPercent(300), "Stop gives GOGC's percentage back")
+}
