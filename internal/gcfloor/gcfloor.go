@@ -142,9 +142,10 @@ func percent(live, roots, floor uint64, base int) int {
 	if live == 0 || live+scan*uint64(base)/100 >= floor {
 		return base
 	}
-	p := (floor - live) / scan * 100
-	p += (floor - live) % scan * 100 / scan
-	p = min(p, floor*100/heapMinimum, math.MaxInt32)
+	// In floating point: a floor of any size (up to 1<<64) cannot
+	// overflow it, and a percentage needs no more than its 53 bits.
+	p := float64(floor-live) * 100 / float64(scan)
+	p = min(p, float64(floor)*100/heapMinimum, math.MaxInt32)
 	return max(int(p), base)
 }
 

@@ -1,6 +1,7 @@
 package gcfloor
 
 import (
+	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -29,11 +30,12 @@ func TestPercent(t *testing.T) {
 		{"no live heap measured yet: GOGC until the first collection", 0, 1 * mib, 64 * mib, 100, 100},
 		{"a tiny heap: Go's minimum heap, scaled, is the floor", 200 << 10, 200 << 10, 64 * mib, 100, 1600},
 		{"a floor under Go's minimum", 1 * mib, 0, 2 * mib, 100, 100},
+		{"a floor no heap reaches does not overflow", 8 * mib, 0, math.MaxUint64, 100, math.MaxInt32},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := percent(tc.live, tc.roots, tc.floor, tc.base)
 			require.Equal(t, tc.wantPercent, p)
-			if tc.live > 0 {
+			if tc.live > 0 && p < math.MaxInt32 { // a capped percentage falls short of the floor
 				goal := func(p int) uint64 {
 					return max(tc.live+(tc.live+tc.roots)*uint64(p)/100, heapMinimum*uint64(p)/100)
 				}
