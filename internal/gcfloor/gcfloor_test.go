@@ -137,3 +137,14 @@ func TestFloorGivesBackGOGC(t *testing.T) {
 	f.Stop()
 	require.Equal(t, 300, debug.SetGCPercent(300), "Stop gives GOGC's percentage back")
 }
+
+// GOMEMLIMIT still caps a heap under a floor set past it.
+func TestFloorUnderAMemoryLimit(t *testing.T) {
+	old := debug.SetMemoryLimit(48 << 20)
+	defer debug.SetMemoryLimit(old)
+	runtime.GC()
+	f := Start(1 << 30)
+	require.NotNil(t, f)
+	defer f.Stop()
+	require.NotZero(t, garbage(256<<20), "256 MiB of garbage under a 48 MiB limit is collected, whatever the floor")
+}
