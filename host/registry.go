@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,12 +35,15 @@ type Registry struct {
 	// failed holds, by name, Scan's last failed load of a plugin, so that
 	// it is logged once, not on every poll of Watch, and (unless the
 	// files could not be read) not tried again until they change: a
-	// plugin that never loaded has no entry to remember it by.
+	// plugin that never loaded has no entry to remember it by. A plugin
+	// whose module is gone from its directory is dropped at that
+	// directory's next scan, so the map holds at most the files there.
 	failed map[string]scanFailure
 }
 
 // scanFailure is a plugin's failed load in Scan.
 type scanFailure struct {
+	path  string   // the module's path
 	stamp string   // the files' size and mtime when it failed
 	hash  [32]byte // their contents' hash, zero if they were not read whole
 	// retry: the files could not be read (permissions, a file gone
@@ -192,6 +196,15 @@ func (r *Registry) Scan(ctx context.Context, dir string, opts ...LoadOption) err
 			errs = append(errs, err)
 		}
 	}
+	// A failure whose module is gone from dir is forgotten: a module
+	// that comes back is tried and logged as new.
+	r.mu.Lock()
+	for name, f := range r.failed {
+		if filepath.Dir(f.path) == filepath.Clean(dir) && !slices.Contains(files, f.path) {
+			delete(r.failed, name)
+		}
+	}
+	r.mu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -210,7 +223,7 @@ func (r *Registry) scanOne(ctx context.Context, name, path string, opts []LoadOp
 	if err != nil {
 		// Over ModuleBytes, only a new size can bring it under: not
 		// read again until the file changes.
-		return r.scanFailed(name, path, stamp, [32]byte{}, !errors.Is(err, ErrLimit), err)
+		return r.scanFailed(name, path, path, stamp, [32]byte{}, !errors.Is(err, ErrLimit), err)
 	}
 	cfg, err := filecap.Read(cfgPath, maxConfigFile)
 	var big *filecap.TooLargeError
@@ -218,9 +231,9 @@ func (r *Registry) scanOne(ctx context.Context, name, path string, opts []LoadOp
 	case errors.As(err, &big):
 		err = loadErr(name, ErrLimit, fmt.Errorf("%s: %w", cfgPath,
 			&LimitError{Limit: "config file bytes", Got: int(min(max(big.Size, 0), math.MaxInt)), Max: maxConfigFile}))
-		return r.scanFailed(name, cfgPath, stamp, [32]byte{}, false, err)
+		return r.scanFailed(name, path, cfgPath, stamp, [32]byte{}, false, err)
 	case err != nil && !errors.Is(err, os.ErrNotExist):
-		return r.scanFailed(name, cfgPath, stamp, [32]byte{}, true, loadErr(name, ErrInit, err))
+		return r.scanFailed(name, path, cfgPath, stamp, [32]byte{}, true, loadErr(name, ErrInit, err))
 	}
 	h := sha256.New()
 	h.Write(wasm)
@@ -246,7 +259,7 @@ func (r *Registry) scanOne(ctx context.Context, name, path string, opts []LoadOp
 	if err != nil {
 		// A load cut short (the scan's ctx ended) says nothing of the
 		// files: tried again at the next scan.
-		return r.scanFailed(name, path, stamp, sum, ctx.Err() != nil, err)
+		return r.scanFailed(name, path, path, stamp, sum, ctx.Err() != nil, err)
 	}
 	r.mu.Lock()
 	n.stamp, n.hash = stamp, sum
@@ -255,15 +268,15 @@ func (r *Registry) scanOne(ctx context.Context, name, path string, opts []LoadOp
 	return nil
 }
 
-// scanFailed records Scan's failed load of name (file is the file at
-// fault) and logs it, unless the same failure of the same files was
+// scanFailed records Scan's failed load of name (path is its module, file
+// the file at fault) and logs it, unless the same failure of the same files was
 // logged already (Watch drops Scan's errors: the log is where an operator
 // sees it); the version serving, if any, stays. It returns err.
-func (r *Registry) scanFailed(name, file, stamp string, sum [32]byte, retry bool, err error) error {
+func (r *Registry) scanFailed(name, path, file, stamp string, sum [32]byte, retry bool, err error) error {
 	msg := err.Error()
 	r.mu.Lock()
 	prev, ok := r.failed[name]
-	r.failed[name] = scanFailure{stamp: stamp, hash: sum, retry: retry, msg: msg}
+	r.failed[name] = scanFailure{path: path, stamp: stamp, hash: sum, retry: retry, msg: msg}
 	_, serving := r.entries[name] // a plugin that never loaded has no entry
 	r.mu.Unlock()
 	if !ok || prev.stamp != stamp || prev.msg != msg {

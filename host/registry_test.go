@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -333,4 +334,32 @@ func TestRegistry_ScanLogsAFailedLoadOnce(t *testing.T) {
 			require.Equal(t, sha(fixture(t, "refusal")), cond.Version())
 		})
 	}
+}
+
+// TestRegistry_ScanForgetsAFailureWhoseModuleIsGone: Scan remembers a
+// failed load (to log it once), and forgets it when its module leaves the
+// directory, so a directory whose files come and go under new names does
+// not grow the registry; another directory's failures stay remembered.
+func TestRegistry_ScanForgetsAFailureWhoseModuleIsGone(t *testing.T) {
+	ctx := context.Background()
+	reg := NewRegistry(newRuntime(t))
+	defer func() { require.NoError(t, reg.Close(ctx)) }()
+	a, b := t.TempDir(), t.TempDir()
+	for i := range 3 {
+		writeAtomic(t, a, fmt.Sprintf("bad%d.wasm", i), []byte("not wasm"))
+	}
+	writeAtomic(t, b, "other.wasm", []byte("not wasm"))
+	require.Error(t, reg.Scan(ctx, a))
+	require.Error(t, reg.Scan(ctx, b))
+	failed := func() int { reg.mu.Lock(); defer reg.mu.Unlock(); return len(reg.failed) }
+	require.Equal(t, 4, failed())
+
+	require.NoError(t, os.Remove(filepath.Join(a, "bad0.wasm")))
+	require.NoError(t, os.Remove(filepath.Join(a, "bad1.wasm")))
+	require.NoError(t, reg.Scan(ctx, a), "bad2 is unchanged since it failed: not tried again")
+	require.Equal(t, 2, failed(), "bad2 and b's other stay")
+	_, ok := reg.failed["bad2"]
+	require.True(t, ok)
+	_, ok = reg.failed["other"]
+	require.True(t, ok, "a scan of a does not forget b's failures")
 }
