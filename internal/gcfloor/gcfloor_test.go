@@ -88,11 +88,7 @@ func TestFloorGrowsInProportionAboveIt(t *testing.T) {
 	require.NotNil(t, f)
 	defer f.Stop()
 
-	// A collection's cleanup tunes for the heap it left.
-	n := f.tunes.Load()
-	runtime.GC()
-	require.Eventually(t, func() bool { return f.tunes.Load() > n }, 10*time.Second, time.Millisecond)
-
+	collect(t, f)
 	goal := heapGoal()
 	require.Greater(t, goal, uint64(160<<20), "goal %d MiB: GOGC=100 lets 96 MiB live grow to about twice", goal>>20)
 	require.Less(t, goal, uint64(256<<20), "goal %d MiB: the floor does not inflate a heap above it", goal>>20)
@@ -100,15 +96,29 @@ func TestFloorGrowsInProportionAboveIt(t *testing.T) {
 }
 
 func TestFloorFollowsTheHeapAsItShrinks(t *testing.T) {
+	live := make([][]byte, 96)
+	for i := range live {
+		live[i] = make([]byte, 1<<20)
+	}
 	runtime.GC()
 	f := Start(64 << 20)
 	require.NotNil(t, f)
 	defer f.Stop()
+	collect(t, f)
+	require.Greater(t, heapGoal(), uint64(160<<20), "96 MiB live: GOGC's goal, over the floor")
+	runtime.KeepAlive(live)
 
+	collect(t, f) // live is garbage now
+	require.InDelta(t, 64<<20, heapGoal(), 2<<20, "the heap shrank under the floor: its goal is the floor again")
+}
+
+// collect runs a collection and waits for the cleanup that tunes for the
+// heap it left.
+func collect(t *testing.T, f *Floor) {
+	t.Helper()
 	n := f.tunes.Load()
 	runtime.GC()
 	require.Eventually(t, func() bool { return f.tunes.Load() > n }, 10*time.Second, time.Millisecond)
-	require.GreaterOrEqual(t, heapGoal(), uint64(63<<20), "a small heap's goal is the floor")
 }
 
 func TestStartDoesNothingWithoutAFloorOrACollector(t *testing.T) {
