@@ -114,14 +114,7 @@ func TestServe_ShutdownDelayKeepsReloading(t *testing.T) {
 	require.NoError(t, os.WriteFile(keys, []byte("k-old\n"), 0o600))
 	t.Setenv("RETRYHOST_API_KEYS", "")
 	base, stderr, stop := startServe(t, "--api-keys-file", keys, "--shutdown-delay", "1h")
-	code := func(key string) int {
-		req, _ := http.NewRequest(http.MethodGet, base+"/v1/models", nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	code := func(key string) int { return modelsStatus(t, base, key) }
 	require.Equal(t, http.StatusOK, code("k-old"))
 	exited := make(chan int, 1)
 	go func() { exited <- stop() }()

@@ -64,6 +64,17 @@ func startServe(t *testing.T, args ...string) (string, *testutil.LogBuffer, func
 	return base, &stderr, stop
 }
 
+// modelsStatus is the status of GET /v1/models with key as the bearer.
+func modelsStatus(t *testing.T, base, key string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 func post(t *testing.T, url, body string) (*http.Response, string) {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
@@ -364,14 +375,7 @@ func TestServe_APIKeysFileReloads(t *testing.T) {
 	require.NoError(t, os.WriteFile(keys, []byte("k-old\n"), 0o600))
 	t.Setenv("RETRYHOST_API_KEYS", "")
 	base, stderr, stop := startServe(t, "--api-keys-file", keys)
-	code := func(key string) int {
-		req, _ := http.NewRequest(http.MethodGet, base+"/v1/models", nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	code := func(key string) int { return modelsStatus(t, base, key) }
 	require.Equal(t, http.StatusOK, code("k-old"))
 	require.Equal(t, http.StatusUnauthorized, code("k-new"))
 
@@ -399,14 +403,7 @@ func TestServe_APIKeysFileReplacedAlike(t *testing.T) {
 	require.NoError(t, os.WriteFile(keys, []byte("k-old-1\n"), 0o600))
 	t.Setenv("RETRYHOST_API_KEYS", "")
 	base, stderr, stop := startServe(t, "--api-keys-file", keys)
-	code := func(key string) int {
-		req, _ := http.NewRequest(http.MethodGet, base+"/v1/models", nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	code := func(key string) int { return modelsStatus(t, base, key) }
 	require.Equal(t, http.StatusOK, code("k-old-1"))
 	writeLike(t, keys, "k-new-1\n", "")
 	require.Eventually(t, func() bool { return code("k-new-1") == http.StatusOK }, 10*time.Second, 20*time.Millisecond, "%s", stderr)
