@@ -53,7 +53,7 @@ var (
 	held     = flag.String("held-streams", "", "after the phases, hold this many streams open at once and report the proxy's RSS; a comma-separated list holds each count in turn (empty: skip)")
 	heldH2C  = flag.Bool("held-h2c", false, "hold the streams over HTTP/2 without TLS (h2c, 250 streams a connection) to the Go proxies (bare and retryhost serve --h2c), so that a proxy holding N streams needs N+N/250 descriptors, not 2N; Portkey stays on HTTP/1.1")
 	upJSON   = flag.Bool("upstream-json", true, "retryhost's policy gives its model \"upstream_json\": true, so a non-streaming request is non-streamed upstream too (false: streamed upstream and collected, as before)")
-	upConns  = flag.Int("upstream-conns", 16384, "retryhost serve's --upstream-conns and --max-concurrent (the bench holds up to -held-streams streams to one upstream host)")
+	upConns  = flag.Int("upstream-conns", 16384, "retryhost serve's --upstream-conns, --max-concurrent and --max-conns (the bench holds up to -held-streams streams to one upstream host, each on a client connection of its own over HTTP/1.1)")
 	workDir  = flag.String("workdir", "", "folder for the policy file and the children's logs (default: a temp folder)")
 
 	proxyServe = flag.String("serve-revproxy", "", "internal: serve a bare reverse proxy to this upstream URL and print the address")
@@ -567,7 +567,7 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 			return nil, err
 		}
 		cmd := exec.Command(bin, "serve", "--policy", pf, "--addr", addr, "--watch=false",
-			"--max-concurrent", strconv.Itoa(*upConns), "--upstream-conns", strconv.Itoa(*upConns), "--h2c="+strconv.FormatBool(*heldH2C))
+			"--max-concurrent", strconv.Itoa(*upConns), "--max-conns", strconv.Itoa(*upConns), "--upstream-conns", strconv.Itoa(*upConns), "--h2c="+strconv.FormatBool(*heldH2C))
 		cmd.Env = append(os.Environ(), "BENCH_UPSTREAM_KEY=k", "RETRYHOST_API_KEYS=")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		done, err := startChild(cmd)
@@ -579,7 +579,7 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 			return nil, fmt.Errorf("%s: %w (see %s)", name, err, logf.Name())
 		}
 		return &target{name: name, url: "http://" + addr + "/v1/chat/completions", model: "bench", pid: cmd.Process.Pid,
-			note: fmt.Sprintf("access log (JSON, one line per request) on, to a file; --upstream-conns %d --max-concurrent %d; upstream_json %t", *upConns, *upConns, *upJSON),
+			note: fmt.Sprintf("access log (JSON, one line per request) on, to a file; --upstream-conns %d --max-concurrent %d --max-conns %d; upstream_json %t", *upConns, *upConns, *upConns, *upJSON),
 			stop: func() { stopProc(cmd, done); logf.Close() }}, nil
 	case "portkey":
 		if *pkDir == "" {

@@ -67,11 +67,13 @@ func TestREADMEServeUsageMatchesFlags(t *testing.T) {
 	require.NotNil(t, fs.Lookup("print-demo-policy"))
 }
 
-// "request headers (http.Server.MaxHeaderBytes in serve): 64 KiB" and
-// "reading a request's headers (serve): 10 s" in the README's limits table.
+// "request headers (http.Server.MaxHeaderBytes in serve): 64 KiB",
+// "reading a request's headers (serve): 10 s" and "a client connection idle
+// between two requests (serve): 120 s" in the README's limits table.
 func TestREADMEServeServerLimits(t *testing.T) {
 	require.Equal(t, 64<<10, serveMaxHeaderBytes, "README: request headers 64 KiB")
 	require.Equal(t, 10*time.Second, serveReadHeaderTimeout, "README: reading a request's headers 10 s")
+	require.Equal(t, 120*time.Second, serveIdleTimeout, "README: a client connection idle between two requests 120 s")
 	require.Equal(t, 250, serveH2Streams, "README: streams open at once on one HTTP/2 connection 250")
 }
 

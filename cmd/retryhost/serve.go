@@ -20,6 +20,7 @@ import (
 
 	"github.com/retryhost/retryhost/gateway"
 	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/internal/connlimit"
 	"github.com/retryhost/retryhost/internal/gcfloor"
 	"github.com/retryhost/retryhost/internal/strict"
 	"github.com/retryhost/retryhost/plugins"
@@ -44,6 +45,7 @@ func init() {
 			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
 			fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep accepting and serving with /readyz answering 503, so that a load balancer sees it and stops sending, before the drain (0: drain at once)")
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
+			fs.IntVar(&o.maxConns, "max-conns", 4096, "client connections open at once; past it the one idle the longest is closed to make room, and with none idle a new one waits for one to close (0: no limit)")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
 			fs.Int64Var(&o.gcFloor, "gc-floor", 16<<20, "the heap size, in `BYTES`, below which the garbage collector does not run; above it GOGC governs as usual (0: Go's default, a collection every few MiB)")
 			fs.Int64Var(&o.maxAnswer, "max-answer", 32<<20, "the largest answer a non-streaming request holds until it is complete, per attempt, in `BYTES` (payload + 256 per part); past it the attempt fails")
@@ -61,7 +63,7 @@ func init() {
 type serveOpts struct {
 	file, addr, keysFile string
 	drain, shutdownDelay time.Duration
-	maxConc              int
+	maxConc, maxConns    int
 	upstreamConns        int
 	maxBody, maxAnswer   int64
 	gcFloor              int64
@@ -91,6 +93,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	}
 	if o.shutdownDelay < 0 {
 		return e.usageError(commands["serve"], "--shutdown-delay %v: a delay cannot be negative (0: drain at once)", o.shutdownDelay)
+	}
+	if o.maxConns < 0 {
+		return e.usageError(commands["serve"], "--max-conns %d: a limit cannot be negative (0: no limit)", o.maxConns)
 	}
 	if o.gcFloor < 0 {
 		return e.usageError(commands["serve"], "--gc-floor %d: a floor cannot be negative (0: Go's default)", o.gcFloor)
@@ -137,6 +142,12 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	}
 	pm := newPluginMetrics()
 	opts = append(opts, gateway.WithMetrics(pm.collectors()...))
+	// The client connections' limit wraps the listener, made after the
+	// gateway; its series are read through a pointer set then.
+	var conns *connlimit.Listener
+	if o.maxConns > 0 {
+		opts = append(opts, gateway.WithMetrics(connMetrics(&conns)...))
+	}
 	popts := policy.Options{Builtin: plugins.Module, OCI: o.registry.policyOCI(e), Logger: logger,
 		HostOptions: append(e.hostOptions(ctx), host.WithObserver(pm))}
 	var src gateway.Source
@@ -163,6 +174,10 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	}
 	srv := &http.Server{Handler: gw, MaxHeaderBytes: serveMaxHeaderBytes, ReadHeaderTimeout: serveReadHeaderTimeout,
 		IdleTimeout: serveIdleTimeout, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	if o.maxConns > 0 {
+		conns = connlimit.New(ln, o.maxConns)
+		ln, srv.ConnState = conns, conns.ConnState
+	}
 	if o.h2c {
 		// Each HTTP/2 stream is a request like any other: the body, header
 		// (MaxHeaderBytes bounds the decoded header list too) and

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -206,6 +208,9 @@ func TestServe_BadInput(t *testing.T) {
 	require.Equal(t, exitUsage, dispatch(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--gc-floor", "-1"}, io.Discard, &stderr))
 	require.Contains(t, stderr.String(), "--gc-floor -1: a floor cannot be negative")
 	stderr.Reset()
+	require.Equal(t, exitUsage, dispatch(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--max-conns", "-1"}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "--max-conns -1: a limit cannot be negative")
+	stderr.Reset()
 	empty := filepath.Join(t.TempDir(), "keys")
 	require.NoError(t, os.WriteFile(empty, []byte("# none\n"), 0o600))
 	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--api-keys-file", empty}, io.Discard, &stderr))
@@ -236,6 +241,50 @@ func TestServe_HeaderLimit(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+	require.Equal(t, exitOK, stop())
+}
+
+// --max-conns bounds the client connections: past it the connection idle
+// the longest is closed for a new client, which is served, while a
+// connection whose request is under way is left alone (the new one waits
+// for it: internal/connlimit's tests); /metrics counts both.
+func TestServe_MaxConns(t *testing.T) {
+	base, _, stop := startServe(t, "--max-conns", "2")
+	addr := strings.TrimPrefix(base, "http://")
+	get := func(nc net.Conn, br *bufio.Reader, path string) string {
+		t.Helper()
+		_, err := io.WriteString(nc, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		require.NoError(t, err)
+		require.NoError(t, nc.SetReadDeadline(time.Now().Add(10*time.Second)))
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+		return string(b)
+	}
+	var (
+		ncs []net.Conn
+		brs []*bufio.Reader
+	)
+	for i := range 3 {
+		nc, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer nc.Close()
+		ncs, brs = append(ncs, nc), append(brs, bufio.NewReader(nc))
+		get(nc, brs[i], "/healthz") // then idle, kept alive
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The third was served: the first, idle the longest, was closed for it.
+	require.NoError(t, ncs[0].SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err := brs[0].ReadByte()
+	require.ErrorIs(t, err, io.EOF)
+	metrics := get(ncs[2], brs[2], "/metrics")
+	require.Contains(t, metrics, "retryhost_gateway_client_connections 2\n")
+	require.Contains(t, metrics, "retryhost_gateway_client_connections_reclaimed_total 1\n")
+	require.Contains(t, metrics, "retryhost_gateway_client_connection_waits_total 0\n")
+	get(ncs[1], brs[1], "/healthz") // the second is still open
 	require.Equal(t, exitOK, stop())
 }
 
