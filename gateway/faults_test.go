@@ -470,3 +470,33 @@ func TestSilentUpstreamsBoundedByBudget(t *testing.T) {
 	require.Equal(t, http.StatusGatewayTimeout, apiErr.StatusCode)
 	r.healthy()
 }
+
+// An upstream's response headers are bounded (upstreamMaxHeaderBytes, not
+// net/http's 10 MiB): past the cap the attempt fails over, streamed or
+// not, while headers under it are served.
+func TestUpstreamResponseHeadersBounded(t *testing.T) {
+	r := newRig(t, "")
+	big := func(n int) http.Header { return http.Header{"X-Big": {strings.Repeat("h", n)}} }
+	for _, stream := range []bool{true, false} {
+		r.up["primary"].reset()
+		r.up["backup"].reset()
+		r.up["primary"].play(act{header: big(upstreamMaxHeaderBytes + 1024), preamble: true, chunks: []string{"from primary"}})
+		r.up["backup"].play(act{preamble: true, chunks: []string{"from backup"}})
+		if stream {
+			got := r.stream("primary")
+			require.NoError(t, got.err)
+			require.Equal(t, "from backup", got.text)
+		} else {
+			cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+			require.NoError(t, err)
+			require.Equal(t, "from backup", cc.Choices[0].Message.Content)
+			require.Equal(t, "backup", cc.Model)
+		}
+		require.Len(t, r.up["primary"].requests(), 1, "stream %t", stream)
+	}
+	r.up["primary"].play(act{header: big(upstreamMaxHeaderBytes / 2), preamble: true, chunks: []string{"from primary"}})
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "from primary", got.text, "headers under the cap are served")
+	r.healthy()
+}

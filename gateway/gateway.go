@@ -181,6 +181,12 @@ const (
 	upstreamWriteBuffer = 1 << 10
 )
 
+// upstreamMaxHeaderBytes bounds an upstream's response headers (net/http's
+// default is 10 MiB, per request in flight). Providers send a few KiB;
+// Envoy's default cap is 60 KiB. Past it the attempt fails as a cut
+// connection and the rules decide.
+const upstreamMaxHeaderBytes = 64 << 10
+
 // WithUpstreamConns caps the connections to each upstream host (idle and
 // active; requests beyond it wait for one). Default 256. It applies when the
 // Source's policy.Options bring no HTTPClient of their own.
@@ -332,16 +338,17 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	}
 	if src.opts.HTTPClient == nil {
 		g.client = &http.Client{Transport: &http.Transport{
-			Proxy:               http.ProxyFromEnvironment,
-			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			ForceAttemptHTTP2:   true,
-			MaxIdleConns:        g.cfg.upstreamConns * 4,
-			MaxIdleConnsPerHost: g.cfg.upstreamConns,
-			MaxConnsPerHost:     g.cfg.upstreamConns,
-			IdleConnTimeout:     90 * time.Second,
-			TLSHandshakeTimeout: 10 * time.Second,
-			ReadBufferSize:      upstreamReadBuffer,
-			WriteBufferSize:     upstreamWriteBuffer,
+			Proxy:                  http.ProxyFromEnvironment,
+			DialContext:            (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:      true,
+			MaxIdleConns:           g.cfg.upstreamConns * 4,
+			MaxIdleConnsPerHost:    g.cfg.upstreamConns,
+			MaxConnsPerHost:        g.cfg.upstreamConns,
+			IdleConnTimeout:        90 * time.Second,
+			TLSHandshakeTimeout:    10 * time.Second,
+			ReadBufferSize:         upstreamReadBuffer,
+			WriteBufferSize:        upstreamWriteBuffer,
+			MaxResponseHeaderBytes: upstreamMaxHeaderBytes,
 		}}
 		g.client.Transport = &sseFilter{next: g.client.Transport, skipped: &g.stats.malformed, headerTimeout: g.cfg.headerTimeout}
 	}
