@@ -102,6 +102,30 @@ func TestSilenceBoundedByBudgetAlone(t *testing.T) {
 	}
 }
 
+// An upstream that never stops sending content (no silence for the gap
+// deadline to catch) holds a committed stream no longer than the policy's
+// budget either: the stream ends with the in-band error, its text cut.
+func TestEndlessStreamBoundedByBudget(t *testing.T) {
+	r := newRig(t, `"deadlines": {"budget": "1s", "gap": "1s"}`)
+	endless := make([]string, 100000)
+	for i := range endless {
+		endless[i] = "x"
+	}
+	for _, u := range r.up {
+		u.play(act{chunks: endless, gap: 5 * time.Millisecond})
+	}
+	// A guard against a hang (the test's failure), not a timing assertion.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	text, err := r.streamText(ctx, "primary")
+	require.Error(t, err)
+	require.NoError(t, ctx.Err(), "the client was held past the budget")
+	require.Contains(t, err.Error(), "total")
+	require.NotEmpty(t, text)
+	require.Less(t, len(text), len(endless))
+	r.healthy()
+}
+
 // However a policy words its retries, one request makes a bounded number
 // of attempts: a rule's own attempts (default 2 for a retry) per model,
 // and the policy's max_attempts (default 10) in all.
