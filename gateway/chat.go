@@ -226,7 +226,21 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 			writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "request_timeout",
 				msg: "retryhost gateway: the body took longer than " + g.cfg.readTimeout.String() + " to arrive"})
 		default:
-			l.status, l.outcome = 499, "client_closed"
+			// The body cannot be read whole for a reason of its own
+			// (chunked framing that is not, a connection ended before
+			// the declared length): the answer is a 400, since written
+			// nothing becomes net/http's "200 OK" with an empty body,
+			// which a client still there (one that half-closed after
+			// its request) would take for an answer. The log says 499
+			// when the connection ended (net/http then ends the
+			// request's context): most such clients are gone.
+			l.status, l.outcome = http.StatusBadRequest, "client_error"
+			if r.Context().Err() != nil {
+				l.status, l.outcome = 499, "client_closed"
+			}
+			w.Header().Set("Connection", "close")
+			writeErr(w, d, apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_body",
+				msg: "retryhost gateway: the body could not be read whole: " + err.Error()})
 		}
 		return
 	}

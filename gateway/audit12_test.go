@@ -1,0 +1,94 @@
+package gateway
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestUnreadableBodyIsABadRequest: a body that cannot be read whole for a
+// reason of its own (chunked framing that is not chunked framing, a
+// connection that ends before the declared length while the client still
+// reads) is a 400 in the door's shape. Nothing was written, so net/http
+// sent the client, still there, a "200 OK" with an empty body (an answer
+// that was no answer), logged as 499 client_closed. A body cut by the end
+// of the connection is still logged 499: most such clients are gone.
+func TestUnreadableBodyIsABadRequest(t *testing.T) {
+	r := newRig(t, "")
+	const chatHead = "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+	const msgsHead = "POST /v1/messages HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nAnthropic-Version: 2023-06-01\r\n"
+	records := func() []map[string]any {
+		if strings.TrimSpace(r.logs.String()) == "" {
+			return nil
+		}
+		return accessRecords(t, r.logs.String())
+	}
+	for _, tc := range []struct {
+		name, req string
+		halfClose bool // the client closes its side after the request: it still reads
+		anthropic bool
+		// logged: the access log's status and outcome (the connection
+		// ended: most such clients are gone)
+		logged  int
+		outcome string
+	}{
+		{name: "chat, a chunk size that is not hex", req: chatHead + "Transfer-Encoding: chunked\r\n\r\n8\r\n{\"model\"\r\nZZ\r\n"},
+		{name: "chat, a chunk longer than its size", req: chatHead + "Transfer-Encoding: chunked\r\n\r\n2\r\n{\"model\"\r\n0\r\n\r\n"},
+		{name: "chat, cut before its Content-Length", req: chatHead + "Content-Length: 100\r\n\r\n{\"model\":", halfClose: true, logged: 499, outcome: "client_closed"},
+		{name: "messages, a chunk size that is not hex", req: msgsHead + "Transfer-Encoding: chunked\r\n\r\nZZ\r\n", anthropic: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(records())
+			conn, err := net.Dial("tcp", r.srv.Listener.Addr().String())
+			require.NoError(t, err)
+			defer conn.Close()
+			_, err = io.WriteString(conn, tc.req)
+			require.NoError(t, err)
+			if tc.halfClose {
+				require.NoError(t, conn.(*net.TCPConn).CloseWrite())
+			}
+			require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, "body: %q", body)
+			var e struct {
+				Type  string `json:"type"`
+				Error struct {
+					Type    string `json:"type"`
+					Code    string `json:"code"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			require.NoError(t, json.Unmarshal(body, &e), "body: %q", body)
+			require.Equal(t, "invalid_request_error", e.Error.Type)
+			require.Contains(t, e.Error.Message, "body")
+			if tc.anthropic {
+				require.Equal(t, "error", e.Type)
+			} else {
+				require.Equal(t, "invalid_body", e.Error.Code)
+			}
+			require.Eventually(t, func() bool { return len(records()) == before+1 }, 5*time.Second, 5*time.Millisecond)
+			rec := records()[before]
+			if tc.logged == 0 {
+				tc.logged, tc.outcome = http.StatusBadRequest, "client_error"
+			}
+			require.EqualValues(t, tc.logged, rec["status"])
+			require.Equal(t, tc.outcome, rec["outcome"])
+		})
+	}
+	for _, u := range r.up {
+		require.Empty(t, u.requests())
+	}
+	require.Empty(t, r.gw.sem)
+	r.healthy()
+}
