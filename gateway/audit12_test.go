@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/stretchr/testify/require"
 )
 
@@ -91,4 +92,53 @@ func TestUnreadableBodyIsABadRequest(t *testing.T) {
 	}
 	require.Empty(t, r.gw.sem)
 	r.healthy()
+}
+
+// TestUpstreamRedirectStaysInItsOrigin: the gateway's upstream client
+// follows a redirect only within the origin (scheme, host and port) the
+// request went to. An Anthropic upstream's 307 elsewhere was followed (the
+// SDK has no origin rule, unlike openai-go's and the openai adapter's
+// direct path): the prompt went to the new address, and to another port of
+// the same host with the gateway's upstream key (net/http strips
+// Authorization only for another host name). A refused redirect is the
+// attempt's failure, which the rules fail over.
+func TestUpstreamRedirectStaysInItsOrigin(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		status   int
+		sameHost bool // the other origin is another port of 127.0.0.1 (else "localhost")
+	}{
+		{name: "307, another port of the same host", status: http.StatusTemporaryRedirect, sameHost: true},
+		{name: "308, another host name", status: http.StatusPermanentRedirect},
+		{name: "302, another port of the same host", status: http.StatusFound, sameHost: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRigOf(t, "", []string{"primary", "backup", "third"})
+			elsewhere := r.up["third"].srv.URL
+			if !tc.sameHost {
+				elsewhere = strings.Replace(elsewhere, "127.0.0.1", "localhost", 1)
+			}
+			r.up["primary"].play(act{status: tc.status, header: http.Header{"Location": {elsewhere + "/v1/messages"}}})
+			r.up["backup"].play(act{chunks: []string{"from", " backup"}})
+			got := r.anthStream(anthropic.MessageNewParams{Model: "primary", MaxTokens: 64,
+				Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+			require.NoError(t, got.err)
+			require.Equal(t, "from backup", got.text)
+			require.Empty(t, r.up["third"].requests(), "the redirect left the upstream's origin")
+			require.Len(t, r.up["primary"].requests(), 1)
+		})
+	}
+	t.Run("within the origin", func(t *testing.T) {
+		r := newRigOf(t, "", []string{"primary", "backup", "third"})
+		r.up["primary"].play(act{status: http.StatusTemporaryRedirect, header: http.Header{"Location": {r.up["primary"].srv.URL + "/moved/v1/messages"}}},
+			act{chunks: []string{"moved"}})
+		got := r.anthStream(anthropic.MessageNewParams{Model: "primary", MaxTokens: 64,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+		require.NoError(t, got.err)
+		require.Equal(t, "moved", got.text)
+		hits := r.up["primary"].requests()
+		require.Len(t, hits, 2)
+		require.Equal(t, "/moved/v1/messages", hits[1].path)
+		require.Empty(t, r.up["backup"].requests())
+	})
 }
