@@ -231,10 +231,14 @@ func WithWriteTimeout(d time.Duration) Option {
 	}
 }
 
-// WithReadTimeout bounds the reading of a request's body, so that a client
-// that trickles it cannot hold one of the WithMaxConcurrent slots; past it
-// the answer is 408. It bounds the body of a request answered without
-// reading it too (a missing key, /healthz …): see ServeHTTP. Default 30s.
+// WithReadTimeout bounds the reading of a request's body; past it the
+// answer is 408. A request holds one of the WithMaxConcurrent slots while
+// its body arrives (the slots also bound the bodies held in memory at
+// once), so the timeout bounds how long a client that trickles its body
+// holds one, not whether it does: clients that trickle many bodies at once
+// can fill the slots, which only a per-client limit in front of the gateway
+// prevents. It bounds the body of a request answered without reading it
+// too (a missing key, /healthz …): see ServeHTTP. Default 30s.
 func WithReadTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
