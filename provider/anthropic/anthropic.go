@@ -118,7 +118,10 @@ func WithParam(name string, value any) Option {
 	return func(c *config) { c.params = append(c.params, param2{name, value}) }
 }
 
-// WithHTTPClient sets the HTTP client. Default: the SDK's.
+// WithHTTPClient sets the HTTP client. Default: the SDK's (http.DefaultClient).
+// Either way the adapter follows a redirect only within the base URL's
+// origin (scheme, host and port): elsewhere it would carry the prompt and
+// the x-api-key header.
 func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
 
 // WithMaxRetries turns the SDK's own retries on. Default: 0, because the
@@ -215,9 +218,11 @@ func New(id string, opts ...Option) (*Model, error) {
 	if c.apiKey != "" {
 		sdk = append(sdk, option.WithAPIKey(c.apiKey))
 	}
-	if c.httpClient != nil {
-		sdk = append(sdk, option.WithHTTPClient(c.httpClient))
-	}
+	// anthropic-sdk-go follows any redirect, and net/http keeps the
+	// x-api-key header across hosts: redirects stay in the base URL's
+	// origin (an SDK client given through WithRequestOptions is the
+	// caller's).
+	sdk = append(sdk, option.WithHTTPClient(adapter.SameOriginRedirects("anthropic", c.httpClient)))
 	for _, h := range c.headers {
 		if err := adapter.CheckHeader("anthropic", h[0]); err != nil {
 			return nil, err

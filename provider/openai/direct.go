@@ -90,23 +90,7 @@ func (m *Model) template() *directTemplate {
 			h[k] = vs[:len(vs):len(vs)]
 		}
 		origin := *got.URL
-		hc := m.direct.hc
-		if hc == nil {
-			hc = http.DefaultClient
-		}
-		c := *hc
-		c.CheckRedirect = func(r *http.Request, via []*http.Request) error {
-			if !strings.EqualFold(r.URL.Scheme, origin.Scheme) || !strings.EqualFold(r.URL.Host, origin.Host) {
-				return fmt.Errorf("openai: redirect to %s://%s refused: not the base URL's origin", r.URL.Scheme, r.URL.Host)
-			}
-			if hc.CheckRedirect != nil {
-				return hc.CheckRedirect(r, via)
-			}
-			if len(via) >= 10 {
-				return errors.New("openai: stopped after 10 redirects")
-			}
-			return nil
-		}
+		c := adapter.SameOriginRedirects("openai", m.direct.hc)
 		// As http.NewRequestWithContext makes it, on the captured URL;
 		// send fills in a copy of it (WithContext) per request.
 		tr := &http.Request{
@@ -117,7 +101,7 @@ func (m *Model) template() *directTemplate {
 			ProtoMinor: 1,
 			Host:       origin.Host,
 		}
-		m.direct.t = &directTemplate{req: tr, header: h, client: &c}
+		m.direct.t = &directTemplate{req: tr, header: h, client: c}
 	})
 	return m.direct.t
 }
