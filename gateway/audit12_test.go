@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"net"
@@ -141,4 +143,28 @@ func TestUpstreamRedirectStaysInItsOrigin(t *testing.T) {
 		require.Equal(t, "/moved/v1/messages", hits[1].path)
 		require.Empty(t, r.up["backup"].requests())
 	})
+}
+
+// A compressed request body is a 415 naming its Content-Encoding, on both
+// doors, and reaches no upstream: read as JSON it was a 400 about an
+// "invalid character '\x1f'". "identity" is no encoding.
+func TestCompressedBodyIsUnsupported(t *testing.T) {
+	r := newRig(t, "")
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = io.WriteString(zw, `{"model":"primary","messages":[{"role":"user","content":"hi"}]}`)
+	require.NoError(t, zw.Close())
+	for _, c := range []struct{ path, errType string }{
+		{"/v1/chat/completions", `"type":"invalid_request_error"`},
+		{"/v1/messages", `"type":"invalid_request_error"`},
+	} {
+		resp, body := r.rawPost(c.path, gz.String(), "Content-Encoding", "gzip", "Anthropic-Version", "2023-06-01")
+		require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode, body)
+		require.Contains(t, body, `Content-Encoding \"gzip\" is not supported`)
+		require.Contains(t, body, c.errType)
+	}
+	require.Empty(t, r.up["primary"].requests())
+	resp, body := r.rawPost("/v1/chat/completions", `{"model":"primary","messages":[{"role":"user","content":"hi"}]}`, "Content-Encoding", "identity")
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	r.healthy()
 }

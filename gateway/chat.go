@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,6 +156,14 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 		w.Header().Set("Allow", "POST")
 		l.status, l.outcome = http.StatusMethodNotAllowed, "client_error"
 		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "method_not_allowed", msg: "retryhost gateway: use POST"})
+		return
+	}
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		// Read as JSON, a compressed body is a parse error naming its
+		// first byte: say what is wrong instead.
+		l.status, l.outcome = http.StatusUnsupportedMediaType, "client_error"
+		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "unsupported_content_encoding",
+			msg: "retryhost gateway: Content-Encoding " + strconv.Quote(ce) + " is not supported: send the body uncompressed"})
 		return
 	}
 	if !g.enter(w, d) {
