@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -128,6 +129,7 @@ func FuzzDecodeMessages(f *testing.F) {
 		}
 		require.NoError(t, err, "accepted %q", raw)
 		require.Equal(t, len(want), len(got), "%q", raw)
+		require.Equal(t, len(want), countElements(raw, skipSpace(raw, skipSpace(raw, 0)+1)), "counted %q", raw)
 		for i := range want {
 			require.Equal(t, want[i].Role, got[i].Role, "%q [%d]", raw, i)
 			require.Equal(t, string(want[i].Content), string(got[i].Content), "%q [%d]", raw, i)
@@ -135,4 +137,31 @@ func FuzzDecodeMessages(f *testing.F) {
 			require.Equal(t, want[i].ToolCalls, got[i].ToolCalls, "%q [%d]", raw, i)
 		}
 	})
+}
+
+// A long history is decoded into a slice made for its length: the count
+// is right whatever the elements hold (strings with brackets and commas,
+// nested arrays, spaces), and a short array gets the usual small start.
+func TestMessagesCap(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		elem string
+		n    int
+	}{
+		{"plain", `{"role":"user","content":"hi"}`, 5000},
+		{"brackets and commas in strings", `{"role":"user","content":"a],[b}, \"c\" ]"}`, 3000},
+		{"nested parts", ` { "role" : "user" , "content" : [ {"type":"text","text":"x"}, {"type":"text","text":"]"} ] } `, 2000},
+		{"one long message", `{"role":"user","content":"` + strings.Repeat("x", 8<<10) + `"}`, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			raw := []byte("[" + strings.TrimSuffix(strings.Repeat(c.elem+",", c.n), ",") + "]")
+			require.True(t, json.Valid(raw))
+			require.Equal(t, c.n, messagesCap(raw, skipSpace(raw, 1)))
+			msgs, ok := decodeMessages(raw)
+			require.True(t, ok)
+			require.Len(t, msgs, c.n)
+			require.Equal(t, c.n, cap(msgs), "one slice, made for the count")
+		})
+	}
+	require.Equal(t, 4, messagesCap([]byte(`[{"role":"user","content":"hi"}]`), 1), "a short array")
 }

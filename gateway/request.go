@@ -81,6 +81,7 @@ func parseChat(body []byte, providers, anthropic []string) (*chatRequest, error)
 	if len(msgs) == 0 {
 		return nil, badRequest("messages", "messages: at least one message is required")
 	}
+	r.Messages = make([]driver.Message, 0, len(msgs))
 	for i := range msgs {
 		m, err := msgs[i].driver()
 		if err != nil {

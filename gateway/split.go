@@ -138,8 +138,8 @@ func decodeMessages(raw []byte) (msgs []wireMessage, ok bool) {
 	if i == len(raw) || raw[i] != '[' {
 		return nil, false
 	}
-	msgs = make([]wireMessage, 0, 4)
 	i = skipSpace(raw, i+1)
+	msgs = make([]wireMessage, 0, messagesCap(raw, i))
 	if raw[i] == ']' {
 		return msgs, true
 	}
@@ -157,6 +157,32 @@ func decodeMessages(raw []byte) (msgs []wireMessage, ok bool) {
 		}
 		i = skipSpace(raw, i+1) // past the comma
 	}
+}
+
+// messagesCap is the room to make for the messages of the array whose
+// first element starts at raw[i]: 4 for a short array (most requests),
+// else its element count, so that a long history (a body of 250,000
+// messages) is decoded into one slice instead of a dozen that each
+// doubling leaves behind.
+func messagesCap(raw []byte, i int) int {
+	if len(raw)-i < 4<<10 {
+		return 4
+	}
+	return countElements(raw, i)
+}
+
+// countElements counts the elements of a valid JSON array from raw[i], the
+// first element's start (or the closing bracket).
+func countElements(raw []byte, i int) int {
+	n := 0
+	for i < len(raw) && raw[i] != ']' {
+		i = skipValue(raw, i)
+		n++
+		if i = skipSpace(raw, i); i < len(raw) && raw[i] == ',' {
+			i = skipSpace(raw, i+1)
+		}
+	}
+	return n
 }
 
 // decodeMessage decodes the object at raw[i] into m (see decodeMessages)
