@@ -132,7 +132,14 @@ func (e *chunkEncoder) appendPart(b []byte, p *abi.Part) []byte {
 		}
 		e.finished = true
 		b = e.head(b)
-		b = append(b, `,"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":`...)
+		if e.roleSent {
+			b = append(b, `,"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":`...)
+		} else {
+			// No delta went out (an empty answer): the finish names the
+			// role, as an OpenAI stream's first chunk always does.
+			e.roleSent = true
+			b = append(b, `,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":`...)
+		}
 		b = appendJSONString(b, finishString(p.Finish.Reason, e.refused))
 		return append(b, "}]}\n\n"...)
 	}
