@@ -421,10 +421,9 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 		resp.Content = append(resp.Content, abi.Part{Kind: abi.KindTextDelta, ID: textID, Delta: msg.Content})
 	}
 	for i, tc := range msg.ToolCalls {
-		id := tc.ID
-		if id == "" {
-			id = "call_" + strconv.Itoa(i)
-		}
+		id := toolCallID(tc.ID, int64(i), func(id string) bool {
+			return slices.ContainsFunc(resp.Content, func(p abi.Part) bool { return p.Kind == abi.KindToolCall && p.ID == id })
+		})
 		resp.Content = append(resp.Content, abi.Part{Kind: abi.KindToolCall, ID: id,
 			Tool: &abi.ToolInfo{Name: tc.Function.Name, Input: orEmptyObject(tc.Function.Arguments)}})
 	}

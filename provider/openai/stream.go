@@ -48,6 +48,21 @@ type toolCall struct {
 	args     strings.Builder
 }
 
+// toolCallID is the id of the tool call at index: the upstream's, else
+// "call_<index>", made unique among the ids used (taken) by suffixing the
+// index. Downstream, parts name their tool call by id: two calls an
+// upstream gave one id (or an empty id and an id "call_1") would be merged
+// into one, its name and arguments run together, or one of them dropped.
+func toolCallID(id string, index int64, taken func(string) bool) string {
+	if id == "" {
+		id = "call_" + strconv.FormatInt(index, 10)
+	}
+	for taken(id) {
+		id += "_" + strconv.FormatInt(index, 10)
+	}
+	return id
+}
+
 func (s *source) Close() error {
 	if s.ev != nil {
 		return s.ev.body.Close()
@@ -183,10 +198,14 @@ func (s *source) chunk(q []abi.Part, c *chunk) ([]abi.Part, error) {
 				if len(s.tools) >= adapter.MaxOpen {
 					return q, adapter.LimitError(s.provider, "tool calls", adapter.MaxOpen)
 				}
-				t = &toolCall{id: tc.id, name: tc.name}
-				if t.id == "" {
-					t.id = "call_" + strconv.FormatInt(tc.index, 10)
-				}
+				t = &toolCall{id: toolCallID(tc.id, tc.index, func(id string) bool {
+					for _, o := range s.tools {
+						if o.id == id {
+							return true
+						}
+					}
+					return false
+				}), name: tc.name}
 				if s.tools == nil {
 					s.tools = map[int64]*toolCall{}
 				}
