@@ -283,7 +283,8 @@ func TestServe_MaxConns(t *testing.T) {
 	metrics := get(ncs[2], brs[2], "/metrics")
 	require.Contains(t, metrics, "retryhost_gateway_client_connections 2\n")
 	require.Contains(t, metrics, "retryhost_gateway_client_connections_reclaimed_total 1\n")
-	require.Regexp(t, `retryhost_gateway_client_connection_waits_total \d+\n`, metrics) // 0, unless serve had not yet seen the first go idle
+	// 0, unless serve had not yet seen the first connection go idle.
+	require.Regexp(t, `retryhost_gateway_client_connection_waits_total \d+\n`, metrics)
 	get(ncs[1], brs[1], "/healthz") // the second is still open
 	require.Equal(t, exitOK, stop())
 }
