@@ -96,14 +96,14 @@ func TestUnreadableBodyIsABadRequest(t *testing.T) {
 	r.healthy()
 }
 
-// TestUpstreamRedirectStaysInItsOrigin: the gateway's upstream client
-// follows a redirect only within the origin (scheme, host and port) the
-// request went to. An Anthropic upstream's 307 elsewhere was followed (the
-// SDK has no origin rule, unlike openai-go's and the openai adapter's
-// direct path): the prompt went to the new address, and to another port of
-// the same host with the gateway's upstream key (net/http strips
-// Authorization only for another host name). A refused redirect is the
-// attempt's failure, which the rules fail over.
+// TestUpstreamRedirectStaysInItsOrigin: an upstream's redirect is followed
+// only within the origin (scheme, host and port) the request went to. An
+// Anthropic upstream's 307 elsewhere was followed (anthropic-sdk-go has no
+// origin rule; provider/anthropic now has adapter.SameOriginRedirects, as
+// openai-go and the openai direct path have theirs): the prompt went to the
+// new address, and to another port of the same host with the gateway's
+// upstream key (net/http strips Authorization only for another host name).
+// A refused redirect is the attempt's failure, which the rules fail over.
 func TestUpstreamRedirectStaysInItsOrigin(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

@@ -341,7 +341,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		}
 	}
 	if src.opts.HTTPClient == nil {
-		g.client = &http.Client{CheckRedirect: sameOrigin, Transport: &http.Transport{
+		g.client = &http.Client{Transport: &http.Transport{
 			Proxy:                  http.ProxyFromEnvironment,
 			DialContext:            (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			ForceAttemptHTTP2:      true,
@@ -544,23 +544,6 @@ func (g *Gateway) Close(ctx context.Context) error {
 	}
 	g.closeClient()
 	return err
-}
-
-// sameOrigin is the redirect rule of the gateway's upstream client: a
-// redirect is followed (up to 10, as net/http's default) only within the
-// origin (scheme, host and port) the request was sent to. Elsewhere it
-// would carry the prompt, and to another port of the same host the
-// upstream's key too (net/http drops Authorization only for another host
-// name), and relay whatever answers there: anthropic-sdk-go has no origin
-// rule of its own (openai-go and the openai adapter's direct path do).
-func sameOrigin(r *http.Request, via []*http.Request) error {
-	if o := via[0].URL; !strings.EqualFold(r.URL.Scheme, o.Scheme) || !strings.EqualFold(r.URL.Host, o.Host) {
-		return fmt.Errorf("retryhost gateway: redirect to %s://%s refused: not the upstream's origin %s://%s", r.URL.Scheme, r.URL.Host, o.Scheme, o.Host)
-	}
-	if len(via) >= 10 {
-		return errors.New("retryhost gateway: stopped after 10 redirects")
-	}
-	return nil
 }
 
 func (g *Gateway) closeClient() {
