@@ -420,10 +420,10 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 	if msg.Content != "" {
 		resp.Content = append(resp.Content, abi.Part{Kind: abi.KindTextDelta, ID: textID, Delta: msg.Content})
 	}
+	ids := make(map[string]bool, len(msg.ToolCalls)) // a set, not a scan of the parts: an answer's calls are not capped here
 	for i, tc := range msg.ToolCalls {
-		id := toolCallID(tc.ID, int64(i), func(id string) bool {
-			return slices.ContainsFunc(resp.Content, func(p abi.Part) bool { return p.Kind == abi.KindToolCall && p.ID == id })
-		})
+		id := toolCallID(tc.ID, int64(i), func(id string) bool { return ids[id] })
+		ids[id] = true
 		resp.Content = append(resp.Content, abi.Part{Kind: abi.KindToolCall, ID: id,
 			Tool: &abi.ToolInfo{Name: tc.Function.Name, Input: orEmptyObject(tc.Function.Arguments)}})
 	}
