@@ -79,11 +79,7 @@ func TestFloorHoldsOffCollectionsUntilStop(t *testing.T) {
 }
 
 func TestFloorGrowsInProportionAboveIt(t *testing.T) {
-	live := make([][]byte, 96)
-	for i := range live {
-		live[i] = make([]byte, 1<<20)
-	}
-	runtime.GC()
+	live := holdLive(96)
 	f := Start(16 << 20)
 	require.NotNil(t, f)
 	defer f.Stop()
@@ -96,11 +92,7 @@ func TestFloorGrowsInProportionAboveIt(t *testing.T) {
 }
 
 func TestFloorFollowsTheHeapAsItShrinks(t *testing.T) {
-	live := make([][]byte, 96)
-	for i := range live {
-		live[i] = make([]byte, 1<<20)
-	}
-	runtime.GC()
+	live := holdLive(96)
 	f := Start(64 << 20)
 	require.NotNil(t, f)
 	defer f.Stop()
@@ -110,6 +102,17 @@ func TestFloorFollowsTheHeapAsItShrinks(t *testing.T) {
 
 	collect(t, f) // live is garbage now
 	require.InDelta(t, 64<<20, heapGoal(), 2<<20, "the heap shrank under the floor: its goal is the floor again")
+}
+
+// holdLive allocates mib MiB that the caller keeps live, and collects, so
+// that the heap's live size is known to be at least that.
+func holdLive(mib int) [][]byte {
+	live := make([][]byte, mib)
+	for i := range live {
+		live[i] = make([]byte, 1<<20)
+	}
+	runtime.GC()
+	return live
 }
 
 // collect runs a collection and waits for the cleanup that tunes for the
