@@ -495,7 +495,7 @@ func (h *hedger) committed(r flightResult) (s Stream, resp *Response, err error,
 		return nil, nil, nil, true
 	}
 	if !res.empty && !res.whole {
-		return h.m.commit(ctx, q, res, r.f.end), nil, nil, false
+		return h.m.commit(ctx, q, h.req, res, r.f.end), nil, nil, false
 	}
 	var fin Finish
 	if res.finish != nil {
@@ -503,7 +503,7 @@ func (h *hedger) committed(r flightResult) (s Stream, resp *Response, err error,
 	}
 	next, retry, final := q.judge(ctx, fin.Reason, fin.Usage)
 	if final == nil && !retry {
-		return h.m.commit(ctx, q, res, r.f.end), nil, nil, false
+		return h.m.commit(ctx, q, h.req, res, r.f.end), nil, nil, false
 	}
 	_ = res.stream.Close() // rejected: discarded unseen
 	r.f.end()

@@ -120,6 +120,13 @@ type Request struct {
 	// ProviderOptions passes provider-specific settings through, keyed by
 	// provider name; adapters document what they read.
 	ProviderOptions map[string]any
+	// Continue, when set, asks the model to continue an answer it has
+	// begun rather than start one: the driver sets it on the attempts that
+	// continue a stream cut after commit ([AfterCommitContinue]). A Model
+	// that cannot honour it must fail the call (wrapping
+	// [ErrCannotContinue]), never answer from the start: the caller would
+	// read the beginning twice.
+	Continue *Continuation
 }
 
 // Response is the result of a non-streaming call.

@@ -23,6 +23,13 @@ type streamConfig struct {
 	hedgeAfter   time.Duration // WithHedge; 0: off
 	hedgeMax     int
 	maxAnswer    int64 // WithMaxAnswerBytes
+	// continue.go: WithAfterCommit, WithMaxContinuations,
+	// WithContinuationPrompt, WithThroughputFloor
+	afterCommit AfterCommit
+	maxCont     int
+	contPrompt  string
+	floorRate   float64
+	floorWindow time.Duration
 }
 
 // DefaultMaxAnswerBytes is [WithMaxAnswerBytes]'s default: 32 MiB.
@@ -282,9 +289,9 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 				st = next
 				break
 			}
-			return m.commit(ctx, q, res, cancel), nil
+			return m.commit(ctx, q, req, res, cancel), nil
 		default:
-			return m.commit(ctx, q, res, cancel), nil
+			return m.commit(ctx, q, req, res, cancel), nil
 		}
 		if final = q.advance(ctx, &st); final != nil {
 			return nil, final
@@ -294,7 +301,7 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 
 // commit hands the committed attempt to the caller and wires the request's
 // outcome to the stream's end.
-func (m *RetryableModel) commit(ctx context.Context, q *request, res attemptResult, cancel context.CancelFunc) Stream {
+func (m *RetryableModel) commit(ctx context.Context, q *request, req *Request, res attemptResult, cancel context.CancelFunc) Stream {
 	q.depFed() // a group's latency is the time to first content
 	if q.obs != nil {
 		if res.finish != nil {
@@ -305,6 +312,9 @@ func (m *RetryableModel) commit(ctx context.Context, q *request, res attemptResu
 	if f := m.cfg.onCommit; f != nil {
 		f(ctx, CommitInfo{Model: q.cur.model, Number: q.cur.number, Failed: slices.Clone(q.records),
 			Empty: res.empty, Elapsed: q.r.cfg.now().Sub(q.begun), Header: res.stream.Header()})
+	}
+	if m.cfg.spliced() {
+		return m.continuing(ctx, q, req, res, cancel)
 	}
 	res.stream.onEnd = func(err error) {
 		cancel()
