@@ -430,6 +430,11 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 		}
 		p.Messages = append(p.Messages, mp)
 	}
+	if req.Continue != nil {
+		if err := prefill(&p, req, provider); err != nil { // the entry params reads below
+			return p, nil, nil, err
+		}
+	}
 	for _, t := range req.Tools {
 		tp := ant.ToolParam{Name: t.Name, InputSchema: ant.ToolInputSchemaParam{}}
 		if t.Description != "" {

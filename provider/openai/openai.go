@@ -45,6 +45,7 @@ type config struct {
 	httpClient      *http.Client
 	maxRetries      int
 	legacyMaxTokens bool
+	prefix          bool // WithAssistantPrefix
 	responsesAPI    bool
 	rawChunks       bool
 	chunkFields     bool
@@ -218,6 +219,7 @@ func WithRequestOptions(opts ...option.RequestOption) Option {
 // Model is a driver.Model over the Chat Completions API, or the Responses
 // API with WithResponsesAPI. It is safe for concurrent use.
 type Model struct {
+	prefix    bool // WithAssistantPrefix: continuations as a prefix message
 	id        string
 	provider  string
 	key       string
@@ -348,6 +350,7 @@ func New(id string, opts ...Option) (*Model, error) {
 		params2:   params,
 		paramSet:  paramSet,
 		legacy:    c.legacyMaxTokens,
+		prefix:    c.prefix,
 		responses: c.responsesAPI,
 		raw:       c.rawChunks,
 		fields:    c.chunkFields,
@@ -552,6 +555,11 @@ func (m *Model) prepare(req *driver.Request, stream bool) (oai.ChatCompletionNew
 	if err != nil {
 		return p, nil, false, err
 	}
+	if req.Continue != nil {
+		if fields, err = m.continueFields(fields, req.Continue); err != nil {
+			return p, nil, false, err
+		}
+	}
 	// A ProviderOptions entry's messages or tools replace the request's in
 	// the body (a gateway forwards a client's own): not built for nothing.
 	_, rawMessages := fields["messages"]
@@ -569,6 +577,9 @@ func (m *Model) prepare(req *driver.Request, stream bool) (oai.ChatCompletionNew
 			return p, nil, false, fmt.Errorf("openai: message %d: %w", i, err)
 		}
 		p.Messages = append(p.Messages, msgs...)
+	}
+	if req.Continue != nil && !rawMessages {
+		p.Messages = append(p.Messages, m.continuation(req.Continue)...)
 	}
 	for _, t := range req.Tools {
 		if rawTools {

@@ -54,6 +54,15 @@ func NewStream(ctx context.Context, provider string, src Source, first ...abi.Pa
 
 var _ driver.HeaderStream = (*Stream)(nil)
 
+// UsageSoFar returns the usage its source has seen, when the source can
+// tell (driver.UsageReporter), else zero.
+func (s *Stream) UsageSoFar() abi.Usage {
+	if u, ok := s.src.(driver.UsageReporter); ok {
+		return u.UsageSoFar()
+	}
+	return abi.Usage{}
+}
+
 // SetHeader records the HTTP response headers that Header returns. Call it
 // before the stream is handed out.
 func (s *Stream) SetHeader(h http.Header) { s.header = h }
