@@ -173,9 +173,40 @@ func WithThroughputFloor(perSecond float64, window time.Duration) StreamOption {
 	}
 }
 
-// spliced reports whether committed streams go through a contStream.
-func (c *streamConfig) spliced() bool {
-	return c.afterCommit == AfterCommitContinue || c.floorRate > 0
+// WithAfterCommitOn sets [WithAfterCommit]'s mode for the requests that
+// start on m (its key; see [StartOn]): a gateway's route, a policy's model
+// or group. It wins over WithAfterCommit for those requests. Default: none,
+// every request has WithAfterCommit's mode.
+func WithAfterCommitOn(m Model, a AfterCommit) StreamOption {
+	return func(c *streamConfig) error {
+		if m == nil {
+			return errors.New("retryhost: WithAfterCommitOn needs a model")
+		}
+		if err := WithAfterCommit(a)(&streamConfig{}); err != nil {
+			return err
+		}
+		if c.afterCommitOn == nil {
+			c.afterCommitOn = map[string]AfterCommit{}
+		}
+		c.afterCommitOn[m.Key()] = a
+		return nil
+	}
+}
+
+// afterCommitFor is the mode of a request that started on start.
+func (c *streamConfig) afterCommitFor(start Model) AfterCommit {
+	if len(c.afterCommitOn) > 0 && start != nil {
+		if a, ok := c.afterCommitOn[start.Key()]; ok {
+			return a
+		}
+	}
+	return c.afterCommit
+}
+
+// spliced reports whether a committed stream of q goes through a
+// contStream: with continuation or a throughput floor on.
+func (c *streamConfig) spliced(q *request) bool {
+	return c.floorRate > 0 || c.afterCommitFor(q.startModel) == AfterCommitContinue
 }
 
 // continuing hands the caller a stream that carries the committed attempt
@@ -187,7 +218,7 @@ func (m *RetryableModel) continuing(ctx context.Context, q *request, req *Reques
 	c := &contStream{
 		m: m, parent: ctx, ctx: sctx, stop: stop, q: q, req: req,
 		cur: res.stream, cancel: cancel,
-		cont: m.cfg.afterCommit == AfterCommitContinue,
+		cont: m.cfg.afterCommitFor(q.startModel) == AfterCommitContinue,
 		max:  m.cfg.maxCont,
 	}
 	if c.max == 0 {

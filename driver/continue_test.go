@@ -306,3 +306,44 @@ func TestContinue_optionsCheckTheirValues(t *testing.T) {
 }
 
 var _ = io.EOF
+
+func TestContinue_perStartModel(t *testing.T) {
+	first := sscript(preamble(), texts("Hello "), pErr(errCut))
+	second := sscript(preamble(), texts("world"), pFinish(abi.ReasonStop))
+	for _, tc := range []struct {
+		name  string
+		opts  func(a, b Model) []StreamOption
+		start bool // StartOn(a) explicitly
+		want  error
+	}{
+		{"on the start model", func(a, _ Model) []StreamOption { return []StreamOption{WithAfterCommitOn(a, AfterCommitContinue)} }, true, nil},
+		{"wins over the default", func(a, _ Model) []StreamOption {
+			return []StreamOption{WithAfterCommit(AfterCommitContinue), WithAfterCommitOn(a, AfterCommitError)}
+		}, false, errCut},
+		{"another model's", func(_, b Model) []StreamOption { return []StreamOption{WithAfterCommitOn(b, AfterCommitContinue)} }, false, errCut},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newManualClock()
+			a := &contModel{scriptModel: &scriptModel{key: "p/a", clock: clk, scripts: [][]sstep{first}}}
+			b := &contModel{scriptModel: &scriptModel{key: "p/b", clock: clk, scripts: [][]sstep{second}}}
+			r, err := New(a, WithRules(Fallback(b)))
+			require.NoError(t, err)
+			rm, err := NewRetryableModel(r, append([]StreamOption{withStreamClock(clk)}, tc.opts(a, b)...)...)
+			require.NoError(t, err)
+			ctx := t.Context()
+			if tc.start {
+				ctx = StartOn(ctx, a)
+			}
+			s, err := rm.Stream(ctx, &Request{})
+			require.NoError(t, err)
+			parts, err := drain(s)
+			if tc.want != nil {
+				require.ErrorIs(t, err, tc.want)
+				return
+			}
+			require.NoError(t, err)
+			got, _, _ := spliceText(parts)
+			require.Equal(t, "Hello world", got)
+		})
+	}
+}

@@ -25,11 +25,12 @@ type streamConfig struct {
 	maxAnswer    int64 // WithMaxAnswerBytes
 	// continue.go: WithAfterCommit, WithMaxContinuations,
 	// WithContinuationPrompt, WithThroughputFloor
-	afterCommit AfterCommit
-	maxCont     int
-	contPrompt  string
-	floorRate   float64
-	floorWindow time.Duration
+	afterCommit   AfterCommit
+	afterCommitOn map[string]AfterCommit // by start model key
+	maxCont       int
+	contPrompt    string
+	floorRate     float64
+	floorWindow   time.Duration
 }
 
 // DefaultMaxAnswerBytes is [WithMaxAnswerBytes]'s default: 32 MiB.
@@ -313,7 +314,7 @@ func (m *RetryableModel) commit(ctx context.Context, q *request, req *Request, r
 		f(ctx, CommitInfo{Model: q.cur.model, Number: q.cur.number, Failed: slices.Clone(q.records),
 			Empty: res.empty, Elapsed: q.r.cfg.now().Sub(q.begun), Header: res.stream.Header()})
 	}
-	if m.cfg.spliced() {
+	if m.cfg.spliced(q) {
 		return m.continuing(ctx, q, req, res, cancel)
 	}
 	res.stream.onEnd = func(err error) {

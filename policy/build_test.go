@@ -62,7 +62,7 @@ func TestParseErrors(t *testing.T) {
 		{"unbound scripted", `{"models": [{"name": "z", "provider": "scripted"}]}`, `models[0].provider: scripted model "z" has no script bound`},
 		{"openai without model", `{"models": [{"name": "z", "provider": "openai", "api_key_env": "SET_KEY"}]}`, "models[0].model: required for provider openai"},
 		{"key env unset", `{"models": [{"name": "z", "provider": "anthropic", "model": "m", "api_key_env": "NOPE"}]}`, "models[0].api_key_env: environment variable NOPE is not set"},
-		{"unknown model field", `{"models": [{"name": "a", "provider": "scripted", "key": "x"}]}`, "line 1:51: models[0].key: unknown field (want one of name, provider, model, base_url, api_key_env, deployment, api_version, api, upstream_json, headers, params)"},
+		{"unknown model field", `{"models": [{"name": "a", "provider": "scripted", "key": "x"}]}`, "line 1:51: models[0].key: unknown field (want one of name, provider, model, base_url, api_key_env, deployment, api_version, api, upstream_json, headers, params, after_commit)"},
 		{"wrong type", `{"models": [{"name": 7}]}`, "line 1:22: models[0].name: want a string, got a number"},
 		{"rule needs when or plugin", `{` + models + `, "rules": [{"action": "retry"}]}`, "rules[0]: give exactly one of when"},
 		{"rule unknown action", `{` + models + `, "rules": [{"when": {"any": true}, "action": "swtich"}]}`, `rules[0].action: unknown action "swtich" (want switch, retry or give-up)`},
@@ -122,6 +122,12 @@ func TestParseErrors(t *testing.T) {
 		{"transform as condition", `{` + models + `, "rules": [{"plugin": {"path": "upper.wasm"}}]}`, `rules[0].plugin: plugin "upper.wasm" is not a condition`},
 		{"plugin rule fields without action", `{` + models + `, "rules": [{"plugin": {"path": "condition.wasm", "config": "b"}, "attempts": 3}]}`, "rules[0].attempts: only with an action"},
 		{"bad fail policy", `{` + models + `, "transforms": [{"plugin": {"path": "upper.wasm", "fail": "maybe"}}]}`, `transforms[0].plugin.fail: unknown fail policy "maybe" (want open or closed)`},
+		{"unknown after_commit", `{` + models + `, "after_commit": "resume"}`, `after_commit: unknown after_commit "resume" (want error or continue)`},
+		{"unknown model after_commit", `{"models": [{"name": "a", "provider": "scripted", "after_commit": "yes"}]}`, `models[0].after_commit: unknown after_commit "yes"`},
+		{"unknown group after_commit", `{` + models + `, "groups": [{"name": "g", "models": ["a", "b"], "after_commit": "no"}]}`, `groups[0].after_commit: unknown after_commit "no"`},
+		{"no continuations", `{` + models + `, "max_continuations": 0}`, "max_continuations: must be at least 1"},
+		{"floor without rate", `{` + models + `, "throughput_floor": {"window": "2s"}}`, "throughput_floor.chars_per_second: a positive rate is required"},
+		{"floor without window", `{` + models + `, "throughput_floor": {"chars_per_second": 5}}`, "throughput_floor.window: a positive duration is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

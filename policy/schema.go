@@ -46,6 +46,34 @@ type File struct {
 	// sticky fallbacks, retry budget) between the replicas that load this
 	// policy (absent: each process keeps its own).
 	State *StateSpec `json:"state"`
+	// AfterCommit is what a stream does when it fails after its first
+	// content reached the caller: "error" (default: it ends with an
+	// in-band error, nothing sent twice) or "continue" (the rules choose a
+	// new attempt, asked to continue the answer already sent, spliced on:
+	// the caller reads one answer). A model or group's own after_commit
+	// wins for the requests that start on it.
+	AfterCommit string `json:"after_commit"`
+	// MaxContinuations caps the continuations of one request. Default 2.
+	MaxContinuations *int `json:"max_continuations"`
+	// ContinuationPrompt is the instruction a continuation sends to a
+	// Chat Completions model after the partial answer. Default: the
+	// driver's (driver.DefaultContinuationPrompt).
+	ContinuationPrompt string `json:"continuation_prompt"`
+	// ThroughputFloor fails a committed stream that trickles below a rate
+	// (absent: off).
+	ThroughputFloor *ThroughputFloorSpec `json:"throughput_floor"`
+}
+
+// ThroughputFloorSpec is driver.WithThroughputFloor: a committed stream
+// that delivers fewer than CharsPerSecond characters per second of waiting
+// on the provider, over each Window of such waiting, fails (after_commit
+// then says what follows). Both fields are required.
+type ThroughputFloorSpec struct {
+	// CharsPerSecond is the floor: characters (Unicode code points of
+	// text, reasoning and tool input) per second. Positive.
+	CharsPerSecond float64 `json:"chars_per_second"`
+	// Window is how much waiting on the provider each measure spans.
+	Window *Duration `json:"window"`
 }
 
 // StateSpec names the store the replicas share their fail-over state in.
@@ -133,6 +161,9 @@ type ModelSpec struct {
 	// max_tokens (anthropic), top_p, reasoning_effort, a server's
 	// extension. Any JSON value.
 	Params map[string]any `json:"params"`
+	// AfterCommit is the policy's after_commit for the requests that
+	// start on this model: "error" or "continue". Default: the policy's.
+	AfterCommit string `json:"after_commit"`
 }
 
 // GroupSpec is driver.Group: a deployment group. An attempt on the group
@@ -151,6 +182,9 @@ type GroupSpec struct {
 	// Weights, for the weighted strategy only, one positive integer per
 	// model in order. Default: all 1.
 	Weights []int `json:"weights"`
+	// AfterCommit is the policy's after_commit for the requests that
+	// start on this group: "error" or "continue". Default: the policy's.
+	AfterCommit string `json:"after_commit"`
 }
 
 // RuleSpec is one retry rule: a native match (when) or a Wasm condition
