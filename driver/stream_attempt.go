@@ -354,71 +354,78 @@ func (s *attemptStream) release() {
 // Recv returns the next part, io.EOF after the last, or the error that
 // ended the stream.
 //
-// A held stream spends its life blocked in the upstream's Recv, on the
-// caller's goroutine, with every frame above it kept: so the wait happens
-// from recvFast, never from the locked path's larger frames (thousands of
-// held streams each keep their handler's stack).
-func (s *attemptStream) Recv() (Part, error) {
-	if !s.fast.Load() {
-		if p, fast, err := s.recvLocked(); !fast {
-			return p, err
-		}
+// Recv is every part's path, and a held stream spends its life blocked in
+// the upstream's Recv below it, on the caller's goroutine, with every frame
+// above the wait kept (thousands of held streams each keep their handler's
+// stack). So the fast path (nothing queued, every transform detached) waits
+// on the upstream from Recv's own frame, which stays small: the part is
+// returned in place, and what is rare (the locked path before the stream
+// goes fast, and the end) runs in calls that take pointers to it rather
+// than copies, never inlined here.
+func (s *attemptStream) Recv() (p Part, err error) {
+	if !s.fast.Load() && !s.recvLocked(&p, &err) {
+		return p, err
 	}
-	return s.recvFast()
-}
-
-// recvFast is the common case after an early detach: nothing queued, no
-// transform; the part goes straight through. It touches no state of its
-// own, so it needs no lock: a concurrent Close only closes the upstream
-// (which the Stream contract allows) and the error that follows takes the
-// locked path (recvFastEnd).
-func (s *attemptStream) recvFast() (Part, error) {
+	// The fast path touches no state of its own, so it needs no lock: a
+	// concurrent Close only closes the upstream (which the Stream contract
+	// allows) and the error that follows takes the locked path
+	// (recvFastEnd).
 	g := s.gapW // set at commit and never changed
 	if g != nil {
 		g.waiting()
 	}
-	p, err := s.up.Recv()
+	p, err = s.up.Recv()
 	if g != nil {
 		g.received(err == nil && s.commit.IsContent(&p))
 	}
-	if err == nil && p.Kind != abi.KindError {
-		if p.Kind == abi.KindFinish {
-			s.finish.Store(p.Finish)
-		} else if p.Kind == abi.KindResponseMeta {
-			s.meta.Store(p.Meta)
-		}
-		return p, nil
+	switch {
+	case err != nil || p.Kind == abi.KindError:
+		err = s.recvFastEnd(&p, err)
+	case p.Kind == abi.KindFinish:
+		s.finish.Store(p.Finish)
+	case p.Kind == abi.KindResponseMeta:
+		s.meta.Store(p.Meta)
 	}
-	return s.recvFastEnd(p, err)
-}
-
-// recvFastEnd handles what the fast path's upstream Recv handed back: an
-// error or an error part.
-func (s *attemptStream) recvFastEnd(p Part, err error) (Part, error) {
-	s.mu.Lock()
-	s.fast.Store(false)
-	if s.err == nil {
-		p, err = s.recvSlow(p, err)
-	} else {
-		p, err = Part{}, s.err
-	}
-	s.mu.Unlock()
-	s.fireOutcome()
 	return p, err
 }
 
-// recvLocked is Recv's slow path, under the lock. fast reports that
-// nothing is queued and no transform is left: the caller is to wait on the
-// upstream through recvFast (as every later Recv will), without the lock.
-func (s *attemptStream) recvLocked() (p Part, fast bool, err error) {
+// recvFastEnd handles what the fast path's upstream Recv handed back, an
+// error or an error part, in place: *p becomes the part to return.
+//
+//go:noinline
+func (s *attemptStream) recvFastEnd(p *Part, err error) error {
 	s.mu.Lock()
-	p, err = s.recv()
+	s.fast.Store(false)
+	if s.err == nil {
+		*p, err = s.recvSlow(*p, err)
+	} else {
+		*p, err = Part{}, s.err
+	}
+	s.mu.Unlock()
+	s.fireOutcome()
+	return err
+}
+
+// recvLocked is Recv's slow path, under the lock; it sets *p and *err to
+// what Recv returns, and reports false. It reports true, and sets nothing,
+// when nothing is queued and no transform is left: Recv is to wait on the
+// upstream through its fast path (as every later Recv will), without the
+// lock.
+//
+//go:noinline
+func (s *attemptStream) recvLocked(p *Part, err *error) (fast bool) {
+	s.mu.Lock()
+	q, e := s.recv()
 	ended := s.err != nil
 	s.mu.Unlock()
 	if ended {
 		s.fireOutcome()
 	}
-	return p, err == errGoFast, err
+	if e == errGoFast {
+		return true
+	}
+	*p, *err = q, e
+	return false
 }
 
 // recvSlow handles what the fast path handed back: an error or an error part.
@@ -467,7 +474,7 @@ func (s *attemptStream) recv() (Part, error) {
 			}
 		}
 		if !s.upDone && s.ch.active == 0 && !s.inflight {
-			// From here on every part goes straight through (recvFast),
+			// From here on every part goes straight through (Recv's fast path),
 			// and the queue stays empty: its array (the gate's preamble
 			// and first content) is not kept for the stream's life.
 			s.out = nil
