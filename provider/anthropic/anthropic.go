@@ -475,6 +475,13 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 			return p, nil, nil, fmt.Errorf("anthropic: ProviderOptions[%q] is %T, want map[string]any", provider, po)
 		}
 	}
+	if req.Continue != nil && fields["messages"] != nil {
+		// A gateway forwards the client's messages: the prefill goes after them.
+		var err error
+		if fields, err = prefillRaw(fields, req.Continue); err != nil {
+			return p, nil, nil, err
+		}
+	}
 	// One allocation for every option of the request, with room for what
 	// Generate and Stream append (the response's address, the SSE middleware).
 	n := 2 + len(fields) + len(m.params2) + 2

@@ -3,7 +3,9 @@ package anthropic
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	ant "github.com/anthropics/anthropic-sdk-go/v2"
@@ -23,9 +25,9 @@ func prefill(p *ant.MessageNewParams, req *driver.Request, name string) error {
 	if thinkingOn(req, name) {
 		return fmt.Errorf("anthropic: extended thinking takes no prefill: %w", driver.ErrCannotContinue)
 	}
-	text := strings.TrimRight(req.Continue.Text, " \t\r\n")
-	if text == "" {
-		return fmt.Errorf("anthropic: nothing but white space to continue: %w", driver.ErrCannotContinue)
+	text, err := prefillText(req.Continue)
+	if err != nil {
+		return err
 	}
 	if n := len(p.Messages); n > 0 && p.Messages[n-1].OfAssistant != nil {
 		// The caller's own prefill: the answer continues it.
@@ -35,6 +37,48 @@ func prefill(p *ant.MessageNewParams, req *driver.Request, name string) error {
 	}
 	p.Messages = append(p.Messages, ant.NewAssistantMessage(ant.NewTextBlock(text)))
 	return nil
+}
+
+func prefillText(c *driver.Continuation) (string, error) {
+	text := strings.TrimRight(c.Text, " \t\r\n")
+	if text == "" {
+		return "", fmt.Errorf("anthropic: nothing but white space to continue: %w", driver.ErrCannotContinue)
+	}
+	return text, nil
+}
+
+// prefillRaw is prefill for forwarded messages (a gateway's, raw JSON in
+// the ProviderOptions entry): a copy of fields whose messages end with the
+// assistant prefill. The API joins it to a final assistant turn of the
+// caller's own.
+func prefillRaw(fields map[string]any, c *driver.Continuation) (map[string]any, error) {
+	text, err := prefillText(c)
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := fields["messages"].(json.RawMessage)
+	if !ok {
+		if raw, err = json.Marshal(fields["messages"]); err != nil {
+			return nil, fmt.Errorf("anthropic: messages: %w", err)
+		}
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) < 2 || raw[0] != '[' || raw[len(raw)-1] != ']' {
+		return nil, errors.New("anthropic: forwarded messages are not a JSON array")
+	}
+	msg, err := json.Marshal(ant.NewAssistantMessage(ant.NewTextBlock(text)))
+	if err != nil {
+		return nil, fmt.Errorf("anthropic: prefill: %w", err)
+	}
+	out := make([]byte, 0, len(raw)+len(msg)+1)
+	out = append(out, raw[:len(raw)-1]...)
+	if len(bytes.TrimSpace(raw[1:len(raw)-1])) > 0 {
+		out = append(out, ',')
+	}
+	out = append(append(out, msg...), ']')
+	f := maps.Clone(fields)
+	f["messages"] = json.RawMessage(out)
+	return f, nil
 }
 
 // thinkingOn reports whether req's forwarded fields (its ProviderOptions
