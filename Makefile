@@ -18,6 +18,15 @@ test: ## tests with the race detector
 bench: ## host benchmarks, side by side with the native baseline
 	$(GO) test -run '^$$' -bench . -benchmem ./host/
 
+.PHONY: bench-compare
+bench-compare: ## per-part driver and plugin benchmarks of BASE against the work tree, interleaved (BASE=<rev>; ROUNDS, BENCHTIME, MAX)
+	@test -n "$(BASE)" || { echo 'usage: make bench-compare BASE=<rev>'; exit 2; }
+	bench/compare.sh $(BASE)
+
+.PHONY: bench-doc
+bench-doc: ## rerun the benchmarks and rewrite the generated table of the docs (ROUNDS, DOC)
+	bench/doc.sh
+
 .PHONY: bench-gateway
 bench-gateway: ## gateway benchmark: direct, bare reverse proxy, retryhost serve, Portkey (loopback; ARGS='-pace 0 -held-streams 2000')
 	bench/gateway.sh $(ARGS)
