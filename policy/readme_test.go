@@ -16,19 +16,18 @@ import (
 	"github.com/retryhost/retryhost/policy"
 )
 
-// TestREADMEPolicyBuilds keeps the README's policy examples true: the jsonc
-// and yaml blocks under "## Policy files" parse, and build into a runner, a
-// retryable model and the built-in Wasm plugins they name.
-func TestREADMEPolicyBuilds(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// TestDocsPolicyExamplesBuild keeps the policy reference's examples true:
+// the first jsonc and yaml blocks of docs/policy-reference.md parse, and
+// build into a runner, a retryable model and the built-in Wasm plugins they
+// name.
+func TestDocsPolicyExamplesBuild(t *testing.T) {
+	page, err := os.ReadFile("../docs/policy-reference.md")
 	require.NoError(t, err)
-	_, section, ok := strings.Cut(string(readme), "## Policy files")
-	require.True(t, ok, "the README has a policy section")
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := string(page)
 	for _, f := range []struct{ fence, name string }{{"```jsonc\n", "README.json"}, {"```yaml\n", "README.yaml"}} {
 		t.Run(f.name, func(t *testing.T) {
 			_, block, ok := strings.Cut(section, f.fence)
-			require.True(t, ok, "the policy section has a %s block", f.fence)
+			require.True(t, ok, "docs/policy-reference.md has a %s block", f.fence)
 			block, _, ok = strings.Cut(block, "```")
 			require.True(t, ok)
 

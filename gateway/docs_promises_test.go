@@ -17,14 +17,14 @@ import (
 	"github.com/retryhost/retryhost/driver"
 )
 
-// The README's "Run it as a gateway" states these defaults (its "Safe
-// defaults" paragraph and its limits table); a default changed in the code
-// but not in the README fails here, naming the README's wording.
-func TestREADMEGatewayDefaults(t *testing.T) {
+// docs/gateway.md ("Safe defaults") and the limits table in
+// docs/security.md state these defaults; a default changed in the code but
+// not in the docs fails here, naming the docs' wording.
+func TestDocsGatewayDefaults(t *testing.T) {
 	r := newRig(t, `"rules": []`)
 	c := r.gw.cfg
 	for _, tc := range []struct {
-		readme    string
+		doc       string
 		got, want any
 	}{
 		{"request body (--max-body, WithMaxBodyBytes): 8 MiB", c.maxBody, int64(8 << 20)},
@@ -47,13 +47,13 @@ func TestREADMEGatewayDefaults(t *testing.T) {
 		{"2 minutes to first content (DefaultFirstContent)", defaultFirstContent, 2 * time.Minute},
 		{"1 minute of silence between parts (DefaultGap)", defaultGap, time.Minute},
 	} {
-		require.Equal(t, tc.want, tc.got, "README: %s", tc.readme)
+		require.Equal(t, tc.want, tc.got, "docs: %s", tc.doc)
 	}
 }
 
 // "per-request fallbacks … at most 8, [] accepted": the boundary both
 // ways, and a 9th is a 400 that names the field.
-func TestREADMEFallbacksBoundary(t *testing.T) {
+func TestDocsFallbacksBoundary(t *testing.T) {
 	r := newRig(t, `"rules": []`)
 	list := func(n int) string {
 		return `["` + strings.TrimSuffix(strings.Repeat(`backup","`, n), `","`) + `"]`
@@ -79,7 +79,7 @@ func TestREADMEFallbacksBoundary(t *testing.T) {
 
 // "A client's X-Request-Id (1-128 visible ASCII characters …) is echoed":
 // 128 is the longest kept (129 is replaced: TestClientRequestIDHonoured).
-func TestREADMERequestIDLongestKept(t *testing.T) {
+func TestDocsRequestIDLongestKept(t *testing.T) {
 	r := newRig(t, `"rules": []`)
 	r.up["primary"].play(act{chunks: []string{"ok"}})
 	rid := strings.Repeat("r", 128)
@@ -88,18 +88,18 @@ func TestREADMERequestIDLongestKept(t *testing.T) {
 	require.Equal(t, rid, resp.Header.Get("X-Request-Id"))
 }
 
-// The README's Endpoints bullet lists the gateway's metrics; each one it
-// names (but the plugin metrics serve adds) is on /metrics under
-// retryhost_gateway_, with the labels the README gives it. One request
+// The Endpoints bullet of docs/gateway.md lists the gateway's metrics; each
+// one it names (but the plugin metrics serve adds) is on /metrics under
+// retryhost_gateway_, with the labels the page gives it. One request
 // that fails over (429 on primary, then backup answers) makes every vector
 // show.
-func TestREADMEMetricNames(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+func TestDocsMetricNames(t *testing.T) {
+	b, err := os.ReadFile("../docs/gateway.md")
 	require.NoError(t, err)
-	readme := string(b)
-	start := strings.Index(readme, "- **Endpoints:**")
-	require.GreaterOrEqual(t, start, 0, "the README's Endpoints bullet")
-	end := start + strings.Index(readme[start:], "`GET /healthz`")
+	page := string(b)
+	start := strings.Index(page, "- **Endpoints:**")
+	require.GreaterOrEqual(t, start, 0, "the Endpoints bullet of docs/gateway.md")
+	end := start + strings.Index(page[start:], "`GET /healthz`")
 
 	r := newRig(t, `"rules": [{"when": {"status": [429]}, "action": "switch", "model": "backup"}]`)
 	r.up["primary"].play(act{status: 429})
@@ -124,16 +124,16 @@ func TestREADMEMetricNames(t *testing.T) {
 	}
 
 	var names []string
-	for _, m := range regexp.MustCompile("`([a-z_]+)(\\{[a-z,]+\\})?`").FindAllStringSubmatch(readme[start:end], -1) {
+	for _, m := range regexp.MustCompile("`([a-z_]+)(\\{[a-z,]+\\})?`").FindAllStringSubmatch(page[start:end], -1) {
 		name, labels := strings.TrimPrefix(m[1], "retryhost_gateway_"), strings.Trim(m[2], "{}")
 		if !strings.Contains(name, "_") || strings.HasPrefix(name, "plugin_") || strings.HasPrefix(name, "client_connection") || name == "stream_options" {
 			continue // serve's plugin and connection metrics: cmd/retryhost (TestServe_PluginMetrics, TestServe_MaxConns)
 		}
 		names = append(names, name)
 		got, ok := served["retryhost_gateway_"+name]
-		require.True(t, ok, "the README names retryhost_gateway_%s; /metrics has no such family", name)
+		require.True(t, ok, "docs/gateway.md names retryhost_gateway_%s; /metrics has no such family", name)
 		if labels != "" {
-			require.ElementsMatch(t, strings.Split(labels, ","), got, "README: %s{%s}", name, labels)
+			require.ElementsMatch(t, strings.Split(labels, ","), got, "docs/gateway.md: %s{%s}", name, labels)
 		}
 	}
 	require.Contains(t, names, "requests_total", "the bullet was parsed")
@@ -143,7 +143,7 @@ func TestREADMEMetricNames(t *testing.T) {
 
 // "`n` other than 1 is refused with a 400 naming `n` (the gateway follows
 // one choice)"; n of 1 is served.
-func TestREADMENOtherThanOne(t *testing.T) {
+func TestDocsNOtherThanOne(t *testing.T) {
 	r := newRig(t, `"rules": []`)
 	for _, tc := range []struct {
 		n      string
@@ -169,7 +169,7 @@ func TestREADMENOtherThanOne(t *testing.T) {
 // "client keys … (Authorization: Bearer (any case) or X-Api-Key, on both
 // doors …; 401 otherwise)" and "GET /metrics (… behind the API keys when
 // set)"; /healthz and /readyz need none.
-func TestREADMEKeysOnEveryDoor(t *testing.T) {
+func TestDocsKeysOnEveryDoor(t *testing.T) {
 	r := newRig(t, `"rules": []`, WithAPIKeys("k-one"))
 	chat := streamBody("primary")
 	msgs := `{"model":"primary","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
