@@ -153,15 +153,15 @@ func hostLog(ctx context.Context, m api.Module, stack []uint64) {
 	if in == nil || int32(n) < 0 {
 		return
 	}
-	if in.logLines >= in.p.rt.cfg.logLineLimit {
-		if in.logLines == in.p.rt.cfg.logLineLimit {
-			in.logLines++
-			in.p.rt.cfg.logger.Warn("plugin log budget spent; dropping every further line of this instance",
-				"plugin", in.p.name, "lines", in.p.rt.cfg.logLineLimit)
+	// The budget is the plugin's, shared by its instances: a replacement
+	// instance does not start afresh.
+	if n, limit := in.p.logLines.Add(1), int64(in.p.rt.cfg.logLineLimit); n > limit {
+		if n == limit+1 {
+			in.p.rt.cfg.logger.Warn("plugin log budget spent; dropping every further line of this plugin",
+				"plugin", in.p.name, "lines", limit)
 		}
 		return
 	}
-	in.logLines++
 	cut := min(n, abi.MaxLogLine)
 	b, ok := m.Memory().Read(ptr, cut)
 	if !ok {

@@ -45,7 +45,6 @@ type instance struct {
 	initing        bool
 	declared       *abi.TransformPolicy
 	hints          abi.Hints // declared with the policy (v1.1 tail)
-	logLines       int
 
 	// deadline is the running call's monotonic deadline (0 idle,
 	// deadlineClaimed, deadlinePaused); see Runtime.watchdog.
@@ -72,8 +71,10 @@ type instance struct {
 	streams int
 }
 
-// capWriter is a guest's stdout or stderr: lines go to the logger until a
-// per-instance byte budget is spent.
+// capWriter is a plugin's stdout or stderr: lines go to the logger until a
+// byte budget is spent. It belongs to the plugin and every instance of it
+// writes to the same one, so that a plugin cannot buy a fresh budget by
+// trapping (a replacement instance would start with a full one).
 type capWriter struct {
 	mu     sync.Mutex
 	p      *Plugin
@@ -101,9 +102,12 @@ func (w *capWriter) Write(b []byte) (int, error) {
 // instantiate creates, initialises and checks one instance (ABI.md §1).
 func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 	rt := p.rt
+	p.outOnce.Do(func() {
+		p.stdout = &capWriter{p: p, stream: "stdout", left: rt.cfg.outputCap}
+		p.stderr = &capWriter{p: p, stream: "stderr", left: rt.cfg.outputCap}
+	})
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().
-		WithStdout(&capWriter{p: p, stream: "stdout", left: rt.cfg.outputCap}).
-		WithStderr(&capWriter{p: p, stream: "stderr", left: rt.cfg.outputCap})
+		WithStdout(p.stdout).WithStderr(p.stderr)
 	in := &instance{p: p, stack: make([]uint64, 3), next: 1}
 	ctx = experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capacity, limit uint64) experimental.LinearMemory {
 		in.gm = &guestMemory{in: in, buf: make([]byte, 0, capacity), limit: limit}

@@ -17,19 +17,22 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	logger       *slog.Logger
-	callTimeout  time.Duration
-	initTimeout  time.Duration
-	trusted      bool
-	interpreter  bool
-	memoryLimit  uint64
-	cacheDir     string
-	breakerN     int
-	breakerSpan  time.Duration
-	outputCap    int
-	logLineLimit int
-	observer     Observer // nil: none
-	limits       ModuleLimits
+	logger      *slog.Logger
+	callTimeout time.Duration
+	initTimeout time.Duration
+	trusted     bool
+	interpreter bool
+	memoryLimit uint64
+	cacheDir    string
+	breakerN    int
+	breakerSpan time.Duration
+	// breakerWindow: the calls over which breakerN failures trip the
+	// breaker; 0 means 3 × breakerN.
+	breakerWindow int
+	outputCap     int
+	logLineLimit  int
+	observer      Observer // nil: none
+	limits        ModuleLimits
 	// ABI v1.2 runtime limits (see the README's sandbox limits table).
 	breakerCooldown time.Duration
 	maxBuffer       int
@@ -117,9 +120,13 @@ func WithMemoryLimit(bytes uint64) Option {
 func WithCacheDir(dir string) Option { return optionFunc(func(c *config) { c.cacheDir = dir }) }
 
 // WithBreaker disables a plugin version that keeps failing: when, within
-// span, it failed at least n times and its last n failures are at least
-// half of its calls since the first of those n (n failures in a row trip
-// it; n failures among many successful calls do not). A disabled plugin answers
+// span, n of its calls failed among its last calls (the window,
+// [WithBreakerWindow]: 3n calls unless set). Every kind of failure counts:
+// a trap (a memory fault, a stack overflow), a timeout, an exit, an ABI
+// violation (garbage output), a negative result, a host limit. So with the
+// defaults a plugin failing one call in three is disabled after 5 failures
+// of 15 calls or fewer, n failures in a row trip it at once, and rare
+// failures among many successful calls never do. A disabled plugin answers
 // [ErrDisabled] for the cooldown ([WithBreakerCooldown]), then lets one
 // probe through: a probe that succeeds re-enables it, one that fails
 // disables it for another cooldown. Loading a new version starts afresh.
@@ -127,6 +134,15 @@ func WithCacheDir(dir string) Option { return optionFunc(func(c *config) { c.cac
 // one minute; n ≤ 0 never disables.
 func WithBreaker(n int, span time.Duration) Option {
 	return optionFunc(func(c *config) { c.breakerN, c.breakerSpan = n, span })
+}
+
+// WithBreakerWindow sets the number of most recent calls within which the
+// breaker's n failures ([WithBreaker]) must fall to trip it: n/calls is the
+// failure rate it tolerates. Default 3n (15: a rate of one call in three);
+// values ≤ 0 keep the default, values below n are n (only failures in a
+// row trip it).
+func WithBreakerWindow(calls int) Option {
+	return optionFunc(func(c *config) { c.breakerWindow = max(calls, 0) })
 }
 
 // WithBreakerCooldown sets how long a plugin the breaker disabled stays
@@ -210,10 +226,11 @@ func WithHoldLimits(parts, bytes int, hold time.Duration) Option {
 	})
 }
 
-// WithLogLimit sets how many lines each plugin instance may write through
-// the log import over its whole life (a budget, not a rate: ABI.md §4.4);
-// later lines are dropped after one warning. Default 1000; values ≤ 0 keep
-// the default.
+// WithLogLimit sets how many lines each loaded plugin (all its instances
+// together) may write through the log import over its whole life (a
+// budget, not a rate: ABI.md §4.4); later lines are dropped after one
+// warning. The budget survives a trap: a replacement instance does not
+// start afresh. Default 1000; values ≤ 0 keep the default.
 func WithLogLimit(lines int) Option {
 	return optionFunc(func(c *config) {
 		if lines > 0 {

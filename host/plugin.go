@@ -46,6 +46,12 @@ type Plugin struct {
 	slots   []*slot
 	rr      atomic.Uint32
 	breaker breaker
+	// The plugin's output budgets over its life, shared by its instances
+	// (a trap must not reset them): lines through the log import, and
+	// stdout and stderr (capWriter, made with the first instance).
+	logLines       atomic.Int64
+	outOnce        sync.Once
+	stdout, stderr *capWriter
 	// slow: a call of this plugin ran more than a quarter of the timeout,
 	// so its calls are measured in CPU time (instance.measuredCall).
 	slow atomic.Bool
@@ -126,6 +132,11 @@ func (p *Plugin) settle(override, declared *abi.TransformPolicy, hints abi.Hints
 	p.maxStreams = int32(min(hints.MaxStreams, math.MaxInt32))
 	b := &p.breaker
 	b.n, b.span, b.cooldown = p.rt.cfg.breakerN, p.rt.cfg.breakerSpan, p.rt.cfg.breakerCooldown
+	b.window = p.rt.cfg.breakerWindow
+	if b.window <= 0 {
+		b.window = 3 * b.n
+	}
+	b.window = max(b.window, b.n)
 	b.calls = p.calls
 }
 
@@ -383,16 +394,20 @@ func (p *Plugin) decide(ctx context.Context, a *abi.Attempt) (abi.Decision, erro
 	return abi.Decision{}, p.perr("decide", ErrABIViolation, err)
 }
 
-// breaker disables a plugin version that keeps failing (WithBreaker):
-// closed, it counts failures within span and trips when the last n of
-// them are at least half of the calls made since the first of those n (a
-// rate, so that a busy plugin's rare failures never add up to a trip,
-// while a plugin that broke trips after n failures); open, it refuses every call until the cooldown has
-// passed, then lets one probe through, which closes it on success and
-// opens it for another cooldown on failure (like driver.WithCooldown for
-// models). Capacity refusals are not failures and never reach it.
+// breaker disables a plugin version that keeps failing (WithBreaker,
+// WithBreakerWindow): closed, it counts failures of every kind (a trap, a
+// timeout, a memory fault, an exit, an ABI violation such as garbage
+// output, a negative result, a host limit) within span and trips when n of
+// them fell within the last window calls (a rate: by default 5 of 15, one
+// call in three, so a plugin failing every third call trips while a busy
+// plugin's rare failures never add up to a trip); open, it refuses every
+// call until the cooldown has passed, then lets one probe through, which
+// closes it on success and opens it for another cooldown on failure (like
+// driver.WithCooldown for models). Capacity refusals are not failures and
+// never reach it.
 type breaker struct {
 	n        int
+	window   int // calls over which n failures trip it (≥ n)
 	span     time.Duration
 	cooldown time.Duration
 	calls    func() uint64 // calls made so far, for the rate
@@ -462,10 +477,11 @@ func (b *breaker) fail(now int64) (int, bool) {
 		return 0, false
 	}
 	// The rate over the calls since the n-th most recent failure (that
-	// one included): n failures in a row trip at once, n failures spread
-	// over many more successful calls never do.
+	// one included): n failures within the last window calls trip it, n
+	// failures spread over many more successful calls never do.
 	made := calls - b.fails[n-b.n].calls + 1
-	if uint64(2*b.n) < made {
+	if uint64(b.window) < made {
+		b.fails = b.fails[n-b.n+1:] // that one can no longer count
 		return 0, false
 	}
 	b.fails = nil

@@ -373,7 +373,7 @@ func TestLogLimit_IsALifetimeBudget(t *testing.T) {
 		switch m {
 		case "decided":
 			n++
-		case "plugin log budget spent; dropping every further line of this instance":
+		case "plugin log budget spent; dropping every further line of this plugin":
 			warned++
 		}
 	}
@@ -412,4 +412,116 @@ func TestCapacity_OpenPartNoRoom(t *testing.T) {
 	_, err = st.Part(ctx, &part)
 	require.NoError(t, err, "room again after the close")
 	st.Close()
+}
+
+// TestLogBudget_SurvivesInstanceReplacement: every call of logtrap logs a
+// line, writes a line to stdout and one to stderr, then traps, so each
+// call runs on a fresh instance. The budgets are the plugin's: however
+// many instances it burns, it gets the log lines and stdout/stderr bytes
+// of one plugin, not of one instance per trap.
+func TestLogBudget_SurvivesInstanceReplacement(t *testing.T) {
+	var logs logBuffer
+	rt := newRuntime(t, WithLogLimit(3), WithBreaker(0, time.Hour), WithLogger(logs.logger()))
+	rt.cfg.outputCap = 16 // two 8-byte lines on each of stdout and stderr
+	p, err := rt.Load(context.Background(), "logtrap", fixture(t, "logtrap"), WithInstances(2))
+	require.NoError(t, err)
+	for range 12 {
+		_, err := p.Decide(context.Background(), &abi.Attempt{})
+		require.ErrorIs(t, err, ErrTrap)
+	}
+	lines, out, warned := 0, 0, 0
+	for _, m := range logs.messages() {
+		switch m {
+		case "decided":
+			lines++
+		case "decided\n":
+			out++
+		case "plugin log budget spent; dropping every further line of this plugin",
+			"plugin output limit reached; dropping the rest":
+			warned++
+		}
+	}
+	require.Equal(t, 3, lines, "the log import's budget is the plugin's, across 12 instances")
+	require.Equal(t, 4, out, "two lines each on stdout and stderr, across 12 instances")
+	require.Equal(t, 3, warned, "one warning per budget spent")
+}
+
+// TestBreaker_TripsOnAFailureRate: with the default breaker (5 failures
+// within a window of 15 calls) a plugin failing one call in three is
+// disabled right after its fifth failure, though it never failed twice in
+// a row; one failing one call in four stays enabled; and WithBreakerWindow
+// moves the line.
+func TestBreaker_TripsOnAFailureRate(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []Option
+		every int // every k-th call fails
+		trip  int // the call refused first (0: none in 60 calls)
+	}{
+		{"one in three trips after 5 failures in 13 calls", nil, 3, 15},
+		{"one in four never trips", nil, 4, 0},
+		{"a wider window catches one in four", []Option{WithBreakerWindow(20)}, 4, 20},
+		{"a window below n means failures in a row", []Option{WithBreakerWindow(1)}, 2, 0},
+		{"failures in a row trip at once", nil, 1, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			rt := newRuntime(t, append(tc.opts, WithBreaker(5, time.Hour))...)
+			p, err := rt.Load(ctx, "flaky", fixture(t, "flaky"))
+			require.NoError(t, err)
+			for i := range 60 {
+				a := &abi.Attempt{Number: 1}
+				if i%tc.every == tc.every-1 {
+					a.Number = 100
+				}
+				_, err := p.Decide(ctx, a)
+				if tc.trip > 0 && i >= tc.trip {
+					require.ErrorIs(t, err, ErrDisabled, "call %d", i)
+					continue
+				}
+				require.NotErrorIs(t, err, ErrDisabled, "call %d", i)
+				if a.Number == 100 {
+					require.ErrorIs(t, err, ErrTrap, "call %d", i)
+				} else {
+					require.NoError(t, err, "call %d", i)
+				}
+			}
+		})
+	}
+}
+
+// TestBreaker_CountsEveryKindOfFailure: a trap, a timeout, a memory fault,
+// garbage output, an exit and a negative result, each one call in three,
+// all count: the default breaker trips right after the fifth of them.
+func TestBreaker_CountsEveryKindOfFailure(t *testing.T) {
+	ctx := context.Background()
+	rt := newRuntime(t, WithCallTimeout(20*time.Millisecond))
+	p, err := rt.Load(ctx, "failmix", fixture(t, "failmix"))
+	require.NoError(t, err)
+	kinds := []struct {
+		number int
+		kind   error
+	}{{100, ErrTrap}, {101, ErrTimeout}, {102, ErrTrap}, {103, ErrABIViolation}, {104, ErrExit}, {105, ErrPluginFailed}}
+	failures := 0
+	for i := range 18 {
+		a := &abi.Attempt{Number: 1}
+		var want error
+		if i%3 == 2 {
+			k := kinds[failures%len(kinds)]
+			a.Number, want = k.number, k.kind
+			failures++
+		}
+		_, err := p.Decide(ctx, a)
+		if i >= 15 {
+			require.ErrorIs(t, err, ErrDisabled, "call %d, after %d failures in %d calls", i, failures, i)
+			continue
+		}
+		if want == nil {
+			require.NoError(t, err, "call %d", i)
+			continue
+		}
+		var pe *PluginError
+		require.ErrorAs(t, err, &pe, "call %d", i)
+		require.Equal(t, want, pe.Kind, "call %d: %v", i, err)
+	}
 }
