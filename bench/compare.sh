@@ -19,7 +19,7 @@ benchtime=${BENCHTIME:-200ms}
 max=${MAX:-0}
 driver=${DRIVER-'StreamPipeline/slice|StreamAfterCommit|RetryableModelStream'}
 host=${HOST-'Condition|TransformPart'}
-plugins=${PLUGINS-'RefusalPart/(native|c/)'}
+plugins=${PLUGINS-'RefusalPart/^(native|c)$'}
 gateway=${GATEWAY-}
 gateway_benchtime=${GATEWAY_BENCHTIME:-1x}
 
