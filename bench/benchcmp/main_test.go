@@ -150,3 +150,21 @@ func TestCheckGenerated(t *testing.T) {
 		})
 	}
 }
+
+// The docs' figures come from make bench-doc: the generated table must be
+// there, once, well-formed and stamped. Its numbers are not checked (the
+// machine that runs the tests is not the one that measured them).
+func TestDocs_HoldOneGeneratedTableWellFormedAndStamped(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	require.NoError(t, err)
+	files = append(files, filepath.Join("..", "..", "README.md"))
+	found := 0
+	for _, f := range files {
+		doc, err := os.ReadFile(f)
+		require.NoError(t, err)
+		n, err := checkGenerated(doc)
+		require.NoError(t, err, f)
+		found += n
+	}
+	require.Equal(t, 1, found, "want exactly one generated benchmark table (make bench-doc) in README.md and docs/")
+}
