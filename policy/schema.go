@@ -1,6 +1,18 @@
 package policy
 
-import "encoding/json"
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+)
+
+//go:embed schema.json
+var schemaJSON []byte
+
+// Schema returns the JSON Schema of a policy file (policy/schema.json,
+// generated from File and the types under it), for an editor's completion
+// and validation. Each call returns a new copy, safe to modify.
+func Schema() []byte { return bytes.Clone(schemaJSON) }
 
 // File is the policy file's schema, in JSON or YAML alike. The field tags
 // are the names in the file; every field is optional unless said

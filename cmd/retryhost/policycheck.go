@@ -32,6 +32,24 @@ func init() {
 					return runPolicyCheck(ctx, e, args, *asJSON, &rf)
 				}
 			},
+		}, {
+			name:    "schema",
+			summary: "print the JSON Schema of a policy file, for an editor",
+			help: "Prints the JSON Schema of a policy file (policy/schema.json), generated from the Go " +
+				"types a policy is decoded into, the ones policy check validates against: point an " +
+				"editor's JSON or YAML language server at it.\n\nExit 0.",
+			noFiles: true,
+			setup: func(fs *flag.FlagSet) runFunc {
+				return func(ctx context.Context, e *env, args []string) int {
+					if len(args) > 0 {
+						return e.usageError(commands["policy"].subs[1], "takes no argument")
+					}
+					if _, err := e.stdout.Write(policy.Schema()); err != nil {
+						return e.errorf(exitFail, "%v", err)
+					}
+					return exitOK
+				}
+			},
 		}},
 	})
 }

@@ -112,3 +112,18 @@ func TestPolicyCheckUnreadable(t *testing.T) {
 		})
 	}
 }
+
+// policy schema prints the schema policy check validates against, byte for
+// byte the committed policy/schema.json, and takes no argument.
+func TestPolicySchemaPrintsTheSchema(t *testing.T) {
+	code, out, errOut := run(t, "policy", "schema")
+	require.Equal(t, exitOK, code, errOut)
+	want, err := os.ReadFile("../../policy/schema.json")
+	require.NoError(t, err)
+	require.Equal(t, string(want), out)
+	require.True(t, json.Valid([]byte(out)))
+
+	code, _, errOut = run(t, "policy", "schema", "extra")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "takes no argument")
+}
