@@ -290,8 +290,10 @@ type Gateway struct {
 	stats   *stats
 	metrics *metrics
 
-	reloadMu sync.Mutex // serialises Reload
-	cur      atomic.Pointer[generation]
+	reloadMu   sync.Mutex // orders Reload's swap against another's and Close's
+	reloadSeq  atomic.Uint64
+	reloadDone uint64 // the seq of the Reload in place; under reloadMu
+	cur        atomic.Pointer[generation]
 
 	keys atomic.Pointer[[][sha256.Size]byte] // the client keys' SHA-256 (WithAPIKeys, SetAPIKeys); nil: open
 
@@ -449,25 +451,68 @@ func withPath(r *http.Request, p string) *http.Request {
 // every request that starts from now on; requests in flight finish on the
 // policy they started with, which is closed after the last of them. A
 // policy that fails to load is an error and the old one stays.
+//
+// The load (compiling the policy's plugins) holds no lock: Close, Shutdown
+// and SetAPIKeys never wait for it. A Reload whose ctx ends before its
+// policy is in place is abandoned: its policy, if it was built anyway, is
+// closed, the old one stays, and the error wraps ErrReloadAbandoned and
+// ctx's cause. Of two Reloads that overlap, the one that started last wins:
+// an older one that finishes after it is abandoned too.
 func (g *Gateway) Reload(ctx context.Context) error {
-	g.reloadMu.Lock()
-	defer g.reloadMu.Unlock()
 	if g.cur.Load() == nil {
 		return ErrShuttingDown // closed
 	}
+	seq := g.reloadSeq.Add(1)
 	gen, err := g.load(ctx)
+	if err == nil && ctx.Err() != nil {
+		// Built, but too late: a loader that did not watch ctx.
+		_ = gen.close(context.WithoutCancel(ctx))
+		gen, err = nil, ctx.Err()
+	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return g.abandonReload(ctx, context.Cause(ctx))
+		}
 		g.stats.reloadFailures.Add(1)
 		g.cfg.logger.LogAttrs(ctx, slog.LevelError, "policy reload rejected; the old policy stays",
 			slog.String("source", g.src.name), slog.String("error", err.Error()))
 		return err
 	}
+	g.reloadMu.Lock()
+	if g.cur.Load() == nil { // closed meanwhile
+		g.reloadMu.Unlock()
+		_ = gen.close(context.WithoutCancel(ctx))
+		return ErrShuttingDown
+	}
+	if seq < g.reloadDone {
+		g.reloadMu.Unlock()
+		_ = gen.close(context.WithoutCancel(ctx))
+		return g.abandonReload(ctx, errReloadSuperseded)
+	}
+	g.reloadDone = seq
 	g.cur.Swap(gen).release() // closes it after its last request
 	g.startPoll(gen)
+	g.reloadMu.Unlock()
 	g.stats.reloads.Add(1)
 	g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "policy reloaded", slog.String("source", g.src.name),
 		slog.Int("routes", len(gen.names)))
 	return nil
+}
+
+// ErrReloadAbandoned is wrapped by the error of a Reload that ended before
+// its policy took effect: its ctx ended (a budget, a newer reload, a stop),
+// or a newer Reload took effect first. The old policy stays.
+var ErrReloadAbandoned = errors.New("gateway: policy reload abandoned; the old policy stays")
+
+// errReloadSuperseded is the cause of a Reload overtaken by a newer one.
+var errReloadSuperseded = errors.New("a newer reload took effect first")
+
+// abandonReload counts and logs a Reload abandoned for cause.
+func (g *Gateway) abandonReload(ctx context.Context, cause error) error {
+	g.stats.reloadsAbandoned.Add(1)
+	g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "policy reload abandoned; the old policy stays",
+		slog.String("source", g.src.name), slog.String("cause", cause.Error()))
+	return fmt.Errorf("%w: %w", ErrReloadAbandoned, cause)
 }
 
 // SetAPIKeys replaces the client keys (WithAPIKeys) for every request
@@ -913,6 +958,8 @@ type stats struct {
 	rejectedBusy   atomic.Int64
 	reloads        atomic.Int64
 	reloadFailures atomic.Int64
+	// reloadsAbandoned: Reloads whose ctx ended, or that a newer one overtook.
+	reloadsAbandoned atomic.Int64
 	// cur is the gateway's current policy, for the shared state's counters.
 	cur func() *generation
 }

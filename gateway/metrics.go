@@ -57,6 +57,7 @@ func newMetrics(st *stats) *metrics {
 		counter("busy_rejections_total", "Chat requests refused with 429 because the gateway was full.", st.rejectedBusy.Load),
 		counter("reloads_total", "Policy reloads that took effect.", st.reloads.Load),
 		counter("reload_failures_total", "Policy reloads rejected (the old policy was kept).", st.reloadFailures.Load),
+		counter("reloads_abandoned_total", "Policy reloads abandoned before they took effect: past their budget (retryhost serve's --reload-budget), overtaken by a newer reload, or stopped (the old policy was kept).", st.reloadsAbandoned.Load),
 		counter("state_errors_total", "Operations on the shared state's store (Redis) that failed or timed out.", func() int64 { return st.state().Errors }),
 		counter("state_outages_total", "Times the shared state's store was unreachable and this process fell back to its local copy.", func() int64 { return st.state().Outages }),
 		counter("state_local_ops_total", "Shared-state operations answered by the local copy during outages.", func() int64 { return st.state().LocalOps }),

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -52,6 +53,7 @@ func init() {
 			fs.BoolVar(&o.h2c, "h2c", false, "also accept HTTP/2 without TLS (prior knowledge, as a mesh sidecar or a load balancer speaks it), on the same port as HTTP/1.1")
 			fs.IntVar(&o.upstreamConns, "upstream-conns", 256, "connections to each upstream host, idle and active; more requests wait for one")
 			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file, or a plugin file it names by path, changes, and the API keys when --api-keys-file does (SIGHUP reloads both too)")
+			fs.DurationVar(&o.reloadBudget, "reload-budget", serveReloadBudget, "how long a policy reload (compiling its plugins) may take; past it the reload is abandoned, logged and counted (retryhost_gateway_reloads_abandoned_total) and the policy in use stays")
 			fs.DurationVar(&o.pluginPoll, "plugin-poll", 30*time.Second, "how often to ask the registry for a new version of an \"oci\" plugin that follows a tag (\"follow_tag\"); a new one reloads the policy")
 			o.registry.declarePolicy(fs)
 			fs.BoolVar(&o.printDemo, "print-demo-policy", false, "print the demo policy (a starting point for your own) and exit")
@@ -70,6 +72,7 @@ type serveOpts struct {
 	watch, printDemo     bool
 	h2c                  bool
 	pluginPoll           time.Duration
+	reloadBudget         time.Duration
 	registry             registryFlags
 }
 
@@ -82,6 +85,11 @@ const (
 	// serveH2Streams is the streams one HTTP/2 connection may have open at
 	// once (--h2c): net/http's own default.
 	serveH2Streams = 250
+	// serveReloadBudget is --reload-budget's default: a policy of a few
+	// dozen plugins compiles in seconds on a 2-core machine; a reload
+	// still going after a minute is stuck (a hung registry, a plugin that
+	// compiles for ever) and is abandoned.
+	serveReloadBudget = time.Minute
 )
 
 func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
@@ -96,6 +104,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	}
 	if o.maxConns < 0 {
 		return e.usageError(commands["serve"], "--max-conns %d: a limit cannot be negative (0: no limit)", o.maxConns)
+	}
+	if o.reloadBudget <= 0 {
+		return e.usageError(commands["serve"], "--reload-budget %v: a budget must be positive", o.reloadBudget)
 	}
 	if o.gcFloor < 0 {
 		return e.usageError(commands["serve"], "--gc-floor %d: a floor cannot be negative (0: Go's default)", o.gcFloor)
@@ -207,6 +218,17 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 			keysChanged = watchFiles(wctx, func() []string { return []string{o.keysFile} }, serveWatchInterval, logger, "API keys")
 		}
 	}
+	// SIGTERM and SIGINT are caught until the drain starts: then a second
+	// one ends the process at once, as for every command (see runMain).
+	// SIGHUP stays caught, so that a reload asked for during the drain does
+	// not kill it. They are caught before serve says it listens: a SIGHUP
+	// sent once it has said so reloads, it does not end the process.
+	stops := make(chan os.Signal, 1)
+	signal.Notify(stops, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(stops)
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(stderr, "retryhost serve: listening on %s\n", base)
 	if o.file == "" {
@@ -216,23 +238,12 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
-	// SIGTERM and SIGINT are caught until the drain starts: then a second
-	// one ends the process at once, as for every command (see runMain).
-	// SIGHUP stays caught, so that a reload asked for during the drain does
-	// not kill it.
-	stops := make(chan os.Signal, 1)
-	signal.Notify(stops, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(stops)
-	hups := make(chan os.Signal, 1)
-	signal.Notify(hups, syscall.SIGHUP)
-	defer signal.Stop(hups)
-	reloadPolicy := func(why string) {
-		// Not ended by the stop either: a reload during the shutdown
-		// delay completes.
-		if err := gw.Reload(context.WithoutCancel(ctx)); err == nil {
-			logger.Info("policy reloaded", slog.String("why", why))
-		}
-	}
+	// Policy reloads run in the background (reloader): signals, key
+	// rotation and the drain never wait for a compile. A reload during the
+	// shutdown delay runs on; the drain abandons the one in progress.
+	rl := newReloader(gw.Reload, o.reloadBudget, logger)
+	defer rl.stop()
+	reloadPolicy := rl.request
 	reloadKeys := func(why string) {
 		if o.keysFile == "" {
 			return
@@ -301,6 +312,7 @@ serving:
 			break serving
 		}
 	}
+	rl.stop()
 	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", o.drain)
 	// Stop accepting and close idle connections, while the gateway lets
 	// in-flight requests finish until the drain deadline and then ends
@@ -319,6 +331,121 @@ serving:
 	}
 	fmt.Fprintln(stderr, "retryhost serve: stopped")
 	return exitOK
+}
+
+// errReloadBudget is the cause of a reload abandoned at --reload-budget;
+// errReloadNewer of one a newer reload request overtook; errReloadStop of
+// one the drain ended.
+var (
+	errReloadBudget = errors.New("past --reload-budget")
+	errReloadNewer  = errors.New("a newer reload was asked for")
+	errReloadStop   = errors.New("serve is stopping")
+)
+
+// A reloader runs serve's policy reloads one at a time off its control
+// loop, each under the budget. A reload asked for while one is in progress
+// supersedes it: the one in progress is cancelled (it would put in place
+// the files as they were when it began) and the new one starts when it
+// has returned, so that two compiles never run at once even with a loader
+// slow to notice its cancellation. Requests made meanwhile fold into one.
+// Its methods are safe for concurrent use and never wait for a reload.
+type reloader struct {
+	reload func(context.Context) error
+	budget time.Duration
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	why     string                  // the pending request's reason; "": none
+	cancel  context.CancelCauseFunc // the reload in progress; nil: none
+	stopped bool
+	wake    chan struct{}
+	done    chan struct{}
+}
+
+// serveReloadHook, when set (by tests), runs at the start of each reload
+// under its context, as a slow compile would: the reload goes on when it
+// returns.
+var serveReloadHook func(ctx context.Context) error
+
+func newReloader(reload func(context.Context) error, budget time.Duration, log *slog.Logger) *reloader {
+	r := &reloader{reload: reload, budget: budget, log: log, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go r.loop()
+	return r
+}
+
+// request asks for a reload (why is for the log), superseding the one in
+// progress.
+func (r *reloader) request(why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	r.why = why
+	if r.cancel != nil {
+		r.cancel(errReloadNewer)
+	}
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop abandons the reload in progress, if any, and any pending; it does
+// not wait for the reload to return.
+func (r *reloader) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	r.stopped = true
+	if r.cancel != nil {
+		r.cancel(errReloadStop)
+	}
+	close(r.done)
+}
+
+func (r *reloader) loop() {
+	for {
+		select {
+		case <-r.done:
+			return
+		case <-r.wake:
+		}
+		r.mu.Lock()
+		why := r.why
+		if r.stopped || why == "" {
+			r.mu.Unlock()
+			continue
+		}
+		r.why = ""
+		ctx, cancel := context.WithCancelCause(context.Background())
+		r.cancel = cancel
+		r.mu.Unlock()
+		r.run(ctx, why)
+		r.mu.Lock()
+		r.cancel = nil
+		r.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// run is one reload under the budget.
+func (r *reloader) run(ctx context.Context, why string) {
+	ctx, cancel := context.WithTimeoutCause(ctx, r.budget, errReloadBudget)
+	defer cancel()
+	if serveReloadHook != nil {
+		_ = serveReloadHook(ctx) // the reload sees ctx as the hook left it
+	}
+	err := r.reload(ctx)
+	switch {
+	case err == nil:
+		r.log.Info("policy reloaded", slog.String("why", why))
+	case errors.Is(err, gateway.ErrReloadAbandoned) && errors.Is(err, errReloadBudget):
+		r.log.Error("policy reload abandoned past --reload-budget; the old policy stays",
+			slog.String("why", why), slog.Duration("budget", r.budget))
+	}
 }
 
 // serveDelayTimer is the --shutdown-delay's timer; tests replace it.
