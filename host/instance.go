@@ -51,12 +51,16 @@ type instance struct {
 	deadline atomic.Int64
 	// The running call's CPU-time accounting, for a plugin whose calls run
 	// long (Plugin.slow): the OS thread running it (0: not measured), that
-	// thread's CPU time when the call started, the call's budget and the
-	// wall-clock time past which it is stopped whatever its CPU time.
-	tid     atomic.Int32
-	cpu0    atomic.Int64
-	budget  atomic.Int64
+	// thread's CPU time when the call started and the call's budget.
+	tid    atomic.Int32
+	cpu0   atomic.Int64
+	budget atomic.Int64
+	// wallCap is the wall-clock time past which the running call is
+	// stopped whatever else pushed its deadline back (the grace, its CPU
+	// budget, the host growing its memory); capped records that the
+	// watchdog stopped it there.
 	wallCap atomic.Int64
+	capped  atomic.Bool
 	// graced: the running call is not measured in CPU time and the
 	// watchdog has already pushed its wall-clock deadline back once
 	// (instance.grace); reset when an unmeasured call starts.
@@ -115,7 +119,15 @@ func (p *Plugin) instantiate(ctx context.Context) (*instance, error) {
 	}))
 	mod, err := rt.wr.InstantiateModule(ctx, p.compiled, cfg)
 	if err != nil {
+		in.freeMemory()
 		return nil, loadErr(p.name, ErrInit, err)
+	}
+	if used, total := p.memUsed.Load(), rt.cfg.pluginMemory; used > int64(total) {
+		// The pool does not grow past the plugin's memory total: the
+		// instances it has hold what it allows.
+		_ = mod.Close(context.Background())
+		in.freeMemory()
+		return nil, loadErr(p.name, ErrLimit, &LimitError{Limit: "plugin memory", Max: int(total), Got: int(used)})
 	}
 	in.mod, in.mem = mod, mod.Memory()
 	in.ctx = &instCtx{in: in}
@@ -203,13 +215,62 @@ func (in *instance) call(f api.Function, timeout time.Duration) error {
 	}
 	// Only per-call deadlines are graced: an init call's is seconds long.
 	in.graced.Store(timeout != rt.cfg.callTimeout)
-	in.deadline.Store(rt.now() + int64(timeout))
+	start := rt.now()
+	in.capped.Store(false)
+	in.wallCap.Store(start + int64(timeout) + graceFor(rt))
+	in.deadline.Store(start + int64(timeout))
 	err := f.CallWithStack(in.ctx, in.stack)
 	claimed := in.deadline.Swap(0) == deadlineClaimed
 	if err != nil || claimed {
-		return classify(err, claimed)
+		return in.classify(err, claimed)
 	}
 	return nil
+}
+
+// graceFor is how far past its deadline a not-yet-measured call may run
+// (instance.grace): the measured call's wall-clock cap, at most maxGrace.
+func graceFor(rt *Runtime) int64 {
+	return min((wallFactorOf(rt)-1)*int64(rt.cfg.callTimeout), int64(maxGrace))
+}
+
+func wallFactorOf(rt *Runtime) int64 {
+	if rt.cfg.wallFactor > 0 {
+		return int64(rt.cfg.wallFactor)
+	}
+	return wallFactor
+}
+
+// classify is the package's classify, telling a call the watchdog stopped
+// at its wall-clock cap (errWallCap) from one stopped at its deadline.
+func (in *instance) classify(err error, claimed bool) error {
+	if claimed && in.capped.Swap(false) {
+		return fmt.Errorf("%w: %w: %v", ErrTimeout, errWallCap, errOr(err))
+	}
+	return classify(err, claimed)
+}
+
+// errWallCap: the watchdog stopped the call at its wall-clock cap
+// (instance.wallCap), whatever had pushed its deadline back.
+var errWallCap = errors.New("the call outlived its wall-clock cap")
+
+// capAt clamps a deadline to the running call's wall-clock cap (none set:
+// unchanged).
+func (in *instance) capAt(d int64) int64 {
+	if c := in.wallCap.Load(); c > 0 {
+		return min(d, c)
+	}
+	return d
+}
+
+// overCap reports whether now is past the running call's wall-clock cap,
+// and records that the call is stopped there.
+func (in *instance) overCap(now int64) bool {
+	c := in.wallCap.Load()
+	if c > 0 && now >= c {
+		in.capped.Store(true)
+		return true
+	}
+	return false
 }
 
 // wallFactor bounds a measured call's wall-clock time: a call whose thread
@@ -232,16 +293,13 @@ func (in *instance) measuredCall(f api.Function, timeout time.Duration) error {
 	tid := threadID()
 	c0, ok := threadCPU(tid)
 	start := rt.now()
+	// 20× the call timeout in all (1 s by default); an init call
+	// (seconds of timeout) gets the same grace, not 20× its own.
+	in.capped.Store(false)
+	in.wallCap.Store(start + int64(timeout) + (wallFactorOf(rt)-1)*int64(rt.cfg.callTimeout))
 	if ok {
 		in.cpu0.Store(c0)
 		in.budget.Store(int64(timeout))
-		// 20× the call timeout in all (1 s by default); an init call
-		// (seconds of timeout) gets the same grace, not 20× its own.
-		f := int64(wallFactor)
-		if rt.cfg.wallFactor > 0 {
-			f = int64(rt.cfg.wallFactor)
-		}
-		in.wallCap.Store(start + int64(timeout) + (f-1)*int64(rt.cfg.callTimeout))
 		in.tid.Store(tid)
 	}
 	in.deadline.Store(start + int64(timeout))
@@ -250,7 +308,7 @@ func (in *instance) measuredCall(f api.Function, timeout time.Duration) error {
 	in.tid.Store(0)
 	runtime.UnlockOSThread()
 	if err != nil || claimed {
-		return classify(err, claimed)
+		return in.classify(err, claimed)
 	}
 	return nil
 }
@@ -261,12 +319,12 @@ func (in *instance) measuredCall(f api.Function, timeout time.Duration) error {
 // spent (or the wall-clock cap passed, or the thread's clock is
 // unreadable) and the call must be stopped.
 func (in *instance) extend(now, d int64) bool {
+	if in.overCap(now) {
+		return false
+	}
 	tid := in.tid.Load()
 	if tid == 0 {
 		return in.grace(d)
-	}
-	if now >= in.wallCap.Load() {
-		return false
 	}
 	c, ok := threadCPU(tid)
 	if !ok {
@@ -278,7 +336,7 @@ func (in *instance) extend(now, d int64) bool {
 	}
 	// A CAS: if the call ended (or another began) meanwhile, d is stale
 	// and nothing changes.
-	in.deadline.CompareAndSwap(d, now+left)
+	in.deadline.CompareAndSwap(d, in.capAt(now+left))
 	return true
 }
 
@@ -301,13 +359,8 @@ func (in *instance) grace(d int64) bool {
 	if !cpuClock || in.graced.Swap(true) {
 		return false
 	}
-	rt := in.p.rt
-	f := int64(wallFactor)
-	if rt.cfg.wallFactor > 0 {
-		f = int64(rt.cfg.wallFactor)
-	}
 	in.p.slow.Store(true)
-	in.deadline.CompareAndSwap(d, d+min((f-1)*int64(rt.cfg.callTimeout), int64(maxGrace)))
+	in.deadline.CompareAndSwap(d, in.capAt(d+graceFor(in.p.rt)))
 	return true
 }
 
@@ -409,6 +462,16 @@ func (in *instance) release(h uint32) {
 func (in *instance) close() {
 	in.p.rt.unwatch(in)
 	_ = in.mod.Close(context.Background())
+	in.freeMemory()
+}
+
+// freeMemory returns the instance's memory to the plugin's total (once:
+// wazero may have done it already, or not, when a killed call left the
+// module closed without its resources released).
+func (in *instance) freeMemory() {
+	if in.gm != nil {
+		in.gm.Free()
+	}
 }
 
 func (in *instance) logDiscard(op string, err error) {
@@ -416,24 +479,43 @@ func (in *instance) logDiscard(op string, err error) {
 }
 
 // guestMemory backs an instance's linear memory (wazero's experimental
-// allocator hook) so that growing it is not charged to the call's deadline.
+// allocator hook) so that growing it is not charged to the call's deadline,
+// that the call's wall-clock cap holds while it grows, and that the plugin's
+// instances together hold no more than its memory total (WithPluginMemory).
+//
 // A memory.grow past the capacity is host work: a new Go slice and a copy
 // of the whole memory, whose fresh pages the kernel faults in one by one.
-// On a loaded or virtualised machine that took 15–120 ms for 4–8 MiB, and
-// the watchdog killed well-behaved Go guests (whose heap grows in 512 KiB
-// steps) mid-benchmark. The deadline is paused for the copy and pushed back
-// by its duration; the time excluded is bounded because capacity doubles
-// (at most about two copies of the memory limit over an instance's life).
-// Only the goroutine running a call of the instance grows its memory.
+// On a loaded or virtualised machine that took 15–120 ms for 4–8 MiB (and
+// 600 ms for the last doubling to 64 MiB), and the watchdog killed
+// well-behaved Go guests (whose heap grows in 512 KiB steps)
+// mid-benchmark. The deadline is paused for the copy and pushed back by
+// its duration, but never past the call's wall-clock cap: a call past it
+// is stopped from here, on the calling goroutine, without waiting for the
+// watchdog (whose ticks a copy that long delays), and grows nothing more.
+// The time excluded is bounded because capacity doubles (at most about two
+// copies of the memory limit over an instance's life). Only the goroutine
+// running a call of the instance grows its memory.
 type guestMemory struct {
-	in    *instance
-	buf   []byte
-	limit uint64 // the largest size wazero will ever ask for
+	in      *instance
+	buf     []byte
+	limit   uint64 // the largest size wazero will ever ask for
+	charged uint64 // bytes counted in the plugin's memory total
 }
 
 func (m *guestMemory) Reallocate(size uint64) []byte {
 	in, rt := m.in, m.in.p.rt
 	d := in.deadline.Load()
+	if size > uint64(cap(m.buf)) && (d > 0 || d == deadlineClaimed) && in.stopAtCap(d, rt.now()) {
+		return nil // the call is being stopped: grow nothing more
+	}
+	if size > m.charged {
+		// The first allocation (instantiation) is charged whatever it
+		// costs: instantiate refuses the instance if it went over.
+		if !in.p.chargeMemory(size-m.charged, m.charged == 0) {
+			return nil // memory.grow fails in the guest
+		}
+		m.charged = size
+	}
 	if size <= uint64(cap(m.buf)) {
 		m.buf = m.buf[:size]
 		return m.buf
@@ -447,11 +529,38 @@ func (m *guestMemory) Reallocate(size uint64) []byte {
 	copy(buf, m.buf)
 	m.buf = buf
 	if paused {
-		in.deadline.Store(d + rt.now() - start)
+		// The growth is not charged to the deadline, but the call's
+		// wall-clock cap holds: a guest growing its memory in a loop
+		// is stopped there like any other.
+		d = in.capAt(d + rt.now() - start)
+		in.deadline.Store(d)
+		in.stopAtCap(d, rt.now())
 	}
 	return m.buf
 }
 
-// Free leaves buf to the garbage collector: wazero calls it when the
-// module's resources are released.
-func (m *guestMemory) Free() {}
+// stopAtCap stops the running call, whose deadline is d, if now is past
+// its wall-clock cap, and reports whether it did (or the watchdog already
+// had). The caller runs the call.
+func (in *instance) stopAtCap(d, now int64) bool {
+	if d == deadlineClaimed {
+		return true
+	}
+	if c := in.wallCap.Load(); c <= 0 || now < c {
+		return false
+	}
+	if in.deadline.CompareAndSwap(d, deadlineClaimed) {
+		in.capped.Store(true)
+		in.ctx.stop()
+		return true
+	}
+	return in.deadline.Load() == deadlineClaimed
+}
+
+// Free returns the memory's charge to the plugin's total and leaves buf to
+// the garbage collector: wazero calls it when the module's resources are
+// released.
+func (m *guestMemory) Free() {
+	m.in.p.uncharge(m.charged)
+	m.charged = 0
+}

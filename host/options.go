@@ -17,15 +17,16 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	logger      *slog.Logger
-	callTimeout time.Duration
-	initTimeout time.Duration
-	trusted     bool
-	interpreter bool
-	memoryLimit uint64
-	cacheDir    string
-	breakerN    int
-	breakerSpan time.Duration
+	logger       *slog.Logger
+	callTimeout  time.Duration
+	initTimeout  time.Duration
+	trusted      bool
+	interpreter  bool
+	memoryLimit  uint64
+	pluginMemory uint64
+	cacheDir     string
+	breakerN     int
+	breakerSpan  time.Duration
 	// breakerWindow: the calls over which breakerN failures trip the
 	// breaker; 0 means 3 × breakerN.
 	breakerWindow int
@@ -58,6 +59,7 @@ func defaultConfig() config {
 		callTimeout:  50 * time.Millisecond,
 		initTimeout:  5 * time.Second,
 		memoryLimit:  64 << 20,
+		pluginMemory: 256 << 20,
 		breakerN:     5,
 		breakerSpan:  time.Minute,
 		outputCap:    64 << 10,
@@ -111,6 +113,23 @@ func WithMemoryLimit(bytes uint64) Option {
 	return optionFunc(func(c *config) {
 		if bytes >= 65536 {
 			c.memoryLimit = bytes
+		}
+	})
+}
+
+// WithPluginMemory caps the linear memory all instances of one loaded
+// plugin hold together (each is also capped by [WithMemoryLimit]), so that
+// a plugin's pool of instances ([WithInstances]) costs at most this much,
+// not instances × the per-instance limit. A memory.grow that would go past
+// it fails inside the guest, like one past the per-instance limit; an
+// instance whose declared minimum does not fit is not created: a Load whose
+// instances do not fit fails with [ErrLimit], and a discarded instance is
+// replaced only when its memory has been returned. Default 256 MiB (four
+// instances at the 64 MiB limit); values below 64 KiB keep the default.
+func WithPluginMemory(bytes uint64) Option {
+	return optionFunc(func(c *config) {
+		if bytes >= 65536 {
+			c.pluginMemory = bytes
 		}
 	})
 }

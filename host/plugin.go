@@ -52,6 +52,9 @@ type Plugin struct {
 	logLines       atomic.Int64
 	outOnce        sync.Once
 	stdout, stderr *capWriter
+	// memUsed is the linear memory its live instances hold together, in
+	// bytes (guestMemory), against WithPluginMemory.
+	memUsed atomic.Int64
 	// slow: a call of this plugin ran more than a quarter of the timeout,
 	// so its calls are measured in CPU time (instance.measuredCall).
 	slow atomic.Bool
@@ -148,6 +151,28 @@ func (p *Plugin) calls() uint64 {
 	}
 	return n
 }
+
+// chargeMemory counts n more bytes of linear memory against the plugin's
+// total, and reports false (charging nothing) if that would go over it,
+// unless force.
+func (p *Plugin) chargeMemory(n uint64, force bool) bool {
+	if force {
+		p.memUsed.Add(int64(n))
+		return true
+	}
+	total := int64(p.rt.cfg.pluginMemory)
+	for {
+		u := p.memUsed.Load()
+		if u+int64(n) > total {
+			return false
+		}
+		if p.memUsed.CompareAndSwap(u, u+int64(n)) {
+			return true
+		}
+	}
+}
+
+func (p *Plugin) uncharge(n uint64) { p.memUsed.Add(-int64(n)) }
 
 // install makes in the slot's instance. The caller holds s.mu (or owns s).
 func (s *slot) install(in *instance) {
