@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +35,9 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
+	mode mode     // a plain server, a cluster node or a sentinel
+	conf []string // a sentinel's configuration lines
+	args []string // more flags for redis-server
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -56,6 +60,14 @@ func Binary() string {
 // t when the server is not installed, unless $CI is set.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	bin := binary(t)
+	return startServer(t, &Server{t: t, bin: bin, dir: t.TempDir()})
+}
+
+// binary returns redis-server's path or ends t: a skip, or a failure
+// when $CI is set.
+func binary(t testing.TB) string {
+	t.Helper()
 	bin := Binary()
 	if bin == "" {
 		if os.Getenv("CI") != "" {
@@ -63,7 +75,12 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skip("redistest: redis-server is not installed (apt-get install redis-server); skipping the tests on a real Redis")
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	return bin
+}
+
+// startServer starts s on a free port and stops it at t's cleanup.
+func startServer(t testing.TB, s *Server) *Server {
+	t.Helper()
 	var err error
 	for range 5 { // another process may take the free port before the server binds it
 		if s.port, err = freePort(); err != nil {
@@ -179,10 +196,25 @@ func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	logs := &bytes.Buffer{}
-	cmd := exec.Command(s.bin,
-		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning")
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning"}
+	switch s.mode {
+	case sentinelMode:
+		// A sentinel rewrites its configuration file: one per start,
+		// written afresh.
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		if err := os.WriteFile(conf, []byte(strings.Join(s.conf, "\n")+"\n"), 0o600); err != nil {
+			return err
+		}
+		args = append([]string{conf, "--sentinel"}, args...)
+	default:
+		args = append(args, "--save", "", "--appendonly", "no")
+		if s.mode == clusterMode {
+			args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
+				"--cluster-node-timeout", "1000")
+		}
+	}
+	cmd := exec.Command(s.bin, append(args, s.args...)...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		return err

@@ -28,3 +28,35 @@ func TestKillRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ":0", got, "no persistence: a restart starts empty")
 }
+
+// TestCluster: three masters agree on the slots, and a key lives on the
+// node that serves its slot (the others redirect with MOVED).
+func TestCluster(t *testing.T) {
+	c := StartCluster(t)
+	moved := 0
+	for _, n := range c.Nodes {
+		if _, err := n.Query("SET", "{tag}k", "v"); err != nil {
+			require.Contains(t, err.Error(), "MOVED")
+			moved++
+		}
+	}
+	require.Equal(t, 2, moved, "one node serves the slot of {tag}")
+	require.Contains(t, c.URL(), "redis+cluster://127.0.0.1:")
+}
+
+// TestSentinelFailover: with the primary killed, the sentinels promote
+// the replica, which then takes writes.
+func TestSentinelFailover(t *testing.T) {
+	s := StartSentinel(t)
+	addr, err := s.PrimaryAddr()
+	require.NoError(t, err)
+	require.Equal(t, s.Primary.Addr(), addr)
+	s.Primary.Kill()
+	s.WaitPromoted(t)
+	addr, err = s.PrimaryAddr()
+	require.NoError(t, err)
+	require.Equal(t, s.Replica.Addr(), addr)
+	got, err := s.Replica.Query("SET", "k", "v")
+	require.NoError(t, err)
+	require.Equal(t, []string{"OK"}, got)
+}
