@@ -99,13 +99,26 @@ type StateSpec struct {
 // the deadline of one operation, past which the replica uses its local
 // state until Redis answers again.
 type RedisStateSpec struct {
-	// URL is the server, required: redis://[user@]host:port/db, or
-	// rediss:// for TLS. Put no password in it: name its variable in
-	// password_env.
+	// URL is the server, required, in one of three forms (go-redis's own
+	// URLs, whose scheme picks the client):
+	//   - one server: redis://[user@]host:port/db, rediss:// for TLS, or
+	//     unix:///path;
+	//   - Sentinel: redis+sentinel://[user@]sentinel:port/db?master_name=NAME&addr=sentinel2:port…
+	//     (rediss+sentinel:// for TLS), the primary the Sentinels call
+	//     NAME, followed through failovers (the user is the Sentinels');
+	//   - Cluster: redis+cluster://[user@]node:port?addr=node2:port…
+	//     (rediss+cluster:// for TLS), from these seed nodes.
+	// go-redis's other query parameters are accepted. Put no password in
+	// it: name its variable in password_env (sentinel_password_env).
 	URL string `json:"url"`
 	// PasswordEnv is the NAME of the environment variable holding the
-	// password, never the password. Optional.
+	// password (every node's, the primary's and replicas' for Sentinel),
+	// never the password. Optional.
 	PasswordEnv string `json:"password_env"`
+	// SentinelPasswordEnv is the NAME of the environment variable holding
+	// the Sentinels' own password (requirepass in sentinel.conf), for a
+	// redis+sentinel:// url. Optional.
+	SentinelPasswordEnv string `json:"sentinel_password_env"`
 	// Prefix starts every key, so that fleets sharing a server do not
 	// share state. Default "retryhost:".
 	Prefix string `json:"prefix"`

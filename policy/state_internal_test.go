@@ -100,7 +100,17 @@ func TestStateErrors(t *testing.T) {
 	for _, tc := range []struct{ name, doc, want string }{
 		{"no store", stateModels + "state: {}\n", `p.yaml: line 3:8: state: name the store`},
 		{"no url", stateModels + "state: {redis: {prefix: x}}\n", `p.yaml: line 3:16: state.redis.url: required`},
-		{"bad scheme", stateModels + "state: {redis: {url: \"http://h:1\"}}\n", `line 3:22: state.redis.url: not a redis://`},
+		{"bad scheme", stateModels + "state: {redis: {url: \"http://h:1\"}}\n", `line 3:22: state.redis.url: scheme "http" is not one of redis, rediss, unix, redis+sentinel`},
+		{"unknown topology", stateModels + "state: {redis: {url: \"redis+raft://h:1\"}}\n", `state.redis.url: scheme "redis+raft" is not one of`},
+		{"sentinel without master", stateModels + "state: {redis: {url: \"redis+sentinel://h:26379/0?addr=h2:26379\"}}\n", `state.redis.url: a Sentinel URL names the primary the Sentinels watch: ?master_name=NAME`},
+		{"master without sentinel", stateModels + "state: {redis: {url: \"redis://h:1/0?master_name=m\"}}\n", `state.redis.url: master_name is for a redis+sentinel:// url`},
+		{"cluster database", stateModels + "state: {redis: {url: \"redis+cluster://h:1/2\"}}\n", `state.redis.url: a cluster has only database 0`},
+		{"addr on one server", stateModels + "state: {redis: {url: \"redis://h:1/0?addr=h2:1\"}}\n", `state.redis.url: addr parameters are for redis+sentinel:// and redis+cluster://`},
+		{"bad addr", stateModels + "state: {redis: {url: \"redis+cluster://h:1?addr=h2\"}}\n", `state.redis.url: addr "h2" is not a host:port`},
+		{"no host", stateModels + "state: {redis: {url: \"redis+cluster:///0\"}}\n", `state.redis.url: no host`},
+		{"password parameter", stateModels + "state: {redis: {url: \"redis+sentinel://h:1/0?master_name=m&password=hunter2\"}}\n", `state.redis.url: the URL holds a password`},
+		{"sentinel password on one server", stateModels + "state: {redis: {url: \"redis://h:1/0\", sentinel_password_env: REDIS_PW}}\n", `state.redis.sentinel_password_env: only for a redis+sentinel://`},
+		{"sentinel password unset", stateModels + "state: {redis: {url: \"redis+sentinel://h:1/0?master_name=m\", sentinel_password_env: NOPE}}\n", `state.redis.sentinel_password_env: environment variable NOPE is not set`},
 		{"password in url", stateModels + "state: {redis: {url: \"redis://u:hunter2@h:1/0\"}}\n", `state.redis.url: the URL holds a password`},
 		{"unknown field", stateModels + "state: {redis: {url: \"redis://h:1\", prefx: x}}\n", `line 3:37: state.redis.prefx: unknown field`},
 		{"unknown store", stateModels + "state: {memcached: {}}\n", `state.memcached: unknown field`},
@@ -121,5 +131,41 @@ func TestStateErrors(t *testing.T) {
 			require.NotContains(t, err.Error(), "hunter2")
 			require.NotContains(t, err.Error(), "Abc123")
 		})
+	}
+}
+
+// TestStateHighlyAvailableURLs: a Sentinel URL (with the Sentinels' own
+// password from the environment) and a Cluster URL reach the store's
+// factory as written; Validate accepts them without the variables.
+func TestStateHighlyAvailableURLs(t *testing.T) {
+	var got stateplug.Spec
+	lookupState = func(string) stateplug.Factory {
+		return func(s stateplug.Spec) (*stateplug.Store, error) {
+			got = s
+			return &stateplug.Store{Option: driver.WithLogger(s.Logger), Stats: func() stateplug.Stats { return stateplug.Stats{} },
+				Close: func() error { return nil }}, nil
+		}
+	}
+	t.Cleanup(func() { lookupState = stateplug.Lookup })
+	ctx := context.Background()
+	for _, tc := range []struct{ url, sentinelEnv, sentinelPassword string }{
+		{"redis+sentinel://127.0.0.1:26379/0?master_name=mymaster&addr=127.0.0.1:26380&addr=127.0.0.1:26381", "REDIS_PW", "s3cret"},
+		{"rediss+sentinel://sentinel-user@127.0.0.1:26379?master_name=mymaster", "", ""},
+		{"redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002", "", ""},
+		{"rediss+cluster://127.0.0.1:7000", "", ""},
+	} {
+		doc := stateModels + "state:\n  redis:\n    url: \"" + tc.url + "\"\n    password_env: REDIS_PW\n"
+		if tc.sentinelEnv != "" {
+			doc += "    sentinel_password_env: " + tc.sentinelEnv + "\n"
+		}
+		vo := stateOpts()
+		vo.Getenv = func(string) string { return "" }
+		require.NoError(t, Validate(ctx, []byte(doc), vo), tc.url)
+		p, err := Parse(ctx, []byte(doc), stateOpts())
+		require.NoError(t, err, tc.url)
+		require.Equal(t, tc.url, got.URL)
+		require.Equal(t, "s3cret", got.Password)
+		require.Equal(t, tc.sentinelPassword, got.SentinelPassword)
+		require.NoError(t, p.Close(ctx))
 	}
 }

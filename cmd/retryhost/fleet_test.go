@@ -111,7 +111,7 @@ func TestFleet(t *testing.T) {
 	require.Equal(t, "b", model)
 	require.Equal(t, "2", attempts, "replica 1 tries a, gets the 429 and fails over")
 	require.Equal(t, 1, up.count("model-a"))
-	ttl, err := srv.Do("PTTL", "fleet:c:a")
+	ttl, err := srv.Do("PTTL", "{fleet:}c:a")
 	require.NoError(t, err)
 	require.Regexp(t, `^:[1-9][0-9]*$`, ttl, "a's cooldown is in Redis, with a TTL")
 

@@ -15,12 +15,15 @@ import (
 
 // Spec is a policy file's state section, resolved.
 type Spec struct {
-	Kind      string        // the store: "redis"
-	URL       string        // the store's URL
-	Password  string        // read from the environment; empty: the URL's, if any
-	Prefix    string        // key prefix; empty: the store's default
-	OpTimeout time.Duration // zero: the store's default
-	Logger    *slog.Logger  // never nil
+	Kind     string // the store: "redis"
+	URL      string // the store's URL
+	Password string // read from the environment; empty: the URL's, if any
+	// SentinelPassword authenticates to the Sentinels of a
+	// redis+sentinel:// URL, read from the environment; empty: the URL's.
+	SentinelPassword string
+	Prefix           string        // key prefix; empty: the store's default
+	OpTimeout        time.Duration // zero: the store's default
+	Logger           *slog.Logger  // never nil
 }
 
 // Stats are a store's counters since the process started using it.

@@ -40,7 +40,7 @@ func TestREADMEZeroOptionsDefaults(t *testing.T) {
 
 	keys, err := c.Keys(ctx, "*").Result()
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"retryhost:k:counted", "retryhost:b:runner", "retryhost:c:a", "retryhost:h:a", "retryhost:f:a"}, keys,
+	require.ElementsMatch(t, []string{"{retryhost:}k:counted", "{retryhost:}b:runner", "{retryhost:}c:a", "{retryhost:}h:a", "{retryhost:}f:a"}, keys,
 		"every key under the default prefix")
 	within := func(key string, lo, hi time.Duration) {
 		t.Helper()
@@ -48,8 +48,8 @@ func TestREADMEZeroOptionsDefaults(t *testing.T) {
 		require.NoError(t, err)
 		require.Truef(t, d > lo && d <= hi, "%s: TTL %v, want (%v, %v]", key, d, lo, hi)
 	}
-	within("retryhost:k:counted", 55*time.Minute, time.Hour)
-	within("retryhost:b:runner", 5*time.Second, 10*time.Second)
-	within("retryhost:c:a", 55*time.Second, time.Minute)
-	within("retryhost:h:a", 10*time.Minute+55*time.Second, 11*time.Minute) // the cooldown, then max(For, 10 min) half-open
+	within("{retryhost:}k:counted", 55*time.Minute, time.Hour)
+	within("{retryhost:}b:runner", 5*time.Second, 10*time.Second)
+	within("{retryhost:}c:a", 55*time.Second, time.Minute)
+	within("{retryhost:}h:a", 10*time.Minute+55*time.Second, 11*time.Minute) // the cooldown, then max(For, 10 min) half-open
 }

@@ -12,6 +12,22 @@
 // or, in a policy file, "state": {"redis": {"url": "redis://10.0.0.5:6379/0"}}
 // in a program that imports this package (retryhost serve does).
 //
+// # Topologies
+//
+// The URL's scheme picks go-redis's client (see [Open]): one server
+// (redis://, rediss://, unix://), a primary watched by Sentinels
+// (redis+sentinel://…?master_name=NAME, go-redis's failover client, which
+// asks the Sentinels for the primary and follows their +switch-master), or
+// a Redis Cluster (redis+cluster://, go-redis's cluster client, which
+// follows MOVED and ASK). The rest of the URL is go-redis's own form.
+//
+// Every key starts with the prefix in a hash tag ("{retryhost:}c:model"),
+// so all of a State's keys are in one Redis Cluster slot and every script
+// (which reads and writes several models' keys in one round trip, atomic)
+// runs on one node: no CROSSSLOT. The price on a cluster is that one
+// fleet's state lives on one primary; fleets with different prefixes
+// spread over the cluster. The layout is the same on every topology.
+//
 // # Semantics
 //
 // Every operation is one Lua script (EVALSHA), so a request's start costs
@@ -22,8 +38,7 @@
 // is a SET NX PX lease: one replica takes it. The retry budget counts the
 // requests and retries started over a window (Options.BudgetWindow)
 // rather than those in flight, since a replica that dies cannot give back
-// what it holds. Redis Cluster is not supported: a script touches keys in
-// several slots.
+// what it holds.
 //
 // # When Redis is slow or down
 //
@@ -35,6 +50,18 @@
 // lasts, lets one request per Options.RetryInterval try Redis again;
 // the first that succeeds ends the fallback (logged once too). go-redis
 // reconnects by itself.
+//
+// When a Sentinel primary dies, its operations fail at once (a refused
+// connection) or at OpTimeout (a silent one); the State serves from its
+// local copy while the Sentinels elect a replica (their
+// down-after-milliseconds plus an election: about 2 s with 500 ms in this
+// package's test), and the first retry after the promotion (within
+// RetryInterval) reaches the new primary, since go-redis asks the
+// Sentinels again on every new connection. Shared state is back within
+// RetryInterval + OpTimeout of the promotion (TestSentinelFailover
+// measures it). Redis replicates asynchronously: a cooldown written in the
+// last moment before the primary died may be lost, and is then learned
+// again from the next failure.
 package redis
 
 import (
@@ -43,6 +70,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,7 +98,10 @@ const halfOpenFloor = 10 * time.Minute
 // Options configure a [State]. The zero Options are the defaults.
 type Options struct {
 	// Prefix starts every key, so that fleets (or policies) sharing a
-	// server do not share state. Default "retryhost:".
+	// server do not share state. Default "retryhost:". A prefix without a
+	// Redis Cluster hash tag is put in braces ("retryhost:" makes keys
+	// "{retryhost:}c:model"), so that every key of a State is in one slot;
+	// a prefix with one ("fleet-{a}:") is used as it is.
 	Prefix string
 	// OpTimeout bounds one operation, from the call to the reply; past it
 	// the State answers from its local copy. Default 50ms.
@@ -108,8 +139,9 @@ type Stats struct {
 // safe for concurrent use, by any number of Runners and processes.
 type State struct {
 	c     goredis.Scripter
-	own   *goredis.Client // closed by Close when Open made it
+	own   goredis.UniversalClient // closed by Close when Open made it
 	o     Options
+	tag   string // every key's start: the prefix, hash-tagged
 	local driver.State
 	lb    localBudget
 	keys  sync.Map // model → *modelKeys
@@ -126,38 +158,128 @@ type State struct {
 
 var _ driver.State = (*State)(nil)
 
-// New returns a State on client, which the caller keeps and closes (after
-// the State's last use). Give the client no retries of its own beyond
-// what fits in Options.OpTimeout; [Open] sets it up that way.
-func New(client *goredis.Client, o Options) (*State, error) {
+// New returns a State on client (a [goredis.Client], a Sentinel-backed
+// [goredis.NewFailoverClient] or a [goredis.NewClusterClient]), which the
+// caller keeps and closes (after the State's last use). Give the client no
+// retries of its own beyond what fits in Options.OpTimeout; [Open] sets it
+// up that way.
+func New(client goredis.UniversalClient, o Options) (*State, error) {
 	if client == nil {
 		return nil, errors.New("redis: nil client")
 	}
 	return newState(client, o)
 }
 
-// Open connects to the server at url (redis://[user:password@]host:port/db,
-// rediss:// for TLS, unix://path) and returns a State that owns the
-// client: Close closes it. It does not wait for the server: a server that
-// is down is an outage like any other, served locally until it answers.
+// Open connects to the Redis at url and returns a State that owns the
+// client: Close closes it. The URL's scheme picks go-redis's client, and
+// the rest of it is go-redis's own URL form for that client:
+//
+//   - redis://[user:password@]host:port/db, rediss:// for TLS, or
+//     unix:///path: one server ([goredis.ParseURL]).
+//   - redis+sentinel://[user:password@]sentinel:port/db?master_name=NAME&addr=sentinel2:port…,
+//     rediss+sentinel:// for TLS: the primary that the Sentinels name
+//     NAME, followed through failovers ([goredis.ParseFailoverURL]; the
+//     user and password are the Sentinels', a password=… parameter the
+//     primary's). master_name is required.
+//   - redis+cluster://[user:password@]node:port?addr=node2:port…,
+//     rediss+cluster:// for TLS: a Redis Cluster, from these seed nodes
+//     ([goredis.ParseClusterURL]).
+//
+// go-redis's query parameters (dial_timeout, pool_size, …) are accepted;
+// the timeouts and retries are then set from Options.OpTimeout. Open does
+// not wait for the server: a server that is down is an outage like any
+// other, served locally until it answers.
 func Open(url string, o Options) (*State, error) {
-	opt, err := goredis.ParseURL(url)
+	t, err := parseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
+		return nil, err
 	}
-	return openOwned(opt, o)
+	return openOwned(t, o)
 }
 
-// openOwned returns a State on a client of its own made from opt, warmed:
+// target is a parsed URL: the options of exactly one of go-redis's
+// clients.
+type target struct {
+	single   *goredis.Options
+	failover *goredis.FailoverOptions
+	cluster  *goredis.ClusterOptions
+}
+
+// ErrURL is the error of a URL that names no Redis: the scheme is
+// unknown, go-redis cannot parse it, or a Sentinel URL has no master_name.
+var ErrURL = errors.New("redis: not a Redis URL")
+
+// schemes are the URL schemes [Open] accepts.
+var schemes = []string{"redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"}
+
+func parseURL(raw string) (target, error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return target{}, fmt.Errorf("%w: no scheme (%s://…)", ErrURL, strings.Join(schemes, "://, "))
+	}
+	base, topo, _ := strings.Cut(strings.ToLower(scheme), "+")
+	if base != "redis" && base != "rediss" && !(base == "unix" && topo == "") {
+		return target{}, fmt.Errorf("%w: scheme %q is none of %s", ErrURL, scheme, strings.Join(schemes, ", "))
+	}
+	raw = base + "://" + rest
+	var t target
+	var err error
+	switch topo {
+	case "":
+		t.single, err = goredis.ParseURL(raw)
+	case "sentinel":
+		if t.failover, err = goredis.ParseFailoverURL(raw); err == nil && t.failover.MasterName == "" {
+			err = errors.New("a Sentinel URL needs the primary's name: ?master_name=NAME")
+		}
+	case "cluster":
+		t.cluster, err = goredis.ParseClusterURL(raw)
+	default:
+		return target{}, fmt.Errorf("%w: scheme %q is none of %s", ErrURL, scheme, strings.Join(schemes, ", "))
+	}
+	if err != nil {
+		return target{}, fmt.Errorf("%w: %w", ErrURL, err)
+	}
+	return t, nil
+}
+
+// client configures t's options for op (see configure) and makes the
+// client.
+func (t target) client(op time.Duration) goredis.UniversalClient {
+	dial, pool := max(4*op, 200*time.Millisecond), op
+	switch {
+	case t.failover != nil:
+		o := t.failover
+		o.MaxRetries, o.ContextTimeoutEnabled, o.DisableIdentity = -1, true, true
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = dial, op, op, pool
+		return goredis.NewFailoverClient(o)
+	case t.cluster != nil:
+		o := t.cluster
+		o.MaxRetries, o.ContextTimeoutEnabled, o.DisableIdentity = -1, true, true
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = dial, op, op, pool
+		return goredis.NewClusterClient(o)
+	default:
+		o := t.single
+		o.MaxRetries, o.ContextTimeoutEnabled, o.DisableIdentity = -1, true, true
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = dial, op, op, pool
+		return goredis.NewClient(o)
+	}
+}
+
+// openOwned returns a State on a client of its own made from t, warmed:
 // the one way Open and a policy's shared pool make a State that owns its
 // connections, so both configure and close them alike.
-func openOwned(opt *goredis.Options, o Options) (*State, error) {
+//
+// The client's waits are bounded by the operation's deadline: an
+// operation is never retried, and a dial, a read, a write or a wait for a
+// pooled connection gives up when the State would. (A cluster client
+// still follows up to three MOVED or ASK redirections, within the
+// deadline.)
+func openOwned(t target, o Options) (*State, error) {
 	s, err := newState(nil, o)
 	if err != nil {
 		return nil, err
 	}
-	configure(opt, s.o.OpTimeout)
-	s.own = goredis.NewClient(opt)
+	s.own = t.client(s.o.OpTimeout)
 	s.c = s.own
 	s.warm()
 	return s, nil
@@ -166,9 +288,10 @@ func openOwned(opt *goredis.Options, o Options) (*State, error) {
 // warmTimeout bounds Open's first contact with the server.
 const warmTimeout = time.Second
 
-// warm opens a first connection and loads the scripts, so that the first
-// requests do not pay for a dial and a NOSCRIPT within OpTimeout. A server
-// that does not answer starts the State on its local copy (an outage).
+// warm opens a first connection and loads the scripts (on every primary
+// of a cluster), so that the first requests do not pay for a dial and a
+// NOSCRIPT within OpTimeout. A server that does not answer starts the
+// State on its local copy (an outage).
 func (s *State) warm() {
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 	defer cancel()
@@ -181,19 +304,7 @@ func (s *State) warm() {
 	s.done(ctx, s.epoch.Load(), err)
 }
 
-// configure bounds a client's waits by the operation's deadline: an
-// operation is never retried, and a dial, a read, a write or a wait for a
-// pooled connection gives up when the State would.
-func configure(opt *goredis.Options, op time.Duration) {
-	opt.MaxRetries = -1
-	opt.ContextTimeoutEnabled = true
-	opt.DialTimeout = max(4*op, 200*time.Millisecond)
-	opt.ReadTimeout, opt.WriteTimeout = op, op
-	opt.PoolTimeout = op
-	opt.DisableIdentity = true
-}
-
-func newState(c *goredis.Client, o Options) (*State, error) {
+func newState(c goredis.UniversalClient, o Options) (*State, error) {
 	switch {
 	case o.OpTimeout < 0, o.RetryInterval < 0, o.BudgetWindow < 0, o.StickyCountTTL < 0:
 		return nil, errors.New("redis: negative duration in Options")
@@ -216,7 +327,7 @@ func newState(c *goredis.Client, o Options) (*State, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &State{o: o, local: driver.NewLocalState()}
+	s := &State{o: o, tag: hashTagged(o.Prefix), local: driver.NewLocalState()}
 	s.lb.window = o.BudgetWindow
 	if c != nil {
 		s.c = c
@@ -245,16 +356,30 @@ func (s *State) keysOf(model string) *modelKeys {
 	if k, ok := s.keys.Load(model); ok {
 		return k.(*modelKeys)
 	}
-	p := s.o.Prefix
+	p := s.tag
 	k, _ := s.keys.LoadOrStore(model, &modelKeys{c: p + "c:" + model, h: p + "h:" + model, f: p + "f:" + model, p: p + "p:" + model})
 	return k.(*modelKeys)
 }
 
-func (s *State) scopeKey(scope string) string { return s.o.Prefix + "s:" + scope }
-func (s *State) stickyKey(key string) string  { return s.o.Prefix + "k:" + key }
-func (s *State) budgetKey(key string) string  { return s.o.Prefix + "b:" + key }
-func ms(d time.Duration) int64                { return max(int64((d+time.Millisecond-1)/time.Millisecond), 1) }
-func msDur(v int64) time.Duration             { return time.Duration(v) * time.Millisecond }
+func (s *State) scopeKey(scope string) string { return s.tag + "s:" + scope }
+func (s *State) stickyKey(key string) string  { return s.tag + "k:" + key }
+func (s *State) budgetKey(key string) string  { return s.tag + "b:" + key }
+
+// hashTagged returns prefix as the start of keys that all hash to one
+// Redis Cluster slot: prefix itself when it holds a hash tag (a non-empty
+// {…}, the first '{' to the next '}'), else prefix in braces. Since the
+// tag comes first, no model name, scope or key id after it can change
+// the slot.
+func hashTagged(prefix string) string {
+	if i := strings.IndexByte(prefix, '{'); i >= 0 {
+		if j := strings.IndexByte(prefix[i+1:], '}'); j > 0 {
+			return prefix
+		}
+	}
+	return "{" + prefix + "}"
+}
+func ms(d time.Duration) int64    { return max(int64((d+time.Millisecond-1)/time.Millisecond), 1) }
+func msDur(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 func (s *State) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.o.OpTimeout)
 }

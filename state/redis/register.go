@@ -1,11 +1,10 @@
 package redis
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/internal/stateplug"
@@ -25,8 +24,8 @@ var shared = struct {
 }{m: map[poolKey]*pooled{}}
 
 type poolKey struct {
-	url, password, prefix string
-	op                    time.Duration
+	url, password, sentinelPassword, prefix string
+	op                                      time.Duration
 }
 
 type pooled struct {
@@ -35,20 +34,20 @@ type pooled struct {
 }
 
 func fromPolicy(spec stateplug.Spec) (*stateplug.Store, error) {
-	k := poolKey{url: spec.URL, password: spec.Password, prefix: spec.Prefix, op: spec.OpTimeout}
+	k := poolKey{url: spec.URL, password: spec.Password, sentinelPassword: spec.SentinelPassword, prefix: spec.Prefix, op: spec.OpTimeout}
 	shared.Lock()
 	defer shared.Unlock()
 	p := shared.m[k]
 	if p == nil {
-		opt, err := goredis.ParseURL(spec.URL)
+		t, err := parseURL(spec.URL)
 		if err != nil {
-			return nil, fmt.Errorf("the url is not a Redis URL: %w", err)
+			return nil, fmt.Errorf("the url: %w", err)
 		}
-		if spec.Password != "" {
-			opt.Password = spec.Password
+		if err := t.auth(spec.Password, spec.SentinelPassword); err != nil {
+			return nil, err
 		}
 		o := Options{Prefix: spec.Prefix, OpTimeout: spec.OpTimeout, Logger: spec.Logger}
-		s, err := openOwned(opt, o)
+		s, err := openOwned(t, o)
 		if err != nil {
 			return nil, err
 		}
@@ -78,4 +77,26 @@ func fromPolicy(spec stateplug.Spec) (*stateplug.Store, error) {
 		},
 		Close: release,
 	}, nil
+}
+
+// auth sets the passwords a policy names by their variables: the
+// server's (every node's, for a cluster; the primary's and replicas', for
+// Sentinel) and the Sentinels'. Empty ones leave the URL's.
+func (t target) auth(password, sentinelPassword string) error {
+	if sentinelPassword != "" && t.failover == nil {
+		return errors.New("a Sentinel password is set, and the url is not a redis+sentinel:// one")
+	}
+	switch {
+	case password == "":
+	case t.failover != nil:
+		t.failover.Password = password
+	case t.cluster != nil:
+		t.cluster.Password = password
+	default:
+		t.single.Password = password
+	}
+	if sentinelPassword != "" {
+		t.failover.SentinelPassword = sentinelPassword
+	}
+	return nil
 }
