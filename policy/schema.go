@@ -120,7 +120,9 @@ type RedisStateSpec struct {
 	// redis+sentinel:// url. Optional.
 	SentinelPasswordEnv string `json:"sentinel_password_env"`
 	// Prefix starts every key, so that fleets sharing a server do not
-	// share state. Default "retryhost:".
+	// share state. Default "retryhost:". Without a hash tag it is put in
+	// braces ({retryhost:}c:model), so that all of a fleet's keys are in
+	// one Redis Cluster slot.
 	Prefix string `json:"prefix"`
 	// OpTimeout bounds one operation on the server. Default 50ms.
 	OpTimeout *Duration `json:"op_timeout"`
