@@ -82,9 +82,9 @@ func TestChain_rawPartsGoWithTheTextTheyFollow(t *testing.T) {
 		end  abi.Verdict
 		want []string
 	}{
-		{"replace drops the raw parts held with the text", map[string]abi.Verdict{"a": hold, "b": repl},
+		{"replace drops the raw parts of the text it replaced", map[string]abi.Verdict{"a": hold, "b": repl},
 			verdict(abi.PartPass),
-			[]string{"raw:r0", "stream-start", "response-metadata", "text-start", "raw:r1", "text-delta:X",
+			[]string{"raw:r0", "stream-start", "response-metadata", "text-start", "text-delta:X",
 				"raw:r3", "text-delta:c", "raw:r4", "finish"}},
 		{"drop keeps the queue and its raw parts", map[string]abi.Verdict{"a": hold, "b": verdict(abi.PartDrop)},
 			verdict(abi.PartPass),
@@ -119,9 +119,9 @@ func TestChain_rawPartsHeldToTheEnd(t *testing.T) {
 			[]string{"raw:r0", "stream-start", "response-metadata", "text-start", "raw:r1", "text-delta:a",
 				"raw:r2", "text-delta:b", "raw:r3", "text-delta:c", "raw:r4", "finish"}},
 		{"replace drops them with the text", repl,
-			[]string{"raw:r0", "stream-start", "response-metadata", "text-start", "raw:r1", "text-delta:X"}},
+			[]string{"raw:r0", "stream-start", "response-metadata", "text-start", "text-delta:X"}},
 		{"drop likewise", verdict(abi.PartDrop),
-			[]string{"raw:r0", "stream-start", "response-metadata", "text-start", "raw:r1"}},
+			[]string{"raw:r0", "stream-start", "response-metadata", "text-start"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var seen []PartKind
@@ -139,6 +139,43 @@ func TestChain_rawPartsHeldToTheEnd(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.want, labels(parts))
 			require.NotContains(t, seen, abi.KindRaw)
+		})
+	}
+}
+
+func TestChain_rawChunkOfAReplacedTextNeverPasses(t *testing.T) {
+	// The raw part comes before the parts mapped from its chunk, while the
+	// transform holds nothing: it waits for its text, and goes where the
+	// text goes.
+	repl := abi.Verdict{Action: abi.PartReplace, Replace: []Part{{Kind: abi.KindTextDelta, ID: "t", Delta: "X"}}}
+	for _, tc := range []struct {
+		name string
+		vs   map[string]abi.Verdict
+		want []string
+	}{
+		{"replaced", map[string]abi.Verdict{"b": repl},
+			[]string{"raw:r0", "stream-start", "response-metadata", "text-start", "raw:r1", "text-delta:a",
+				"text-delta:X", "raw:r3", "text-delta:c", "raw:r4", "finish"}},
+		{"dropped", map[string]abi.Verdict{"b": verdict(abi.PartDrop)},
+			[]string{"raw:r0", "stream-start", "response-metadata", "text-start", "raw:r1", "text-delta:a",
+				"raw:r3", "text-delta:c", "raw:r4", "finish"}},
+		{"held then passed", map[string]abi.Verdict{"b": verdict(abi.PartHold)},
+			[]string{"raw:r0", "stream-start", "response-metadata", "text-start", "raw:r1", "text-delta:a",
+				"raw:r2", "text-delta:b", "raw:r3", "text-delta:c", "raw:r4", "finish"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, second := range []bool{false, true} {
+				ts := []abi.Transformer{recordKinds("t", new([]PartKind), tc.vs)}
+				if second { // the same verdicts from the second of two transforms
+					ts = []abi.Transformer{recordKinds("p", new([]PartKind), nil), ts[0]}
+				}
+				m := &scriptModel{key: "p/a", scripts: [][]sstep{rawScript()}}
+				r := runOne(t.Context(), m, attemptOpts{ts: ts})
+				require.NoError(t, r.err)
+				parts, err := drain(r.stream)
+				require.NoError(t, err)
+				require.Equal(t, tc.want, labels(parts))
+			}
 		})
 	}
 }

@@ -36,6 +36,12 @@ type chain struct {
 	commit CommitRule // which held parts are output (see holdDue)
 	stages []stage
 	active int // stages not yet detached
+
+	// carry is a raw part that arrived while no stage held anything: it
+	// waits for the part after it, the first part mapped from its chunk,
+	// and goes where that part goes (see pushRaw).
+	carry    Part
+	carrying bool
 }
 
 // openChain opens one instance of every transformer for this attempt. A
@@ -131,14 +137,19 @@ func (c *chain) push(i int, p Part, out *[]Part) error {
 			return c.hold(i, p, out)
 		case abi.PartError:
 			c.discard(s)
+			c.dropCarry()
 			if v.Err == nil {
 				v.Err = &abi.TransformError{Transform: s.name, Class: abi.ClassTransform, Message: "error verdict"}
 			}
 			return v.Err
 		case abi.PartDrop:
+			if c.carrying && !carriesAhead(p.Kind) {
+				c.dropCarry()
+			}
 			return nil
 		case abi.PartReplace:
 			c.discard(s)
+			c.dropCarry()
 			for _, r := range v.Replace {
 				if err := c.push(i+1, r, out); err != nil {
 					return err
@@ -151,13 +162,48 @@ func (c *chain) push(i int, p Part, out *[]Part) error {
 			}
 		}
 	}
+	if c.carrying && (!carriesAhead(p.Kind) || c.active == 0) {
+		// (With every transform detached, nothing would take it later.)
+		c.carrying = false
+		*out = append(*out, c.carry)
+		c.carry = Part{}
+	}
 	*out = append(*out, p)
 	return nil
+}
+
+// carriesAhead reports whether a part of kind k goes ahead of the raw
+// part waiting in the carry rather than taking it along: a text or
+// reasoning block's start carries no content a transform rewrites, and
+// the chunk the raw part records is the text after it (a tool's input
+// start does carry content: its name).
+func carriesAhead(k PartKind) bool {
+	switch k {
+	case abi.KindTextStart, abi.KindReasoningStart:
+		return true
+	}
+	return false
+}
+
+// dropCarry discards the raw part waiting in the carry: the part it
+// waited for was dropped or replaced, and its chunk is the text that part
+// carried (ABI §6.5).
+func (c *chain) dropCarry() {
+	if c.carrying {
+		c.carrying = false
+		c.carry = Part{}
+	}
 }
 
 // end resolves what every stage still holds, in chain order, when the
 // upstream ended cleanly.
 func (c *chain) end(out *[]Part) error {
+	if c.carrying {
+		// Nothing came after it, and nothing was held when it came.
+		c.carrying = false
+		*out = append(*out, c.carry)
+		c.carry = Part{}
+	}
 	for i := range c.stages {
 		s := &c.stages[i]
 		if s.st == nil {
@@ -212,23 +258,52 @@ func (c *chain) end(out *[]Part) error {
 // caps and never start its hold time. They are bounded all the same: a
 // stage holds at most MaxHeldParts of them, and a raw part past that is
 // dropped (raw parts are best-effort metadata; the content is whole).
+//
+// A raw part that arrives while no stage holds anything waits, in the
+// carry, for the next part (an adapter emits a chunk's raw part before the
+// parts mapped from it, so that is its chunk's first part; a text or
+// reasoning block's start goes ahead of it), and goes where that part
+// goes: on, into a queue before it, or away with it when a transform
+// drops or replaces it (ABI §6.5, v1.3). A raw chunk of a text a
+// transform redacted never reaches the caller, even when the transform
+// held nothing before it.
 func (c *chain) pushRaw(i int, p Part, out *[]Part) {
 	for ; i < len(c.stages); i++ {
 		s := &c.stages[i]
 		if s.st == nil || len(s.held) == 0 {
 			continue
 		}
-		if s.raws >= s.policy.MaxHeldParts {
-			return
+		if c.carrying {
+			// A block's start went ahead of it and is held here.
+			c.carrying = false
+			c.holdRaw(s, c.carry)
+			c.carry = Part{}
 		}
-		s.held = append(s.held, p)
-		s.raws++
-		if c.commit.IsContent(&p) { // CommitLegacy: a raw chunk commits
-			s.output++
-		}
+		c.holdRaw(s, p)
 		return
 	}
-	*out = append(*out, p)
+	if c.active == 0 {
+		*out = append(*out, p)
+		return
+	}
+	if c.carrying {
+		// The raw part before it mapped to no part: nothing to wait for.
+		*out = append(*out, c.carry)
+	}
+	c.carry, c.carrying = p, true
+}
+
+// holdRaw appends the raw part p to stage s's queue, unless the stage
+// holds its cap of raw parts already.
+func (c *chain) holdRaw(s *stage, p Part) {
+	if s.raws >= s.policy.MaxHeldParts {
+		return
+	}
+	s.held = append(s.held, p)
+	s.raws++
+	if c.commit.IsContent(&p) { // CommitLegacy: a raw chunk commits
+		s.output++
+	}
 }
 
 // hold appends p to stage i's queue, unless a cap would be exceeded: then
@@ -242,6 +317,9 @@ func (c *chain) hold(i int, p Part, out *[]Part) error {
 	now := c.clock.Now()
 	capHit := ""
 	switch {
+	case p.Kind == abi.KindFinish:
+		// The finish is framing a transform holds until the end (ABI
+		// v1.3, §6.4): one per stream, counted for no cap.
 	case len(s.held)-s.raws+1 > s.policy.MaxHeldParts:
 		capHit = "parts"
 	case s.bytes+p.Size() > s.policy.MaxHeldBytes:
@@ -252,6 +330,11 @@ func (c *chain) hold(i int, p Part, out *[]Part) error {
 	if capHit == "" {
 		if len(s.held) == 0 {
 			s.since = now
+		}
+		if c.carrying && !carriesAhead(p.Kind) {
+			c.carrying = false
+			c.holdRaw(s, c.carry)
+			c.carry = Part{}
 		}
 		s.held = append(s.held, p)
 		s.bytes += p.Size()
@@ -388,6 +471,7 @@ func (c *chain) close() {
 		}
 		s.held = nil
 	}
+	c.dropCarry()
 }
 
 func checkVerdict(v *abi.Verdict) error {

@@ -171,7 +171,17 @@ func (st *stream) frame(part *abi.Part, v abi.Verdict) abi.Verdict {
 			st.held = append(st.held, *part)
 			v.Action = abi.PartHold
 		}
-	case abi.PartPass, abi.PartDetach:
+	case abi.PartPass:
+		if part.Kind == abi.KindFinish {
+			// The finish is always the stream's last part (ABI v1.3):
+			// the guest may still add content at retryhost_end, so the
+			// finish waits for it there, with what is held before it.
+			st.held = append(st.held, *part)
+			v.Action = abi.PartHold
+		} else if len(st.held) > 0 {
+			st.held = st.held[:0]
+		}
+	case abi.PartDetach:
 		if len(st.held) > 0 {
 			st.held = st.held[:0]
 		}
