@@ -20,7 +20,7 @@ import (
 )
 
 // fleetUpstream is a loopback OpenAI-compatible provider serving two
-// model ids: "model-a" answers 429 with a Retry-After, "model-b" streams
+// model ids: "model-a" (and "model-a2") answers 429 with a Retry-After, "model-b" streams
 // an answer. It counts the requests per model id.
 type fleetUpstream struct {
 	mu   sync.Mutex
@@ -46,7 +46,7 @@ func (u *fleetUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.hits[model]++
 	u.mu.Unlock()
-	if model == "model-a" {
+	if strings.HasPrefix(model, "model-a") {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Retry-After", "30")
 		w.WriteHeader(http.StatusTooManyRequests)

@@ -270,3 +270,4 @@ func readReply(r *bufio.Reader, out *[]string) error {
 	}
 	return nil
 }
+
