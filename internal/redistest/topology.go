@@ -270,4 +270,3 @@ func readReply(r *bufio.Reader, out *[]string) error {
 	}
 	return nil
 }
-
