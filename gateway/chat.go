@@ -166,11 +166,22 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 			msg: "retryhost gateway: Content-Encoding " + strconv.Quote(ce) + " is not supported: send the body uncompressed"})
 		return
 	}
-	if !g.enter(w, d) {
-		l.status, l.outcome = http.StatusTooManyRequests, "rejected"
+	if r.ContentLength > g.cfg.maxBody {
+		// Declared too large: answered at once, unread (the connection
+		// closes, so net/http does not read it either), instead of after
+		// WithMaxBodyBytes bytes, or the read timeout, of it.
+		l.status, l.outcome = http.StatusRequestEntityTooLarge, "client_error"
+		w.Header().Set("Connection", "close")
+		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "request_too_large",
+			msg: "retryhost gateway: the body declares " + strconv.FormatInt(r.ContentLength, 10) + " bytes, more than " + strconv.FormatInt(g.cfg.maxBody, 10)})
 		return
 	}
-	c.entered = true
+	client, status := g.enter(w, r, d)
+	if status != 0 {
+		l.status, l.outcome = status, "rejected"
+		return
+	}
+	c.entered, c.client = true, client
 	defer func() {
 		if !ok {
 			c.close(g)
@@ -356,7 +367,7 @@ func (c *call) close(g *Gateway) {
 		c.gen.release()
 	}
 	if c.entered {
-		g.leave()
+		g.leave(c.client)
 	}
 }
 
@@ -386,6 +397,7 @@ type call struct {
 	stream    bool
 	relayHook *flushHook // the flush hook the relay arms; nil: flush every event
 	entered   bool       // admitted (g.enter)
+	client    string     // who it counts against (clientOf), while entered
 	cancel    context.CancelCauseFunc
 	stopAfter func() bool
 	ctxV      callCtx    // the request's context, as the driver and the upstream client see it

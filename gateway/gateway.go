@@ -90,6 +90,7 @@ type config struct {
 	keys            [][sha256.Size]byte
 	maxBody         int64
 	maxConcurrent   int
+	maxPerClient    int // 0: maxConcurrent/defaultPerClientShare
 	upstreamConns   int
 	headerTimeout   time.Duration
 	writeTimeout    time.Duration
@@ -160,6 +161,27 @@ func WithMaxConcurrent(n int) Option {
 			return fmt.Errorf("gateway: max concurrent requests must be positive, got %d", n)
 		}
 		c.maxConcurrent = n
+		return nil
+	}
+}
+
+// defaultPerClientShare: by default one client may hold a quarter of the
+// WithMaxConcurrent slots, so that a client trickling its bodies (each
+// holds its slot for up to WithReadTimeout) cannot hold them all.
+const defaultPerClientShare = 4
+
+// WithMaxConcurrentPerClient caps the chat requests in flight from one
+// client: the API key it presents when the gateway requires keys, else its
+// remote IP address. One more gets 429 (code client_busy) with
+// Retry-After. Behind a proxy without keys every request comes from the
+// proxy's address: raise the cap to WithMaxConcurrent's there. Default: a
+// quarter of WithMaxConcurrent (256 of 1024), at least 1.
+func WithMaxConcurrentPerClient(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("gateway: max concurrent requests per client must be positive, got %d", n)
+		}
+		c.maxPerClient = n
 		return nil
 	}
 }
@@ -235,9 +257,8 @@ func WithWriteTimeout(d time.Duration) Option {
 // answer is 408. A request holds one of the WithMaxConcurrent slots while
 // its body arrives (the slots also bound the bodies held in memory at
 // once), so the timeout bounds how long a client that trickles its body
-// holds one, not whether it does: clients that trickle many bodies at once
-// can fill the slots, which only a per-client limit in front of the gateway
-// prevents. It bounds the body of a request answered without reading it
+// holds one, not whether it does: a client that trickles many bodies at
+// once holds at most its share of the slots (WithMaxConcurrentPerClient). It bounds the body of a request answered without reading it
 // too (a missing key, /healthz …): see ServeHTTP. Default 30s.
 func WithReadTimeout(d time.Duration) Option {
 	return func(c *config) error {
@@ -297,7 +318,8 @@ type Gateway struct {
 
 	keys atomic.Pointer[[][sha256.Size]byte] // the client keys' SHA-256 (WithAPIKeys, SetAPIKeys); nil: open
 
-	sem chan struct{} // chat requests in flight
+	sem       chan struct{}  // chat requests in flight
+	perClient map[string]int // chat requests in flight by client (clientOf); under mu
 
 	mu sync.Mutex // orders draining's setting against enter's inflight.Add
 	// draining: Shutdown or Close began. Set under mu; read without it
@@ -362,6 +384,10 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		g.keys.Store(&g.cfg.keys)
 	}
 	g.sem = make(chan struct{}, g.cfg.maxConcurrent)
+	g.perClient = map[string]int{}
+	if g.cfg.maxPerClient == 0 {
+		g.cfg.maxPerClient = max(1, g.cfg.maxConcurrent/defaultPerClientShare)
+	}
 	g.stopCtx, g.stop = context.WithCancelCause(context.Background())
 	gen, err := g.load(ctx)
 	if err != nil {
@@ -919,15 +945,17 @@ func (gen *generation) appendModel(b []byte, n string) []byte {
 	return append(b, '}')
 }
 
-// enter admits a chat request: false (with the answer written in d's
-// format) when the gateway drains or is full.
-func (g *Gateway) enter(w http.ResponseWriter, d door) bool {
+// enter admits a chat request: its client (clientOf) and 0, or the status
+// refused with (the answer written in d's format) when the gateway drains,
+// is full, or the client holds its share (WithMaxConcurrentPerClient).
+func (g *Gateway) enter(w http.ResponseWriter, r *http.Request, d door) (string, int) {
+	client := g.clientOf(r)
 	g.mu.Lock()
 	if g.draining.Load() {
 		g.mu.Unlock()
 		w.Header().Set("Connection", "close")
 		writeErr(w, d, errShutdown)
-		return false
+		return "", http.StatusServiceUnavailable
 	}
 	select {
 	case g.sem <- struct{}{}:
@@ -937,18 +965,59 @@ func (g *Gateway) enter(w http.ResponseWriter, d door) bool {
 		w.Header().Set("Retry-After", retryAfterHeader(g.cfg.retryAfterBusy))
 		writeErr(w, d, apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "gateway_busy",
 			msg: fmt.Sprintf("retryhost gateway: %d requests in flight, the most it serves at once; retry later", cap(g.sem))})
-		return false
+		return "", http.StatusTooManyRequests
 	}
+	if g.perClient[client] >= g.cfg.maxPerClient {
+		<-g.sem
+		g.mu.Unlock()
+		g.stats.rejectedClient.Add(1)
+		w.Header().Set("Retry-After", retryAfterHeader(g.cfg.retryAfterBusy))
+		writeErr(w, d, apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "client_busy",
+			msg: fmt.Sprintf("retryhost gateway: this client has %d requests in flight, the most one client may have at once; retry later", g.cfg.maxPerClient)})
+		return "", http.StatusTooManyRequests
+	}
+	g.perClient[client]++
 	g.inflight.Add(1)
 	g.mu.Unlock()
 	g.metrics.inflight.Inc()
-	return true
+	return client, 0
 }
 
-func (g *Gateway) leave() {
+func (g *Gateway) leave(client string) {
 	g.metrics.inflight.Dec()
+	g.mu.Lock()
+	if g.perClient[client]--; g.perClient[client] <= 0 {
+		delete(g.perClient, client)
+	}
+	g.mu.Unlock()
 	<-g.sem
 	g.inflight.Done()
+}
+
+// clientOf is who a request counts against for WithMaxConcurrentPerClient:
+// the API key it was admitted with, when the gateway requires keys (a
+// credential that is no key names no client: a client cannot spread its
+// requests over made-up keys), else its remote IP address.
+func (g *Gateway) clientOf(r *http.Request) string {
+	if keys := g.keys.Load(); keys != nil {
+		bearerKey, _ := bearer(r.Header.Get("Authorization"))
+		for _, key := range [2]string{bearerKey, r.Header.Get("X-Api-Key")} {
+			if key = strings.TrimSpace(key); key == "" {
+				continue
+			}
+			sum := sha256.Sum256([]byte(key))
+			for i := range *keys {
+				if subtle.ConstantTimeCompare(sum[:], (*keys)[i][:]) == 1 {
+					return string(sum[:])
+				}
+			}
+		}
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "ip:" + host
 }
 
 // stats are the gateway's counters (exposed as metrics later; read by tests).
@@ -956,6 +1025,7 @@ type stats struct {
 	malformed      atomic.Int64 // upstream SSE events skipped
 	unauthorized   atomic.Int64
 	rejectedBusy   atomic.Int64
+	rejectedClient atomic.Int64 // refused at WithMaxConcurrentPerClient
 	reloads        atomic.Int64
 	reloadFailures atomic.Int64
 	// reloadsAbandoned: Reloads whose ctx ended, or that a newer one overtook.

@@ -54,6 +54,7 @@ func newMetrics(st *stats) *metrics {
 	m.reg.MustRegister(m.requests, m.attempts, m.failovers, m.commits, m.ttfc, m.inflight, m.streams,
 		counter("upstream_malformed_events_total", "Upstream SSE events skipped: not JSON objects, or too large.", st.malformed.Load),
 		counter("unauthorized_total", "Requests refused for a missing or wrong API key.", st.unauthorized.Load),
+		counter("client_busy_rejections_total", "Chat requests refused with 429 because their client had its most requests in flight (WithMaxConcurrentPerClient, serve's --max-per-client).", st.rejectedClient.Load),
 		counter("busy_rejections_total", "Chat requests refused with 429 because the gateway was full.", st.rejectedBusy.Load),
 		counter("reloads_total", "Policy reloads that took effect.", st.reloads.Load),
 		counter("reload_failures_total", "Policy reloads rejected (the old policy was kept).", st.reloadFailures.Load),

@@ -46,6 +46,7 @@ func init() {
 			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
 			fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep accepting and serving with /readyz answering 503, so that a load balancer sees it and stops sending, before the drain (0: drain at once)")
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
+			fs.IntVar(&o.maxPerClient, "max-per-client", 0, "chat requests served at once from one client (its API key when keys are required, else its IP address); more get 429 (0: a quarter of --max-concurrent; behind a proxy without keys, set it to --max-concurrent)")
 			fs.IntVar(&o.maxConns, "max-conns", 4096, "client connections open at once; past it the one idle the longest is closed to make room, and with none idle a new one waits for one to close (0: no limit)")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
 			fs.Int64Var(&o.gcFloor, "gc-floor", 16<<20, "the heap size, in `BYTES`, below which the garbage collector does not run; above it GOGC governs as usual (0: Go's default, a collection every few MiB)")
@@ -66,6 +67,7 @@ type serveOpts struct {
 	file, addr, keysFile string
 	drain, shutdownDelay time.Duration
 	maxConc, maxConns    int
+	maxPerClient         int
 	upstreamConns        int
 	maxBody, maxAnswer   int64
 	gcFloor              int64
@@ -108,6 +110,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if o.reloadBudget <= 0 {
 		return e.usageError(commands["serve"], "--reload-budget %v: a budget must be positive", o.reloadBudget)
 	}
+	if o.maxPerClient < 0 {
+		return e.usageError(commands["serve"], "--max-per-client %d: a limit cannot be negative (0: a quarter of --max-concurrent)", o.maxPerClient)
+	}
 	if o.gcFloor < 0 {
 		return e.usageError(commands["serve"], "--gc-floor %d: a floor cannot be negative (0: Go's default)", o.gcFloor)
 	}
@@ -148,6 +153,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody),
 		gateway.WithMaxAnswerBytes(o.maxAnswer),
 		gateway.WithUpstreamConns(o.upstreamConns), gateway.WithPluginPoll(o.pluginPoll)}
+	if o.maxPerClient > 0 {
+		opts = append(opts, gateway.WithMaxConcurrentPerClient(o.maxPerClient))
+	}
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))
 	}
