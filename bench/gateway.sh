@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gateway benchmark (issue 14, "The bar"): one loopback upstream driven four
+# Gateway benchmark: one loopback upstream driven four
 # ways — direct, a bare httputil.ReverseProxy, `retryhost serve`, and Portkey's
 # open-source gateway (@portkey-ai/gateway 1.15.2 with @hono/node-server pinned
 # to 1.14.1; the row is skipped when npm is absent). Loopback only; every phase

@@ -15,7 +15,7 @@ import (
 
 // CommitAtEnd: a failure after the first content part, up to the end of
 // the stream, fails the attempt over like one before it, and the caller
-// gets exactly the answering attempt's parts (issue 14, a gateway's
+// gets exactly the answering attempt's parts (a gateway's
 // non-streaming client).
 func TestCommitAtEnd_failuresUpToTheEndFailOver(t *testing.T) {
 	lateNo := errors.New("late verdict: no")

@@ -58,7 +58,7 @@ type RetryBudget struct {
 // [RetryBudget]); zero fields take their defaults, so
 // WithRetryBudget(RetryBudget{}) is 20 % with a minimum of 3. Default: no
 // budget, since a Runner cannot know whether it carries a whole service's
-// traffic or one batch job's (RATIONALE.md, "Why is the retry budget off
+// traffic or one batch job's (docs/decisions.md, "Why is the retry budget off
 // by default?").
 func WithRetryBudget(b RetryBudget) Option {
 	return func(c *config) error {

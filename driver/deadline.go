@@ -107,7 +107,7 @@ const gapTicks = 4
 // gapWatch enforces the gap deadline without touching a timer per part,
 // and counts only the time spent waiting on the upstream, never the
 // caller's: a caller that reads slowly, or starts reading late, is not a
-// silent provider (issue 12). The stream adds 1 to seq before it waits on
+// silent provider. The stream adds 1 to seq before it waits on
 // the upstream and, when the wait ends, 1 more for a content part or -1 for
 // anything else; so seq/2 counts content parts and an odd seq means "waiting
 // on the upstream". A timer ticking every gap/gapTicks fires the deadline

@@ -36,7 +36,7 @@ func (t lateStopTimer) Stop() bool {
 	return false
 }
 
-// Item 2 of issue 12: a first-content deadline that fires right at commit
+// A first-content deadline that fires right at commit
 // must never end the committed stream.
 func TestRunAttempt_firstContentFiringAtCommitNeverKillsTheStream(t *testing.T) {
 	clk := lateStopClock{newManualClock()}
@@ -50,7 +50,7 @@ func TestRunAttempt_firstContentFiringAtCommitNeverKillsTheStream(t *testing.T) 
 		"text-delta: there", "text-end", "finish"}, kinds(parts))
 }
 
-// The other side of item 2: a first-content deadline whose callback won the
+// The other side of the race at commit: a first-content deadline whose callback won the
 // race (fired, its cancel not yet run) fails the attempt before commit.
 func TestFirstWatch_firedBeforeCommitFailsTheAttempt(t *testing.T) {
 	clk := newManualClock()
@@ -77,7 +77,7 @@ func TestFirstWatch_firedBeforeCommitFailsTheAttempt(t *testing.T) {
 	require.True(t, armFirstContent(clk, 0, nil).disarm())
 }
 
-// Item 2, on the real clock and the real runtime timer: first content
+// The race at commit, on the real clock and the real runtime timer: first content
 // arrives right about when the first-content deadline fires. Whichever wins,
 // the caller gets a whole answer (from a, or from b after a failed over),
 // never a committed stream that ends with a first-content deadline (when
@@ -120,7 +120,7 @@ func TestRetryableModel_firstContentRaceAtCommit(t *testing.T) {
 	}
 }
 
-// Item 1 of issue 12: the gap deadline measures the provider's silence,
+// The gap deadline measures the provider's silence,
 // never the caller's pace.
 func TestRunAttempt_gapCountsOnlyTheUpstreamsTime(t *testing.T) {
 	whole := []string{"stream-start", "response-metadata", "text-start", "text-delta:a", "text-delta:b",
@@ -212,7 +212,7 @@ func TestRunAttempt_gapTickAtTheEndIsHarmless(t *testing.T) {
 	require.Same(t, errAttemptOver, context.Cause(r.stream.ctx), "the late tick did not fire the gap")
 }
 
-// The attempt deadline's side of item 2's audit, on the real clock: it is a
+// The attempt deadline's side of the race at commit, on the real clock: it is a
 // context, so it may end a committed stream (a documented truncation), but
 // whichever way the race at commit goes the caller sees one preamble, no
 // part twice, and exactly one outcome callback. Run under -race.

@@ -15,7 +15,7 @@
 // other), backoff that starts at the configured delay, a cap, jitter, a
 // total attempt cap and an overall budget, the caller's cancellation as a
 // hard stop, and a typed final error that works with errors.Is and
-// errors.As. RATIONALE.md at the repository root explains the choices.
+// errors.As. docs/decisions.md explains the choices.
 //
 // # Choosing the next attempt
 //
@@ -64,5 +64,5 @@
 //
 // Stable: the exported API follows semantic versioning. Until v1.0.0 a
 // breaking change happens only in a minor release and is listed in
-// CHANGELOG.md; see the README's stability table.
+// CHANGELOG.md; see the stability table in docs/architecture.md.
 package driver

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Item 11 of issue 12: users of failsafe-go expect errors.As on the final
+// Users of failsafe-go expect errors.As on the final
 // error to find what finally failed (its LastError), not the first attempt.
 func TestRetryError_NewestAttemptWinsErrorsAs(t *testing.T) {
 	fn, _ := script(status(503), status(502), status(500))
@@ -36,7 +36,7 @@ func TestRetryError_NewestAttemptWinsErrorsAs(t *testing.T) {
 	require.Equal(t, []error{newer, older}, re.Unwrap(), "newest first, then older; no Cause")
 }
 
-// Item 3 of issue 12: a caller that cancels with a cause after several
+// A caller that cancels with a cause after several
 // attempts must find both context.Canceled and its cause with errors.Is.
 func TestDo_CancelWithCauseAfterAttempts(t *testing.T) {
 	why := errors.New("the user went away")

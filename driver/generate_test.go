@@ -124,7 +124,7 @@ func TestRunner_Generate(t *testing.T) {
 	require.ErrorContains(t, err, "needs a request")
 }
 
-// Item 6 of issue 12: RetryableModel.Generate runs every response through
+// RetryableModel.Generate runs every response through
 // the transform chain, so a refusal in a whole answer fails the attempt over
 // exactly as a streamed one does.
 func TestRetryableModel_GenerateRunsTheTransforms(t *testing.T) {

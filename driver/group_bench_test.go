@@ -8,7 +8,7 @@ import (
 
 // BenchmarkGroupPick measures the selection cost per request for a group of
 // 8 deployments, per strategy: what a request on a group pays before its
-// attempt (issue 16's target: ≤ 1 µs, 0 allocations). "engine" includes the
+// attempt (the target: ≤ 1 µs, 0 allocations). "engine" includes the
 // request-side bookkeeping (tried set, cooldown mask) the Runner adds.
 //
 //	go test -run '^$' -bench GroupPick -benchmem ./driver

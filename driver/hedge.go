@@ -1,6 +1,6 @@
 package driver
 
-// Hedging on first content (issue 16): the stream driver's loop when
+// Hedging on first content: the stream driver's loop when
 // WithHedge is on. Attempts run on goroutines of their own; every decision
 // (the rules, the budget, the records, the callbacks) stays on the
 // caller's goroutine, which owns the request's state, so the engine's
@@ -63,7 +63,7 @@ var ErrHedgeLost = errors.New("retryhost: hedged attempt lost to a faster one")
 // wins and the other calls' contexts are cancelled with [ErrHedgeLost].
 //
 // after must be positive and max at least 1. Default: off (max 0): a hedge
-// adds upstream requests, which only the user can weigh (RATIONALE.md,
+// adds upstream requests, which only the user can weigh (docs/decisions.md,
 // "Why does a hedge start what a first-content timeout would, and why is it
 // off by default?").
 func WithHedge(after time.Duration, max int) StreamOption {

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Heavy-tailed first content, scaled down 10× from issue 16's 50 ms / 5 s
+// Heavy-tailed first content, scaled down 10× from a 50 ms / 5 s provider
 // so that the benchmark runs in seconds: 95 % of first tokens after 5 ms,
 // 5 % after 500 ms, drawn independently per upstream request.
 const (

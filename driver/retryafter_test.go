@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 12 item 8: a wait too long to represent is capped at
+// A wait too long to represent is capped at
 // WithRetryAfterCap, never dropped; what is not a non-negative decimal
 // (or, for Retry-After, an HTTP date) is ignored, in every format.
 func TestRetryAfterFormats(t *testing.T) {

@@ -268,7 +268,7 @@ func TestDo_PanickingPredicateIsNoOpinion(t *testing.T) {
 	require.Contains(t, logs.String(), "oops")
 }
 
-// Item 12 of issue 12: a condition that switches to a model the Runner does
+// A condition that switches to a model the Runner does
 // not know is never silent: a log line, the attempt's record (callbacks and
 // the final error), the observer, and, when nothing else matches, the
 // request's error.

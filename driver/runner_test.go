@@ -339,7 +339,7 @@ func TestDo_NilArguments(t *testing.T) {
 	require.ErrorContains(t, err, "needs a Runner from New and a function")
 }
 
-// The design difference issue 12 names: the callbacks see the request
+// A design difference from ai-retry: the callbacks see the request
 // overrides each attempt was sent with.
 func TestDo_CallbacksSeeTheOverridesSent(t *testing.T) {
 	temp, sys := 0.2, "be brief"
@@ -416,7 +416,7 @@ func TestRunner_UncomparableModelsDoNotPanic(t *testing.T) {
 	require.NoError(t, err, "same type and key: the same model")
 }
 
-// The backoff's stop-after-fire (issue 12 item 2's audit): the wait's timer
+// The backoff's stop-after-fire: the wait's timer
 // fires just as the caller cancels, and the wait reports success. The
 // caller's cancellation is still a hard stop: no further attempt starts.
 func TestDo_BackoffFiringAsTheCallerCancels(t *testing.T) {

@@ -414,7 +414,7 @@ func FuzzRetryableModel_chaos(f *testing.F) {
 	})
 }
 
-// Item 3 of issue 12, through the stream driver: a cancellation with a cause
+// Through the stream driver: a cancellation with a cause
 // after several failed attempts is both context.Canceled and the cause.
 func TestRetryableModel_cancelWithCauseAfterAttempts(t *testing.T) {
 	cause := errors.New("user left")
@@ -468,7 +468,7 @@ func (m *headerModel) Stream(ctx context.Context, req *Request) (Stream, error) 
 	return headerStream{s, m.h}, nil
 }
 
-// The design difference issue 12 names: a stream exposes the response
+// A design difference from ai-retry: a stream exposes the response
 // headers of the attempt that answered (the provider's request id).
 func TestRetryableModel_streamExposesTheAnsweringAttemptsHeaders(t *testing.T) {
 	clk := newManualClock()

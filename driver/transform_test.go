@@ -354,7 +354,7 @@ func safetyNet(t *testing.T) context.Context {
 	return ctx
 }
 
-// Item 4 of issue 12: MaxHoldTime caps how long the oldest held part may
+// MaxHoldTime caps how long the oldest held part may
 // wait, also while the provider sends nothing more (no first-content
 // deadline here to save the day).
 func TestChain_holdTimeWhileTheProviderIsSilent(t *testing.T) {

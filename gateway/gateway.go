@@ -57,7 +57,7 @@ func Bytes(name string, data []byte, opts policy.Options) Source {
 }
 
 // defaultBackoff is the backoff of a policy that gives no backoff.delay
-// (policy.Options.DefaultBackoff; RATIONALE.md, "Why does the gateway
+// (policy.Options.DefaultBackoff; docs/decisions.md, "Why does the gateway
 // default to a backoff and a cooldown?"): 1 s, doubling, up to 8 s, with
 // equal jitter. Each wait is at least half its nominal value, so a model
 // retried without Retry-After sees at most 2 attempts in any 1.5 s and 4 in

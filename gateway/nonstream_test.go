@@ -36,7 +36,7 @@ func midAnswerFaults() []struct {
 
 // A non-streaming client sees nothing until the whole answer is ready, so
 // a failure after the upstream's first content part is as invisible to it
-// as one before: it fails over (issue 14), and the answer is the
+// as one before: it fails over, and the answer is the
 // fallback's alone — its text, usage, finish, logprobs, system fingerprint
 // and model names, never a mix with the failed attempt's partial answer.
 func TestNonStreamingFailsOverUntilComplete(t *testing.T) {

@@ -14,8 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Tests written as an outside tester would: a promise of issue 14 or of the
-// README's "Run it as a gateway", checked through the SDKs a client uses.
+// Tests written as an outside tester would: a promise of docs/gateway.md, checked through the SDKs a client uses.
 
 // openai-go's client.Models.Get and anthropic-sdk-go's client.Models.Get
 // retrieve one route (GET /v1/models/{id}), in the same shape as the list

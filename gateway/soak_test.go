@@ -31,7 +31,7 @@ import (
 	"github.com/retryhost/retryhost/policy"
 )
 
-// The soak test (issue 14's bar): many concurrent clients, through a
+// The soak test: many concurrent clients, through a
 // gateway over a three-model policy with cooldown, against upstreams that
 // choose a fault at random for every attempt. It asserts that every
 // request is answered (a whole answer, or a clean error: an HTTP error

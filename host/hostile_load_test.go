@@ -74,7 +74,7 @@ func peakRSS(t *testing.T) (stop func() uint64) {
 // stackCeiling is the host memory one running call can spend on its call
 // stack: wazero's compiler grows a call's stack by doubling up to its fixed
 // ceiling of 50,000,000 bytes, so the last copy holds the old stack and a
-// new one of about twice that (README, "Sandbox limits").
+// new one of about twice that (docs/security.md, "Limits").
 const stackCeiling = 160 << 20
 
 // TestHostile_LoadTimeIsolatedFromNeighbours: every load-time bomb of issue

@@ -258,7 +258,7 @@ func TestHostile_OutOfBoundsPointersAtCallTime(t *testing.T) {
 		require.ErrorIs(t, err, ErrPluginFailed)
 		// The guest returned the input import's StatusFault as its own
 		// result: that is the guest's -1, reported as such, not as a
-		// status the host answered (issue 11 item 10).
+		// status the host answered.
 		var re *ResultError
 		require.ErrorAs(t, err, &re)
 		require.Equal(t, ResultError{Export: abi.ExportDecide, Result: -1}, *re)

@@ -21,7 +21,7 @@ type bomb struct {
 	limit  string // the LimitError's Limit, for ErrLimit
 }
 
-// loadBombs are the load-time classes of issue 11: tables (1), the start
+// loadBombs are the load-time classes of hostile modules: tables (1), the start
 // section (2), and unbounded loads (4). The big ones are generated: 200,000
 // exports, 100,000 nested blocks, a 63 MB module holding a 60 MB data
 // segment.
@@ -207,7 +207,7 @@ func TestLoad_ContextEndsInit(t *testing.T) {
 // (wazero's ceiling: about 100 MB of stack on the compiler, 2,000 frames
 // on the interpreter), not a timeout, and the instance is replaced. The
 // deadline is generous: on the compiler reaching the ceiling takes 60–250
-// ms (README, "Sandbox limits"), past the default 50 ms, where the same
+// ms (docs/security.md, "Limits"), past the default 50 ms, where the same
 // call ends as ErrTimeout.
 func TestHostile_Recursion(t *testing.T) {
 	engines(t, func(t *testing.T, opts ...Option) {

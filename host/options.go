@@ -34,7 +34,7 @@ type config struct {
 	logLineLimit  int
 	observer      Observer // nil: none
 	limits        ModuleLimits
-	// ABI v1.2 runtime limits (see the README's sandbox limits table).
+	// ABI v1.2 runtime limits (see the limits table in docs/security.md).
 	breakerCooldown time.Duration
 	maxBuffer       int
 	replace         ReplaceLimits

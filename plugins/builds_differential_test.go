@@ -226,8 +226,8 @@ func FuzzConfigDifferential(f *testing.F) {
 	})
 }
 
-// TestSwitchingRefusalBuildKeepsBehaviour is the regression test of issue
-// 11 item 12: "c-refusal" read its config as phrases, one per line, so
+// TestSwitchingRefusalBuildKeepsBehaviour pins a fixed regression:
+// "c-refusal" read its config as phrases, one per line, so
 // {"fail":"open"} became the only phrase and the default phrases were off.
 // Now every name of the refusal built-in is the same module with the same
 // JSON config, and both builds detect the same refusals with it.

@@ -8,7 +8,7 @@ import _ "embed"
 // plugins/errmatch, plugins/finish), the reference for SDK authors, and
 // decides the same (the differential tests in this package check it); the
 // Go builds are not embedded: they are ~4 MB each and take seconds to
-// compile (see RATIONALE.md, "Why are the built-in plugins C builds?").
+// compile (see docs/decisions.md, "Why are the built-in plugins C builds?").
 var (
 	//go:embed c/refusal.wasm
 	Refusal []byte

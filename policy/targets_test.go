@@ -10,7 +10,7 @@ import (
 	"github.com/retryhost/retryhost/policy"
 )
 
-// Issue 12 item 12: a built-in condition whose config switches to a model
+// A built-in condition whose config switches to a model
 // the policy does not have is an error at load, at the config's place,
 // never a switch the driver can only skip at request time. A model's key
 // is its name, so configs name models by name (an old "provider/model"

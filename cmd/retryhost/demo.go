@@ -72,7 +72,7 @@ func demoProviders() []*fakeProvider {
 	}
 }
 
-// demo runs the README's main job end to end: real HTTP, the real OpenAI
+// demo runs the main job of the README end to end: real HTTP, the real OpenAI
 // adapter, the stream driver with a refusal transform and retry/switch
 // rules.
 //

@@ -133,7 +133,7 @@ func TestDispatch_UsageListsCommandsSorted(t *testing.T) {
 }
 
 // TestPluginInspect_LoadTimeBombs: inspect comes back on every load-time
-// bomb of issue 11 with its reason (a start loop used to hang it; 200,000
+// bomb with its reason (a start loop used to hang it; 200,000
 // exports took wazero two minutes to list; a 60-byte module made it
 // allocate ~200 GB).
 func TestPluginInspect_LoadTimeBombs(t *testing.T) {

@@ -31,7 +31,7 @@ import (
 	"syscall"
 )
 
-// Exit codes, one per kind of outcome; the README's table documents them.
+// Exit codes, one per kind of outcome; docs/cli.md's table documents them.
 const (
 	exitOK    = 0
 	exitFail  = 1 // the command ran and its answer is "no": the request failed, a scenario mismatched, a plugin is rejected

@@ -65,7 +65,7 @@ func TestRun_CallFailsOverAfterA429(t *testing.T) {
 	require.Contains(t, stderr.String(), "attempt 1 on first failed: rate-limit: HTTP 429")
 }
 
-// Issue 12 item 6: a non-streaming call runs the policy's transforms too,
+// A non-streaming call runs the policy's transforms too,
 // so the refusal detector fails the refusing model over instead of
 // printing its refusal with exit 0.
 func TestRun_CallFailsOverAfterARefusal(t *testing.T) {

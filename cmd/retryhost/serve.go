@@ -34,7 +34,7 @@ func init() {
 		name:    "serve",
 		summary: "an OpenAI- and Anthropic-compatible fail-over gateway over a policy (none: a demo over 3 loopback providers)",
 		help: "Serves OpenAI's chat completions (/v1/chat/completions) and Anthropic's Messages API (/v1/messages), whose routes are the policy's models, " +
-			"with the policy's retry and fail-over (see the README's \"Run it as a gateway\"). Without " +
+			"with the policy's retry and fail-over (see docs/gateway.md). Without " +
 			"--policy it serves a demo policy over three loopback providers.\n\n" +
 			"SIGTERM or SIGINT drains in-flight requests (--drain; after --shutdown-delay, if set) and exits 0; SIGHUP reloads the policy and the --api-keys-file. " +
 			"Logs are JSON at info level unless --log-format or --log-level say otherwise.",

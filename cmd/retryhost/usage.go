@@ -78,7 +78,7 @@ func printTopUsage(w io.Writer) {
 	b.WriteString("\nglobal flags (any command, before or after its arguments):\n")
 	printFlags(&b, globalFlags(), true)
 	b.WriteString("\nRun 'retryhost COMMAND --help' (or 'retryhost help COMMAND') for a command's usage.\n" +
-		"Exit codes: 0 ok, 1 failed, 2 usage, 3 bad input, 130 SIGINT, 143 SIGTERM (see README).\n")
+		"Exit codes: 0 ok, 1 failed, 2 usage, 3 bad input, 130 SIGINT, 143 SIGTERM (see docs/cli.md).\n")
 	_, _ = io.WriteString(w, b.String())
 }
 

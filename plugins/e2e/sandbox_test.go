@@ -58,7 +58,7 @@ func throughPlugin(ctx context.Context, t *testing.T, m *streamer, p driver.Tran
 	return drain(s)
 }
 
-// TestFailClosedPluginFailureKeepsItsKind (issue 12 item 5): under
+// TestFailClosedPluginFailureKeepsItsKind: under
 // fail-closed, the error the driver returns for a plugin's timeout or trap
 // still says which: errors.Is with the host's sentinel and errors.As to
 // the *host.PluginError work through the *abi.TransformError.
@@ -93,7 +93,7 @@ func TestFailClosedPluginFailureKeepsItsKind(t *testing.T) {
 	}
 }
 
-// TestRandomVerdicts_ExactlyOnePreamble (issue 11 item 8): 150 streams
+// TestRandomVerdicts_ExactlyOnePreamble: 150 streams
 // through a guest that answers every part and every end with a random
 // verdict (including REPLACE lists that try to inject a stream-start),
 // fail-open and fail-closed: each stream fails cleanly or delivers exactly
@@ -172,7 +172,7 @@ func TestRefusalBuilds_SameCapPolicy(t *testing.T) {
 	}
 }
 
-// TestHoldCapsClampedThroughTheDriver (issue 11 item 5): a plugin that
+// TestHoldCapsClampedThroughTheDriver: a plugin that
 // declares the largest hold caps the record can say and holds every part
 // is held to the operator's maxima by the driver: fail-open, the parts are
 // flushed at 256 and all arrive once; fail-closed, the attempt fails with a

@@ -136,7 +136,7 @@ func TestStream(t *testing.T) {
 			usage:  abi.Usage{InputTokens: 30, OutputTokens: 5},
 		},
 		{name: "refusal_stop", kinds: "stream-start response-metadata", recvErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
-		// Issue 12 item 7: an empty block is not content; the refusal
+		// An empty block is not content; the refusal
 		// after it is still an error the driver can fail over on.
 		{name: "refusal_stop_after_empty_text", kinds: "stream-start response-metadata text-start text-end",
 			recvErr: &wantErr{class: abi.ClassRefusal, typ: "refusal"}},
@@ -158,7 +158,7 @@ func TestStream(t *testing.T) {
 			kinds:   "stream-start response-metadata",
 			recvErr: &wantErr{class: abi.ClassServer, typ: "api_error", retryable: true},
 		},
-		// Issue 12 item 9: an error event that says nothing is a
+		// An error event that says nothing is a
 		// retryable server fault, not an unclassified error.
 		{
 			name:    "error_event_no_data",
@@ -614,7 +614,7 @@ func TestStreamErrorEventNotJSON(t *testing.T) {
 	require.Equal(t, "upstream connect error or disconnect/reset before headers", string(pe.Body))
 }
 
-// Issue 12 item 10: a byte-order mark opening the body and CR or CRLF line
+// A byte-order mark opening the body and CR or CRLF line
 // endings (each allowed by the SSE spec) give the same parts as the plain
 // transcript, through the real SDK client: no first event lost, no line
 // left unsplit.

@@ -106,5 +106,5 @@
 //
 // Stable: the exported API follows semantic versioning. Until v1.0.0 a
 // breaking change happens only in a minor release and is listed in
-// CHANGELOG.md; see the README's stability table.
+// CHANGELOG.md; see the stability table in docs/architecture.md.
 package anthropic

@@ -28,7 +28,7 @@ func onRefusalSwitch(t *testing.T, first, second driver.Model, rec *attempts) *d
 	return rm
 }
 
-// Issue 12 item 7: Anthropic declares a refusal after an empty text or
+// Anthropic declares a refusal after an empty text or
 // thinking block. Nothing was said, so OnClass(ClassRefusal).Switch runs
 // and the caller gets the second model's answer, not an empty "success"
 // finished with ReasonRefusal.
@@ -67,7 +67,7 @@ func TestAnthropicRefusalAfterEmptyBlockFailsOver(t *testing.T) {
 	})
 }
 
-// Issue 12 item 8: a Retry-After too long to represent, sent through the
+// A Retry-After too long to represent, sent through the
 // real SDK client, makes the retry wait WithRetryAfterCap, not the rule's
 // own few milliseconds.
 func TestHugeRetryAfterIsCapped(t *testing.T) {
@@ -115,7 +115,7 @@ func TestHugeRetryAfterIsCapped(t *testing.T) {
 	}
 }
 
-// Issue 12 item 9: Anthropic's stream breaks with an "event: error" line
+// Anthropic's stream breaks with an "event: error" line
 // that carries no data. It is a server fault, so a rule on ClassServer
 // fails over (an unclassified error would have ended the request).
 func TestAnthropicEmptyErrorEventFailsOver(t *testing.T) {
@@ -143,7 +143,7 @@ func responsesModel(t *testing.T, srv *wiretest.Server) *openai.Model {
 	return m
 }
 
-// Issue 13 item 8: a Responses API stream that fails before content (a
+// A Responses API stream that fails before content (a
 // response.failed event, an in-stream error event, a declared refusal)
 // fails over through the real openai-go client like a Chat Completions
 // one: the rule sees the class, the caller gets the next model's answer

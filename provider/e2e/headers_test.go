@@ -10,7 +10,7 @@ import (
 	"github.com/retryhost/retryhost/provider/internal/wiretest"
 )
 
-// Issue 12's design difference, end to end with the real SDKs: the
+// A design difference from ai-retry, end to end with the real SDKs: the
 // RetryableModel's stream exposes the response headers of the attempt that
 // answered (here the Anthropic fallback's request-id after an OpenAI 503),
 // so a caller can log the provider's request id of the answer it got.

@@ -30,8 +30,7 @@ import (
 // validates and copies the body through the params' encoder, clones the
 // request for its retry loop and wraps the transport in its origin check.
 // That was ~35 µs of CPU a request, the largest share of what a gateway
-// does of its own before the upstream answers (gateway/TODO.md, "Bench,
-// session 9"); BenchmarkRequest/stream/gateway went from 452 to 379
+// does of its own before the upstream answers (docs/benchmarks.md); BenchmarkRequest/stream/gateway went from 452 to 379
 // allocations and from 46 to 36 KB a request without it. The path is taken only when nothing could make a
 // request's pipeline differ from the captured one: no WithRequestOptions
 // (middleware, timeouts), no SDK retries (WithMaxRetries 0, the default:

@@ -585,7 +585,7 @@ func TestProviderOptionsForwardedLiterally(t *testing.T) {
 	require.NotContains(t, body, "x")
 }
 
-// Issue 12 item 10: a byte-order mark opening the body and CR or CRLF line
+// A byte-order mark opening the body and CR or CRLF line
 // endings (each allowed by the SSE spec) give the same parts as the plain
 // transcript, through the real SDK client: no first event lost, no line
 // left unsplit.

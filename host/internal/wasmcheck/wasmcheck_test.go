@@ -61,7 +61,7 @@ func TestCheck_RealModules(t *testing.T) {
 }
 
 // TestCheck_GoGuestCounts pins what the Go-SDK builds declare, the figures
-// the host's defaults are chosen against (README, "Sandbox limits").
+// the host's defaults are chosen against (docs/security.md, "Limits").
 func TestCheck_GoGuestCounts(t *testing.T) {
 	b, err := os.ReadFile("../../../plugins/errmatch/errmatch.wasm")
 	require.NoError(t, err)

@@ -209,7 +209,7 @@ func TestRefusal(t *testing.T) {
 	require.Equal(t, "the model refused to answer", Refusal("anthropic", "refusal", "").Message)
 }
 
-// Issue 12 item 9: an error event that names no error type is a retryable
+// An error event that names no error type is a retryable
 // server fault, never ClassUnknown, whatever else it carries.
 func TestEventError(t *testing.T) {
 	for _, tc := range []struct {

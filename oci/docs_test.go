@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The README's "Plugins from an OCI registry" and its sandbox limits table
+// docs/fleet.md ("Plugins from an OCI registry") and the limits table in docs/security.md
 // name these media types, defaults and the cache's place; a value changed
-// in the code but not in the README fails here.
-func TestREADMEDefaults(t *testing.T) {
+// in the code but not in the docs fails here.
+func TestDocsDefaults(t *testing.T) {
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		t.Skip("no user cache directory here")
@@ -32,6 +32,6 @@ func TestREADMEDefaults(t *testing.T) {
 		{"the cache keeps to 512 MiB (oci.Limits.CacheBytes)", c.cfg.limits.CacheBytes, int64(512 << 20)},
 		{"--plugin-cache default: retryhost/oci in the user's cache directory", c.cfg.cacheDir, filepath.Join(cache, "retryhost", "oci")},
 	} {
-		require.Equal(t, tc.want, tc.got, "README: %s", tc.readme)
+		require.Equal(t, tc.want, tc.got, "docs: %s", tc.readme)
 	}
 }

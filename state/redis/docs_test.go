@@ -11,12 +11,12 @@ import (
 	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
-// The README's "Fleet: the shared state on Redis" limits table gives the
+// The limits table in docs/security.md (fleet state on Redis) gives the
 // defaults of zero Options: keys under "retryhost:", the retry budget's
 // window 10 s, a sticky fallback counted in requests kept 1 h, and the
 // documented constants behind them. TestKeysExpire sets every option; this
 // one sets none, so a default changed in newState fails here.
-func TestREADMEZeroOptionsDefaults(t *testing.T) {
+func TestDocsZeroOptionsDefaults(t *testing.T) {
 	for _, tc := range []struct {
 		readme    string
 		got, want time.Duration
@@ -26,7 +26,7 @@ func TestREADMEZeroOptionsDefaults(t *testing.T) {
 		{"the retry budget's window: 10 s (Options.BudgetWindow)", redisstate.DefaultBudgetWindow, 10 * time.Second},
 		{"a sticky fallback: 1 h for after-N-requests (Options.StickyCountTTL)", redisstate.DefaultStickyCountTTL, time.Hour},
 	} {
-		require.Equal(t, tc.want, tc.got, "README: %s", tc.readme)
+		require.Equal(t, tc.want, tc.got, "docs: %s", tc.readme)
 	}
 	require.Equal(t, "retryhost:", redisstate.DefaultPrefix)
 

@@ -32,10 +32,10 @@ func (s *leaseState) first() (time.Duration, bool) {
 	return s.leases[0], true
 }
 
-// The README's Fleet limits table: "A probe lease: the attempt timeout,
+// The limits table in docs/security.md (fleet state on Redis): "A probe lease: the attempt timeout,
 // else Cooldown.For" — what a replica that dies mid-probe holds the model
 // for before another may probe it.
-func TestREADMEProbeLease(t *testing.T) {
+func TestDocsProbeLease(t *testing.T) {
 	const cooldownFor = 20 * time.Millisecond
 	for _, tc := range []struct {
 		name string
