@@ -13,7 +13,7 @@ const ModuleName = "retryhost_v1"
 // version with its own [ModuleName].
 const (
 	VersionMajor = 1
-	VersionMinor = 2
+	VersionMinor = 3
 )
 
 // The guest's exports. Every name is prefixed with "retryhost_" because
@@ -78,6 +78,13 @@ const (
 	MinBufferSize = 1024
 	// MaxLogLine is the longest log line the host keeps; longer lines are cut.
 	MaxLogLine = 1024
+	// MaxPartSize (v1.3) is the most payload bytes (as [Part.Size] counts
+	// them: id, delta, tool name, input and result, file data and URL) a
+	// part the host sends a guest may carry. A larger part is never sent:
+	// the stream fails over a limit, and the plugin's fail policy applies
+	// to it (ABI.md §8.4). A part a guest writes is bounded by its buffer
+	// and the REPLACE caps, which are smaller.
+	MaxPartSize = 16 << 20
 )
 
 // Status is the result code of an import (and of a failing export).

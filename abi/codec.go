@@ -525,8 +525,13 @@ func (e *CapError) Error() string {
 // be [PartKind.Replaceable] (else ErrMalformed), and the list may hold at
 // most maxParts parts of at most maxBytes payload bytes in all
 // ([Part.Size]), else a *CapError. Both caps are checked while decoding,
-// before anything past them is allocated; a negative cap is no cap.
+// before anything past them is allocated; a negative cap is no cap. An
+// empty payload is the empty list (v1.3, §8.6): the verdict discards the
+// held content and the part and emits nothing in their place.
 func DecodeReplace(b []byte, maxParts, maxBytes int) ([]Part, error) {
+	if len(b) == 0 {
+		return []Part{}, nil // no payload is the empty list (v1.3)
+	}
 	return decodeParts(b, maxParts, maxBytes, true)
 }
 

@@ -200,6 +200,9 @@ var shortVectors = []struct{ name, record, hex string }{
 	{"error: a transform error claiming class auth is a transform error (v1.2)", "error", "00 08 0000 00000000 04000000 6e6f7065"},
 	{"error: an unknown class is a transform error (v1.2)", "error", "00 63 0000 00000000 00000000"},
 	{"policy-hints: capacity after an empty static table (v1.2)", "policy-hints", "00 00 0000 00000000 00000000 00000000 0000000000000000 00000000 00000000 08000000"},
+	{"replace: no payload is the empty list (v1.3)", "replace", ""},
+	{"replace: the empty list, count 0 (v1.3)", "replace", "00000000"},
+	{"replace: ids are the guest's, carried as written (v1.3)", "replace", "01000000 12000000 04 00 0000 05000000 626c6b2d37 01000000 58"},
 }
 
 // badVectors are bytes every decoder must reject.

@@ -203,3 +203,27 @@ func TestChain_rawPartsBoundedAndNotTheTransforms(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"text-delta:a", "raw:r1", "raw:r2", "text-delta:b"}, labels(parts))
 }
+
+func TestChain_emptyDeltasCountForNoHoldCap(t *testing.T) {
+	// A fail-closed transform capped at 2 held parts holds "a" and the
+	// provider's keep-alives (empty deltas) after it: they hit no cap, and
+	// past MaxHeldParts of them they are dropped (they carry nothing).
+	ft := &funcTransform{name: "t", policy: abi.TransformPolicy{MaxHeldParts: 2, OnCap: abi.CapFail},
+		part: func(_ int, p *Part) (abi.Verdict, error) {
+			if p.Delta == "b" {
+				return verdict(abi.PartPass), nil
+			}
+			return verdict(abi.PartHold), nil
+		}}
+	script := sscript(pText("a"))
+	for range 10 {
+		script = append(script, pText(""))
+	}
+	script = append(script, pText("b"))
+	m := &scriptModel{key: "p/a", scripts: [][]sstep{script}}
+	r := runOne(t.Context(), m, attemptOpts{ts: []abi.Transformer{ft}})
+	require.NoError(t, r.err)
+	parts, err := drain(r.stream)
+	require.NoError(t, err, "keep-alives never hit a hold cap")
+	require.Equal(t, []string{"text-delta:a", "text-delta", "text-delta", "text-delta:b"}, labels(parts))
+}

@@ -25,6 +25,7 @@ type stage struct {
 	bytes  int
 	output int       // held parts that carry output (commit the stream under the chain's rule)
 	raws   int       // raw parts held behind the transform's own (pushRaw); not the transform's to count
+	beats  int       // empty deltas held (heartbeats): counted for no cap, at most MaxHeldParts of them
 	since  time.Time // when the oldest held part arrived
 }
 
@@ -172,6 +173,11 @@ func (c *chain) push(i int, p Part, out *[]Part) error {
 	return nil
 }
 
+// isDelta reports whether k is a delta kind: text, reasoning or tool input.
+func isDelta(k PartKind) bool {
+	return k == abi.KindTextDelta || k == abi.KindReasoningDelta || k == abi.KindToolInputDelta
+}
+
 // carriesAhead reports whether a part of kind k goes ahead of the raw
 // part waiting in the carry rather than taking it along: a text or
 // reasoning block's start carries no content a transform rewrites, and
@@ -316,11 +322,29 @@ func (c *chain) hold(i int, p Part, out *[]Part) error {
 	s := &c.stages[i]
 	now := c.clock.Now()
 	capHit := ""
+	if p.Delta == "" && isDelta(p.Kind) {
+		// An empty delta is a heartbeat: it counts for no hold cap (ABI
+		// v1.3, §8.7), so a provider's keep-alives never hit one. Past
+		// MaxHeldParts of them it is dropped: it carries nothing.
+		if s.beats < s.policy.MaxHeldParts {
+			if len(s.held) == 0 {
+				s.since = now
+			}
+			if c.carrying {
+				c.carrying = false
+				c.holdRaw(s, c.carry)
+				c.carry = Part{}
+			}
+			s.held = append(s.held, p)
+			s.beats++
+		}
+		return nil
+	}
 	switch {
 	case p.Kind == abi.KindFinish:
 		// The finish is framing a transform holds until the end (ABI
 		// v1.3, §6.4): one per stream, counted for no cap.
-	case len(s.held)-s.raws+1 > s.policy.MaxHeldParts:
+	case len(s.held)-s.raws-s.beats+1 > s.policy.MaxHeldParts:
 		capHit = "parts"
 	case s.bytes+p.Size() > s.policy.MaxHeldBytes:
 		capHit = "bytes"
@@ -355,7 +379,7 @@ func (c *chain) hold(i int, p Part, out *[]Part) error {
 func (c *chain) capHit(i int, capName string, now time.Time, out *[]Part) error {
 	s := &c.stages[i]
 	if s.policy.FailsAtCap() {
-		err := &abi.HoldCapError{Transform: s.name, Cap: capName, Parts: len(s.held) - s.raws, Bytes: s.bytes}
+		err := &abi.HoldCapError{Transform: s.name, Cap: capName, Parts: len(s.held) - s.raws - s.beats, Bytes: s.bytes}
 		if len(s.held) > 0 {
 			err.Held = now.Sub(s.since)
 		}
@@ -414,7 +438,7 @@ func (c *chain) release(i int, out *[]Part) error {
 		return nil
 	}
 	held := s.held
-	s.held, s.bytes, s.output, s.raws = nil, 0, 0, 0 // a re-entrant hold (impossible today) would not see them
+	s.held, s.bytes, s.output, s.raws, s.beats = nil, 0, 0, 0, 0 // a re-entrant hold (impossible today) would not see them
 	var err error
 	for _, h := range held {
 		if err = c.push(i+1, h, out); err != nil {
@@ -436,13 +460,13 @@ func (c *chain) detach(i int, out *[]Part) error {
 		s.st = nil
 		c.active--
 	}
-	s.held, s.output, s.raws = nil, 0, 0
+	s.held, s.output, s.raws, s.beats = nil, 0, 0, 0
 	return err
 }
 
 func (c *chain) discard(s *stage) {
 	clear(s.held)
-	s.held, s.bytes, s.output, s.raws = s.held[:0], 0, 0, 0
+	s.held, s.bytes, s.output, s.raws, s.beats = s.held[:0], 0, 0, 0, 0
 }
 
 // transformFailed applies stage i's FailPolicy to a failure of the

@@ -75,8 +75,8 @@ var (
 // LimitError names the host limit a plugin exceeded ([ErrLimit]).
 type LimitError struct {
 	// Limit is the limit's name: at call time "replace parts per call",
-	// "replace bytes per call", "replace parts per stream" or "replace
-	// bytes per stream"; at load the [ModuleLimits] field ("Exports",
+	// "replace bytes per call", "replace parts per stream", "replace
+	// bytes per stream" or "part size" (a part over [abi.MaxPartSize]); at load the [ModuleLimits] field ("Exports",
 	// "Nesting", "TableEntries", "CompileTimeout" …), or "config file
 	// bytes" for a <name>.config over [Registry.Scan]'s 1 MiB.
 	Limit string

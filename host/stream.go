@@ -149,11 +149,16 @@ type stream struct {
 	inParts, inBytes, outParts, outBytes int
 }
 
-// isFraming reports whether k is a framing part the driver owns (ABI.md
-// §6.4): stream-start, response-metadata, finish.
+// isFraming reports whether k is a part no verdict removes (ABI.md §6.4):
+// the framing the driver owns (stream-start, response-metadata, finish)
+// and, since v1.3, the provider's error part.
 func isFraming(k abi.PartKind) bool {
-	return k == abi.KindStreamStart || k == abi.KindResponseMeta || k == abi.KindFinish
+	return k == abi.KindStreamStart || k == abi.KindResponseMeta || k == abi.KindFinish || k == abi.KindError
 }
+
+// isTrailer reports whether a kept part of kind k goes after a REPLACE
+// list: the finish, and the provider's error, which ends the stream.
+func isTrailer(k abi.PartKind) bool { return k == abi.KindFinish || k == abi.KindError }
 
 // frame applies ABI.md §6.4 to the verdict v on part: it keeps track of
 // the framing parts in the driver's hold queue and makes sure no verdict
@@ -217,7 +222,7 @@ func (st *stream) frameEnd(v abi.Verdict) abi.Verdict {
 
 // reframe returns list with the held framing parts (and cur, a framing
 // part being replaced, if not nil) around it: stream-start and metadata
-// before, finish after. It empties held.
+// before, finish and error after. It empties held.
 func (st *stream) reframe(list []abi.Part, cur *abi.Part) []abi.Part {
 	all := st.held
 	if cur != nil {
@@ -225,13 +230,13 @@ func (st *stream) reframe(list []abi.Part, cur *abi.Part) []abi.Part {
 	}
 	out := make([]abi.Part, 0, len(all)+len(list))
 	for _, h := range all {
-		if h.Kind != abi.KindFinish {
+		if !isTrailer(h.Kind) {
 			out = append(out, h)
 		}
 	}
 	out = append(out, list...)
 	for _, h := range all {
-		if h.Kind == abi.KindFinish {
+		if isTrailer(h.Kind) {
 			out = append(out, h)
 		}
 	}
@@ -278,8 +283,14 @@ func (st *stream) part(ctx context.Context, part *abi.Part) (abi.Verdict, error)
 	if st.err != nil {
 		return abi.Verdict{}, st.err
 	}
+	sz := part.Size()
+	if sz > abi.MaxPartSize {
+		// Never sent (ABI v1.3 §8.4): the provider's part, not the
+		// guest's failure, so the breaker does not count it.
+		return abi.Verdict{}, st.fail(st.p.perr("part", ErrLimit, &LimitError{Limit: "part size", Max: abi.MaxPartSize, Got: sz}))
+	}
 	st.inParts++
-	st.inBytes += part.Size()
+	st.inBytes += sz
 	v, err := st.judge(ctx, part)
 	if err != nil {
 		return v, err
