@@ -83,7 +83,7 @@ func TestPluginInspect_PlainOutputIsLineOriented(t *testing.T) {
 	require.Equal(t, exitFail, code)
 	out := stdout.String()
 	require.NotContains(t, out, "\x1b[", "no colour when not a terminal")
-	require.Contains(t, out, "abi:      v2 (this host speaks v1.2)\n")
+	require.Contains(t, out, "abi:      v2 (this host speaks v1.3)\n")
 	require.Contains(t, out, "memory:   1\n  memory: min 1 pages (64 KiB), no declared max\n")
 	require.Contains(t, out, "  retryhost_v2.buffer(i32, i32) i32\n")
 	require.Contains(t, out, "accepted: no (abi-version)\n")
