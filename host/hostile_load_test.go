@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -40,7 +42,7 @@ func procStatus(field string) uint64 {
 // peakRSS tracks the process's resident set from now on: VmHWM after a
 // reset of the kernel's high-water mark where that is allowed, and a 1 ms
 // sampler of VmRSS in any case. stop returns the peak.
-func peakRSS(t *testing.T) (stop func() uint64) {
+func peakRSS(t testing.TB) (stop func() uint64) {
 	t.Helper()
 	hwm := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 	var peak atomic.Uint64
@@ -158,4 +160,40 @@ func TestHostile_LoadTimeIsolatedFromNeighbours(t *testing.T) {
 			before>>20, peak>>20, (peak-min(peak, before))>>20, budget>>20)
 		require.LessOrEqual(t, peak, before+budget, "host memory is bounded by the documented limits")
 	})
+}
+
+// BenchmarkHostile_RunawayRecursion: the host memory and time one plugin
+// costs when all of its instances recurse without end at once (wazero's
+// call-stack ceiling × instances; the copies of the growing stacks are
+// host work no deadline interrupts): the figures of the call-stack row of
+// the limits table (docs/security.md). peak-MiB is the resident set's
+// growth during the calls.
+func BenchmarkHostile_RunawayRecursion(b *testing.B) {
+	for _, n := range []int{1, 8} {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			rt := newRuntime(b, WithBreaker(0, time.Hour)) // every call fails
+			p, err := rt.Load(context.Background(), "recurse", fixture(b, "recurse"), WithInstances(n))
+			require.NoError(b, err)
+			var peak uint64
+			for b.Loop() {
+				runtime.GC()
+				debug.FreeOSMemory()
+				before := procStatus("VmRSS")
+				stop := peakRSS(b)
+				var wg sync.WaitGroup
+				for range n {
+					wg.Go(func() {
+						_, err := p.Decide(context.Background(), &abi.Attempt{})
+						if !errors.Is(err, ErrTrap) && !errors.Is(err, ErrTimeout) {
+							b.Errorf("want a stack overflow or a timeout, got %v", err)
+						}
+					})
+				}
+				wg.Wait()
+				got := stop()
+				peak = max(peak, got-min(got, before))
+			}
+			b.ReportMetric(float64(peak>>20), "peak-MiB")
+		})
+	}
 }
