@@ -43,6 +43,12 @@ var loadBombs = []bomb{
 	{"data segments", gen(func() []byte { return wasmgen.DataSegments(1_000_000) }), ErrLimit, "DataSegments"},
 	{"elements", gen(func() []byte { return wasmgen.Elements(1_000_000) }), ErrLimit, "Elements"},
 	{"names", gen(func() []byte { return wasmgen.Names(1_000_000) }), ErrLimit, "Names"},
+	{"sibling blocks branching out", gen(func() []byte { return wasmgen.SiblingBranches(20_000) }), ErrLimit, "Blocks"},
+	{"branches", gen(func() []byte { return wasmgen.BrIfs(5000) }), ErrLimit, "Branches"},
+	{"br_table labels", gen(func() []byte { return wasmgen.BrTables(4, 2000) }), ErrLimit, "Branches"},
+	{"params", gen(func() []byte { return wasmgen.WideTypes(1, 1001, 0) }), ErrLimit, "Params"},
+	{"results", gen(func() []byte { return wasmgen.WideTypes(1, 0, 1001) }), ErrLimit, "Results"},
+	{"type bytes", gen(func() []byte { return wasmgen.WideTypes(1100, 1000, 0) }), ErrLimit, "TypeBytes"},
 	{"declared lengths past the end", gen(func() []byte {
 		// A 60-byte module found by the fuzzer: its import vector claims
 		// 2^32-1 entries, which made wazero allocate ~200 GB and kill the

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"runtime"
@@ -51,6 +52,12 @@ type config struct {
 	// default 20× the call timeout): a test on a machine loaded beyond
 	// its own spinners checks CPU-time semantics, not that cap.
 	wallFactor int
+	// compileHook runs on the compile's goroutine before wazero compiles
+	// (with the compile's context): a test holds a compile open with it.
+	compileHook func(context.Context)
+	// debugInfo keeps DWARF and name-section data for trap stack traces
+	// (WithDebugInfo).
+	debugInfo bool
 }
 
 func defaultConfig() config {
@@ -100,6 +107,16 @@ func WithCallTimeout(d time.Duration) Option {
 // but a plugin that never returns hangs its caller forever. Only for
 // first-party plugins. Default: guarded.
 func WithTrusted() Option { return optionFunc(func(c *config) { c.trusted = true }) }
+
+// WithDebugInfo makes a trap's error carry a stack trace with source
+// lines from the module's DWARF sections. Off by default: wazero then
+// reads a module's DWARF at compile time and walks it for every trap
+// under a lock (a trap in a guest with large DWARF cost tens of seconds
+// of host CPU outside the call's deadline); without it a trap's stack
+// trace has function names only and costs what the call costs. For
+// plugin authors' tools (retryhost replay --debug, plugin inspect
+// --debug), not for serving untrusted plugins.
+func WithDebugInfo() Option { return optionFunc(func(c *config) { c.debugInfo = true }) }
 
 // WithInterpreter uses wazero's interpreter instead of its compiler:
 // compiles faster, runs 10-40× slower. Default: the compiler where wazero
@@ -361,6 +378,26 @@ type ModuleLimits struct {
 	// Names: entries of the "name" custom section's function and local
 	// maps, which wazero decodes. Default 262,144.
 	Names int
+	// Blocks: blocks, loops and ifs in one function body. wazero's
+	// compiler is super-linear in them (measured curve in the limits
+	// table). Default 2,048.
+	Blocks int
+	// Branches: br and br_if instructions and br_table labels of one
+	// function body together, the edges of its control flow graph
+	// (compile time is quadratic in them; each br_table label costs about
+	// 2.4 KB while compiling). Default 4,096.
+	Branches int
+	// Params and Results: parameters and results of one function type.
+	// Default 1,000 each.
+	Params  int
+	Results int
+	// TypeBytes: size of the type section. Default 1 MiB.
+	TypeBytes int
+	// Compiles: compiles running at once in one Runtime, counting those
+	// whose Load already returned (ctx ended, CompileTimeout) until they
+	// really finish; a Load past it waits for a place, under its ctx and
+	// CompileTimeout. Default 2.
+	Compiles int
 	// CompileTimeout bounds compiling one module, in trusted mode too;
 	// the Load context's deadline applies as well. Default 2m (a 4 MB Go guest
 	// compiles in 3–8 s, 25 s under the race detector).
@@ -387,6 +424,12 @@ func DefaultModuleLimits() ModuleLimits {
 		DataSegments:   500_000,
 		Elements:       1 << 18,
 		Names:          1 << 18,
+		Blocks:         2048,
+		Branches:       4096,
+		Params:         1000,
+		Results:        1000,
+		TypeBytes:      1 << 20,
+		Compiles:       2,
 		CompileTimeout: 2 * time.Minute,
 	}
 }
@@ -418,6 +461,12 @@ func WithModuleLimits(l ModuleLimits) Option {
 		set(&m.DataSegments, l.DataSegments)
 		set(&m.Elements, l.Elements)
 		set(&m.Names, l.Names)
+		set(&m.Blocks, l.Blocks)
+		set(&m.Branches, l.Branches)
+		set(&m.Params, l.Params)
+		set(&m.Results, l.Results)
+		set(&m.TypeBytes, l.TypeBytes)
+		set(&m.Compiles, l.Compiles)
 		if l.CompileTimeout > 0 {
 			m.CompileTimeout = l.CompileTimeout
 		}

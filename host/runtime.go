@@ -43,6 +43,14 @@ type Runtime struct {
 	watchDone chan struct{}
 
 	nextID atomic.Uint64
+
+	// compileSem holds a place for every compile still running, abandoned
+	// ones included (ModuleLimits.Compiles); Close takes every place to
+	// wait for them. closing is closed when Close starts. inCompile counts
+	// the compiles running, for tests.
+	compileSem chan struct{}
+	closing    chan struct{}
+	inCompile  atomic.Int32
 }
 
 // New returns a Runtime ready to load plugins. It fails only if the
@@ -59,8 +67,10 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		rc = wazero.NewRuntimeConfig()
 	}
 	rc = rc.WithMemoryLimitPages(uint32(min(cfg.memoryLimit/65536, 65536))).
-		WithCloseOnContextDone(!cfg.trusted)
-	rt := &Runtime{cfg: cfg, epoch: time.Now(), plugins: map[*Plugin]struct{}{}, watched: map[*instance]struct{}{}}
+		WithCloseOnContextDone(!cfg.trusted).
+		WithDebugInfoEnabled(cfg.debugInfo)
+	rt := &Runtime{cfg: cfg, epoch: time.Now(), plugins: map[*Plugin]struct{}{}, watched: map[*instance]struct{}{},
+		compileSem: make(chan struct{}, cfg.limits.Compiles), closing: make(chan struct{})}
 	if cfg.cacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(cfg.cacheDir)
 		if err != nil {
@@ -256,7 +266,8 @@ func (rt *Runtime) precheck(name string, wasm []byte) error {
 		Tables: uint64(l.Tables), TableEntries: uint64(l.TableEntries),
 		Types: uint64(l.Types), Globals: uint64(l.Globals),
 		DataSegments: uint64(l.DataSegments), Elements: uint64(l.Elements),
-		Names: uint64(l.Names),
+		Names: uint64(l.Names), Blocks: uint64(l.Blocks), Branches: uint64(l.Branches),
+		Params: uint64(l.Params), Results: uint64(l.Results), TypeBytes: uint64(l.TypeBytes),
 	})
 	var le *wasmcheck.LimitError
 	switch {
@@ -272,29 +283,76 @@ func (rt *Runtime) precheck(name string, wasm []byte) error {
 }
 
 // compile compiles wasm under the Load context and the CompileTimeout, in
-// trusted mode too. wazero checks the context only between functions and
-// only when it compiles with more than one worker, so it always gets two
-// or more; the pre-parse's BodyBytes and Nesting bound what one function
-// costs.
+// trusted mode too, and returns when either ends even if wazero goes on:
+// wazero checks the context only between functions (and only with more
+// than one worker, so it always gets two or more), and one function's
+// compile, bounded by the pre-parse's Blocks, Branches and BodyBytes, is
+// not interruptible. The compile runs on its own goroutine holding a place
+// of ModuleLimits.Compiles until it really finishes; one that finishes
+// after its Load gave up closes what it compiled. So an abandoned compile
+// still counts against the limit and Close waits for it, and abandoned
+// compiles cannot pile up.
 func (rt *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazero.CompiledModule, error) {
 	limit := rt.cfg.limits.CompileTimeout
 	cctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	cctx = experimental.WithCompilationWorkers(cctx, min(max(runtime.GOMAXPROCS(0), 2), 4))
-	cm, err := rt.wr.CompileModule(cctx, wasm)
-	if cctx.Err() != nil {
-		if cm != nil {
-			_ = cm.Close(context.Background())
-		}
+	stopped := func() error {
 		if ctx.Err() != nil {
-			return nil, loadErr(name, ctx.Err(), nil)
+			return loadErr(name, ctx.Err(), nil)
 		}
-		return nil, loadErr(name, ErrLimit, &LimitError{Limit: "CompileTimeout", Max: int(limit)})
+		return loadErr(name, ErrLimit, &LimitError{Limit: "CompileTimeout", Max: int(limit)})
 	}
-	if err != nil {
-		return nil, loadErr(name, ErrInvalidModule, err)
+	select {
+	case rt.compileSem <- struct{}{}:
+	case <-cctx.Done():
+		return nil, stopped()
+	case <-rt.closing:
+		return nil, ErrClosed
 	}
-	return cm, nil
+	type result struct {
+		cm  wazero.CompiledModule
+		err error
+	}
+	done := make(chan result, 1)
+	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
+	wctx := experimental.WithCompilationWorkers(context.WithoutCancel(cctx), min(max(runtime.GOMAXPROCS(0), 2), 4))
+	wctx, wcancel := context.WithCancel(wctx)
+	rt.inCompile.Add(1)
+	go func() {
+		defer func() { <-rt.compileSem }()
+		defer rt.inCompile.Add(-1)
+		defer wcancel()
+		var r result
+		if h := rt.cfg.compileHook; h != nil {
+			h(wctx)
+		}
+		r.cm, r.err = rt.wr.CompileModule(wctx, wasm)
+		if state.CompareAndSwap(0, 1) {
+			done <- r
+		} else if r.cm != nil {
+			_ = r.cm.Close(context.Background())
+		}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-cctx.Done():
+		wcancel() // wazero stops between functions
+		if state.CompareAndSwap(0, 2) {
+			return nil, stopped()
+		}
+		r = <-done
+	}
+	if cctx.Err() != nil {
+		if r.cm != nil {
+			_ = r.cm.Close(context.Background())
+		}
+		return nil, stopped()
+	}
+	if r.err != nil {
+		return nil, loadErr(name, ErrInvalidModule, r.err)
+	}
+	return r.cm, nil
 }
 
 // ModuleLimits returns the limits this Runtime applies to every module
@@ -351,6 +409,17 @@ func (rt *Runtime) Close(ctx context.Context) error {
 	for _, p := range ps {
 		if err := p.Close(ctx); err != nil && !errors.Is(err, ErrClosed) {
 			errs = append(errs, err)
+		}
+	}
+	// Compiles whose Load gave up may still run: wait for them (each is
+	// bounded by the per-function limits) by taking every place, up to ctx.
+	close(rt.closing)
+wait:
+	for range cap(rt.compileSem) {
+		select {
+		case rt.compileSem <- struct{}{}:
+		case <-ctx.Done():
+			break wait
 		}
 	}
 	if rt.stopWatch != nil {

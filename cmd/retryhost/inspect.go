@@ -11,9 +11,11 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -48,6 +50,7 @@ func init() {
 			setup: func(fs *flag.FlagSet) runFunc {
 				asJSON := fs.Bool("json", false, "print the report as JSON")
 				config := fs.String("config", "", "the config (`STR`) handed to the plugin's init while trying to load it")
+				debug := fs.Bool("debug", false, "keep the module's DWARF debug info, so a trap names source lines (costly on large debug sections)")
 				return func(ctx context.Context, e *env, args []string) int {
 					cfg := (*string)(nil)
 					fs.Visit(func(f *flag.Flag) {
@@ -55,7 +58,7 @@ func init() {
 							cfg = config
 						}
 					})
-					return runInspect(ctx, e, args, *asJSON, cfg)
+					return runInspect(ctx, e, args, *asJSON, cfg, *debug)
 				}
 			},
 		}, pushCommand(), pullCommand()},
@@ -103,8 +106,94 @@ type report struct {
 	// built-in's example config (ExampleConfig true).
 	Config        string `json:"config,omitempty"`
 	ExampleConfig bool   `json:"example_config,omitempty"`
+	// Policy is what an accepted plugin declared in its init: its transform
+	// policy (fail mode, hold caps, what happens at a cap) and hints.
+	Policy *declared `json:"policy,omitempty"`
+	// Load is what trying to load it cost this host.
+	Load *loadCost `json:"load,omitempty"`
 	// sizeUnknown: a pipe or device over the limit, Size the bytes read.
 	sizeUnknown bool
+}
+
+// declared is a plugin's declared policy and hints, as the host applies
+// them (hold caps clamped to the host's maxima).
+type declared struct {
+	Fail         string            `json:"fail"`
+	MaxHeldParts int               `json:"max_held_parts,omitempty"`
+	MaxHeldBytes int               `json:"max_held_bytes,omitempty"`
+	MaxHoldTime  string            `json:"max_hold_time,omitempty"`
+	OnCap        string            `json:"on_cap,omitempty"`
+	Static       map[string]string `json:"static,omitempty"`
+	AutoClose    bool              `json:"auto_close,omitempty"`
+	MaxStreams   int               `json:"max_streams,omitempty"`
+}
+
+// loadCost is the wall time the load took (pre-parse, compile and init of
+// its instances), the bytes the Go heap allocated during it, and the
+// process's peak resident memory after it.
+type loadCost struct {
+	Millis         int64  `json:"millis"`
+	AllocatedBytes uint64 `json:"allocated_bytes"`
+	PeakRSSBytes   uint64 `json:"peak_rss_bytes,omitempty"`
+}
+
+func (c *loadCost) String() string {
+	s := fmt.Sprintf("%d ms, %.1f MiB allocated", c.Millis, float64(c.AllocatedBytes)/(1<<20))
+	if c.PeakRSSBytes > 0 {
+		s += fmt.Sprintf(", process peak %.1f MiB", float64(c.PeakRSSBytes)/(1<<20))
+	}
+	return s
+}
+
+func (d *declared) String() string {
+	s := "fail " + d.Fail
+	if d.MaxHeldParts > 0 || d.MaxHeldBytes > 0 || d.MaxHoldTime != "" {
+		s += fmt.Sprintf(", hold at most %d parts, %d bytes, %s", d.MaxHeldParts, d.MaxHeldBytes, d.MaxHoldTime)
+	}
+	if d.OnCap != "" {
+		s += ", at a cap " + d.OnCap
+	}
+	if len(d.Static) > 0 {
+		kinds := make([]string, 0, len(d.Static))
+		for k, a := range d.Static {
+			kinds = append(kinds, k+"="+a)
+		}
+		slices.Sort(kinds)
+		s += ", static " + strings.Join(kinds, " ")
+	}
+	if d.AutoClose {
+		s += ", auto-close"
+	}
+	if d.MaxStreams > 0 {
+		s += fmt.Sprintf(", at most %d streams per instance", d.MaxStreams)
+	}
+	return s
+}
+
+func declaredOf(p *host.Plugin) *declared {
+	pol, h := p.Policy(), p.Hints()
+	d := &declared{Fail: pol.Fail.String(), AutoClose: h.AutoClose, MaxStreams: h.MaxStreams}
+	if p.IsTransform() {
+		d.MaxHeldParts, d.MaxHeldBytes, d.MaxHoldTime = pol.MaxHeldParts, pol.MaxHeldBytes, pol.MaxHoldTime.String()
+		d.OnCap = pol.OnCap.String()
+	}
+	if len(h.Static) > 0 {
+		d.Static = make(map[string]string, len(h.Static))
+		for k, a := range h.Static {
+			d.Static[k.String()] = a.String()
+		}
+	}
+	return d
+}
+
+// hostOpts are the CLI's host options, with debug info where the plugin
+// author asked for it (--debug).
+func hostOpts(ctx context.Context, e *env, debug bool) []host.Option {
+	opts := e.hostOptions(ctx)
+	if debug {
+		opts = append(opts, host.WithDebugInfo())
+	}
+	return opts
 }
 
 type function struct {
@@ -176,7 +265,7 @@ func pagesSize(n uint32) string {
 }
 
 // runInspect inspects one plugin; config is nil when --config was not given.
-func runInspect(ctx context.Context, e *env, args []string, asJSON bool, config *string) int {
+func runInspect(ctx context.Context, e *env, args []string, asJSON bool, config *string, debug bool) int {
 	if len(args) != 1 {
 		return e.usageError(commands["plugin"].subs[0], "want one FILE.wasm or built-in name")
 	}
@@ -213,7 +302,7 @@ func runInspect(ctx context.Context, e *env, args []string, asJSON bool, config 
 	var r *report
 	if big != nil {
 		r = overLimit(file, big, limit)
-	} else if r, err = inspect(ctx, file, b, cfg, e.hostOptions(ctx)...); err != nil {
+	} else if r, err = inspect(ctx, file, b, cfg, hostOpts(ctx, e, debug)...); err != nil {
 		return e.errorf(exitFail, "%v", err)
 	}
 	if builtin && config == nil {
@@ -267,12 +356,19 @@ func inspect(ctx context.Context, file string, wasm, config []byte, opts ...host
 		return nil, err
 	}
 	defer rt.Close(ctx)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
 	p, lerr := rt.Load(ctx, file, wasm, host.WithConfig(config))
+	took := time.Since(start)
+	runtime.ReadMemStats(&after)
+	r.Load = &loadCost{Millis: took.Milliseconds(), AllocatedBytes: after.TotalAlloc - before.TotalAlloc, PeakRSSBytes: peakRSS()}
 	// Describe from wazero's own compile only what the host's pre-parse let
 	// through: a module over a limit can take wazero minutes or the
 	// process's memory to decode. The interpreter compiles fastest, and
-	// introspection needs no code.
-	if !errors.Is(lerr, host.ErrLimit) && !errors.Is(lerr, host.ErrInvalidModule) {
+	// introspection needs no code. Nothing more once ctx ended (a signal):
+	// wazero's compile does not stop for it.
+	if !errors.Is(lerr, host.ErrLimit) && !errors.Is(lerr, host.ErrInvalidModule) && ctx.Err() == nil {
 		wr := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
 		defer wr.Close(ctx)
 		if cm, err := wr.CompileModule(ctx, wasm); err == nil {
@@ -297,6 +393,7 @@ func inspect(ctx context.Context, file string, wasm, config []byte, opts ...host
 	if p.IsTransform() {
 		r.FailPolicy = p.FailPolicy().String()
 	}
+	r.Policy = declaredOf(p)
 	return r, p.Close(ctx)
 }
 
@@ -411,6 +508,12 @@ func printReport(w io.Writer, t term, r *report) {
 		exps[i] = f.String()
 	}
 	list("exports", exps)
+	if r.Load != nil {
+		line("load", r.Load.String())
+	}
+	if r.Policy != nil {
+		line("declares", r.Policy.String())
+	}
 	if r.ExampleConfig {
 		line("config", "none given; loaded with the built-in's example config: "+strconv.Quote(r.Config))
 	}

@@ -28,7 +28,8 @@ func init() {
 			"parsed (or a directory holds no scenario).",
 		setup: func(fs *flag.FlagSet) runFunc {
 			asJSON := fs.Bool("json", false, "print the reports as one JSON array")
-			return func(ctx context.Context, e *env, args []string) int { return runReplay(ctx, e, args, *asJSON) }
+			debug := fs.Bool("debug", false, "keep plugins' DWARF debug info, so a trap names source lines (costly on large debug sections)")
+			return func(ctx context.Context, e *env, args []string) int { return runReplay(ctx, e, args, *asJSON, *debug) }
 		},
 	})
 }
@@ -47,7 +48,7 @@ type replayReport struct {
 }
 
 // runReplay plays each scenario file and prints its actual outcome.
-func runReplay(ctx context.Context, e *env, args []string, asJSON bool) int {
+func runReplay(ctx context.Context, e *env, args []string, asJSON, debug bool) int {
 	if len(args) == 0 {
 		return e.usageError(commands["replay"], "missing a FILE or DIR")
 	}
@@ -59,7 +60,7 @@ func runReplay(ctx context.Context, e *env, args []string, asJSON bool) int {
 		}
 		files = append(files, found...)
 	}
-	sopts := scenario.Options{Builtin: plugins.Module, Logger: e.log, HostOptions: e.hostOptions(ctx)}
+	sopts := scenario.Options{Builtin: plugins.Module, Logger: e.log, HostOptions: hostOpts(ctx, e, debug)}
 	reports := make([]replayReport, 0, len(files))
 	for _, f := range files {
 		reports = append(reports, replayOne(ctx, f, sopts))

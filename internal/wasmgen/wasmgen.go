@@ -3,6 +3,8 @@
 // exports, 100,000 nested blocks, a 60 MB data segment). Test use only.
 package wasmgen
 
+import "bytes"
+
 // LEB appends v as an unsigned LEB128.
 func LEB(b []byte, v uint64) []byte {
 	for {
@@ -169,3 +171,86 @@ func Names(n int) []byte {
 	p = append(p, sub...)
 	return Section([]byte(Header), 0, p)
 }
+
+// typedFuncs is a module with one type (i32) -> () and n functions of it.
+func typedFuncs(n int) []byte {
+	m := []byte(Header)
+	m = Section(m, 1, []byte{1, 0x60, 1, 0x7f, 0})
+	fs := LEB(nil, uint64(n))
+	for range n {
+		fs = append(fs, 0)
+	}
+	return Section(m, 3, fs)
+}
+
+// SiblingBranchFuncs is a module of fns functions like SiblingBranches(n)'s
+// one: each within per-function limits, the whole slow to compile.
+func SiblingBranchFuncs(fns, n int) []byte {
+	body := []byte{0}
+	for range n {
+		body = append(body, 0x02, 0x40, 0x20, 0, 0x0d, 1, 0x0b)
+	}
+	body = append(body, 0x0b)
+	bodies := make([][]byte, fns)
+	for i := range bodies {
+		bodies[i] = body
+	}
+	return code(typedFuncs(fns), bodies...)
+}
+
+// SiblingBranches is a module of one function (i32) -> () holding n
+// sibling blocks, each with a br_if to the function's outer label: every
+// branch is one more edge into the function's exit, which wazero's
+// optimising compiler handles in more than linear time.
+func SiblingBranches(n int) []byte {
+	body := []byte{0}
+	for range n {
+		body = append(body, 0x02, 0x40, 0x20, 0, 0x0d, 1, 0x0b) // block; local.get 0; br_if 1; end
+	}
+	body = append(body, 0x0b)
+	return code(typedFuncs(1), body)
+}
+
+// BrTables is a module of one function (i32) -> () holding tables
+// sibling blocks, each with a br_table of targets labels that all leave
+// the block.
+func BrTables(tables, targets int) []byte {
+	body := []byte{0}
+	for range tables {
+		body = append(body, 0x02, 0x40, 0x20, 0, 0x0e)
+		body = LEB(body, uint64(targets))
+		for i := range targets {
+			body = append(body, byte(i&1)) // label 0 (this block) or 1 (the function)
+		}
+		body = append(body, 0, 0x0b)
+	}
+	body = append(body, 0x0b)
+	return code(typedFuncs(1), body)
+}
+
+// WideTypes is a module of n function types, each with params parameters
+// and results results of type i32.
+func WideTypes(n, params, results int) []byte {
+	p := LEB(nil, uint64(n))
+	for range n {
+		p = append(p, 0x60)
+		p = LEB(p, uint64(params))
+		p = append(p, bytes.Repeat([]byte{0x7f}, params)...)
+		p = LEB(p, uint64(results))
+		p = append(p, bytes.Repeat([]byte{0x7f}, results)...)
+	}
+	return Section([]byte(Header), 1, p)
+}
+
+// BrIfs is a module of one function (i32) -> () holding n br_ifs to its
+// outer label, in no block.
+func BrIfs(n int) []byte {
+	body := []byte{0}
+	for range n {
+		body = append(body, 0x20, 0, 0x0d, 0) // local.get 0; br_if 0
+	}
+	return Code1(append(body, 0x0b))
+}
+
+// Code1 is a module of one function (i32) -> () with the given body.
+func Code1(body []byte) []byte { return code(typedFuncs(1), body) }

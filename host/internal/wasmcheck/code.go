@@ -3,7 +3,8 @@ package wasmcheck
 import "fmt"
 
 // expr walks instructions up to the end that closes the expression,
-// tracking the nesting depth of blocks, and marks the tables the code
+// tracking the nesting depth and the number of blocks and of branches,
+// and marks the tables the code
 // grows. It decodes the immediates of every instruction of the features
 // the host enables (wazero's CoreFeaturesV2: the 1.0 set, sign extension,
 // non-trapping conversions, multi-value, bulk memory, reference types and
@@ -26,6 +27,10 @@ func (c *checker) expr() error {
 			if err := c.over("Nesting", depth, c.lim.Nesting); err != nil {
 				return err
 			}
+			c.info.MaxBlocks++
+			if err := c.over("Blocks", c.info.MaxBlocks, c.lim.Blocks); err != nil {
+				return err
+			}
 		case immEnd:
 			if depth == 0 {
 				return nil
@@ -33,6 +38,9 @@ func (c *checker) expr() error {
 			depth--
 		case immIndex:
 			_, err = c.r.u32()
+			if err == nil && (op == 0x0C || op == 0x0D) { // br, br_if
+				err = c.tally("Branches", &c.info.Branches, 1, c.lim.Branches)
+			}
 		case immMemarg:
 			err = c.memarg()
 		case immI32:
@@ -48,6 +56,9 @@ func (c *checker) expr() error {
 		case immBrTable: // a vector of labels and a default
 			var n uint32
 			if n, err = c.r.u32(); err == nil {
+				if err = c.tally("Branches", &c.info.Branches, uint64(n)+1, c.lim.Branches); err != nil {
+					return err
+				}
 				for range uint64(n) + 1 {
 					if _, err = c.r.u32(); err != nil {
 						break

@@ -19,6 +19,7 @@ var generous = Limits{
 	DataBytes: 8 << 20, BodyBytes: 1 << 20, Nesting: 2048, Locals: 50_000,
 	Tables: 4, TableEntries: 1 << 20, Types: 10_000, Globals: 10_000,
 	DataSegments: 500_000, Elements: 1 << 18, Names: 1 << 18, AllLocals: 1 << 20,
+	Blocks: 2048, Branches: 4096, Params: 1000, Results: 1000, TypeBytes: 1 << 20,
 }
 
 func wasmFiles(t testing.TB) []string {
@@ -80,6 +81,11 @@ func TestCheck_GoGuestCounts(t *testing.T) {
 	require.Less(t, info.DataSegments, uint64(100_000))
 	require.Less(t, info.Elements, uint64(16<<10))
 	require.Less(t, info.Names, uint64(16<<10))
+	require.Less(t, info.MaxBlocks, uint64(1024))
+	require.Less(t, info.Branches, uint64(2048))
+	require.Less(t, info.MaxParams, uint64(16))
+	require.Less(t, info.MaxResults, uint64(4))
+	require.Less(t, info.TypeBytes, uint64(1024))
 }
 
 func TestCheck_Limits(t *testing.T) {
@@ -114,6 +120,13 @@ func TestCheck_Limits(t *testing.T) {
 		{"nesting", wasmgen.Nested(1, 2049), generous, "Nesting", nil},
 		{"body size", wasmgen.Nested(1, 1000), Limits{BodyBytes: 2000}, "BodyBytes", nil},
 		{"locals", wasmgen.Locals(50_001), generous, "Locals", nil},
+		{"sibling blocks", wasmgen.SiblingBranches(20_000), generous, "Blocks", nil},
+		{"branches", wasmgen.BrIfs(4097), generous, "Branches", nil},
+		{"br_table labels", wasmgen.BrTables(1, 100_000), generous, "Branches", nil},
+		{"br_table labels across tables", wasmgen.BrTables(100, 1000), generous, "Branches", nil},
+		{"params", wasmgen.WideTypes(1, 1001, 0), generous, "Params", nil},
+		{"results", wasmgen.WideTypes(1, 0, 1001), generous, "Results", nil},
+		{"type bytes", wasmgen.WideTypes(2000, 1000, 0), generous, "TypeBytes", nil},
 		{"tables", table(0, 1), Limits{Tables: 0}, "", nil}, // no limit: accepted
 		{"table minimum", table(0, 1<<20+1), generous, "TableEntries", nil},
 		{"table maximum", table(1, 0, 1<<20+1), generous, "TableEntries", nil},

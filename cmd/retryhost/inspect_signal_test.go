@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/internal/wasmgen"
+)
+
+// TestInspect_SIGTERMStopsACompile: `plugin inspect` on a module that
+// takes wazero a long time to compile (every function within the host's
+// per-function limits, 400 of them) exits on SIGTERM while the compile
+// runs, with 128+SIGTERM, instead of compiling to the end.
+func TestInspect_SIGTERMStopsACompile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin, err := buildOnce()
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "slow.wasm")
+	require.NoError(t, os.WriteFile(file, wasmgen.SiblingBranchFuncs(400, 2000), 0o600))
+	cmd := exec.Command(bin, "plugin", "inspect", file, "--cache-dir", "off")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// Let it get into the compile; a module this size compiles for tens of
+	// seconds, so the signal lands mid-compile.
+	select {
+	case err := <-exited:
+		t.Fatalf("inspect ended before the signal: %v\n%s", err, out.String())
+	case <-time.After(2 * time.Second):
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second): // a generous bound: the point is that it exits
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf("inspect still ran 10 s after SIGTERM:\n%s", out.String())
+	}
+	require.Equal(t, 143, cmd.ProcessState.ExitCode(), out.String())
+}
