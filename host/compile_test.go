@@ -19,9 +19,13 @@ import (
 func TestLoad_ReturnsAtItsDeadlineWhileCompiling(t *testing.T) {
 	rt, err := New(context.Background(), WithModuleLimits(ModuleLimits{Blocks: 1 << 20, Branches: 1 << 20}))
 	require.NoError(t, err)
+	n := 5000 // ~2 s of CPU
+	if raceEnabled {
+		n = 2000 // the race detector makes wazero's compiler ~20× slower
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	p, err := rt.Load(ctx, "slow", wasmgen.SiblingBranches(5000))
+	p, err := rt.Load(ctx, "slow", wasmgen.SiblingBranches(n))
 	require.Nil(t, p)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	var le *LoadError
