@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -258,8 +259,10 @@ type contStream struct {
 	meta    *abi.ResponseMeta
 
 	cont    bool
-	max, n  int    // continuations allowed, started
-	sent    []byte // the text delivered (continue only)
+	max, n  int      // continuations allowed, started
+	sent    []string // the text deltas delivered (continue only): joined only to continue
+	sentLen int
+	tail    []byte // the end of the sent text (SpliceWindow bytes), for the seam
 	blocked bool   // something other than text was delivered: no continuation
 	textID  string // the open (or last) text block's id
 	open    bool   // a text block is open
@@ -365,7 +368,7 @@ func (c *contStream) spliceIn(p *Part) bool {
 				c.headID = p.ID
 			}
 			c.head = append(c.head, p.Delta...)
-			if settled(c.sent, c.head, SpliceWindow) {
+			if settled(c.tail, c.head, SpliceWindow) {
 				c.flushHead()
 			}
 			return false
@@ -391,7 +394,7 @@ func (c *contStream) flushHead() {
 		return
 	}
 	c.trimmed = true
-	k := overlap(c.sent, c.head, SpliceWindow)
+	k := overlap(c.tail, c.head, SpliceWindow)
 	if rest := c.head[k:]; len(rest) > 0 {
 		c.queue = append(c.queue, Part{Kind: abi.KindTextDelta, ID: c.headID, Delta: string(rest)})
 	}
@@ -404,8 +407,9 @@ func (c *contStream) flushHead() {
 func (c *contStream) deliver(p Part) Part {
 	switch p.Kind {
 	case abi.KindTextDelta:
-		if c.cont {
-			c.sent = append(c.sent, p.Delta...)
+		if c.cont && p.Delta != "" {
+			c.sent = append(c.sent, p.Delta)
+			c.sentLen += len(p.Delta)
 		}
 	case abi.KindTextStart:
 		c.open, c.textID = true, p.ID
@@ -430,7 +434,7 @@ func (c *contStream) deliver(p Part) Part {
 // cannot reports whether a failure after commit must end the stream.
 func (c *contStream) cannot(err error) bool {
 	var de *DeadlineError
-	return !c.cont || c.blocked || len(c.sent) == 0 || c.n >= c.max ||
+	return !c.cont || c.blocked || c.sentLen == 0 || c.n >= c.max ||
 		c.ctx.Err() != nil || errors.Is(err, ErrStreamClosed) ||
 		(errors.As(err, &de) && !de.Recoverable())
 }
@@ -449,6 +453,9 @@ func (c *contStream) failed(err error) {
 		return
 	}
 	c.n++
+	text := strings.Join(c.sent, "")
+	c.sent = append(c.sent[:0], text)
+	c.tail = append(c.tail[:0], text[max(0, len(text)-SpliceWindow):]...)
 	c.usage = addUsage(c.usage, partialUsage(c.cur))
 	c.cancel()
 	q := c.q
@@ -460,7 +467,7 @@ func (c *contStream) failed(err error) {
 		actx, cancel := q.attemptContext(c.ctx, &next)
 		call := q.call()
 		creq := *call.Request(c.req)
-		creq.Continue = &Continuation{Text: string(c.sent), Prompt: c.prompt()}
+		creq.Continue = &Continuation{Text: text, Prompt: c.prompt()}
 		res := runAttempt(actx, &attemptSpec{
 			model: call.Model, req: &creq, number: call.Number,
 			transformers: c.m.cfg.transformers, commit: c.m.cfg.commit,
