@@ -347,3 +347,19 @@ func TestContinue_perStartModel(t *testing.T) {
 		})
 	}
 }
+
+func TestContinue_attemptDeadlineAfterCommit(t *testing.T) {
+	clk := newManualClock()
+	a := &contModel{scriptModel: &scriptModel{key: "p/a", clock: clk, scripts: [][]sstep{sscript(preamble(), texts("Hello "), pStall(0))}}}
+	b := &contModel{scriptModel: &scriptModel{key: "p/b", clock: clk, scripts: [][]sstep{sscript(preamble(), texts("world"), pFinish(abi.ReasonStop))}}}
+	r, err := New(a, WithRules(Fallback(b)), WithAttemptTimeout(20*time.Millisecond))
+	require.NoError(t, err)
+	rm, err := NewRetryableModel(r, withStreamClock(clk), WithAfterCommit(AfterCommitContinue))
+	require.NoError(t, err)
+	s, err := rm.Stream(t.Context(), &Request{})
+	require.NoError(t, err)
+	parts, err := drain(s)
+	require.NoError(t, err)
+	got, _, _ := spliceText(parts)
+	require.Equal(t, "Hello world", got)
+}
