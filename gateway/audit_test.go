@@ -18,7 +18,7 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -332,7 +332,7 @@ func TestEndWithoutFinishReason(t *testing.T) {
 // logger (the driver's warnings) included.
 func TestLogsHaveNoTextOnAnyPath(t *testing.T) {
 	const prompt, answer = "PROMPT-7f3a", "ANSWER-91bc"
-	logs := &testutil.LogBuffer{}
+	logs := &testkit.LogBuffer{}
 	ups := map[string]*upstream{}
 	var models []string
 	for _, n := range []string{"primary", "backup", "third"} {

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 )
@@ -48,7 +48,7 @@ type rig struct {
 	hc     *http.Client
 	client oai.Client
 	anth   anthropic.Client // an anthropic-sdk-go client pointed at the gateway
-	logs   *testutil.LogBuffer
+	logs   *testkit.LogBuffer
 	key    string
 }
 
@@ -83,7 +83,7 @@ func newRigUp(t *testing.T, rules string, anthropic []string, upJSON bool, opts 
 	if rules == "" {
 		rules = defaultRules
 	}
-	r := &rig{t: t, up: map[string]*upstream{}, logs: &testutil.LogBuffer{}}
+	r := &rig{t: t, up: map[string]*upstream{}, logs: &testkit.LogBuffer{}}
 	var models []string
 	for _, n := range []string{"primary", "backup", "third"} {
 		u := newUpstream(n)

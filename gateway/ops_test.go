@@ -17,7 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -277,7 +277,7 @@ func TestShutdownEndsAStalledClientsStream(t *testing.T) {
 		}
 	}))
 	pol := `{"models": [{"name": "m", "provider": "openai", "model": "up", "base_url": "` + up.URL + `/v1", "api_key_env": "K"}]}`
-	logs := &testutil.LogBuffer{}
+	logs := &testkit.LogBuffer{}
 	gw, err := New(context.Background(), Bytes("p.json", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}),
 		WithWriteTimeout(time.Minute), WithLogger(newJSONLogger(logs)))
 	require.NoError(t, err)

@@ -17,7 +17,7 @@ import (
 	ggcr "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 	"github.com/retryhost/retryhost/oci"
 	"github.com/retryhost/retryhost/policy"
 )
@@ -60,7 +60,7 @@ func newOCIRig(t *testing.T, opts ...Option) *ociRig {
 	t.Cleanup(up.srv.Close)
 	pol := `{"models": [{"name": "m", "provider": "openai", "model": "m", "base_url": "` + up.url() + `", "api_key_env": "K"}],
 		"transforms": [{"plugin": {"oci": "` + o.tag + `", "follow_tag": true}}]}`
-	logs := &testutil.LogBuffer{}
+	logs := &testkit.LogBuffer{}
 	gw, err := New(context.Background(), Bytes("p.json", []byte(pol), policy.Options{
 		Getenv: func(string) string { return "k" }, OCI: o.c.Source,
 	}), append([]Option{WithLogger(newJSONLogger(logs))}, opts...)...)

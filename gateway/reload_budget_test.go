@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -72,7 +72,7 @@ func routesServed(t *testing.T, base string) string {
 func TestReloadPastItsContextIsAbandoned(t *testing.T) {
 	gs := newGatedSource()
 	gs.steps <- loadStep{routes: "old"}
-	logs := &testutil.LogBuffer{}
+	logs := &testkit.LogBuffer{}
 	gw, err := New(context.Background(), gs.source(), WithLogger(newJSONLogger(logs)))
 	require.NoError(t, err)
 	defer gw.Close(context.Background())

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -32,7 +32,7 @@ func TestReload(t *testing.T) {
 		require.NoError(t, os.WriteFile(file, []byte(`{"models": [`+strings.Join(ms, ",")+`]}`), 0o600))
 	}
 	write("old")
-	logs := &testutil.LogBuffer{}
+	logs := &testkit.LogBuffer{}
 	gw, err := New(context.Background(), File(file, policy.Options{Getenv: func(string) string { return "k" }}), WithLogger(newJSONLogger(logs)))
 	require.NoError(t, err)
 	r := &rig{t: t, gw: gw, up: map[string]*upstream{"one": up}, logs: logs}

@@ -26,7 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 )
@@ -100,7 +100,7 @@ func soakRun(t *testing.T, seed uint64, load time.Duration, transforms string, r
 		%[2]s
 		"cooldown": {"failures": 3, "for": "300ms"}
 	}`, up.srv.URL+"/v1", transforms)
-	logs := &testutil.LogBuffer{}
+	logs := &testkit.LogBuffer{}
 	gw, err := New(context.Background(), Bytes("soak.json", []byte(pol), policy.Options{Getenv: func(string) string { return "sk" }, Builtin: plugins.Module}),
 		WithLogger(newJSONLogger(logs)), WithUpstreamHeaderTimeout(300*time.Millisecond), WithMaxConcurrent(20))
 	require.NoError(t, err)

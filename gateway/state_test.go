@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/internal/redistest"
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 	"github.com/retryhost/retryhost/policy"
 	_ "github.com/retryhost/retryhost/state/redis" // "state": {"redis": …}
 )
@@ -41,7 +41,7 @@ func TestReloadKeepsTheRedisClient(t *testing.T) {
 	write("gw:")
 	gw, err := New(context.Background(), File(file, policy.Options{Getenv: func(string) string { return "k" }}))
 	require.NoError(t, err)
-	r := &rig{t: t, gw: gw, up: map[string]*upstream{"one": up}, logs: &testutil.LogBuffer{}}
+	r := &rig{t: t, gw: gw, up: map[string]*upstream{"one": up}, logs: &testkit.LogBuffer{}}
 	r.srv = newTestServer(t, gw)
 	r.hc = &http.Client{Transport: &http.Transport{}}
 	defer r.hc.CloseIdleConnections()

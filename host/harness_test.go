@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/abi"
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 )
 
 // fixture returns the bytes of testdata/<name>.wasm (built by make wasm).
@@ -48,7 +48,7 @@ func newRuntime(t testing.TB, opts ...Option) *Runtime {
 // logBuffer is a concurrency-safe slog sink for assertions on logs: String
 // returns the records as text lines, messages their messages.
 type logBuffer struct {
-	testutil.LogBuffer
+	testkit.LogBuffer
 	mu   sync.Mutex // orders msgs and the text lines alike
 	msgs []string
 }

@@ -27,7 +27,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/host"
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -54,9 +54,9 @@ func startRegistry(t testing.TB, wrap func(http.Handler) http.Handler) (string, 
 	return strings.TrimPrefix(srv.URL, "http://"), srv
 }
 
-func newClient(t *testing.T, opts ...Option) (*Client, *testutil.LogBuffer) {
+func newClient(t *testing.T, opts ...Option) (*Client, *testkit.LogBuffer) {
 	t.Helper()
-	logs := &testutil.LogBuffer{}
+	logs := &testkit.LogBuffer{}
 	base := []Option{
 		WithCacheDir(t.TempDir()),
 		WithPlainHTTP(),

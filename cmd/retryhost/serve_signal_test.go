@@ -23,7 +23,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 )
 
 // These tests drive the real `retryhost serve` binary with real signals, as
@@ -85,7 +85,7 @@ type servedBinary struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	addr   string
-	stderr *testutil.LogBuffer
+	stderr *testkit.LogBuffer
 	exited chan struct{}
 }
 
@@ -96,7 +96,7 @@ func startServeBinary(t *testing.T, args ...string) *servedBinary {
 	}
 	bin, err := buildOnce()
 	require.NoError(t, err)
-	b := &servedBinary{t: t, stderr: &testutil.LogBuffer{}, exited: make(chan struct{})}
+	b := &servedBinary{t: t, stderr: &testkit.LogBuffer{}, exited: make(chan struct{})}
 	b.cmd = exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
 	b.cmd.Env = append(os.Environ(), "UPSTREAM_KEY=sk-upstream", "RETRYHOST_API_KEYS=")
 	b.cmd.Stderr = b.stderr

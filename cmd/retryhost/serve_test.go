@@ -23,7 +23,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 )
@@ -32,10 +32,10 @@ var listening = regexp.MustCompile(`listening on (http://\S+)`)
 
 // startServe runs `retryhost serve args...` until the returned stop is
 // called; it returns the base URL and the exit code channel.
-func startServe(t *testing.T, args ...string) (string, *testutil.LogBuffer, func() int) {
+func startServe(t *testing.T, args ...string) (string, *testkit.LogBuffer, func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr testutil.LogBuffer
+	var stderr testkit.LogBuffer
 	code := make(chan int, 1)
 	go func() {
 		code <- dispatch(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...), io.Discard, &stderr)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 )
 
 // TestWatchFilesMissingFile: a watched file that goes missing (an editor's
@@ -43,7 +43,7 @@ func TestWatchFilesMissingFile(t *testing.T) {
 			pol, plug := filepath.Join(dir, "policy.json"), filepath.Join(dir, "p.wasm")
 			require.NoError(t, os.WriteFile(pol, []byte(`{"models": [], "x": 1}`), 0o600))
 			require.NoError(t, os.WriteFile(plug, []byte("PLUGIN-1"), 0o600))
-			logs := &testutil.LogBuffer{}
+			logs := &testkit.LogBuffer{}
 			w := newFileWatch(func() []string { return []string{pol, plug} }, slog.New(slog.NewJSONHandler(logs, nil)), "policy")
 			require.False(t, w.check(), "nothing changed")
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/internal/redistest"
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
@@ -270,7 +270,7 @@ func TestBudgetShared(t *testing.T) {
 // the state is shared again.
 func TestOutage(t *testing.T) {
 	srv := redistest.Start(t)
-	var logs testutil.LogBuffer
+	var logs testkit.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	s := open(t, srv, redisstate.Options{Logger: logger, RetryInterval: 20 * time.Millisecond})
 	other := open(t, srv, redisstate.Options{})
@@ -374,7 +374,7 @@ func TestMemoryPerModel(t *testing.T) {
 func TestOpenBeforeRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Kill()
-	var logs testutil.LogBuffer
+	var logs testkit.LogBuffer
 	s := open(t, srv, redisstate.Options{RetryInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.Equal(t, redisstate.Stats{Errors: 1, Outages: 1, Down: true}, s.Stats())
 	_, cooled := s.Failed(ctx, failure("a", time.Minute))

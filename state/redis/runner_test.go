@@ -15,7 +15,7 @@ import (
 
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/internal/redistest"
-	"github.com/retryhost/retryhost/internal/testutil"
+	"github.com/retryhost/retryhost/internal/testkit"
 	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
@@ -99,7 +99,7 @@ func TestRetryAfterCoolsTheFleet(t *testing.T) {
 // other).
 func TestOutageUnderLoad(t *testing.T) {
 	srv := redistest.Start(t)
-	var logs [2]testutil.LogBuffer
+	var logs [2]testkit.LogBuffer
 	var reps [2]*redisstate.State
 	var runners [2]*driver.Runner
 	for i := range reps {

@@ -1,7 +1,10 @@
-// Package testutil holds small helpers shared by the module's tests. It
-// imports only the standard library, so a core package's tests may use it
-// without taking on a dependency the import rules forbid.
-package testutil
+// Package testkit holds small helpers shared by the module's tests; its
+// subpackages are the larger test rigs (a Redis server per test, the
+// conformance suite of a driver.State, generated hostile Wasm). Only tests
+// import them. Package testkit itself imports only the standard library, so
+// a core package's tests may use it without taking on a dependency the
+// import rules forbid.
+package testkit
 
 import (
 	"bytes"
