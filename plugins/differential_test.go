@@ -2,7 +2,9 @@ package plugins_test
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,14 +67,37 @@ func nativeRefusalHold(tb testing.TB) abi.Transformer {
 	return d
 }
 
-// refusals are the three refusal detectors that must agree: the native
-// one, the Go guest and the C guest.
-func refusals(tb testing.TB) map[string]abi.Transformer {
-	return map[string]abi.Transformer{
-		"native": nativeRefusal(tb),
-		"go":     load(tb, "refusal", plugintest.GoRef("refusal"), "", false),
-		"c":      load(tb, "refusal", plugins.Refusal, "", false),
+// refusalBuilds are the Wasm builds of the refusal detector, by guest
+// language: the Go SDK's (the reference), the C one (the built-in) and
+// the AssemblyScript SDK's.
+func refusalBuilds() map[string][]byte {
+	return map[string][]byte{
+		"go": plugintest.GoRef("refusal"),
+		"c":  plugins.Refusal,
+		"as": plugintest.SDKBuild("assemblyscript", "refusal"),
 	}
+}
+
+// refusalBuildNames are refusalBuilds' names, in a fixed order.
+func refusalBuildNames() []string {
+	return slices.Sorted(maps.Keys(refusalBuilds()))
+}
+
+// refusalsWith are the refusal detectors that must agree: native (the
+// native detector configured as config says) and every Wasm build,
+// loaded with config.
+func refusalsWith(tb testing.TB, native abi.Transformer, config string) map[string]abi.Transformer {
+	ts := map[string]abi.Transformer{"native": native}
+	for name, bin := range refusalBuilds() {
+		ts[name] = load(tb, "refusal", bin, config, false)
+	}
+	return ts
+}
+
+// refusals are the refusal detectors that must agree with the default
+// config: the native one and every Wasm build.
+func refusals(tb testing.TB) map[string]abi.Transformer {
+	return refusalsWith(tb, nativeRefusal(tb), "")
 }
 
 func requireSame(t testing.TB, ts map[string]abi.Transformer, parts []abi.Part) {
@@ -122,7 +147,7 @@ func TestRefusalDifferentialInterpreter(t *testing.T) {
 	eng := wasmtest.NewEngine(true, "")
 	t.Cleanup(func() { eng.Close(ctx) })
 	ts := map[string]abi.Transformer{"native": nativeRefusal(t)}
-	for name, bin := range map[string][]byte{"go": plugintest.GoRef("refusal"), "c": plugins.Refusal} {
+	for name, bin := range refusalBuilds() {
 		in, err := eng.Load(ctx, "refusal", bin, wasmtest.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = in.Close(ctx) })
@@ -153,8 +178,7 @@ func FuzzRefusalDifferential(f *testing.F) {
 // TestRefusalBatch: the batched export gives the per-part verdicts.
 func TestRefusalBatch(t *testing.T) {
 	ctx := context.Background()
-	for _, name := range []string{"go", "c"} {
-		wasm := map[string][]byte{"go": plugintest.GoRef("refusal"), "c": plugins.Refusal}[name]
+	for name, wasm := range refusalBuilds() {
 		in := load(t, "refusal", wasm, "", false)
 		for _, text := range []string{"I'm sorry, but I can't help", "Sure, here it is", "I"} {
 			parts := plugintest.TextStream(text, 2)
@@ -386,15 +410,13 @@ func concat(pss ...[]abi.Part) []abi.Part {
 func TestRefusalReasoningHold(t *testing.T) {
 	ctx := context.Background()
 	native := nativeRefusal(t)
-	hold := map[string]abi.Transformer{
-		"native": nativeRefusalHold(t),
-		"go":     load(t, "refusal", plugintest.GoRef("refusal"), `{"reasoning":"hold"}`, false),
-		"c":      load(t, "refusal", plugins.Refusal, `{"reasoning":"hold"}`, false),
-	}
+	hold := refusalsWith(t, nativeRefusalHold(t), `{"reasoning":"hold"}`)
+	names := append([]string{"native"}, refusalBuildNames()...)
 	// and on wazero's interpreter (see TestRefusalDifferentialInterpreter)
 	eng := wasmtest.NewEngine(true, "")
 	t.Cleanup(func() { eng.Close(ctx) })
-	for name, bin := range map[string][]byte{"go": plugintest.GoRef("refusal"), "c": plugins.Refusal} {
+	for name, bin := range refusalBuilds() {
+		names = append(names, name+"-interpreter")
 		in, err := eng.Load(ctx, "refusal", bin, wasmtest.Options{Config: []byte(`{"reasoning":"hold"}`)})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = in.Close(ctx) })
@@ -410,7 +432,7 @@ func TestRefusalReasoningHold(t *testing.T) {
 		want, err := plugintest.Run(ctx, native, abi.StreamInfo{ID: 1}, withoutAside(ps))
 		require.NoError(t, err)
 		var actions []abi.PartAction
-		for _, name := range []string{"native", "go", "c", "go-interpreter", "c-interpreter"} {
+		for _, name := range names {
 			got, err := plugintest.Run(ctx, hold[name], abi.StreamInfo{ID: 1}, ps)
 			require.NoError(t, err, name)
 			require.Equal(t, want.Err, got.Err, "%s: the decision over %q", name, ps)
@@ -452,11 +474,8 @@ func FuzzRefusalReasoningHold(f *testing.F) {
 	f.Add("I\u2019m sorry,\u2003but I cannot", "x", uint8(5), uint8(2))
 	ctx := context.Background()
 	native := nativeRefusal(f)
-	hold := map[string]abi.Transformer{
-		"native": nativeRefusalHold(f),
-		"go":     load(f, "refusal", plugintest.GoRef("refusal"), `{"reasoning":"hold"}`, false),
-		"c":      load(f, "refusal", plugins.Refusal, `{"reasoning":"hold"}`, false),
-	}
+	hold := refusalsWith(f, nativeRefusalHold(f), `{"reasoning":"hold"}`)
+	names := append([]string{"native"}, refusalBuildNames()...)
 	f.Fuzz(func(t *testing.T, text, thought string, size, where uint8) {
 		if len(text) > 400 {
 			text = text[:400] // the C guest holds at most 1000 bytes of undecided text
@@ -471,7 +490,7 @@ func FuzzRefusalReasoningHold(f *testing.F) {
 		want, err := plugintest.Run(ctx, native, abi.StreamInfo{ID: 1}, withoutAside(ps))
 		require.NoError(t, err)
 		var actions []abi.PartAction
-		for _, name := range []string{"native", "go", "c"} {
+		for _, name := range names {
 			got, err := plugintest.Run(ctx, hold[name], abi.StreamInfo{ID: 1}, ps)
 			require.NoError(t, err, name)
 			require.Equal(t, want.Err, got.Err, "%s: the decision over %q", name, ps)

@@ -10,11 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/abi"
-	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/plugins/internal/plugintest"
 )
 
-// TestRefusalcoreVectors checks the Go and C refusal plugins against
+// TestRefusalcoreVectors checks every Wasm build of the refusal plugin
+// (Go, C, AssemblyScript) against
 // refusalcore's golden decisions (plugins/refusalcore/testdata/vectors.json):
 // the text sent as one delta after the preamble must give HOLD for "hold",
 // ERROR with the phrase for "match", DETACH for "diverge". With
@@ -44,7 +44,7 @@ func TestRefusalcoreVectors(t *testing.T) {
 		`{"reasoning":"hold"}`: append(append([]abi.Part{{Kind: abi.KindStreamStart}}, plugintest.ReasoningBlock("r", "Hmm.", " I should")...),
 			abi.Part{Kind: abi.KindTextStart, ID: "t"}, abi.Part{Kind: abi.KindSource, ID: "t", Source: &abi.Source{URL: "https://example.com"}}),
 	}
-	for run, bin := range map[string][]byte{"go": plugintest.GoRef("refusal"), "c": plugins.Refusal} {
+	for run, bin := range refusalBuilds() {
 		for config, preamble := range preambles {
 			name := run + " " + config
 			in := load(t, "refusal", bin, config, false)

@@ -124,3 +124,30 @@ var (
 	goRefOnce sync.Once
 	goRef     map[string][]byte
 )
+
+// SDKBuild returns the bytes of an example built with a guest SDK other
+// than Go's: lang is "assemblyscript" or "rust", name "refusal",
+// "condition" or "transform" (plugins/sdk/<lang>/examples/<name>/<name>.wasm,
+// committed and rebuilt by make -C plugins). It panics if the file is
+// missing.
+func SDKBuild(lang, name string) []byte {
+	sdkMu.Lock()
+	defer sdkMu.Unlock()
+	key := lang + "/" + name
+	if wasm, ok := sdkBuilds[key]; ok {
+		return wasm
+	}
+	_, file, _, _ := runtime.Caller(0)
+	path := filepath.Join(filepath.Dir(file), "..", "..", "sdk", lang, "examples", name, name+".wasm")
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		panic(fmt.Sprintf("plugintest: read %s: %v (rebuild with make -C plugins)", path, err))
+	}
+	sdkBuilds[key] = wasm
+	return wasm
+}
+
+var (
+	sdkMu     sync.Mutex
+	sdkBuilds = map[string][]byte{}
+)
