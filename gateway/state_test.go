@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/redistest"
 	"github.com/retryhost/retryhost/internal/testkit"
+	"github.com/retryhost/retryhost/internal/testkit/redistest"
 	"github.com/retryhost/retryhost/policy"
 	_ "github.com/retryhost/retryhost/state/redis" // "state": {"redis": …}
 )

@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/redistest"
+	"github.com/retryhost/retryhost/internal/testkit/redistest"
 )
 
 // fleetPolicy writes the fleet test's policy with its state on url.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/redistest"
+	"github.com/retryhost/retryhost/internal/testkit/redistest"
 )
 
 // fleetUpstream is a loopback OpenAI-compatible provider serving two

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/driver"
-	"github.com/retryhost/retryhost/internal/redistest"
+	"github.com/retryhost/retryhost/internal/testkit/redistest"
 	"github.com/retryhost/retryhost/policy"
 )
 

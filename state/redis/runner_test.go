@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/driver"
-	"github.com/retryhost/retryhost/internal/redistest"
 	"github.com/retryhost/retryhost/internal/testkit"
+	"github.com/retryhost/retryhost/internal/testkit/redistest"
 	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
