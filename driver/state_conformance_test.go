@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/retryhost/retryhost/driver"
-	"github.com/retryhost/retryhost/internal/statetest"
+	"github.com/retryhost/retryhost/internal/testkit/statetest"
 )
 
 // TestLocalState_Conformance runs the semantics every State keeps on the

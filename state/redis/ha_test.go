@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/driver"
-	"github.com/retryhost/retryhost/internal/statetest"
 	"github.com/retryhost/retryhost/internal/testkit/redistest"
+	"github.com/retryhost/retryhost/internal/testkit/statetest"
 	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
