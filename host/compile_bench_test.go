@@ -10,7 +10,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
-	"github.com/retryhost/retryhost/internal/wasmgen"
+	"github.com/retryhost/retryhost/internal/testkit/wasmgen"
 )
 
 // BenchmarkCompileCurve measures wazero's optimising compiler (debug info

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/wasmgen"
+	"github.com/retryhost/retryhost/internal/testkit/wasmgen"
 )
 
 // TestLoad_ReturnsAtItsDeadlineWhileCompiling: wazero checks the context

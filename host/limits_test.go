@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/abi"
-	"github.com/retryhost/retryhost/internal/wasmgen"
+	"github.com/retryhost/retryhost/internal/testkit/wasmgen"
 )
 
 // bomb is a module the load path must refuse, cheaply, before wazero.

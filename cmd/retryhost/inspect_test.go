@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/wasmgen"
+	"github.com/retryhost/retryhost/internal/testkit/wasmgen"
 )
 
 func TestPluginInspect_JudgesEveryHostFixture(t *testing.T) {

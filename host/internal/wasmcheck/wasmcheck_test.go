@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero"
 
-	"github.com/retryhost/retryhost/internal/wasmgen"
+	"github.com/retryhost/retryhost/internal/testkit/wasmgen"
 )
 
 // generous are limits no real plugin comes near, far below the bombs.
