@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/abi"
-	"github.com/retryhost/retryhost/internal/filecap"
+	"github.com/retryhost/retryhost/internal/leaf/filecap"
 )
 
 // Registry names plugins and hot-swaps their versions. A new version (new

@@ -20,7 +20,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/host/internal/wasmcheck"
-	"github.com/retryhost/retryhost/internal/filecap"
+	"github.com/retryhost/retryhost/internal/leaf/filecap"
 )
 
 // Runtime owns a wazero runtime with retryhost's sandbox and the plugins

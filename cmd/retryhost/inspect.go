@@ -22,7 +22,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/host"
-	"github.com/retryhost/retryhost/internal/filecap"
+	"github.com/retryhost/retryhost/internal/leaf/filecap"
 	"github.com/retryhost/retryhost/plugins"
 )
 
