@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/driver"
-	"github.com/retryhost/retryhost/internal/sseline"
+	"github.com/retryhost/retryhost/internal/leaf/sseline"
 )
 
 // maxEventBytes bounds one upstream SSE event the filter holds while it

@@ -7,7 +7,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/retryhost/retryhost/internal/sseline"
+	"github.com/retryhost/retryhost/internal/leaf/sseline"
 )
 
 // bom is the UTF-8 byte-order mark, which the SSE spec lets a stream open

@@ -15,7 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/sseline"
+	"github.com/retryhost/retryhost/internal/leaf/sseline"
 )
 
 // want is what SSEBody must turn in into, by the SSE spec's definition.
