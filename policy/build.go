@@ -19,9 +19,9 @@ import (
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/internal/leaf/strict"
 	"github.com/retryhost/retryhost/internal/providers"
 	"github.com/retryhost/retryhost/internal/stateplug"
-	"github.com/retryhost/retryhost/internal/strict"
 )
 
 type builder struct {

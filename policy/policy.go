@@ -78,9 +78,9 @@ import (
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/leaf/filecap"
+	"github.com/retryhost/retryhost/internal/leaf/strict"
 	"github.com/retryhost/retryhost/internal/policyhook"
 	"github.com/retryhost/retryhost/internal/stateplug"
-	"github.com/retryhost/retryhost/internal/strict"
 )
 
 //go:generate go run ./internal/jsonschema/gen -src schema.go -o schema.json

@@ -23,7 +23,7 @@ import (
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/connlimit"
 	"github.com/retryhost/retryhost/internal/gcfloor"
-	"github.com/retryhost/retryhost/internal/strict"
+	"github.com/retryhost/retryhost/internal/leaf/strict"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 	redisstate "github.com/retryhost/retryhost/state/redis"

@@ -22,8 +22,8 @@ import (
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/leaf/filecap"
+	"github.com/retryhost/retryhost/internal/leaf/strict"
 	"github.com/retryhost/retryhost/internal/policyhook"
-	"github.com/retryhost/retryhost/internal/strict"
 	"github.com/retryhost/retryhost/policy"
 )
 

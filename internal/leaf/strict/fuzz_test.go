@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/retryhost/retryhost/internal/strict"
+	"github.com/retryhost/retryhost/internal/leaf/strict"
 )
 
 // FuzzDecode: neither decoder panics on any input, and every error either

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/strict"
+	"github.com/retryhost/retryhost/internal/leaf/strict"
 )
 
 // TestDecodeYAML: YAML decodes into the same values as the JSON it

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/strict"
+	"github.com/retryhost/retryhost/internal/leaf/strict"
 )
 
 type inner struct {
