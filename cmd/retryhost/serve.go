@@ -21,7 +21,7 @@ import (
 
 	"github.com/retryhost/retryhost/gateway"
 	"github.com/retryhost/retryhost/host"
-	"github.com/retryhost/retryhost/internal/connlimit"
+	"github.com/retryhost/retryhost/internal/leaf/connlimit"
 	"github.com/retryhost/retryhost/internal/leaf/gcfloor"
 	"github.com/retryhost/retryhost/internal/leaf/strict"
 	"github.com/retryhost/retryhost/plugins"
