@@ -20,7 +20,7 @@ import (
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/leaf/strict"
-	"github.com/retryhost/retryhost/internal/providers"
+	"github.com/retryhost/retryhost/internal/link/providers"
 	"github.com/retryhost/retryhost/internal/stateplug"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/providers"
+	"github.com/retryhost/retryhost/internal/link/providers"
 )
 
 // TestProviderNotLinked: a program that did not import the adapter a

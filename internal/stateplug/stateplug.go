@@ -1,7 +1,7 @@
 // Package stateplug is how package policy builds a shared fail-over state
 // ("state": {"redis": …}) without linking a store's client: the store's
 // package (state/redis) registers a factory when it is imported, as the
-// provider adapters do (internal/providers), so a program whose policies
+// provider adapters do (internal/link/providers), so a program whose policies
 // never share state links no Redis client.
 package stateplug
 

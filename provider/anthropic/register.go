@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/retryhost/retryhost/driver"
-	"github.com/retryhost/retryhost/internal/providers"
+	"github.com/retryhost/retryhost/internal/link/providers"
 )
 
 // Importing this package lets policy files name the anthropic provider
