@@ -21,7 +21,7 @@ import (
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/leaf/strict"
 	"github.com/retryhost/retryhost/internal/link/providers"
-	"github.com/retryhost/retryhost/internal/stateplug"
+	"github.com/retryhost/retryhost/internal/link/stateplug"
 )
 
 type builder struct {

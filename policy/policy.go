@@ -79,8 +79,8 @@ import (
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/leaf/filecap"
 	"github.com/retryhost/retryhost/internal/leaf/strict"
+	"github.com/retryhost/retryhost/internal/link/stateplug"
 	"github.com/retryhost/retryhost/internal/policyhook"
-	"github.com/retryhost/retryhost/internal/stateplug"
 )
 
 //go:generate go run ./internal/jsonschema/gen -src schema.go -o schema.json

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/driver"
-	"github.com/retryhost/retryhost/internal/stateplug"
+	"github.com/retryhost/retryhost/internal/link/stateplug"
 )
 
 const stateModels = "models:\n  - {name: a, provider: scripted}\n"

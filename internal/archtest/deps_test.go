@@ -133,7 +133,7 @@ func TestPolicyLinksNoSDK(t *testing.T) {
 // the gateway, or the layers above it), it is the only package that
 // imports the client, and the core never depends on it. oci reaches the
 // core only through host.Source; state/redis only through driver.State,
-// and policy links it by import (through internal/stateplug).
+// and policy links it by import (through internal/link/stateplug).
 func TestClientLayers(t *testing.T) {
 	pkgs := listPackages(t)
 	for _, l := range []struct {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/driver"
-	"github.com/retryhost/retryhost/internal/stateplug"
+	"github.com/retryhost/retryhost/internal/link/stateplug"
 )
 
 // Importing this package lets policy files name a Redis state:
