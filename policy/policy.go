@@ -79,8 +79,8 @@ import (
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/leaf/filecap"
 	"github.com/retryhost/retryhost/internal/leaf/strict"
+	"github.com/retryhost/retryhost/internal/link/policyhook"
 	"github.com/retryhost/retryhost/internal/link/stateplug"
-	"github.com/retryhost/retryhost/internal/policyhook"
 )
 
 //go:generate go run ./internal/jsonschema/gen -src schema.go -o schema.json
@@ -423,7 +423,7 @@ func (o *Options) wrap(err error) error {
 
 // buildDoc builds a policy already decoded, maybe as part of a larger
 // document (a scenario embeds one, and reaches this through
-// internal/policyhook) whose fields sit under prefix in doc.
+// internal/link/policyhook) whose fields sit under prefix in doc.
 func buildDoc(ctx context.Context, doc *strict.Doc, f *File, prefix string, opts Options) (*Policy, error) {
 	b := &builder{index: map[string]int{}, doc: doc, prefix: prefix, opts: opts, p: &Policy{Models: map[string]driver.Model{}}}
 	if b.opts.Getenv == nil {

@@ -23,7 +23,7 @@ import (
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/leaf/filecap"
 	"github.com/retryhost/retryhost/internal/leaf/strict"
-	"github.com/retryhost/retryhost/internal/policyhook"
+	"github.com/retryhost/retryhost/internal/link/policyhook"
 	"github.com/retryhost/retryhost/policy"
 )
 
