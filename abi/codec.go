@@ -532,7 +532,13 @@ func DecodeReplace(b []byte, maxParts, maxBytes int) ([]Part, error) {
 	if len(b) == 0 {
 		return []Part{}, nil // no payload is the empty list (v1.3)
 	}
-	return decodeParts(b, maxParts, maxBytes, true)
+	ps, err := decodeParts(b, maxParts, maxBytes, true)
+	if err == nil && ps == nil {
+		// A count of zero is the same empty list as no payload: one value
+		// for "drop the part", whichever way the guest wrote it.
+		ps = []Part{}
+	}
+	return ps, err
 }
 
 func decodeParts(b []byte, maxParts, maxBytes int, replace bool) ([]Part, error) {
