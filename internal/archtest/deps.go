@@ -1,2 +1,4 @@
-// Package archtest holds the test that enforces the layering of DESIGN.md.
+// Package archtest holds the tests that enforce the layering described in
+// docs/architecture.md: the floors, which package may import which, and
+// which third-party clients each package may link. It has no API.
 package archtest
