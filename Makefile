@@ -1,14 +1,21 @@
 .DEFAULT_GOAL := help
-GO  ?= go
-WAT := $(wildcard host/testdata/*.wat testdata/abi/*.wat)
+GO    ?= go
+CLANG ?= clang
+WAT   := $(wildcard host/testdata/*.wat testdata/abi/*.wat)
+# C fixtures: built with debug info (DWARF 4, the version wazero reads) and
+# the compilation directory set to ".", so that the bytes do not depend on
+# the checkout's path. clang 14 + lld (Debian 12) built the committed ones.
+CFIX  := $(wildcard host/testdata/*.c)
 
 .PHONY: help
 help: ## list targets
 	@grep -E '^[a-z.-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "%-14s %s\n",$$1,$$2}'
 
 .PHONY: wasm
-wasm: ## rebuild every committed .wasm built from WAT (needs wabt's wat2wasm)
+wasm: ## rebuild every committed .wasm built from WAT or C (needs wabt's wat2wasm, clang and lld)
 	@for f in $(WAT); do wat2wasm -o $${f%.wat}.wasm $$f || exit 1; done
+	@for f in $(CFIX); do $(CLANG) --target=wasm32 -nostdlib -O2 -g -gdwarf-4 -fdebug-compilation-dir=. \
+	  -Wl,--no-entry -o $${f%.c}.wasm $$f || exit 1; done
 
 .PHONY: test
 test: ## tests with the race detector

@@ -3,7 +3,10 @@
 // exports, 100,000 nested blocks, a 60 MB data segment). Test use only.
 package wasmgen
 
-import "bytes"
+import (
+	"bytes"
+	"strings"
+)
 
 // LEB appends v as an unsigned LEB128.
 func LEB(b []byte, v uint64) []byte {
@@ -254,3 +257,38 @@ func BrIfs(n int) []byte {
 
 // Code1 is a module of one function (i32) -> () with the given body.
 func Code1(body []byte) []byte { return code(typedFuncs(1), body) }
+
+// StripCustom returns a copy of the module m without its custom sections
+// whose name starts with prefix (".debug_" drops the DWARF), the other
+// sections byte for byte, so code offsets are unchanged. m must be a
+// well-formed binary: it panics on a truncated one.
+func StripCustom(m []byte, prefix string) []byte {
+	out := append([]byte(nil), m[:len(Header)]...)
+	for rest := m[len(Header):]; len(rest) > 0; {
+		size, n := uleb(rest[1:])
+		end := 1 + n + int(size)
+		if rest[0] == 0 {
+			nameLen, k := uleb(rest[1+n:])
+			name := rest[1+n+k : 1+n+k+int(nameLen)]
+			if strings.HasPrefix(string(name), prefix) {
+				rest = rest[end:]
+				continue
+			}
+		}
+		out = append(out, rest[:end]...)
+		rest = rest[end:]
+	}
+	return out
+}
+
+// uleb decodes an unsigned LEB128 and returns it with its length.
+func uleb(b []byte) (uint64, int) {
+	var v uint64
+	for i, c := range b {
+		v |= uint64(c&0x7f) << (7 * i)
+		if c&0x80 == 0 {
+			return v, i + 1
+		}
+	}
+	panic("wasmgen: truncated LEB128")
+}
