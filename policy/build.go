@@ -40,21 +40,59 @@ func dur(d *Duration) time.Duration {
 	return time.Duration(*d)
 }
 
+// buildOptions collects what the steps of build make: the Runner's options and
+// the RetryableModel's.
+type buildOptions struct {
+	runner []driver.Option
+	stream []driver.StreamOption
+}
+
+// build turns a decoded file into the policy's Runner and RetryableModel.
+// Its steps run in the file's order of concerns, each reporting the first
+// mistake it finds in its part of the file.
 func (b *builder) build(ctx context.Context, f *File) error {
 	if len(f.Models) == 0 {
 		return b.errf("models", "at least one model is required (the first is the base model)")
 	}
 	b.raw = b.opts.RawChunks && f.Commit != "legacy" // see Options.RawChunks
+	var o buildOptions
+	start, err := b.declare(ctx, f, &o)
+	if err != nil {
+		return err
+	}
+	for _, step := range []func(*File, *buildOptions) error{
+		b.deadlines, b.hedge, b.backoff, b.limits, b.cooldown, b.retryBudget, b.sharedState, b.commit, b.sandboxChecks,
+	} {
+		if err := step(f, &o); err != nil {
+			return err
+		}
+	}
+	r, err := driver.New(start, append(o.runner, b.opts.RunnerOptions...)...)
+	if err != nil {
+		return b.errf("", "%v", err)
+	}
+	m, err := driver.NewRetryableModel(r, append(o.stream, b.opts.StreamOptions...)...)
+	if err != nil {
+		return b.errf("", "%v", err)
+	}
+	b.p.Runner, b.p.Model = r, m
+	return nil
+}
+
+// declare builds the models and groups, then the rules and transforms
+// (whose plugins need the sandbox), and returns the model requests start
+// on.
+func (b *builder) declare(ctx context.Context, f *File, o *buildOptions) (driver.Model, error) {
 	for i := range f.Models {
 		if err := b.model(i, &f.Models[i]); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	groups := make([]driver.Model, 0, len(f.Groups))
 	for i := range f.Groups {
 		g, err := b.group(i, &f.Groups[i])
 		if err != nil {
-			return err
+			return nil, err
 		}
 		groups = append(groups, g)
 	}
@@ -62,21 +100,19 @@ func (b *builder) build(ctx context.Context, f *File) error {
 	if d := b.opts.DefaultBackoff; d != nil && !b.doc.Has(b.path("backoff.delay")) {
 		b.retryDelay = d.Delay
 	}
-	var ropts []driver.Option
 	for i := range f.Rules {
 		c, err := b.rule(ctx, i, &f.Rules[i])
 		if err != nil {
-			return err
+			return nil, err
 		}
-		ropts = append(ropts, driver.WithRules(c))
+		o.runner = append(o.runner, driver.WithRules(c))
 	}
-	var sopts []driver.StreamOption
 	for i := range f.Transforms {
 		t, err := b.transform(ctx, i, &f.Transforms[i])
 		if err != nil {
-			return err
+			return nil, err
 		}
-		sopts = append(sopts, driver.WithTransforms(t))
+		o.stream = append(o.stream, driver.WithTransforms(t))
 	}
 	models := make([]driver.Model, 0, len(f.Models))
 	for _, m := range f.Models {
@@ -85,11 +121,15 @@ func (b *builder) build(ctx context.Context, f *File) error {
 	start := models[0]
 	if f.Start != "" {
 		if start = b.p.Models[f.Start]; start == nil {
-			return b.errf("start", "unknown model or group %q", f.Start)
+			return nil, b.errf("start", "unknown model or group %q", f.Start)
 		}
 	}
-	ropts = append(ropts, driver.WithModels(models...), driver.WithModels(groups...), driver.WithLogger(b.opts.Logger))
+	o.runner = append(o.runner, driver.WithModels(models...), driver.WithModels(groups...), driver.WithLogger(b.opts.Logger))
+	return start, nil
+}
 
+// deadlines reads the attempt, budget, first-content and gap deadlines.
+func (b *builder) deadlines(f *File, o *buildOptions) error {
 	dl := f.Deadlines
 	for _, l := range [...]struct {
 		path string
@@ -107,7 +147,7 @@ func (b *builder) build(ctx context.Context, f *File) error {
 			return b.errf(l.path, "\"0s\" would mean %s: omit the field for %s, or give a positive duration", l.none, l.none)
 		}
 	}
-	ropts = append(ropts, driver.WithAttemptTimeout(dur(dl.Attempt)), driver.WithBudget(dur(dl.Budget)))
+	o.runner = append(o.runner, driver.WithAttemptTimeout(dur(dl.Attempt)), driver.WithBudget(dur(dl.Budget)))
 	first, gap := dur(dl.FirstContent), dur(dl.Gap)
 	if dl.FirstContent == nil {
 		first = b.opts.DefaultFirstContent
@@ -115,23 +155,34 @@ func (b *builder) build(ctx context.Context, f *File) error {
 	if dl.Gap == nil {
 		gap = b.opts.DefaultGap
 	}
-	sopts = append(sopts, driver.WithFirstContentTimeout(first), driver.WithGapTimeout(gap))
+	o.stream = append(o.stream, driver.WithFirstContentTimeout(first), driver.WithGapTimeout(gap))
+	return nil
+}
 
-	if h := f.Hedge; h != nil {
-		max := 1
-		switch {
-		case h.After == nil:
-			return b.errf("hedge.after", "required: how long an attempt may go without first content before a hedge starts")
-		case *h.After <= 0:
-			return b.errf("hedge.after", "must be a positive duration")
-		case h.Max != nil && *h.Max < 1:
-			return b.errf("hedge.max", "must be at least 1 (omit hedge to turn it off), got %d", *h.Max)
-		case h.Max != nil:
-			max = *h.Max
-		}
-		sopts = append(sopts, driver.WithHedge(dur(h.After), max))
+// hedge reads the hedge, if the file has one.
+func (b *builder) hedge(f *File, o *buildOptions) error {
+	h := f.Hedge
+	if h == nil {
+		return nil
 	}
+	max := 1
+	switch {
+	case h.After == nil:
+		return b.errf("hedge.after", "required: how long an attempt may go without first content before a hedge starts")
+	case *h.After <= 0:
+		return b.errf("hedge.after", "must be a positive duration")
+	case h.Max != nil && *h.Max < 1:
+		return b.errf("hedge.max", "must be at least 1 (omit hedge to turn it off), got %d", *h.Max)
+	case h.Max != nil:
+		max = *h.Max
+	}
+	o.stream = append(o.stream, driver.WithHedge(dur(h.After), max))
+	return nil
+}
 
+// backoff reads the backoff, completed by Options.DefaultBackoff when the
+// file gives no delay.
+func (b *builder) backoff(f *File, o *buildOptions) error {
 	bo := driver.Backoff{Delay: dur(f.Backoff.Delay), Factor: f.Backoff.Factor, MaxDelay: dur(f.Backoff.MaxDelay), Seed: f.Backoff.Seed}
 	if bo.Factor != 0 && bo.Factor < 1 {
 		return b.errf("backoff.factor", "factor %v is below 1", bo.Factor)
@@ -160,23 +211,34 @@ func (b *builder) build(ctx context.Context, f *File) error {
 			bo.Jitter = d.Jitter
 		}
 	}
-	ropts = append(ropts, driver.WithBackoff(bo))
+	o.runner = append(o.runner, driver.WithBackoff(bo))
+	return nil
+}
+
+// limits reads max_attempts, retry_after_cap and sticky.
+func (b *builder) limits(f *File, o *buildOptions) error {
 	if b.doc.Has(b.path("max_attempts")) {
 		if f.MaxAttempts < 1 {
 			return b.errf("max_attempts", "must be at least 1, got %d", f.MaxAttempts)
 		}
-		ropts = append(ropts, driver.WithMaxAttempts(f.MaxAttempts))
+		o.runner = append(o.runner, driver.WithMaxAttempts(f.MaxAttempts))
 	}
 	if f.RetryAfterCap != nil {
-		ropts = append(ropts, driver.WithRetryAfterCap(dur(f.RetryAfterCap)))
+		o.runner = append(o.runner, driver.WithRetryAfterCap(dur(f.RetryAfterCap)))
 	}
 	if f.Sticky != "" {
 		s, err := driver.ParseSticky(f.Sticky)
 		if err != nil {
 			return b.errf("sticky", "unknown sticky policy %q (want after-request, after-N-requests or after-N-seconds)", f.Sticky)
 		}
-		ropts = append(ropts, driver.WithSticky(s))
+		o.runner = append(o.runner, driver.WithSticky(s))
 	}
+	return nil
+}
+
+// cooldown reads the cooldown, or applies Options.DefaultCooldown to a
+// file that gives none and whose rules can switch models.
+func (b *builder) cooldown(f *File, o *buildOptions) error {
 	if cs := f.Cooldown; cs != nil {
 		if cs.Failures < 1 {
 			return b.errf("cooldown.failures", "must be at least 1, got %d", cs.Failures)
@@ -192,39 +254,57 @@ func (b *builder) build(ctx context.Context, f *File) error {
 			}
 			c.When = m
 		}
-		ropts = append(ropts, driver.WithCooldown(c))
+		o.runner = append(o.runner, driver.WithCooldown(c))
 	} else if d := b.opts.DefaultCooldown; d != nil && !b.doc.Has(b.path("cooldown")) && switchesModel(f.Rules) {
-		ropts = append(ropts, driver.WithCooldown(*d))
+		o.runner = append(o.runner, driver.WithCooldown(*d))
 	}
-	if rb := f.RetryBudget; rb != nil {
-		bud := driver.RetryBudget{Percent: driver.DefaultBudgetPercent, MinRetries: driver.DefaultBudgetMinRetries}
-		if rb.Percent != nil {
-			if *rb.Percent < 1 || *rb.Percent > 100 {
-				return b.errf("retry_budget.percent", "must be 1-100, got %d", *rb.Percent)
-			}
-			bud.Percent = *rb.Percent
-		}
-		if rb.MinRetries != nil {
-			if *rb.MinRetries < 1 {
-				return b.errf("retry_budget.min_retries", "must be at least 1 (a lone request could never retry), got %d", *rb.MinRetries)
-			}
-			bud.MinRetries = *rb.MinRetries
-		}
-		ropts = append(ropts, driver.WithRetryBudget(bud))
+	return nil
+}
+
+// retryBudget reads the retry budget, if the file has one.
+func (b *builder) retryBudget(f *File, o *buildOptions) error {
+	rb := f.RetryBudget
+	if rb == nil {
+		return nil
 	}
-	if f.State != nil {
-		o, err := b.state(f.State)
-		if err != nil {
-			return err
+	bud := driver.RetryBudget{Percent: driver.DefaultBudgetPercent, MinRetries: driver.DefaultBudgetMinRetries}
+	if rb.Percent != nil {
+		if *rb.Percent < 1 || *rb.Percent > 100 {
+			return b.errf("retry_budget.percent", "must be 1-100, got %d", *rb.Percent)
 		}
-		if o != nil {
-			ropts = append(ropts, o)
-		}
+		bud.Percent = *rb.Percent
 	}
+	if rb.MinRetries != nil {
+		if *rb.MinRetries < 1 {
+			return b.errf("retry_budget.min_retries", "must be at least 1 (a lone request could never retry), got %d", *rb.MinRetries)
+		}
+		bud.MinRetries = *rb.MinRetries
+	}
+	o.runner = append(o.runner, driver.WithRetryBudget(bud))
+	return nil
+}
+
+// sharedState builds the shared state, if the file names one.
+func (b *builder) sharedState(f *File, o *buildOptions) error {
+	if f.State == nil {
+		return nil
+	}
+	opt, err := b.state(f.State)
+	if err != nil {
+		return err
+	}
+	if opt != nil {
+		o.runner = append(o.runner, opt)
+	}
+	return nil
+}
+
+// commit reads the commit rule and what a stream does after commit.
+func (b *builder) commit(f *File, o *buildOptions) error {
 	switch f.Commit {
 	case "", "output":
 	case "legacy":
-		sopts = append(sopts, driver.WithCommitRule(driver.CommitLegacy))
+		o.stream = append(o.stream, driver.WithCommitRule(driver.CommitLegacy))
 	default:
 		return b.errf("commit", "unknown commit rule %q (want output or legacy)", f.Commit)
 	}
@@ -232,23 +312,18 @@ func (b *builder) build(ctx context.Context, f *File) error {
 	if err != nil {
 		return err
 	}
-	sopts = append(sopts, cont...)
+	o.stream = append(o.stream, cont...)
+	return nil
+}
+
+// sandboxChecks checks the sandbox fields that no plugin load has read:
+// a policy without plugins still gets its mistakes reported.
+func (b *builder) sandboxChecks(f *File, _ *buildOptions) error {
 	if f.Sandbox.Breaker != nil && f.Sandbox.Breaker.Failures < 0 {
 		return b.errf("sandbox.breaker.failures", "must not be negative")
 	}
-	if _, err := b.memory(); err != nil {
-		return err
-	}
-	r, err := driver.New(start, append(ropts, b.opts.RunnerOptions...)...)
-	if err != nil {
-		return b.errf("", "%v", err)
-	}
-	m, err := driver.NewRetryableModel(r, append(sopts, b.opts.StreamOptions...)...)
-	if err != nil {
-		return b.errf("", "%v", err)
-	}
-	b.p.Runner, b.p.Model = r, m
-	return nil
+	_, err := b.memory()
+	return err
 }
 
 func (b *builder) path(p string) string {

@@ -65,6 +65,51 @@ func (b *builder) model(i int, m *ModelSpec) error {
 		return nil
 	}
 	kind, known := providerKinds[m.Provider]
+	if err := b.checkProvider(at, m, kind, known); err != nil {
+		return err
+	}
+	baseURL, err := b.baseURL(at, m, kind)
+	if err != nil {
+		return err
+	}
+	if err := b.checkModelFields(at, m, kind); err != nil {
+		return err
+	}
+	if b.opts.validate {
+		id := m.Model
+		if id == "" {
+			id = m.Deployment
+		}
+		b.p.Models[m.Name] = &unbuilt{key: m.Name, provider: m.Provider, id: id}
+		return nil
+	}
+	var key string
+	if m.APIKeyEnv != "" {
+		if key = b.opts.Getenv(m.APIKeyEnv); key == "" {
+			return b.errf(at+".api_key_env", "environment variable %s is not set", m.APIKeyEnv)
+		}
+	}
+	factory := lookupProvider(m.Provider)
+	if factory == nil {
+		return b.errf(at+".provider", "provider %s is not linked into this program: import _ %q", m.Provider, kind.adapter)
+	}
+	model, err := factory(providers.Spec{
+		Key: m.Name, Provider: m.Provider, Model: m.Model, BaseURL: baseURL, APIKey: key,
+		Headers: m.Headers, Params: m.Params, Deployment: m.Deployment, APIVersion: m.APIVersion,
+		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient, RawChunks: b.raw,
+		UpstreamJSON: m.UpstreamJSON,
+	})
+	if err != nil {
+		return b.errf(at, "%v", err)
+	}
+	b.p.Models[m.Name] = model
+	return nil
+}
+
+// checkProvider checks what a model's provider requires and allows: a
+// model id, Azure's deployment and API version, the Responses API, an
+// upstream asked for JSON.
+func (b *builder) checkProvider(at string, m *ModelSpec, kind providerKind, known bool) error {
 	switch {
 	case m.Provider == "scripted":
 		return b.errf(at+".provider", "scripted model %q has no script bound (scripted models exist only in scenarios)", m.Name)
@@ -99,6 +144,12 @@ func (b *builder) model(i int, m *ModelSpec) error {
 	case m.API == "responses":
 		return b.errf(at+".upstream_json", "only for api chat: the Responses API is always streamed")
 	}
+	return nil
+}
+
+// baseURL returns a model's base URL: the file's, checked, or its
+// provider's default.
+func (b *builder) baseURL(at string, m *ModelSpec, kind providerKind) (string, error) {
 	baseURL := m.BaseURL
 	if baseURL == "" {
 		if kind.needsURL {
@@ -106,12 +157,18 @@ func (b *builder) model(i int, m *ModelSpec) error {
 			if kind.azure {
 				what = "the resource's endpoint, such as https://NAME.openai.azure.com"
 			}
-			return b.errf(at+".base_url", "required for provider %s: %s", m.Provider, what)
+			return "", b.errf(at+".base_url", "required for provider %s: %s", m.Provider, what)
 		}
 		baseURL = kind.defaultURL
 	} else if u, err := url.Parse(baseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return b.errf(at+".base_url", "%q is not an absolute http(s) URL", baseURL)
+		return "", b.errf(at+".base_url", "%q is not an absolute http(s) URL", baseURL)
 	}
+	return baseURL, nil
+}
+
+// checkModelFields checks the name of a model's key variable, its headers
+// and its params.
+func (b *builder) checkModelFields(at string, m *ModelSpec, kind providerKind) error {
 	switch {
 	case m.APIKeyEnv != "" && (!envPattern.MatchString(m.APIKeyEnv) || looksLikeSecret(m.APIKeyEnv)):
 		// The value is never quoted: a key pasted here would otherwise
@@ -130,34 +187,6 @@ func (b *builder) model(i int, m *ModelSpec) error {
 			return b.errf(at+".params."+p, "not a top-level field name (letters, digits, '_', '-')")
 		}
 	}
-	if b.opts.validate {
-		id := m.Model
-		if id == "" {
-			id = m.Deployment
-		}
-		b.p.Models[m.Name] = &unbuilt{key: m.Name, provider: m.Provider, id: id}
-		return nil
-	}
-	var key string
-	if m.APIKeyEnv != "" {
-		if key = b.opts.Getenv(m.APIKeyEnv); key == "" {
-			return b.errf(at+".api_key_env", "environment variable %s is not set", m.APIKeyEnv)
-		}
-	}
-	factory := lookupProvider(m.Provider)
-	if factory == nil {
-		return b.errf(at+".provider", "provider %s is not linked into this program: import _ %q", m.Provider, kind.adapter)
-	}
-	model, err := factory(providers.Spec{
-		Key: m.Name, Provider: m.Provider, Model: m.Model, BaseURL: baseURL, APIKey: key,
-		Headers: m.Headers, Params: m.Params, Deployment: m.Deployment, APIVersion: m.APIVersion,
-		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient, RawChunks: b.raw,
-		UpstreamJSON: m.UpstreamJSON,
-	})
-	if err != nil {
-		return b.errf(at, "%v", err)
-	}
-	b.p.Models[m.Name] = model
 	return nil
 }
 

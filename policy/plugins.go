@@ -75,42 +75,9 @@ func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.
 	if ps.Instances > 0 {
 		lo = append(lo, host.WithInstances(ps.Instances))
 	}
-	var wasm []byte
-	name := ps.Builtin
-	if ps.Builtin != "" {
-		var ok bool
-		if b.opts.Builtin != nil {
-			wasm, ok = b.opts.Builtin(ps.Builtin)
-		}
-		if !ok {
-			return nil, b.errf(at+".builtin", "unknown built-in plugin %q", ps.Builtin)
-		}
-	} else if ps.OCI != "" {
-		sum, mod, err := b.ociModule(ctx, at, ps)
-		if err != nil {
-			return nil, err
-		}
-		if ps.SHA256 != "" && !strings.EqualFold(ps.SHA256, sum) {
-			return nil, b.errf(at+".sha256", "the module behind %s has sha256 %s", ps.OCI, sum)
-		}
-		wasm, name = mod, ociName(ps.OCI)
-		lo = append(lo, host.WithSHA256(sum))
-	} else {
-		path := ps.Path
-		if !filepath.IsAbs(path) && b.opts.Dir != "" {
-			path = filepath.Join(b.opts.Dir, path)
-		}
-		rt, err := b.runtime(ctx)
-		if err != nil {
-			return nil, err
-		}
-		// Read no more than the module size limit allows (+1, so Load
-		// rejects it by that limit): a device or an endless pipe is not
-		// read until memory runs out.
-		if wasm, err = readAtMost(path, int64(rt.ModuleLimits().ModuleBytes)+1); err != nil {
-			return nil, b.errf(at+".path", "%v", err)
-		}
-		name = filepath.Base(ps.Path)
+	name, wasm, lo, err := b.module(ctx, at, ps, lo)
+	if err != nil {
+		return nil, err
 	}
 	if b.plugins == nil {
 		b.plugins = map[string]int{}
@@ -144,6 +111,50 @@ func (b *builder) plugin(ctx context.Context, at string, ps *PluginSpec) (*host.
 		return nil, b.errf(at+".fail", "unknown fail policy %q (want open or closed)", ps.Fail)
 	}
 	return p, nil
+}
+
+// module reads the module a plugin names (a built-in, an OCI reference or
+// a file) and returns the plugin's name, its bytes and the load options,
+// with the digest an OCI module was fetched by added.
+func (b *builder) module(ctx context.Context, at string, ps *PluginSpec, lo []host.LoadOption) (string, []byte, []host.LoadOption, error) {
+	var wasm []byte
+	name := ps.Builtin
+	if ps.Builtin != "" {
+		var ok bool
+		if b.opts.Builtin != nil {
+			wasm, ok = b.opts.Builtin(ps.Builtin)
+		}
+		if !ok {
+			return "", nil, nil, b.errf(at+".builtin", "unknown built-in plugin %q", ps.Builtin)
+		}
+	} else if ps.OCI != "" {
+		sum, mod, err := b.ociModule(ctx, at, ps)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		if ps.SHA256 != "" && !strings.EqualFold(ps.SHA256, sum) {
+			return "", nil, nil, b.errf(at+".sha256", "the module behind %s has sha256 %s", ps.OCI, sum)
+		}
+		wasm, name = mod, ociName(ps.OCI)
+		lo = append(lo, host.WithSHA256(sum))
+	} else {
+		path := ps.Path
+		if !filepath.IsAbs(path) && b.opts.Dir != "" {
+			path = filepath.Join(b.opts.Dir, path)
+		}
+		rt, err := b.runtime(ctx)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		// Read no more than the module size limit allows (+1, so Load
+		// rejects it by that limit): a device or an endless pipe is not
+		// read until memory runs out.
+		if wasm, err = readAtMost(path, int64(rt.ModuleLimits().ModuleBytes)+1); err != nil {
+			return "", nil, nil, b.errf(at+".path", "%v", err)
+		}
+		name = filepath.Base(ps.Path)
+	}
+	return name, wasm, lo, nil
 }
 
 func (b *builder) runtime(ctx context.Context) (*host.Runtime, error) {
