@@ -68,13 +68,14 @@ func nativeRefusalHold(tb testing.TB) abi.Transformer {
 }
 
 // refusalBuilds are the Wasm builds of the refusal detector, by guest
-// language: the Go SDK's (the reference), the C one (the built-in) and
-// the AssemblyScript SDK's.
+// language: the Go SDK's (the reference), the C one (the built-in), and
+// the AssemblyScript and Rust SDKs'.
 func refusalBuilds() map[string][]byte {
 	return map[string][]byte{
-		"go": plugintest.GoRef("refusal"),
-		"c":  plugins.Refusal,
-		"as": plugintest.SDKBuild("assemblyscript", "refusal"),
+		"go":   plugintest.GoRef("refusal"),
+		"c":    plugins.Refusal,
+		"as":   plugintest.SDKBuild("assemblyscript", "refusal"),
+		"rust": plugintest.SDKBuild("rust", "refusal"),
 	}
 }
 

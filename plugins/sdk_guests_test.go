@@ -27,7 +27,7 @@ import (
 
 // sdkLangs are the guest SDKs whose examples are committed, by the name of
 // their directory under plugins/sdk.
-var sdkLangs = []string{"assemblyscript"}
+var sdkLangs = []string{"assemblyscript", "rust"}
 
 // TestSDKRefusalAcceptsSameConfigs: over the refusal config corpus, its
 // mutations and the documented limits, each SDK's refusal build accepts

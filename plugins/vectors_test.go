@@ -14,7 +14,7 @@ import (
 )
 
 // TestRefusalcoreVectors checks every Wasm build of the refusal plugin
-// (Go, C, AssemblyScript) against
+// (Go, C, AssemblyScript, Rust) against
 // refusalcore's golden decisions (plugins/refusalcore/testdata/vectors.json):
 // the text sent as one delta after the preamble must give HOLD for "hold",
 // ERROR with the phrase for "match", DETACH for "diverge". With
