@@ -48,9 +48,51 @@ func New(id string, opts ...Option) (*Model, error) {
 	for _, o := range opts {
 		o(&c)
 	}
+	if err := c.resolve(id); err != nil {
+		return nil, err
+	}
+	sdk, err := c.clientOptions()
+	if err != nil {
+		return nil, err
+	}
+	params, paramSet, err := c.requestParams()
+	if err != nil {
+		return nil, err
+	}
+	key := c.provider + "/" + id
+	if c.keySet {
+		if err := adapter.CheckKey("openai", c.key); err != nil {
+			return nil, err
+		}
+		key = c.key
+	}
+	host, port, scope := c.server(id)
+	return &Model{
+		scope:     scope,
+		id:        id,
+		provider:  c.provider,
+		key:       key,
+		params2:   params,
+		paramSet:  paramSet,
+		legacy:    c.legacyMaxTokens,
+		prefix:    c.prefix,
+		responses: c.responsesAPI,
+		raw:       c.rawChunks,
+		fields:    c.chunkFields,
+		upJSON:    c.upstreamJSON,
+		client:    oai.NewClient(sdk...),
+		direct:    directPath{ok: len(c.sdkOpts) == 0 && c.maxRetries == 0 && len(params) == 0 && !c.responsesAPI, hc: c.httpClient},
+		host:      host,
+		port:      port,
+	}, nil
+}
+
+// resolve names the provider (openai, azure, or WithProvider's) and checks
+// the id and the options that exclude each other.
+func (c *config) resolve(id string) error {
 	switch {
 	case c.providerSet && c.provider == "":
-		return nil, errors.New("openai: empty provider name")
+		return errors.New("openai: empty provider name")
 	case c.providerSet:
 	case c.azure != nil:
 		c.provider = "azure"
@@ -58,17 +100,24 @@ func New(id string, opts ...Option) (*Model, error) {
 		c.provider = "openai"
 	}
 	if strings.TrimSpace(id) == "" {
-		return nil, errors.New("openai: empty model id")
+		return errors.New("openai: empty model id")
 	}
 	if c.upstreamJSON && c.responsesAPI {
-		return nil, errors.New("openai: WithUpstreamJSON is for Chat Completions; it cannot be used with WithResponsesAPI (the Responses API is always streamed)")
+		return errors.New("openai: WithUpstreamJSON is for Chat Completions; it cannot be used with WithResponsesAPI (the Responses API is always streamed)")
 	}
 	if c.upstreamJSON && c.rawChunks {
-		return nil, errors.New("openai: WithUpstreamJSON cannot be used with WithRawChunks: a non-streamed answer has no chat.completion.chunk to emit (WithChunkFields works with both)")
+		return errors.New("openai: WithUpstreamJSON cannot be used with WithRawChunks: a non-streamed answer has no chat.completion.chunk to emit (WithChunkFields works with both)")
 	}
 	if c.maxRetries < 0 {
-		return nil, fmt.Errorf("openai: negative max retries %d", c.maxRetries)
+		return fmt.Errorf("openai: negative max retries %d", c.maxRetries)
 	}
+	return nil
+}
+
+// clientOptions returns the SDK client's options: retries, the endpoint
+// (Azure's deployment path and api-version), the key, the HTTP client and
+// the headers, then WithRequestOptions'.
+func (c *config) clientOptions() ([]option.RequestOption, error) {
 	sdk := []option.RequestOption{option.WithMaxRetries(c.maxRetries)}
 	if c.baseURL != "" {
 		if err := adapter.CheckBaseURL("openai", c.baseURL); err != nil {
@@ -111,26 +160,31 @@ func New(id string, opts ...Option) (*Model, error) {
 		}
 		sdk = append(sdk, option.WithHeader(h[0], h[1]))
 	}
-	var params []option.RequestOption // applied after each request's own fields
+	if c.noAuth {
+		sdk = append(sdk, option.WithHeaderDel("authorization"))
+	}
+	return append(sdk, c.sdkOpts...), nil
+}
+
+// requestParams returns WithParam's fields as request options, applied
+// after each request's own fields, and their names.
+func (c *config) requestParams() ([]option.RequestOption, map[string]bool, error) {
+	var params []option.RequestOption
 	paramSet := map[string]bool{}
 	for _, p := range c.params {
 		paramSet[p.name] = true
 		if err := adapter.CheckParam("openai", p.name); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		params = append(params, option.WithJSONSet(p.name, p.value))
 	}
-	if c.noAuth {
-		sdk = append(sdk, option.WithHeaderDel("authorization"))
-	}
-	sdk = append(sdk, c.sdkOpts...)
-	key := c.provider + "/" + id
-	if c.keySet {
-		if err := adapter.CheckKey("openai", c.key); err != nil {
-			return nil, err
-		}
-		key = c.key
-	}
+	return params, paramSet, nil
+}
+
+// server returns the address the model calls, for telemetry, and its rate
+// limit scope: WithRateLimitScope's, or the provider, endpoint, key and
+// model (Azure's deployment) it counts against.
+func (c *config) server(id string) (string, int, string) {
 	base := cmp.Or(c.baseURL, os.Getenv("OPENAI_BASE_URL"), "https://api.openai.com/v1") // as the SDK resolves it
 	if c.azure != nil {
 		base = c.azure.endpoint
@@ -144,24 +198,7 @@ func New(id string, opts ...Option) (*Model, error) {
 		}
 		scope = adapter.RateLimitScope(c.provider, base, cmp.Or(c.apiKey, os.Getenv("OPENAI_API_KEY")), id)
 	}
-	return &Model{
-		scope:     scope,
-		id:        id,
-		provider:  c.provider,
-		key:       key,
-		params2:   params,
-		paramSet:  paramSet,
-		legacy:    c.legacyMaxTokens,
-		prefix:    c.prefix,
-		responses: c.responsesAPI,
-		raw:       c.rawChunks,
-		fields:    c.chunkFields,
-		upJSON:    c.upstreamJSON,
-		client:    oai.NewClient(sdk...),
-		direct:    directPath{ok: len(c.sdkOpts) == 0 && c.maxRetries == 0 && len(params) == 0 && !c.responsesAPI, hc: c.httpClient},
-		host:      host,
-		port:      port,
-	}, nil
+	return host, port, scope
 }
 
 // RateLimitScope returns the rate limits the model's calls count against
