@@ -1,0 +1,281 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/policy"
+	"github.com/retryhost/retryhost/provider/anthropic"
+	"github.com/retryhost/retryhost/provider/openai"
+)
+
+// A Source loads the policy a Gateway serves: at New, and again at every
+// Reload. Build one with [File] or [Bytes].
+type Source struct {
+	name string
+	load func(ctx context.Context, opts policy.Options) (*policy.Policy, error)
+	opts policy.Options
+}
+
+// File is the policy file at path, loaded with opts (see [policy.Load]).
+func File(path string, opts policy.Options) Source {
+	return Source{name: path, opts: opts, load: func(ctx context.Context, o policy.Options) (*policy.Policy, error) {
+		return policy.Load(ctx, path, o)
+	}}
+}
+
+// Bytes is a policy held in memory (name labels its errors).
+func Bytes(name string, data []byte, opts policy.Options) Source {
+	data = slices.Clone(data)
+	if opts.Name == "" {
+		opts.Name = name
+	}
+	return Source{name: name, opts: opts, load: func(ctx context.Context, o policy.Options) (*policy.Policy, error) {
+		return policy.Parse(ctx, data, o)
+	}}
+}
+
+// defaultBackoff is the backoff of a policy that gives no backoff.delay
+// (policy.Options.DefaultBackoff; docs/decisions.md, "Why does the gateway
+// default to a backoff and a cooldown?"): 1 s, doubling, up to 8 s, with
+// equal jitter. Each wait is at least half its nominal value, so a model
+// retried without Retry-After sees at most 2 attempts in any 1.5 s and 4 in
+// any 3 s; full jitter could draw two near-zero waits in a row.
+var defaultBackoff = driver.Backoff{Delay: time.Second, Factor: 2, MaxDelay: 8 * time.Second, Jitter: driver.JitterEqual}
+
+// defaultCooldown is the cooldown of a policy with no "cooldown" and a
+// rule that switches models (policy.Options.DefaultCooldown): 5
+// consecutive timeouts, rate limits, overloads, 5xx or network errors on a
+// model take it out of rotation for 10 s (or its longer Retry-After),
+// then one request probes it.
+var defaultCooldown = driver.Cooldown{Failures: 5, For: 10 * time.Second}
+
+// defaultFirstContent and defaultGap are the first-content and gap
+// deadlines of a policy that gives none (policy.Options.DefaultFirstContent
+// and DefaultGap): an upstream that sends its headers, or some content, and
+// then stays silent is failed over after them instead of holding the
+// client until it gives up. Two minutes to first content leaves room for
+// a reasoning model that thinks before it streams; a minute of silence
+// mid-answer is the response-header timeout's own bound.
+var (
+	defaultFirstContent = 2 * time.Minute
+	defaultGap          = time.Minute
+)
+
+// Reload loads the Source again and, if it builds, serves the new policy to
+// every request that starts from now on; requests in flight finish on the
+// policy they started with, which is closed after the last of them. A
+// policy that fails to load is an error and the old one stays.
+//
+// The load (compiling the policy's plugins) holds no lock: Close, Shutdown
+// and SetAPIKeys never wait for it. A Reload whose ctx ends before its
+// policy is in place is abandoned: its policy, if it was built anyway, is
+// closed, the old one stays, and the error wraps ErrReloadAbandoned and
+// ctx's cause. Of two Reloads that overlap, the one that started last wins:
+// an older one that finishes after it is abandoned too.
+func (g *Gateway) Reload(ctx context.Context) error {
+	if g.cur.Load() == nil {
+		return ErrShuttingDown // closed
+	}
+	seq := g.reloadSeq.Add(1)
+	gen, err := g.load(ctx)
+	if err == nil && ctx.Err() != nil {
+		// Built, but too late: a loader that did not watch ctx.
+		_ = gen.close(context.WithoutCancel(ctx))
+		gen, err = nil, ctx.Err()
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return g.abandonReload(ctx, context.Cause(ctx))
+		}
+		g.stats.reloadFailures.Add(1)
+		g.cfg.logger.LogAttrs(ctx, slog.LevelError, "policy reload rejected; the old policy stays",
+			slog.String("source", g.src.name), slog.String("error", err.Error()))
+		return err
+	}
+	g.reloadMu.Lock()
+	if g.cur.Load() == nil { // closed meanwhile
+		g.reloadMu.Unlock()
+		_ = gen.close(context.WithoutCancel(ctx))
+		return ErrShuttingDown
+	}
+	if seq < g.reloadDone {
+		g.reloadMu.Unlock()
+		_ = gen.close(context.WithoutCancel(ctx))
+		return g.abandonReload(ctx, errReloadSuperseded)
+	}
+	g.reloadDone = seq
+	g.cur.Swap(gen).release() // closes it after its last request
+	g.startPoll(gen)
+	g.reloadMu.Unlock()
+	g.stats.reloads.Add(1)
+	g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "policy reloaded", slog.String("source", g.src.name),
+		slog.Int("routes", len(gen.names)))
+	return nil
+}
+
+// ErrReloadAbandoned is wrapped by the error of a Reload that ended before
+// its policy took effect: its ctx ended (a budget, a newer reload, a stop),
+// or a newer Reload took effect first. The old policy stays.
+var ErrReloadAbandoned = errors.New("gateway: policy reload abandoned; the old policy stays")
+
+// errReloadSuperseded is the cause of a Reload overtaken by a newer one.
+var errReloadSuperseded = errors.New("a newer reload took effect first")
+
+// abandonReload counts and logs a Reload abandoned for cause.
+func (g *Gateway) abandonReload(ctx context.Context, cause error) error {
+	g.stats.reloadsAbandoned.Add(1)
+	g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "policy reload abandoned; the old policy stays",
+		slog.String("source", g.src.name), slog.String("cause", cause.Error()))
+	return fmt.Errorf("%w: %w", ErrReloadAbandoned, cause)
+}
+
+// generation is one loaded policy with its routes. Requests hold a
+// reference while they run; the gateway holds one while it is current.
+type generation struct {
+	pol    *policy.Policy
+	routes map[string]*route
+	byKey  map[driver.Model]string // a model → its route name
+	names  []string                // sorted
+	// providers are the ProviderOptions names of the policy's
+	// OpenAI-compatible models: forwarded fields go there.
+	providers []string
+	// anthropic are those of its Anthropic models, which get the
+	// Messages door's fields.
+	anthropic []string
+	created   int64 // when the policy was loaded (Unix seconds), for /v1/models
+	// hooked are the models the file built over the gateway's own upstream
+	// client, whose streams wait only in bodies that run a flushHook.
+	hooked map[driver.Model]bool
+
+	refs   atomic.Int64
+	closed sync.Once
+	err    error
+}
+
+type route struct {
+	name    string
+	model   driver.Model
+	ownedBy string // the provider behind the route, for /v1/models
+}
+
+func (g *Gateway) load(ctx context.Context) (*generation, error) {
+	o := g.src.opts
+	o.StreamOptions = append(slices.Clip(o.StreamOptions), driver.WithOnCommit(onCommit))
+	if g.cfg.maxAnswer > 0 {
+		o.StreamOptions = append(o.StreamOptions, driver.WithMaxAnswerBytes(g.cfg.maxAnswer))
+	}
+	o.RunnerOptions = append(slices.Clip(o.RunnerOptions), driver.WithObserver(observer{g.metrics}))
+	if o.HTTPClient == nil {
+		o.HTTPClient = g.client
+	}
+	o.RawChunks = true // logprobs, system_fingerprint, service_tier (rawfields.go); thinking signatures (messages_encode.go)
+	if o.DefaultBackoff == nil {
+		o.DefaultBackoff = &defaultBackoff
+	}
+	if o.DefaultCooldown == nil {
+		o.DefaultCooldown = &defaultCooldown
+	}
+	if o.DefaultFirstContent == 0 {
+		o.DefaultFirstContent = defaultFirstContent
+	}
+	if o.DefaultGap == 0 {
+		o.DefaultGap = defaultGap
+	}
+	p, err := g.src.load(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}, created: time.Now().Unix(),
+		hooked: map[driver.Model]bool{}}
+	// A provider name whose models all speak Chat Completions gets the
+	// forwarded fields; one shared with a Responses API model does not
+	// (ProviderOptions are keyed by provider name, not by model).
+	chat, anth := map[string]bool{}, map[string]bool{}
+	for name, m := range p.Models {
+		if bound := g.src.opts.Models[name]; bound == nil && g.client != nil {
+			gen.hooked[m] = true
+		}
+		inner := m
+		for {
+			u, ok := inner.(interface{ Unwrap() driver.Model })
+			if !ok {
+				break
+			}
+			inner = u.Unwrap()
+		}
+		owner := "retryhost" // a group, or a model bound in code without a provider
+		if _, ok := inner.(driver.Described); ok {
+			owner, _ = driver.Describe(inner)
+		}
+		gen.routes[name] = &route{name: name, model: m, ownedBy: owner}
+		gen.byKey[m] = name
+		gen.names = append(gen.names, name)
+		if om, ok := inner.(*openai.Model); ok {
+			ok, seen := chat[om.Provider()]
+			chat[om.Provider()] = (ok || !seen) && !om.ResponsesAPI()
+		}
+		if am, ok := inner.(*anthropic.Model); ok {
+			anth[am.Provider()] = true
+		}
+	}
+	for prov, ok := range chat {
+		if ok && !anth[prov] {
+			gen.providers = append(gen.providers, prov)
+		}
+	}
+	for prov := range anth {
+		if _, shared := chat[prov]; !shared { // one name for two APIs: neither gets raw fields
+			gen.anthropic = append(gen.anthropic, prov)
+		}
+	}
+	slices.Sort(gen.names)
+	slices.Sort(gen.providers)
+	slices.Sort(gen.anthropic)
+	gen.refs.Store(1)
+	return gen, nil
+}
+
+// acquire returns the current generation with a reference held, or nil
+// once the gateway is closed.
+func (g *Gateway) acquire() *generation {
+	for {
+		gen := g.cur.Load()
+		if gen == nil {
+			return nil
+		}
+		if n := gen.refs.Load(); n > 0 && gen.refs.CompareAndSwap(n, n+1) {
+			return gen
+		}
+	}
+}
+
+// release drops a reference; the last one closes the policy.
+func (gen *generation) release() {
+	if gen.refs.Add(-1) == 0 {
+		_ = gen.close(context.Background())
+	}
+}
+
+func (gen *generation) close(ctx context.Context) error {
+	gen.closed.Do(func() { gen.err = gen.pol.Close(ctx) })
+	return gen.err
+}
+
+// name returns the route name of m, or its key if the policy does not name it.
+func (gen *generation) name(m driver.Model) string {
+	if n, ok := gen.byKey[m]; ok {
+		return n
+	}
+	if m == nil {
+		return ""
+	}
+	return m.Key()
+}
