@@ -15,8 +15,8 @@ import (
 	"github.com/retryhost/retryhost/plugins/internal/wasmtest"
 )
 
-// The refusal transform, native and Wasm (Go and C guests), trusted (no
-// per-call guard) and guarded (wazero's WithCloseOnContextDone and a
+// The refusal transform, native and Wasm (the Go, C, AssemblyScript and
+// Rust guests: go/, c/, as/, rust/), trusted (no per-call guard) and guarded (wazero's WithCloseOnContextDone and a
 // per-call deadline), side by side:
 //
 //	go test ./plugins -run '^$' -bench Refusal -benchmem
@@ -87,16 +87,29 @@ func benchCases() []benchCase {
 			return p
 		}
 	}
-	cases := []benchCase{
-		{"native", func(b *testing.B) abi.Transformer { return nativeRefusal(b) }},
-		{"go/trusted", wasm(plugintest.GoRef("refusal"), false)},
-		{"c/trusted", wasm(plugins.Refusal, false)},
-		{"go/guarded", wasm(plugintest.GoRef("refusal"), true)},
-		{"c/guarded", wasm(plugins.Refusal, true)},
-		{"go/host-trusted", viaHost(plugintest.GoRef("refusal"), host.WithTrusted())},
-		{"c/host-trusted", viaHost(plugins.Refusal, host.WithTrusted())},
-		{"go/host-guarded", viaHost(plugintest.GoRef("refusal"))},
-		{"c/host-guarded", viaHost(plugins.Refusal)},
+	cases := []benchCase{{"native", func(b *testing.B) abi.Transformer { return nativeRefusal(b) }}}
+	builds := []struct {
+		name string
+		bin  []byte
+	}{
+		{"go", plugintest.GoRef("refusal")},
+		{"c", plugins.Refusal},
+		{"as", plugintest.SDKBuild("assemblyscript", "refusal")},
+		{"rust", plugintest.SDKBuild("rust", "refusal")},
+	}
+	for _, mode := range []string{"trusted", "guarded", "host-trusted", "host-guarded"} {
+		for _, g := range builds {
+			var tr func(b *testing.B) abi.Transformer
+			switch mode {
+			case "trusted", "guarded":
+				tr = wasm(g.bin, mode == "guarded")
+			case "host-trusted":
+				tr = viaHost(g.bin, host.WithTrusted())
+			default:
+				tr = viaHost(g.bin)
+			}
+			cases = append(cases, benchCase{g.name + "/" + mode, tr})
+		}
 	}
 	if path := os.Getenv("REFUSAL_BASELINE_WASM"); path != "" {
 		if base, err := os.ReadFile(path); err == nil {
@@ -190,7 +203,8 @@ func BenchmarkRefusalBatch(b *testing.B) {
 	batched := []struct {
 		name string
 		bin  []byte
-	}{{"go/guarded", plugintest.GoRef("refusal")}, {"c/guarded", plugins.Refusal}}
+	}{{"go/guarded", plugintest.GoRef("refusal")}, {"c/guarded", plugins.Refusal},
+		{"as/guarded", plugintest.SDKBuild("assemblyscript", "refusal")}, {"rust/guarded", plugintest.SDKBuild("rust", "refusal")}}
 	if base, err := os.ReadFile(os.Getenv("REFUSAL_BASELINE_WASM")); err == nil {
 		batched = append(batched, struct {
 			name string

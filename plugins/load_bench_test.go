@@ -15,7 +15,8 @@ import (
 )
 
 // BenchmarkColdLoad is what a process pays to start each built-in plugin,
-// the embedded C build next to its Go-SDK reference build: a new host
+// the embedded C build next to its Go-SDK reference build (and, for the
+// refusal detector, its AssemblyScript and Rust SDK builds): a new host
 // runtime with no compilation cache (host.New, the default guarded mode),
 // Load with the plugin's example config (compile, instantiate, init), and
 // Close.
@@ -34,10 +35,16 @@ func BenchmarkColdLoad(b *testing.B) {
 		if p.Name == "c-status" {
 			continue
 		}
-		for _, build := range []struct {
+		type build struct {
 			name string
 			wasm []byte
-		}{{"c", p.Wasm}, {"go", plugintest.GoRef(p.Name)}} {
+		}
+		builds := []build{{"c", p.Wasm}, {"go", plugintest.GoRef(p.Name)}}
+		if p.Name == "refusal" { // the guest SDKs' builds of it
+			builds = append(builds, build{"as", plugintest.SDKBuild("assemblyscript", "refusal")},
+				build{"rust", plugintest.SDKBuild("rust", "refusal")})
+		}
+		for _, build := range builds {
 			b.Run(p.Name+"/"+build.name, func(b *testing.B) {
 				var peak int64
 				cpu0 := cpuTime()
