@@ -167,5 +167,5 @@ func hostLog(ctx context.Context, m api.Module, stack []uint64) {
 	if !ok {
 		return
 	}
-	in.p.rt.cfg.logger.Log(ctx, slog.Level(level), string(b), "plugin", in.p.name, "truncated", cut < n)
+	in.p.rt.cfg.logger.Log(ctx, slog.Level(level), string(b), "plugin", in.p.name, "stream", "log", "truncated", cut < n)
 }

@@ -93,7 +93,7 @@ func (w *capWriter) Write(b []byte) (int, error) {
 	if w.left <= 0 {
 		if !w.warned {
 			w.warned = true
-			w.p.rt.cfg.logger.Warn("plugin output limit reached; dropping the rest", "plugin", w.p.name, "stream", w.stream)
+			w.p.rt.cfg.logger.Warn("plugin output limit reached; dropping the rest", "plugin", w.p.name, "output", w.stream)
 		}
 		return len(b), nil
 	}

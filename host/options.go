@@ -83,6 +83,11 @@ func defaultConfig() config {
 // WithLogger routes plugin logs (the log import, stdout and stderr, capped)
 // and the host's own events (instance discarded, breaker tripped, reload
 // failed) to l. Default: discard.
+//
+// A line the plugin wrote is a record whose message is the line, with the
+// attributes plugin (the name it was loaded under) and stream: "log" (the
+// log import, at the guest's level, with truncated), "stdout" or "stderr"
+// (at Info). The host's own records carry no stream attribute.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) {
 		if l != nil {
