@@ -158,6 +158,9 @@ func WithPluginMemory(bytes uint64) Option {
 
 // WithCacheDir keeps compiled code in dir, so a later process loads the same
 // plugin from disk instead of compiling it again. Default: no disk cache.
+// A runtime with [WithDebugInfo] keeps its code in dir's debug-info
+// subdirectory: code compiled with and without the source map a trap's
+// source lines need are kept apart (wazero's cache tells them not).
 func WithCacheDir(dir string) Option { return optionFunc(func(c *config) { c.cacheDir = dir }) }
 
 // WithBreaker disables a plugin version that keeps failing: when, within

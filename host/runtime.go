@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -72,7 +73,11 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 	rt := &Runtime{cfg: cfg, epoch: time.Now(), plugins: map[*Plugin]struct{}{}, watched: map[*instance]struct{}{},
 		compileSem: make(chan struct{}, cfg.limits.Compiles), closing: make(chan struct{})}
 	if cfg.cacheDir != "" {
-		c, err := wazero.NewCompilationCacheWithDir(cfg.cacheDir)
+		dir := cfg.cacheDir
+		if cfg.debugInfo {
+			dir = filepath.Join(dir, "debug-info")
+		}
+		c, err := wazero.NewCompilationCacheWithDir(dir)
 		if err != nil {
 			return nil, fmt.Errorf("host: compilation cache: %w", err)
 		}

@@ -57,6 +57,28 @@ func TestTrap_DebugInfoOffByDefault(t *testing.T) {
 	})
 }
 
+// TestTrap_DebugInfoWithACompilationCache: a runtime with debug info
+// names a trap's source lines though a runtime without it compiled the
+// same module into the same cache directory first, and the other way
+// round the default runtime still names none.
+func TestTrap_DebugInfoWithACompilationCache(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	trapError := func(opts ...Option) string {
+		t.Helper()
+		rt := newRuntime(t, append(opts, WithCacheDir(dir))...)
+		p, err := rt.Load(ctx, "dwarftrap", fixture(t, "dwarftrap"), WithConfig([]byte("2")))
+		require.NoError(t, err)
+		_, err = p.Decide(ctx, &abi.Attempt{Number: 1})
+		require.ErrorIs(t, err, ErrTrap)
+		return err.Error()
+	}
+	require.NotContains(t, trapError(), dwarfSource)
+	require.Contains(t, trapError(WithDebugInfo()), dwarfSource)
+	require.NotContains(t, trapError(), dwarfSource)
+	require.Contains(t, trapError(WithDebugInfo()), dwarfSource)
+}
+
 // holdingHandler is a slog.Handler that holds every record whose message
 // starts with prefix until release is closed, after telling entered: the
 // guest that logs it is held inside its call. Once release is closed it
