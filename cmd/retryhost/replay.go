@@ -164,6 +164,7 @@ func printReplay(w io.Writer, reports []replayReport, color bool) {
 			for _, v := range o.Violations {
 				fmt.Fprintf(&b, "    violation: %s\n", v)
 			}
+			printPluginErrors(&b, o)
 		}
 		if r.Diff != "" {
 			b.WriteString("  diff (- want, + got):\n")
@@ -180,6 +181,26 @@ func printReplay(w io.Writer, reports []replayReport, color bool) {
 	}
 	fmt.Fprintf(&b, "%d scenario(s): %d passed, %d failed\n", len(reports), passed, len(reports)-passed)
 	_, _ = io.WriteString(w, b.String())
+}
+
+// printPluginErrors writes what the request's plugins said when they
+// failed: the host's account (its first line, then the rest indented: a
+// trap's stack) and the guest's own lines, tabs made spaces.
+func printPluginErrors(b *strings.Builder, o scenario.Outcome) {
+	untab := func(s string) string { return strings.ReplaceAll(s, "\t", "  ") }
+	for _, pe := range o.PluginErrors {
+		first, rest, _ := strings.Cut(pe.Error, "\n")
+		fmt.Fprintf(b, "    plugin error: %s\n", untab(first))
+		for line := range strings.Lines(rest) {
+			fmt.Fprintf(b, "      %s\n", untab(strings.TrimSuffix(line, "\n")))
+		}
+		for _, g := range pe.Guest {
+			fmt.Fprintf(b, "      guest: %s\n", untab(g))
+		}
+	}
+	if o.PluginErrorsOmitted > 0 {
+		fmt.Fprintf(b, "    plugin errors: %d more\n", o.PluginErrorsOmitted)
+	}
 }
 
 func orDash(s string) string {

@@ -122,3 +122,37 @@ func TestReplayOversizedScenario(t *testing.T) {
 	require.Equal(t, exitInput, code)
 	require.Contains(t, out, "read "+big+": larger than the 16 MiB limit of a scenario file")
 }
+
+// TestReplayPrintsWhatAFailingPluginSaid: under a request whose Wasm
+// condition trapped, replay prints the trap (the host's account, its stack
+// indented) and the line the guest logged before it; --json carries the
+// same; --debug adds the trap's source lines from the module's DWARF.
+func TestReplayPrintsWhatAFailingPluginSaid(t *testing.T) {
+	const file = "../../testdata/scenarios/hostile-condition-trap-fail-closed.json"
+	cache := []string{"--cache-dir", t.TempDir()}
+	code, out, errOut := replay(append(cache, file)...)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Contains(t, out, "  request 1: attempts=[primary: server] committed=- text=\"\" error=plugin(trap)\n"+
+		"    plugin error: host: plugin \"dwarftrap.wasm\": decide: plugin trapped: wasm error: unreachable\n"+
+		"      wasm stack trace:\n")
+	require.Contains(t, out, "        .decide(i32) i32\n"+
+		"      guest: dwarftrap: this decision traps on purpose\n"+
+		"1 scenario(s): 1 passed, 0 failed\n")
+	require.NotContains(t, out, "dwarftrap.c:", "no source lines without --debug")
+
+	code, out, _ = replay(append(cache, "--json", file)...)
+	require.Equal(t, exitOK, code)
+	var reps []replayReport
+	require.NoError(t, json.Unmarshal([]byte(out), &reps))
+	require.Len(t, reps[0].Requests[0].PluginErrors, 1)
+	pe := reps[0].Requests[0].PluginErrors[0]
+	require.Equal(t, "dwarftrap.wasm", pe.Plugin)
+	require.Equal(t, "decide", pe.Op)
+	require.Contains(t, pe.Error, "plugin trapped: wasm error: unreachable")
+	require.Equal(t, []string{"dwarftrap: this decision traps on purpose"}, pe.Guest)
+
+	// The same cache: --debug must not reuse the code compiled without it.
+	code, out, errOut = replay(append(cache, "--debug", file)...)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Regexp(t, `\n        \.decide\(i32\) i32\n          0x[0-9a-f]+: host/testdata/dwarftrap\.c:\d+:\d+\n`, out)
+}

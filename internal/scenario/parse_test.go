@@ -22,6 +22,7 @@ func TestParseErrors(t *testing.T) {
 		{"delta without part", `{` + pol + `, "scripts": {"a": {"attempts": [{"steps": [{"text": "x", "delta": "y"}]}]}}, "requests": [{}]}`, "delta and name go with part"},
 		{"bad finish", `{` + pol + `, "scripts": {"a": {"attempts": [{"steps": [{"finish": "done"}]}]}}, "requests": [{}]}`, `steps[0].finish: unknown finish reason "done"`},
 		{"open error and steps", `{` + pol + `, "scripts": {"a": {"attempts": [{"open_error": {"status": 500}, "steps": [{"cut": true}]}]}}, "requests": [{}]}`, "scripts.a.attempts[0]: give open_error or steps, not both"},
+		{"plugin errors expected", `{` + pol + `, "scripts": {"a": {"attempts": [{}]}}, "requests": [{"expect": {"plugin_errors": [{"plugin": "x"}]}}]}`, "requests[0].expect: plugin_errors is reported, not expected"},
 		{"bad caller duration", `{` + pol + `, "scripts": {"a": {"attempts": [{}]}}, "requests": [{"caller": {"timeout": "3"}}]}`, `requests[0].caller.timeout: invalid duration "3"`},
 	}
 	for _, tt := range tests {

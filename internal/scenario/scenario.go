@@ -133,6 +133,12 @@ type Outcome struct {
 	// Violations lists broken invariants (an upstream left open, two
 	// preambles); always expected empty.
 	Violations []string `json:"violations,omitempty"`
+	// PluginErrors is what the request's plugins said when they failed,
+	// in order, at most 10 (PluginErrorsOmitted counts the others). It is
+	// reported, never expected or compared: a scenario states outcomes,
+	// not a guest's wording.
+	PluginErrors        []PluginError `json:"plugin_errors,omitempty"`
+	PluginErrorsOmitted int           `json:"plugin_errors_omitted,omitempty"`
 }
 
 // Parse decodes a scenario strictly (unknown fields are errors).
@@ -171,6 +177,11 @@ func (s *Scenario) validate(doc *strict.Doc) error {
 					return err
 				}
 			}
+		}
+	}
+	for i := range s.Requests {
+		if e := &s.Requests[i].Expect; len(e.PluginErrors) > 0 || e.PluginErrorsOmitted != 0 {
+			return doc.Errorf(fmt.Sprintf("requests[%d].expect", i), "plugin_errors is reported, not expected")
 		}
 	}
 	for _, m := range s.Policy.Models {
@@ -299,9 +310,11 @@ func (s *Scenario) Run(ctx context.Context, doc *strict.Doc, opts Options) (*Res
 		rec.outcome = &o
 		rec.mu.Unlock()
 	}
+	notes := &pluginNotes{lines: map[string][]string{}}
 	build := policyhook.Build.(func(context.Context, *strict.Doc, *policy.File, string, policy.Options) (*policy.Policy, error))
 	pol, err := build(ctx, doc, &s.Policy, "policy", policy.Options{
-		Dir: opts.Dir, Models: bound, Builtin: opts.Builtin, Logger: opts.Logger, HostOptions: opts.HostOptions,
+		Dir: opts.Dir, Models: bound, Builtin: opts.Builtin, Logger: opts.Logger,
+		HostOptions:   append(slices.Clip(opts.HostOptions), notes.hostOptions(opts.Logger)...),
 		Getenv:        func(string) string { return "" },
 		RunnerOptions: []driver.Option{driver.WithOnSuccess(done), driver.WithOnFailure(done)},
 		StreamOptions: []driver.StreamOption{driver.WithOnCommit(func(_ context.Context, c driver.CommitInfo) {
@@ -317,6 +330,7 @@ func (s *Scenario) Run(ctx context.Context, doc *strict.Doc, opts Options) (*Res
 	res := &Result{}
 	for i := range s.Requests {
 		*rec = recorder{}
+		notes.take() // what the load and the previous request left
 		out, final := play(ctx, pol.Model, &s.Requests[i].Caller)
 		rec.mu.Lock()
 		out.Committed = rec.committed
@@ -332,6 +346,7 @@ func (s *Scenario) Run(ctx context.Context, doc *strict.Doc, opts Options) (*Res
 			for _, a := range o.Attempts {
 				out.Attempts = append(out.Attempts, nameOf(a.Model)+": "+resultName(a.Err, a.Class))
 			}
+			notes.verdicts(o)
 		} else {
 			out.Violations = append(out.Violations, "neither OnSuccess nor OnFailure fired")
 		}
@@ -341,6 +356,7 @@ func (s *Scenario) Run(ctx context.Context, doc *strict.Doc, opts Options) (*Res
 				out.Violations = append(out.Violations, fmt.Sprintf("%d upstream stream(s) of %s left open", n, name))
 			}
 		}
+		out.PluginErrors, out.PluginErrorsOmitted = notes.take()
 		res.Requests = append(res.Requests, out)
 	}
 	return res, nil
