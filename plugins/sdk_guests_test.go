@@ -192,3 +192,15 @@ func TestSDKTransformExample(t *testing.T) {
 		require.ErrorContains(t, err, "takes none")
 	}
 }
+
+// TestSDKExamplesInDocs: the complete examples of docs/plugins.md are the
+// condition examples these tests load, verbatim.
+func TestSDKExamplesInDocs(t *testing.T) {
+	doc, err := os.ReadFile("../docs/plugins.md")
+	require.NoError(t, err)
+	for _, src := range []string{"sdk/assemblyscript/examples/condition/index.ts", "sdk/rust/examples/condition/main.rs"} {
+		b, err := os.ReadFile(src)
+		require.NoError(t, err)
+		require.Contains(t, string(doc), string(b), "docs/plugins.md quotes %s whole", src)
+	}
+}
