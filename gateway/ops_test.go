@@ -6,9 +6,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -259,13 +261,17 @@ func TestShutdownEndsABodyStillArriving(t *testing.T) {
 // serve's exit) waiting for the rest of the write timeout: once the
 // gateway stops, a write has a short grace, enough for the in-band error
 // to reach a client that reads.
+//
+// The client's side of the connection stalls after the first write: a
+// write blocks until its deadline, as one to a client whose buffers are
+// full does, and says when it starts waiting. Inferring the stall from the
+// upstream's silence instead (the relay stops reading it while it is
+// blocked) mistook a relay slowed by a loaded machine for a blocked one:
+// the stop then found the relay between writes, and its in-band error
+// went out.
 func TestShutdownEndsAStalledClientsStream(t *testing.T) {
-	// The upstream streams 64 KiB deltas for as long as they are read; when
-	// it can write no more, the gateway has stopped reading it: its relay
-	// is blocked writing to the client.
-	var written atomic.Int64
 	chunk := `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":{"content":"` +
-		strings.Repeat("x", 64<<10) + `"}}]}` + "\n\n"
+		strings.Repeat("x", 1<<10) + `"}}]}` + "\n\n"
 	up := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for r.Context().Err() == nil {
@@ -273,7 +279,6 @@ func TestShutdownEndsAStalledClientsStream(t *testing.T) {
 				return
 			}
 			w.(http.Flusher).Flush()
-			written.Add(1)
 		}
 	}))
 	pol := `{"models": [{"name": "m", "provider": "openai", "model": "up", "base_url": "` + up.URL + `/v1", "api_key_env": "K"}]}`
@@ -281,25 +286,24 @@ func TestShutdownEndsAStalledClientsStream(t *testing.T) {
 	gw, err := New(context.Background(), Bytes("p.json", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}),
 		WithWriteTimeout(time.Minute), WithLogger(newJSONLogger(logs)))
 	require.NoError(t, err)
-	srv := newTestServer(t, gw)
+	srv := httptest.NewUnstartedServer(gw)
+	stalls := &stallingListener{Listener: srv.Listener, blocked: make(chan struct{})}
+	srv.Listener = stalls
+	srv.Start()
 	defer func() { srv.Close(); require.NoError(t, gw.Close(context.Background())) }()
 
 	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
 	require.NoError(t, err)
 	defer conn.Close()
-	require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(4<<10))
 	body := streamBody("m")
 	_, err = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: "+
 		strconv.Itoa(len(body))+"\r\n\r\n"+body)
 	require.NoError(t, err)
-	// The client reads nothing: wait until the pipeline is full.
-	last := int64(-1)
-	require.Eventually(t, func() bool {
-		n := written.Load()
-		stalled := n > 0 && n == last
-		last = n
-		return stalled
-	}, 30*time.Second, 300*time.Millisecond)
+	select {
+	case <-stalls.blocked:
+	case <-time.After(30 * time.Second): // a guard against a hang
+		t.Fatal("the relay never wrote past its first write")
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -313,4 +317,81 @@ func TestShutdownEndsAStalledClientsStream(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), `"outcome":"client_closed"`) },
 		10*time.Second, time.Millisecond, "%s", logs)
+}
+
+// stallingListener's connections stall after their first write: each
+// later write waits until the connection's write deadline passes (or it
+// is closed), as a write to a client that reads nothing does once the
+// buffers between are full. blocked is closed when the first write waits.
+type stallingListener struct {
+	net.Listener
+	blocked chan struct{}
+	once    sync.Once
+}
+
+func (l *stallingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &stallingConn{Conn: c, l: l, changed: make(chan struct{}), closed: make(chan struct{})}, nil
+}
+
+type stallingConn struct {
+	net.Conn
+	l         *stallingListener
+	mu        sync.Mutex
+	writes    int
+	deadline  time.Time
+	changed   chan struct{} // closed, and replaced, when the deadline changes
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (c *stallingConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	if c.writes++; c.writes == 1 {
+		c.mu.Unlock()
+		return c.Conn.Write(p)
+	}
+	c.l.once.Do(func() { close(c.l.blocked) })
+	for {
+		d, changed := c.deadline, c.changed
+		c.mu.Unlock()
+		var expired <-chan time.Time
+		if !d.IsZero() {
+			tm := time.NewTimer(time.Until(d))
+			defer tm.Stop()
+			expired = tm.C
+		}
+		select {
+		case <-expired:
+			return 0, os.ErrDeadlineExceeded
+		case <-c.closed:
+			return 0, net.ErrClosed
+		case <-changed:
+		}
+		c.mu.Lock()
+	}
+}
+
+func (c *stallingConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *stallingConn) SetDeadline(t time.Time) error {
+	if err := c.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *stallingConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
 }
