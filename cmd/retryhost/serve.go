@@ -191,6 +191,10 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(stderr, "retryhost serve: %v\n", err)
 		return exitFail
 	}
+	// A request whose body length is ambiguous (Content-Length beside
+	// Transfer-Encoding) is refused with 400 and its connection closed:
+	// net/http alone would serve it and keep the connection.
+	ln = gateway.StrictFraming(ln)
 	srv := &http.Server{Handler: gw, MaxHeaderBytes: serveMaxHeaderBytes, ReadHeaderTimeout: serveReadHeaderTimeout,
 		IdleTimeout: serveIdleTimeout, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	if o.maxConns > 0 {

@@ -244,6 +244,30 @@ func TestServe_HeaderLimit(t *testing.T) {
 	require.Equal(t, exitOK, stop())
 }
 
+// serve refuses a request with both Content-Length and Transfer-Encoding
+// with 400 and closes its connection, so that nothing smuggled after it is
+// served (the gateway's StrictFraming tests go through every framing).
+func TestServe_RefusesAmbiguousFraming(t *testing.T) {
+	base, _, stop := startServe(t, "--max-conns", "8")
+	nc, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	require.NoError(t, err)
+	defer nc.Close()
+	require.NoError(t, nc.SetDeadline(time.Now().Add(10*time.Second))) // a guard against a hang
+	_, err = io.WriteString(nc, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"0\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(nc)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.True(t, resp.Close)
+	// The answer's body runs to the connection's end: no answer follows.
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "400 Bad Request", string(b), "the smuggled request got no answer")
+	require.Equal(t, exitOK, stop())
+}
+
 // --max-conns bounds the client connections: past it the connection idle
 // the longest is closed for a new client, which is served, while a
 // connection whose request is under way is left alone (the new one waits
