@@ -70,3 +70,39 @@ func TestLoad_AbandonedCompilesHoldTheConcurrencyLimit(t *testing.T) {
 	require.NoError(t, p.Close(context.Background()))
 	require.EqualValues(t, limit+1, started.Load())
 }
+
+// TestClose_StoppedEarlyLeavesWazeroToTheLastCompile: a Close whose ctx
+// ends while an abandoned compile still runs returns at once, but the
+// wazero runtime stays open under that compile (closing it there made
+// wazero's compiler panic on its freed type table and took the process
+// down) and is released when the compile ends.
+func TestClose_StoppedEarlyLeavesWazeroToTheLastCompile(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	rt, err := New(context.Background(), optionFunc(func(c *config) {
+		c.compileHook = func(context.Context) {
+			close(entered)
+			<-release
+		}
+	}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-entered; cancel() }()
+	_, err = rt.Load(ctx, "abandoned", fixture(t, "refusal"))
+	require.ErrorIs(t, err, context.Canceled)
+
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	require.ErrorIs(t, rt.Close(stopped), context.Canceled)
+	require.EqualValues(t, 1, rt.inCompile.Load(), "the compile still runs")
+
+	close(release) // the compile goes on, on an open wazero runtime
+	require.Eventually(t, func() bool { return rt.inCompile.Load() == 0 }, time.Minute, time.Millisecond)
+	rt.compileMu.Lock()
+	require.Nil(t, rt.release, "the last compile released wazero")
+	rt.compileMu.Unlock()
+	_, err = rt.wr.CompileModule(context.Background(), fixture(t, "refusal"))
+	require.Error(t, err, "wazero is closed")
+	_, err = rt.Load(context.Background(), "late", fixture(t, "refusal"))
+	require.ErrorIs(t, err, ErrClosed)
+}

@@ -48,10 +48,15 @@ type Runtime struct {
 	// compileSem holds a place for every compile still running, abandoned
 	// ones included (ModuleLimits.Compiles); Close takes every place to
 	// wait for them. closing is closed when Close starts. inCompile counts
-	// the compiles running, for tests.
+	// the compiles running. When Close stops waiting for them (its ctx
+	// ended), it leaves the wazero runtime's release in release, and the
+	// last compile to finish runs it: wazero must not be closed under a
+	// compile.
 	compileSem chan struct{}
 	closing    chan struct{}
+	compileMu  sync.Mutex // guards inCompile's transitions to 0 and release
 	inCompile  atomic.Int32
+	release    func()
 }
 
 // New returns a Runtime ready to load plugins. It fails only if the
@@ -314,6 +319,12 @@ func (rt *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazer
 	case <-rt.closing:
 		return nil, ErrClosed
 	}
+	select {
+	case <-rt.closing: // both were ready and select took the place
+		<-rt.compileSem
+		return nil, ErrClosed
+	default:
+	}
 	type result struct {
 		cm  wazero.CompiledModule
 		err error
@@ -322,16 +333,27 @@ func (rt *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazer
 	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
 	wctx := experimental.WithCompilationWorkers(context.WithoutCancel(cctx), min(max(runtime.GOMAXPROCS(0), 2), 4))
 	wctx, wcancel := context.WithCancel(wctx)
+	rt.compileMu.Lock()
 	rt.inCompile.Add(1)
+	rt.compileMu.Unlock()
 	go func() {
 		defer func() { <-rt.compileSem }()
-		defer rt.inCompile.Add(-1)
+		defer rt.compileDone()
 		defer wcancel()
 		var r result
-		if h := rt.cfg.compileHook; h != nil {
-			h(wctx)
-		}
-		r.cm, r.err = rt.wr.CompileModule(wctx, wasm)
+		func() {
+			// A panic in wazero's compiler is a module it could not
+			// compile, not a crash of the process that loads it.
+			defer func() {
+				if v := recover(); v != nil {
+					r.cm, r.err = nil, fmt.Errorf("the compiler failed: %v", v)
+				}
+			}()
+			if h := rt.cfg.compileHook; h != nil {
+				h(wctx)
+			}
+			r.cm, r.err = rt.wr.CompileModule(wctx, wasm)
+		}()
 		if state.CompareAndSwap(0, 1) {
 			done <- r
 		} else if r.cm != nil {
@@ -358,6 +380,20 @@ func (rt *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazer
 		return nil, loadErr(name, ErrInvalidModule, r.err)
 	}
 	return r.cm, nil
+}
+
+// compileDone ends a compile's count and, if it was the last one running
+// after Close stopped waiting, releases the wazero runtime.
+func (rt *Runtime) compileDone() {
+	rt.compileMu.Lock()
+	var release func()
+	if rt.inCompile.Add(-1) == 0 {
+		release, rt.release = rt.release, nil
+	}
+	rt.compileMu.Unlock()
+	if release != nil {
+		release()
+	}
 }
 
 // ModuleLimits returns the limits this Runtime applies to every module
@@ -431,9 +467,22 @@ wait:
 		close(rt.stopWatch)
 		<-rt.watchDone
 	}
-	errs = append(errs, rt.wr.Close(context.Background()))
-	if rt.cache != nil {
-		errs = append(errs, rt.cache.Close(context.Background()))
+	var released []error
+	release := func() {
+		released = append(released, rt.wr.Close(context.Background()))
+		if rt.cache != nil {
+			released = append(released, rt.cache.Close(context.Background()))
+		}
+	}
+	rt.compileMu.Lock()
+	if rt.inCompile.Load() > 0 {
+		// Compiles still run (ctx ended first): the last one releases.
+		rt.release, release = release, nil
+	}
+	rt.compileMu.Unlock()
+	if release != nil {
+		release()
+		errs = append(errs, released...)
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
