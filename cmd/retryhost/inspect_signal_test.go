@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -33,11 +36,14 @@ func TestInspect_SIGTERMStopsACompile(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	// Let it get into the compile; a module this size compiles for tens of
-	// seconds, so the signal lands mid-compile.
+	// seconds, so the signal lands mid-compile. On a loaded machine the
+	// process can take seconds to start: first wait until it catches
+	// SIGTERM, or the signal would kill it before its handler is there.
+	waitCatches(t, cmd.Process.Pid, syscall.SIGTERM, exited)
 	select {
 	case err := <-exited:
 		t.Fatalf("inspect ended before the signal: %v\n%s", err, out.String())
-	case <-time.After(2 * time.Second):
+	case <-time.After(time.Second):
 	}
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {
@@ -48,4 +54,33 @@ func TestInspect_SIGTERMStopsACompile(t *testing.T) {
 		t.Fatalf("inspect still ran 10 s after SIGTERM:\n%s", out.String())
 	}
 	require.Equal(t, 143, cmd.ProcessState.ExitCode(), out.String())
+}
+
+// waitCatches waits until process pid has a handler for sig, as Linux
+// shows it in /proc/PID/status (SigCgt); elsewhere it waits a few seconds.
+func waitCatches(t *testing.T, pid int, sig syscall.Signal, exited <-chan error) {
+	t.Helper()
+	status := fmt.Sprintf("/proc/%d/status", pid)
+	if _, err := os.Stat(status); err != nil {
+		time.Sleep(3 * time.Second)
+		return
+	}
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-exited:
+			t.Fatalf("the process ended before it caught %v: %v", sig, err)
+		default:
+		}
+		b, err := os.ReadFile(status)
+		if err != nil {
+			return false
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+				mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+				return err == nil && mask&(1<<(uint(sig)-1)) != 0
+			}
+		}
+		return false
+	}, time.Minute, 10*time.Millisecond)
 }
