@@ -149,31 +149,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 // already (refused, or failed before commit), with what it took released.
 func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) (ok bool) {
 	l := &c.l
-	l.requestID = requestID(r.Header.Get("X-Request-Id"), l.id)
-	c.hv[0] = l.requestID
-	w.Header()["X-Request-Id"] = c.hv[0:1:1] // on every answer; sent with the first byte, never before commit
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		l.status, l.outcome = http.StatusMethodNotAllowed, "client_error"
-		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "method_not_allowed", msg: "retryhost gateway: use POST"})
-		return
-	}
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		// Read as JSON, a compressed body is a parse error naming its
-		// first byte: say what is wrong instead.
-		l.status, l.outcome = http.StatusUnsupportedMediaType, "client_error"
-		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "unsupported_content_encoding",
-			msg: "retryhost gateway: Content-Encoding " + strconv.Quote(ce) + " is not supported: send the body uncompressed"})
-		return
-	}
-	if r.ContentLength > g.cfg.maxBody {
-		// Declared too large: answered at once, unread (the connection
-		// closes, so net/http does not read it either), instead of after
-		// WithMaxBodyBytes bytes, or the read timeout, of it.
-		l.status, l.outcome = http.StatusRequestEntityTooLarge, "client_error"
-		w.Header().Set("Connection", "close")
-		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "request_too_large",
-			msg: "retryhost gateway: the body declares " + strconv.FormatInt(r.ContentLength, 10) + " bytes, more than " + strconv.FormatInt(g.cfg.maxBody, 10)})
+	if !g.screen(w, r, d, c) {
 		return
 	}
 	client, status := g.enter(w, r, d)
@@ -194,7 +170,57 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 		return
 	}
 	c.gen = gen
+	ctx, body, read := g.readBody(w, r, d, c)
+	if !read {
+		return
+	}
+	cr, chain, routed := g.routeRequest(w, r, d, c, body, gen)
+	if !routed {
+		return
+	}
+	return g.commit(ctx, w, d, c, cr, chain)
+}
 
+// screen names the request and answers at once, unread, what it declares
+// wrong: a method other than POST, a compressed body, a body declared
+// larger than WithMaxBodyBytes.
+func (g *Gateway) screen(w http.ResponseWriter, r *http.Request, d door, c *call) bool {
+	l := &c.l
+	l.requestID = requestID(r.Header.Get("X-Request-Id"), l.id)
+	c.hv[0] = l.requestID
+	w.Header()["X-Request-Id"] = c.hv[0:1:1] // on every answer; sent with the first byte, never before commit
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		l.status, l.outcome = http.StatusMethodNotAllowed, "client_error"
+		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "method_not_allowed", msg: "retryhost gateway: use POST"})
+		return false
+	}
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		// Read as JSON, a compressed body is a parse error naming its
+		// first byte: say what is wrong instead.
+		l.status, l.outcome = http.StatusUnsupportedMediaType, "client_error"
+		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "unsupported_content_encoding",
+			msg: "retryhost gateway: Content-Encoding " + strconv.Quote(ce) + " is not supported: send the body uncompressed"})
+		return false
+	}
+	if r.ContentLength > g.cfg.maxBody {
+		// Declared too large: answered at once, unread (the connection
+		// closes, so net/http does not read it either), instead of after
+		// WithMaxBodyBytes bytes, or the read timeout, of it.
+		l.status, l.outcome = http.StatusRequestEntityTooLarge, "client_error"
+		w.Header().Set("Connection", "close")
+		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "request_too_large",
+			msg: "retryhost gateway: the body declares " + strconv.FormatInt(r.ContentLength, 10) + " bytes, more than " + strconv.FormatInt(g.cfg.maxBody, 10)})
+		return false
+	}
+	return true
+}
+
+// readBody reads the body whole, under the body limit, the read timeout
+// and the gateway's stop, and returns the request's context: the client's,
+// ended also by the stop, with ErrShuttingDown as its cause.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, d door, c *call) (context.Context, []byte, bool) {
+	l := &c.l
 	rc := http.NewResponseController(w)
 	// The request's context: the client's, ended also by the gateway's
 	// stop (Shutdown's deadline, Close), with ErrShuttingDown as its
@@ -262,15 +288,23 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 			writeErr(w, d, apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_body",
 				msg: "retryhost gateway: the body could not be read whole: " + err.Error()})
 		}
-		return
+		return nil, nil, false
 	}
+	return ctx, body, true
+}
+
+// routeRequest parses the body in d's format and finds the route of its
+// model and of each of its fallbacks, answering a request that names an
+// unknown one.
+func (g *Gateway) routeRequest(w http.ResponseWriter, r *http.Request, d door, c *call, body []byte, gen *generation) (*chatRequest, []*route, bool) {
+	l := &c.l
 	cr, err := d.parse(body, r.Header, gen)
 	if err != nil {
 		l.status, l.outcome = http.StatusBadRequest, "client_error"
 		var re *requestError
 		errors.As(err, &re)
 		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "invalid_request", msg: re.msg, param: re.param})
-		return
+		return nil, nil, false
 	}
 	l.stream = cr.stream
 	if cr.req.Headers == nil {
@@ -296,12 +330,19 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 			l.status, l.outcome = http.StatusNotFound, "client_error"
 			writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "model_not_found", param: param,
 				msg: "retryhost gateway: no route named " + strconv.Quote(name) + " (GET /v1/models lists them)"})
-			return
+			return nil, nil, false
 		}
 		chain = append(chain, rt)
 	}
 	l.route = cr.model // a known route only: it labels metrics, whose label values must stay few
+	return cr, chain, true
+}
 
+// commit runs the chain's policy requests up to the commit gate (for a
+// non-streaming client, the end of the answer) and readies the answer's
+// headers and encoder; a failure before commit is answered as the error.
+func (g *Gateway) commit(ctx context.Context, w http.ResponseWriter, d door, c *call, cr *chatRequest, chain []*route) bool {
+	l, gen := &c.l, c.gen
 	st := &c.st
 	st.atEnd, st.start = !cr.stream, l.start
 	var hook *flushHook
@@ -332,7 +373,7 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	if err != nil {
 		l.attempts = prior + attempts(err)
 		g.fail(ctx, w, d, l, err)
-		return
+		return false
 	}
 	l.commitAt = time.Since(l.start)
 	l.model, l.attempts = gen.name(st.committed), prior+st.attempts
