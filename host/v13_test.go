@@ -31,6 +31,7 @@ func TestPart_OverTheMaximumSizeIsNeverSent(t *testing.T) {
 		require.ErrorAs(t, err, &le)
 		require.Equal(t, "part size", le.Limit)
 		require.Equal(t, abi.MaxPartSize, le.Max)
+		require.EqualError(t, err, `host: plugin "upper": part: part size: 16777217 exceeds the limit of 16777216`)
 		require.Equal(t, gen, p.slots[0].gen, "the instance is kept")
 
 		// A part of exactly the maximum is judged.

@@ -6,6 +6,20 @@
 #ifndef RETRYHOST_H
 #define RETRYHOST_H
 
+/* What a transform can rely on (ABI v1.3, abi/ABI.md §6.4, §8.4, §8.6,
+ * §8.7):
+ * - the finish part is always last: a PASS of it holds it until
+ *   retryhost_end, so a list returned there goes out before it;
+ * - an empty REPLACE list (count 0, or no payload) discards the held
+ *   content and the part and emits nothing;
+ * - a REPLACE (or DROP) of the provider's error part (kind 18) emits the
+ *   list and keeps the error, which still fails the attempt;
+ * - an empty text, reasoning or tool-input delta is a heartbeat: held, it
+ *   counts for no hold cap;
+ * - a part's payload is at most 16 MiB (abi.MaxPartSize): a larger one
+ *   never reaches the guest; a record larger than the scratch buffer is
+ *   read with rh_input. */
+
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;

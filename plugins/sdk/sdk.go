@@ -58,6 +58,16 @@
 // the call; never start goroutines that outlive an export; clocks and
 // randomness in the sandbox are fake, so decide on the Attempt's fields.
 // plugins/README.md is the author's guide.
+//
+// What a transform can rely on (ABI v1.3, abi/ABI.md §6.4, §8.4, §8.6, §8.7):
+// the finish part is always last (passing it holds it until End, so a
+// list End returns goes out before it); an empty REPLACE list discards the
+// held content and the part and emits nothing; a REPLACE (or DROP) of the
+// provider's error part emits the list and keeps the error, which still
+// fails the attempt; an empty text, reasoning or tool-input delta is a
+// heartbeat and counts for no hold cap; a part's payload is at most
+// abi.MaxPartSize (16 MiB): a larger one never reaches the guest (the
+// stream fails with the host's limit error and the fail policy applies).
 package sdk
 
 import (
