@@ -32,7 +32,7 @@ func fleetPolicy(t *testing.T, upstream, url string) string {
 	"rules": [{"when": {"status": [429]}, "action": "switch", "model": "b"}],
 	"cooldown": {"failures": 3, "for": "1m"},
 	"retry_budget": {},
-	"state": {"redis": {"url": %[2]q, "prefix": "fleet:", "op_timeout": "500ms"}}
+	"state": {"redis": {"url": %[2]q, "prefix": "fleet:", "op_timeout": "2s"}}
 }`, upstream+"/v1", url)), 0o600))
 	return pol
 }
