@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,11 +13,13 @@ import (
 
 // TestPart_OverTheMaximumSizeIsNeverSent: a part whose payload is over
 // abi.MaxPartSize fails the stream with ErrLimit (the fail policy then
-// applies) without a call into the guest, and the instance serves on.
+// applies) without a call into the guest, and the instance serves on: the
+// provider's part is not the plugin's failure, so even a breaker that
+// trips on one failure does not count it.
 func TestPart_OverTheMaximumSizeIsNeverSent(t *testing.T) {
 	engines(t, func(t *testing.T, opts ...Option) {
 		ctx := context.Background()
-		rt := newRuntime(t, opts...)
+		rt := newRuntime(t, append(opts, WithBreaker(1, time.Hour))...)
 		p, err := rt.Load(ctx, "upper", fixture(t, "upper"), WithInstances(1))
 		require.NoError(t, err)
 		defer p.Close(ctx)
