@@ -10,7 +10,7 @@ import (
 	"github.com/retryhost/retryhost/abi"
 )
 
-// The latency bars of DESIGN.md, measured (never asserted):
+// The latency targets, measured (never asserted):
 //
 //	go test ./driver -run '^$' -bench Latency -benchtime 20000x
 //

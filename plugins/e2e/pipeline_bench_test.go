@@ -15,7 +15,7 @@ import (
 // BenchmarkPipeline is the whole stream pipeline (RetryableModel: engine,
 // attempt, transform chain, commit gate) on a 1,000-part answer, with the
 // refusal detector native or as a Wasm plugin through the host, beside the
-// raw provider stream in the same run. DESIGN.md's bar: the Wasm pipeline
+// raw provider stream in the same run. The target: the Wasm pipeline
 // within 2× of the native one, and, once the detector detaches, within 10%
 // of the raw stream.
 //

@@ -18,7 +18,7 @@ import (
 // detector: half refuse, half answer, every stream's part k judged before
 // any stream's part k+1. It reports the CPU per stream and the host memory
 // the plugin side holds with all 10,000 open (heap and stacks in use,
-// minus before the plugin was loaded). DESIGN.md's bar: all correct,
+// minus before the plugin was loaded). The target: all correct,
 // ≤ 100 MiB.
 //
 //	go test ./plugins/e2e -run '^$' -bench 10kStreams -benchtime 3x

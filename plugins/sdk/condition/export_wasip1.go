@@ -13,6 +13,6 @@ func retryhostDecide(attemptLen int32) int32 {
 		return -1
 	}
 	r := g.Decide(attemptLen)
-	guest.MaybeYield() // let the guest's GC run (DESIGN.md, measured facts)
+	guest.MaybeYield() // let the guest's GC run (it would never run otherwise)
 	return r
 }

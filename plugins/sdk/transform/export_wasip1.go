@@ -7,8 +7,8 @@ import (
 )
 
 // The hot exports call guest.MaybeYield last (not deferred: a defer costs
-// more than a part in Go-in-Wasm), so the guest's GC runs (DESIGN.md,
-// measured facts). A panic traps the module either way.
+// more than a part in Go-in-Wasm), so the guest's GC runs (a Go guest
+// allocates on every call and never blocks). A panic traps the module either way.
 
 //go:wasmexport retryhost_open
 func retryhostOpen(stream int64, infoLen int32) int32 {
