@@ -433,7 +433,10 @@ var buildOnce = sync.OnceValues(func() (string, error) {
 	}
 	builtDir = dir
 	bin := filepath.Join(dir, "retryhost")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	// Static, as the container image ships it (deploy/Dockerfile).
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("%v: %s", err, out)
 	}
