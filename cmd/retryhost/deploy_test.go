@@ -323,27 +323,24 @@ func TestDeploy_ServeRunsWithTheDeploymentsArgs(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, p)
 	}
 	cl := oai.NewClient(option.WithBaseURL(b.base()+"/v1"), option.WithAPIKey("k"), option.WithMaxRetries(0))
-	ms, err := cl.Models.List(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, "openai", ms.Data[0].ID)
+	require.Equal(t, []string{"claude", "openai"}, modelIDs(t, cl))
 	st, _ := openStream(t, cl, "openai")
 	text, _, err := st.rest()
 	require.NoError(t, err)
 	require.Equal(t, "first second", text)
 
-	// The kubelet's update: a policy with the models swapped round.
+	// The kubelet's update: a policy with one model, renamed.
 	var spec map[string]any
 	require.NoError(t, json.Unmarshal([]byte(local(cm)), &spec))
-	models := spec["models"].([]any)
-	slices.Reverse(models)
+	first := spec["models"].([]any)[0].(map[string]any)
+	first["name"] = "edited"
+	spec["models"] = []any{first}
 	delete(spec, "rules")
 	edited, err := json.Marshal(spec)
 	require.NoError(t, err)
 	kubeletMount(t, dir, filepath.Base(polPath), string(edited))
 	b.waitLog(`policy reloaded`)
-	ms, err = cl.Models.List(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, "claude", ms.Data[0].ID, "the first model of the edited policy")
+	require.Equal(t, []string{"edited"}, modelIDs(t, cl), "the routes of the edited policy")
 
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
 	require.Eventually(t, func() bool {
@@ -438,7 +435,7 @@ func TestDeploy_ImageRunsAsNonRootFromScratch(t *testing.T) {
 	require.NoError(t, l.Close())
 	name := strings.ReplaceAll(strings.TrimPrefix(tag, "localhost/"), ":", "-")
 	out, err := exec.Command("podman", "run", "-d", "--rm", "--name", name, "--network", "host",
-		"--read-only", "--tmpfs", "/cache:uid=65532,gid=65532", tag, "serve", "--addr", addr).CombinedOutput()
+		"--read-only", "--tmpfs", "/cache:rw,mode=1777", tag, "serve", "--addr", addr).CombinedOutput()
 	if err != nil {
 		t.Skipf("podman cannot start containers on this machine: %v: %s", err, out)
 	}
@@ -470,4 +467,17 @@ func specOf(t *testing.T, name string) *yaml.Node {
 	t.Helper()
 	o := readManifest(t, name)
 	return &o.Spec
+}
+
+// modelIDs lists the routes a gateway serves, sorted.
+func modelIDs(t *testing.T, cl oai.Client) []string {
+	t.Helper()
+	ms, err := cl.Models.List(context.Background())
+	require.NoError(t, err)
+	var ids []string
+	for _, m := range ms.Data {
+		ids = append(ids, m.ID)
+	}
+	slices.Sort(ids)
+	return ids
 }
