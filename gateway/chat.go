@@ -171,14 +171,18 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	}
 	c.gen = gen
 	ctx, body, read := g.readBody(w, r, d, c)
-	if !read {
+	if !read || !g.chargeBody(w, d, c, body) {
 		return
 	}
+	held := bodyHeldCost * int64(len(body))
 	cr, chain, routed := g.routeRequest(w, r, d, c, body, gen)
 	if !routed {
 		return
 	}
-	return g.commit(ctx, w, d, c, cr, chain)
+	if ok = g.commit(ctx, w, d, c, cr, chain); ok {
+		g.budget.settle(c, held) // committed: the rest of the decoding's charge is given back
+	}
+	return ok
 }
 
 // screen names the request and answers at once, unread, what it declares
@@ -247,7 +251,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, d door, c *ca
 		}
 		c.wmu.Unlock()
 	})
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.maxBody))
+	body, err := io.ReadAll(&chargedBody{r: http.MaxBytesReader(w, r.Body, g.cfg.maxBody), b: &g.budget, c: c})
 	c.wmu.Lock()
 	c.reading = false
 	_ = rc.SetReadDeadline(time.Time{}) // the server watches the connection for the client going away
@@ -262,6 +266,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, d door, c *ca
 			l.status, l.outcome = http.StatusServiceUnavailable, "shutdown"
 			w.Header().Set("Connection", "close")
 			writeErr(w, d, errShutdown)
+		case errors.Is(err, errBodyBudget):
+			w.Header().Set("Connection", "close") // the rest of the body is not read
+			g.refuseBudget(w, d, c)
 		case errors.As(err, &mb):
 			l.status, l.outcome = http.StatusRequestEntityTooLarge, "client_error"
 			writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "request_too_large",
@@ -407,6 +414,7 @@ func (c *call) close(g *Gateway) {
 	if c.gen != nil {
 		c.gen.release()
 	}
+	g.budget.settle(c, 0)
 	if c.entered {
 		g.leave(c.client)
 	}
@@ -438,6 +446,7 @@ type call struct {
 	stream    bool
 	relayHook *flushHook // the flush hook the relay arms; nil: flush every event
 	entered   bool       // admitted (g.enter)
+	charged   int64      // what the body budget charges it (bodyBudget.settle)
 	client    string     // who it counts against (clientOf), while entered
 	cancel    context.CancelCauseFunc
 	stopAfter func() bool

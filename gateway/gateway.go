@@ -41,6 +41,7 @@ type Gateway struct {
 	keys atomic.Pointer[[][sha256.Size]byte] // the client keys' SHA-256 (WithAPIKeys, SetAPIKeys); nil: open
 
 	sem       chan struct{}  // chat requests in flight
+	budget    bodyBudget     // the memory their bodies hold (WithBodyBudget)
 	perClient map[string]int // chat requests in flight by client (clientOf); under mu
 
 	mu sync.Mutex // orders draining's setting against enter's inflight.Add
@@ -64,12 +65,12 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		return nil, errors.New("gateway: empty Source (use gateway.File or gateway.Bytes)")
 	}
 	g := &Gateway{src: src, cfg: config{
-		maxBody: 8 << 20, maxConcurrent: 1024, upstreamConns: 256,
+		maxBody: 8 << 20, bodyBudget: defaultBodyBudget, maxConcurrent: 1024, upstreamConns: 256,
 		headerTimeout: 60 * time.Second, writeTimeout: 30 * time.Second, readTimeout: 30 * time.Second,
 		retryAfterBusy: time.Second, pluginPoll: defaultPluginPoll,
 	}, stats: &stats{}, openers: newOpeners(defaultMaxIdleOpeners())}
 	g.stats.cur = g.cur.Load
-	g.metrics = newMetrics(g.stats)
+	g.metrics = newMetrics(g.stats, &g.budget)
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("gateway: nil option")
@@ -81,6 +82,11 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	if g.cfg.logger == nil {
 		g.cfg.logger = slog.New(slog.DiscardHandler)
 	}
+	if g.cfg.bodyBudget < bodyByteCost*g.cfg.maxBody {
+		return nil, fmt.Errorf("gateway: a body budget of %d bytes holds no body of the largest size (%d bytes, charged %d)",
+			g.cfg.bodyBudget, g.cfg.maxBody, bodyByteCost*g.cfg.maxBody)
+	}
+	g.budget.limit = g.cfg.bodyBudget
 	for _, c := range g.cfg.collectors {
 		if err := g.metrics.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gateway: WithMetrics: %w", err)
@@ -275,6 +281,7 @@ type stats struct {
 	unauthorized   atomic.Int64
 	rejectedBusy   atomic.Int64
 	rejectedClient atomic.Int64 // refused at WithMaxConcurrentPerClient
+	rejectedBudget atomic.Int64 // refused at WithBodyBudget
 	reloads        atomic.Int64
 	reloadFailures atomic.Int64
 	// reloadsAbandoned: Reloads whose ctx ended, or that a newer one overtook.

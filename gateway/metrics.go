@@ -29,7 +29,7 @@ type metrics struct {
 	streams   prometheus.Gauge         // committed streams being relayed
 }
 
-func newMetrics(st *stats) *metrics {
+func newMetrics(st *stats, budget *bodyBudget) *metrics {
 	const ns = "retryhost_gateway"
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
@@ -56,6 +56,10 @@ func newMetrics(st *stats) *metrics {
 		counter("unauthorized_total", "Requests refused for a missing or wrong API key.", st.unauthorized.Load),
 		counter("client_busy_rejections_total", "Chat requests refused with 429 because their client had its most requests in flight (WithMaxConcurrentPerClient, serve's --max-per-client).", st.rejectedClient.Load),
 		counter("busy_rejections_total", "Chat requests refused with 429 because the gateway was full.", st.rejectedBusy.Load),
+		counter("body_budget_rejections_total", "Chat requests refused with 429 because the request bodies in flight filled the body budget (WithBodyBudget, serve's --body-budget).", st.rejectedBudget.Load),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "body_budget_used_bytes",
+			Help: "Bytes of the body budget that the requests in flight are charged (WithBodyBudget, serve's --body-budget)."},
+			func() float64 { return float64(budget.used.Load()) }),
 		counter("reloads_total", "Policy reloads that took effect.", st.reloads.Load),
 		counter("reload_failures_total", "Policy reloads rejected (the old policy was kept).", st.reloadFailures.Load),
 		counter("reloads_abandoned_total", "Policy reloads abandoned before they took effect: past their budget (retryhost serve's --reload-budget), overtaken by a newer reload, or stopped (the old policy was kept).", st.reloadsAbandoned.Load),

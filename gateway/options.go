@@ -17,6 +17,7 @@ type Option func(*config) error
 type config struct {
 	keys            [][sha256.Size]byte
 	maxBody         int64
+	bodyBudget      int64
 	maxConcurrent   int
 	maxPerClient    int // 0: maxConcurrent/defaultPerClientShare
 	upstreamConns   int
@@ -59,6 +60,29 @@ func WithMaxBodyBytes(n int64) Option {
 			return fmt.Errorf("gateway: max body bytes must be positive, got %d", n)
 		}
 		c.maxBody = n
+		return nil
+	}
+}
+
+// WithBodyBudget caps the memory that the request bodies in flight hold,
+// across every request, at n bytes. A request is charged, while its body
+// arrives, 2 bytes a byte; once it is read and until the request commits,
+// 8 bytes a byte and 384 bytes a JSON value in it (what parsing it and
+// encoding it for the upstream take at most); from commit to its end, 2
+// bytes a byte. A request that does not fit gets 429 with Retry-After
+// (code gateway_busy), as when the gateway is full, mid-body with the
+// connection closed, counted in
+// retryhost_gateway_body_budget_rejections_total; one that needs more
+// than n alone gets 413. retryhost_gateway_body_budget_used_bytes is what
+// is charged now. Default 512 MiB, sized for a 2-core machine (see
+// docs/security.md); New refuses an n that holds no body of
+// WithMaxBodyBytes' size (8 times it).
+func WithBodyBudget(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("gateway: body budget must be positive, got %d", n)
+		}
+		c.bodyBudget = n
 		return nil
 	}
 }
@@ -183,11 +207,12 @@ func WithWriteTimeout(d time.Duration) Option {
 
 // WithReadTimeout bounds the reading of a request's body; past it the
 // answer is 408. A request holds one of the WithMaxConcurrent slots while
-// its body arrives (the slots also bound the bodies held in memory at
-// once), so the timeout bounds how long a client that trickles its body
-// holds one, not whether it does: a client that trickles many bodies at
-// once holds at most its share of the slots (WithMaxConcurrentPerClient). It bounds the body of a request answered without reading it
-// too (a missing key, /healthz …): see ServeHTTP. Default 30s.
+// its body arrives (WithBodyBudget bounds the memory the bodies hold), so
+// the timeout bounds how long a client that trickles its body holds one,
+// not whether it does: a client that trickles many bodies at once holds at
+// most its share of the slots (WithMaxConcurrentPerClient). It bounds the
+// body of a request answered without reading it too (a missing key,
+// /healthz …): see ServeHTTP. Default 30s.
 func WithReadTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

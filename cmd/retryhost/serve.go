@@ -49,6 +49,7 @@ func init() {
 			fs.IntVar(&o.maxPerClient, "max-per-client", 0, "chat requests served at once from one client (its API key when keys are required, else its IP address); more get 429 (0: a quarter of --max-concurrent; behind a proxy without keys, set it to --max-concurrent)")
 			fs.IntVar(&o.maxConns, "max-conns", 4096, "client connections open at once; past it the one idle the longest is closed to make room, and with none idle a new one waits for one to close (0: no limit)")
 			fs.Int64Var(&o.maxBody, "max-body", 8<<20, "the largest request body, in `BYTES`")
+			fs.Int64Var(&o.bodyBudget, "body-budget", 512<<20, "the memory, in `BYTES`, that the request bodies in flight may hold across all requests; a request is charged 2 bytes a byte while its body arrives, 8 bytes a byte and 384 a JSON value until it commits, 2 bytes a byte after; past it 429 (at least 8 times --max-body)")
 			fs.Int64Var(&o.gcFloor, "gc-floor", 16<<20, "the heap size, in `BYTES`, below which the garbage collector does not run; above it GOGC governs as usual (0: Go's default, a collection every few MiB)")
 			fs.Int64Var(&o.maxAnswer, "max-answer", 32<<20, "the largest answer a non-streaming request holds until it is complete, per attempt, in `BYTES` (payload + 256 per part); past it the attempt fails")
 			fs.BoolVar(&o.h2c, "h2c", false, "also accept HTTP/2 without TLS (prior knowledge, as a mesh sidecar or a load balancer speaks it), on the same port as HTTP/1.1")
@@ -70,6 +71,7 @@ type serveOpts struct {
 	maxPerClient         int
 	upstreamConns        int
 	maxBody, maxAnswer   int64
+	bodyBudget           int64
 	gcFloor              int64
 	watch, printDemo     bool
 	h2c                  bool
@@ -150,7 +152,7 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return e.errorf(exitInput, "%v", err)
 	}
-	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody),
+	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody), gateway.WithBodyBudget(o.bodyBudget),
 		gateway.WithMaxAnswerBytes(o.maxAnswer),
 		gateway.WithUpstreamConns(o.upstreamConns), gateway.WithPluginPoll(o.pluginPoll)}
 	if o.maxPerClient > 0 {

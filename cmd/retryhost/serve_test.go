@@ -268,6 +268,18 @@ func TestServe_RefusesAmbiguousFraming(t *testing.T) {
 	require.Equal(t, exitOK, stop())
 }
 
+// --body-budget reaches the gateway: a budget below 8 times --max-body
+// (what the largest body is charged) is refused, naming the flag's limit.
+func TestServe_BodyBudget(t *testing.T) {
+	var stderr bytes.Buffer
+	require.Equal(t, exitInput, dispatch(context.Background(), []string{"serve", "--max-body", "1048576", "--body-budget", "4194304"}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "body budget")
+	base, _, stop := startServe(t, "--max-body", "1048576", "--body-budget", "8388608")
+	resp, body := post(t, base+"/v1/chat/completions", `{"model":"gamma","messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, exitOK, stop())
+}
+
 // --max-conns bounds the client connections: past it the connection idle
 // the longest is closed for a new client, which is served, while a
 // connection whose request is under way is left alone (the new one waits
