@@ -29,6 +29,9 @@ func TestDocsGatewayDefaults(t *testing.T) {
 	}{
 		{"request body (--max-body, WithMaxBodyBytes): 8 MiB", c.maxBody, int64(8 << 20)},
 		{"chat requests in flight (WithMaxConcurrent): 1024", c.maxConcurrent, 1024},
+		{"in-flight body budget (--body-budget, WithBodyBudget): 512 MiB", c.bodyBudget, int64(512 << 20)},
+		{"body budget charges: 2 B a byte while read, 8 B a byte and 384 B a JSON value until commit, 2 B a byte after",
+			[4]int64{bodyReadCost, bodyByteCost, bodyValueCost, bodyHeldCost}, [4]int64{2, 8, 384, 2}},
 		{"busy: 429 with Retry-After: 1", c.retryAfterBusy, time.Second},
 		{"the Retry-After on every 429 and 503 the gateway sends: 1 s to 60 s", [2]time.Duration{minRetryAfter, maxRetryAfter}, [2]time.Duration{time.Second, time.Minute}},
 		{"connections per upstream host (WithUpstreamConns): 256", c.upstreamConns, 256},
@@ -138,7 +141,7 @@ func TestDocsMetricNames(t *testing.T) {
 	}
 	require.Contains(t, names, "requests_total", "the bullet was parsed")
 	require.Contains(t, names, "state_down")
-	require.Len(t, names, 16)
+	require.Len(t, names, 19)
 }
 
 // "`n` other than 1 is refused with a 400 naming `n` (the gateway follows
