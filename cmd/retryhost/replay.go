@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/retryhost/retryhost/internal/scenario"
+	"github.com/retryhost/retryhost/cmd/internal/scenario"
 	"github.com/retryhost/retryhost/plugins"
 )
 

@@ -16,7 +16,7 @@ import (
 
 const (
 	passing = "../../testdata/scenarios/basic-success.json"
-	failing = "../../internal/scenario/testdata/wrong-expectation.json"
+	failing = "../internal/scenario/testdata/wrong-expectation.json"
 )
 
 func replay(args ...string) (code int, stdout, stderr string) {

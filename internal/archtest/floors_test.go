@@ -30,7 +30,7 @@ var floors = []room{
 	{"state/redis", 4},
 	{"policy", 5},            // a policy file into core objects
 	{"gateway", 6},           // HTTP
-	{"internal/scenario", 6}, // the scenario engine
+	{"cmd/internal/scenario", 6}, // the scenario engine
 	{"cmd/retryhost", 7},     // the CLI
 	{"examples", 8},          // programs on top of everything
 	{"bench", 8},             // the benchmark tools

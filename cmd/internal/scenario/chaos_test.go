@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/scenario"
+	"github.com/retryhost/retryhost/cmd/internal/scenario"
 )
 
 // TestChaosInvariants drives the chaos provider over many seeds and checks

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/internal/scenario"
+	"github.com/retryhost/retryhost/cmd/internal/scenario"
 )
 
 func TestParseErrors(t *testing.T) {

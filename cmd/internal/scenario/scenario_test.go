@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/retryhost/retryhost/internal/scenario"
+	"github.com/retryhost/retryhost/cmd/internal/scenario"
 	"github.com/retryhost/retryhost/plugins"
 )
 
@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestScenarios plays every scenario in testdata/scenarios through the
 // replay engine: each one must match its expectation exactly.
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("../../testdata/scenarios/*.json")
+	files, err := filepath.Glob("../../../testdata/scenarios/*.json")
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(files), 25, "the scenario corpus")
 	for _, f := range files {
