@@ -324,6 +324,18 @@ func TestDeploy_ServeRunsWithTheDeploymentsArgs(t *testing.T) {
 	}
 	cl := oai.NewClient(option.WithBaseURL(b.base()+"/v1"), option.WithAPIKey("k"), option.WithMaxRetries(0))
 	require.Equal(t, []string{"claude", "openai"}, modelIDs(t, cl))
+	var hpa struct {
+		Metrics []struct {
+			Pods struct {
+				Metric struct {
+					Name string `yaml:"name"`
+				} `yaml:"metric"`
+			} `yaml:"pods"`
+		} `yaml:"metrics"`
+	}
+	require.NoError(t, specOf(t, "hpa.yaml").Decode(&hpa))
+	require.Len(t, hpa.Metrics, 1)
+	require.Contains(t, b.metrics(), "\n"+hpa.Metrics[0].Pods.Metric.Name+" ", "the autoscaler's metric is one serve exports")
 	st, _ := openStream(t, cl, "openai")
 	text, _, err := st.rest()
 	require.NoError(t, err)
