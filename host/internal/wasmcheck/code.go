@@ -23,6 +23,7 @@ func (c *checker) expr() error {
 				return err
 			}
 			depth++
+			c.depths += depth
 			c.info.MaxNesting = max(c.info.MaxNesting, depth)
 			if err := c.over("Nesting", depth, c.lim.Nesting); err != nil {
 				return err
@@ -39,6 +40,7 @@ func (c *checker) expr() error {
 		case immIndex:
 			_, err = c.r.u32()
 			if err == nil && (op == 0x0C || op == 0x0D) { // br, br_if
+				c.jumps++
 				err = c.tally("Branches", &c.info.Branches, 1, c.lim.Branches)
 			}
 		case immMemarg:

@@ -20,11 +20,13 @@ var generous = Limits{
 	Tables: 4, TableEntries: 1 << 20, Types: 10_000, Globals: 10_000,
 	DataSegments: 500_000, Elements: 1 << 18, Names: 1 << 18, AllLocals: 1 << 20,
 	Blocks: 2048, Branches: 4096, Params: 1000, Results: 1000, TypeBytes: 1 << 20,
+	CompileWork: 1 << 27,
 }
 
 func wasmFiles(t testing.TB) []string {
 	var files []string
-	for _, pat := range []string{"../../testdata/*.wasm", "../../../plugins/*/*.wasm", "../../../examples/*/guest/*.wasm"} {
+	for _, pat := range []string{"../../testdata/*.wasm", "../../../plugins/*/*.wasm",
+		"../../../plugins/sdk/*/examples/*/*.wasm", "../../../examples/*/guest/*.wasm"} {
 		m, err := filepath.Glob(pat)
 		require.NoError(t, err)
 		files = append(files, m...)
@@ -86,6 +88,30 @@ func TestCheck_GoGuestCounts(t *testing.T) {
 	require.Less(t, info.MaxParams, uint64(16))
 	require.Less(t, info.MaxResults, uint64(4))
 	require.Less(t, info.TypeBytes, uint64(1024))
+	require.Less(t, info.CompileWork, uint64(1<<25))
+}
+
+// TestCheck_CompileWork pins the cost model on small bodies: jumps ×
+// (jumps + 3 × blocks) plus the depth each block opens at.
+func TestCheck_CompileWork(t *testing.T) {
+	tests := []struct {
+		name string
+		wasm []byte
+		want uint64
+	}{
+		{"sibling blocks branching out", wasmgen.SiblingBranches(10), 10*(10+3*10) + 10},
+		{"br_ifs in no block", wasmgen.BrIfs(10), 10 * 10},
+		{"nested blocks", wasmgen.Nested(1, 10), 10 * 11 / 2},
+		{"br_table labels", wasmgen.BrTables(1, 100), 1},
+		{"summed over functions", wasmgen.SiblingBranchFuncs(3, 10), 3 * (10*(10+3*10) + 10)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			info, err := Check(tc.wasm, Limits{})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, info.CompileWork)
+		})
+	}
 }
 
 func TestCheck_Limits(t *testing.T) {
@@ -127,6 +153,8 @@ func TestCheck_Limits(t *testing.T) {
 		{"params", wasmgen.WideTypes(1, 1001, 0), generous, "Params", nil},
 		{"results", wasmgen.WideTypes(1, 0, 1001), generous, "Results", nil},
 		{"type bytes", wasmgen.WideTypes(2000, 1000, 0), generous, "TypeBytes", nil},
+		{"compile work across functions", wasmgen.SiblingBranchFuncs(400, 2000), generous, "CompileWork", nil},
+		{"nesting across functions", wasmgen.Nested(400, 2000), generous, "CompileWork", nil},
 		{"tables", table(0, 1), Limits{Tables: 0}, "", nil}, // no limit: accepted
 		{"table minimum", table(0, 1<<20+1), generous, "TableEntries", nil},
 		{"table maximum", table(1, 0, 1<<20+1), generous, "TableEntries", nil},
