@@ -3,6 +3,9 @@ package host
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +52,10 @@ var loadBombs = []bomb{
 	{"params", gen(func() []byte { return wasmgen.WideTypes(1, 1001, 0) }), ErrLimit, "Params"},
 	{"results", gen(func() []byte { return wasmgen.WideTypes(1, 0, 1001) }), ErrLimit, "Results"},
 	{"type bytes", gen(func() []byte { return wasmgen.WideTypes(1100, 1000, 0) }), ErrLimit, "TypeBytes"},
+	// 400 functions each within Blocks and Branches, 34 s of compile CPU
+	// together; 400 functions each within Nesting, 5 s.
+	{"compile work across functions", gen(func() []byte { return wasmgen.SiblingBranchFuncs(400, 2000) }), ErrLimit, "CompileWork"},
+	{"nesting across functions", gen(func() []byte { return wasmgen.Nested(400, 2000) }), ErrLimit, "CompileWork"},
 	{"declared lengths past the end", gen(func() []byte {
 		// A 60-byte module found by the fuzzer: its import vector claims
 		// 2^32-1 entries, which made wazero allocate ~200 GB and kill the
@@ -129,6 +136,7 @@ func TestLoad_LimitsAreTheOperators(t *testing.T) {
 		{"Globals", 1, "hinted"},
 		{"DataSegments", 1, "refusal"},
 		{"Elements", 1, "tablegrowmax"},
+		{"CompileWork", 1, "refusal"},
 	}
 	for _, tc := range tight {
 		t.Run(tc.limit, func(t *testing.T) {
@@ -152,13 +160,16 @@ func limitField(l *ModuleLimits, name string) *int {
 		"Exports": &l.Exports, "DataBytes": &l.DataBytes, "BodyBytes": &l.BodyBytes,
 		"Nesting": &l.Nesting, "Locals": &l.Locals, "AllLocals": &l.AllLocals, "Tables": &l.Tables, "TableEntries": &l.TableEntries,
 		"Types": &l.Types, "Globals": &l.Globals, "DataSegments": &l.DataSegments, "Elements": &l.Elements,
-		"Names": &l.Names,
+		"Names": &l.Names, "CompileWork": &l.CompileWork,
 	}[name]
 }
 
-// slowCompile is within every default limit and takes the compiler
-// seconds: 400 functions of 2,000 nested blocks each.
+// slowCompile takes the compiler seconds: 400 functions of 2,000 nested
+// blocks each, within every per-function limit; slowLimits admit it (the
+// default CompileWork does not).
 func slowCompile() []byte { return wasmgen.Nested(400, 2000) }
+
+var slowLimits = ModuleLimits{CompileWork: 1 << 40}
 
 // TestLoad_CompileHonoursContext: the Load context and CompileTimeout stop
 // a compile, in trusted mode too (a module that compiled for 24 s under a
@@ -166,7 +177,7 @@ func slowCompile() []byte { return wasmgen.Nested(400, 2000) }
 func TestLoad_CompileHonoursContext(t *testing.T) {
 	wasm := slowCompile()
 	for _, trusted := range []bool{false, true} {
-		var opts []Option
+		opts := []Option{WithModuleLimits(slowLimits)}
 		if trusted {
 			opts = append(opts, WithTrusted())
 		}
@@ -286,5 +297,43 @@ func TestRegistry_WatchSurvivesLoadBombs(t *testing.T) {
 		require.Contains(t, logs.String(), "start section")
 		require.Contains(t, logs.String(), "Exports")
 		require.NoError(t, reg.Close(ctx))
+	}
+}
+
+// TestPrecheck_CommittedModulesPassTheDefaults: every .wasm in the
+// repository (plugins, SDK examples, examples, fixtures) passes the
+// pre-parse with DefaultModuleLimits, CompileWork included, except the
+// hostile fixtures that exist to be refused.
+func TestPrecheck_CommittedModulesPassTheDefaults(t *testing.T) {
+	refused := map[string]error{
+		"tablegrow.wasm": ErrLimit, "tablefill.wasm": ErrLimit, "tablehuge.wasm": ErrLimit,
+		"startloop.wasm": ErrStartSection,
+	}
+	rt := newRuntime(t)
+	var files []string
+	require.NoError(t, filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != ".." {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".wasm") {
+			files = append(files, path)
+		}
+		return nil
+	}))
+	require.Greater(t, len(files), 50)
+	for _, f := range files {
+		t.Run(f, func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			err = rt.precheck(f, b)
+			if want, ok := refused[filepath.Base(f)]; ok {
+				require.ErrorIs(t, err, want)
+				return
+			}
+			require.NoError(t, err)
+		})
 	}
 }

@@ -401,6 +401,18 @@ type ModuleLimits struct {
 	Results int
 	// TypeBytes: size of the type section. Default 1 MiB.
 	TypeBytes int
+	// CompileWork: the compile cost of all function bodies together, in
+	// units of about 11 ns of CPU for wazero's optimising compiler. A
+	// body costs jumps × (jumps + 3 × blocks) plus the nesting depth each
+	// block opens at, where jumps counts its br and br_if instructions and
+	// blocks its blocks, loops and ifs: the terms in which compile time is
+	// quadratic. Blocks, Branches and Nesting bound one body; this bounds
+	// how many such bodies a module may have (400 bodies of 2,000 sibling
+	// blocks, each within every per-function limit, took 34 s of CPU).
+	// Default 134,217,728 (2^27, about 1.5 s of CPU; the Go-SDK builds
+	// reach 23 million). Code that compiles in linear time is bounded by
+	// ModuleBytes instead.
+	CompileWork int
 	// Compiles: compiles running at once in one Runtime, counting those
 	// whose Load already returned (ctx ended, CompileTimeout) until they
 	// really finish; a Load past it waits for a place, under its ctx and
@@ -437,6 +449,7 @@ func DefaultModuleLimits() ModuleLimits {
 		Params:         1000,
 		Results:        1000,
 		TypeBytes:      1 << 20,
+		CompileWork:    1 << 27,
 		Compiles:       2,
 		CompileTimeout: 2 * time.Minute,
 	}
@@ -474,6 +487,7 @@ func WithModuleLimits(l ModuleLimits) Option {
 		set(&m.Params, l.Params)
 		set(&m.Results, l.Results)
 		set(&m.TypeBytes, l.TypeBytes)
+		set(&m.CompileWork, l.CompileWork)
 		set(&m.Compiles, l.Compiles)
 		if l.CompileTimeout > 0 {
 			m.CompileTimeout = l.CompileTimeout

@@ -278,6 +278,7 @@ func (rt *Runtime) precheck(name string, wasm []byte) error {
 		DataSegments: uint64(l.DataSegments), Elements: uint64(l.Elements),
 		Names: uint64(l.Names), Blocks: uint64(l.Blocks), Branches: uint64(l.Branches),
 		Params: uint64(l.Params), Results: uint64(l.Results), TypeBytes: uint64(l.TypeBytes),
+		CompileWork: uint64(l.CompileWork),
 	})
 	var le *wasmcheck.LimitError
 	switch {
