@@ -402,16 +402,17 @@ type ModuleLimits struct {
 	// TypeBytes: size of the type section. Default 1 MiB.
 	TypeBytes int
 	// CompileWork: the compile cost of all function bodies together, in
-	// units of about 11 ns of CPU for wazero's optimising compiler. A
-	// body costs jumps × (jumps + 3 × blocks) plus the nesting depth each
-	// block opens at, where jumps counts its br and br_if instructions and
-	// blocks its blocks, loops and ifs: the terms in which compile time is
-	// quadratic. Blocks, Branches and Nesting bound one body; this bounds
-	// how many such bodies a module may have (400 bodies of 2,000 sibling
-	// blocks, each within every per-function limit, took 34 s of CPU).
-	// Default 134,217,728 (2^27, about 1.5 s of CPU; the Go-SDK builds
-	// reach 23 million). Code that compiles in linear time is bounded by
-	// ModuleBytes instead.
+	// units of about 10 ns of CPU for wazero's optimising compiler. A
+	// body costs 1,024 + 256 × (blocks + jumps) + blocks² / 2 +
+	// jumps × (jumps + 3 × blocks), where blocks counts its blocks, loops
+	// and ifs and jumps its br and br_if instructions: compile time is
+	// quadratic in both. Blocks, Branches and Nesting bound one body;
+	// this bounds how many such bodies a module may have (400 bodies of
+	// 2,000 sibling blocks branching out, each within every per-function
+	// limit, took 34 s of CPU). Default 134,217,728 (2^27: the worst
+	// module measured at it compiles in 1.6 s of CPU; the Go-SDK builds
+	// reach 57 million). Instructions that compile in linear time are
+	// bounded by ModuleBytes instead.
 	CompileWork int
 	// Compiles: compiles running at once in one Runtime, counting those
 	// whose Load already returned (ctx ended, CompileTimeout) until they

@@ -23,7 +23,6 @@ func (c *checker) expr() error {
 				return err
 			}
 			depth++
-			c.depths += depth
 			c.info.MaxNesting = max(c.info.MaxNesting, depth)
 			if err := c.over("Nesting", depth, c.lim.Nesting); err != nil {
 				return err
