@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/host"
+	"github.com/retryhost/retryhost/internal/testkit/wasmgen"
 )
 
 // TestPluginInspect_FileOverTheModuleLimit: plugin inspect reads a file
@@ -63,4 +64,24 @@ func TestPluginInspect_FileOverTheModuleLimit(t *testing.T) {
 			require.Contains(t, stdout, "accepted: no (limit)")
 		})
 	}
+}
+
+// TestPluginInspect_RefusesASlowCompileUncompiled: a module of 400
+// functions, each within the per-function limits, that wazero would
+// compile for over 30 s of CPU is refused by the host's CompileWork limit
+// before any compile (exit 1, reason limit), rather than running to the
+// two-minute CompileTimeout.
+func TestPluginInspect_RefusesASlowCompileUncompiled(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "slow.wasm")
+	require.NoError(t, os.WriteFile(file, wasmgen.SiblingBranchFuncs(400, 2000), 0o600))
+	code, stdout, stderr := run(t, "plugin", "inspect", "--json", file)
+	require.Equal(t, exitFail, code, stderr)
+	var got struct {
+		Accepted      bool
+		Reason, Error string
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &got), stdout)
+	require.False(t, got.Accepted)
+	require.Equal(t, "limit", got.Reason)
+	require.Contains(t, got.Error, "CompileWork")
 }
