@@ -104,6 +104,11 @@ type Tool struct {
 	Schema string
 }
 
+// AnyModelID is the model id of a Model that sends whatever id each
+// request names in [Request.ModelID], such as a gateway's pass-through to
+// an upstream that serves many models.
+const AnyModelID = "*"
+
 // Request is a provider-neutral chat request. Adapters translate it to their
 // SDK's request type. Fields left zero are not sent.
 type Request struct {
@@ -115,6 +120,11 @@ type Request struct {
 	TopP            *float64
 	StopSequences   []string
 	Seed            *int64
+	// ModelID is the model id a Model built with the id [AnyModelID]
+	// sends: the one the caller named (a gateway passes the client's
+	// through). Models with an id of their own ignore it; one built with
+	// AnyModelID fails a request without it.
+	ModelID string
 	// Headers are added to the HTTP request.
 	Headers http.Header
 	// ProviderOptions passes provider-specific settings through, keyed by

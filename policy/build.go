@@ -100,6 +100,13 @@ func (b *builder) declare(ctx context.Context, f *File, o *buildOptions) (driver
 	if d := b.opts.DefaultBackoff; d != nil && !b.doc.Has(b.path("backoff.delay")) {
 		b.retryDelay = d.Delay
 	}
+	if d := b.opts.DefaultRules; d != nil && !b.doc.Has(b.path("rules")) {
+		names := make([]string, len(f.Models))
+		for i, m := range f.Models {
+			names[i] = m.Name
+		}
+		f.Rules = d(names)
+	}
 	for i := range f.Rules {
 		c, err := b.rule(ctx, i, &f.Rules[i])
 		if err != nil {

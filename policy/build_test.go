@@ -496,3 +496,39 @@ func TestRefusalReasoning(t *testing.T) {
 		})
 	}
 }
+
+// TestDefaultRules: Options.DefaultRules gives the rules of a file with no
+// rules key, called with the models' names in order; "rules": [] keeps
+// none, and a file's own rules replace them.
+func TestDefaultRules(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name, extra string
+		want        []string
+	}{
+		{"applied", ``, []string{"a", "b"}},
+		{"none with an empty list", `, "rules": []`, []string{"a"}},
+		{"the file's own", `, "rules": [{"when": {"any": true}, "action": "retry"}]`, []string{"a", "a"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := bound()
+			var got []string
+			o.DefaultRules = func(models []string) []policy.RuleSpec {
+				got = models
+				return []policy.RuleSpec{{When: &policy.MatchSpec{Status: []int{503}}, Action: "switch", Model: models[len(models)-1]}}
+			}
+			p, err := policy.Parse(ctx, []byte(`{`+models+c.extra+`}`), o)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, p.Close(ctx)) }()
+			var tried []string
+			_, _ = driver.Do(ctx, p.Runner, func(_ context.Context, call *driver.Call) (string, error) {
+				tried = append(tried, call.Model.Key())
+				return "", &driver.ProviderError{Status: 503, Message: "x"}
+			})
+			require.Equal(t, c.want, tried)
+			if c.extra == "" {
+				require.Equal(t, []string{"a", "b"}, got)
+			}
+		})
+	}
+}

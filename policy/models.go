@@ -119,6 +119,8 @@ func (b *builder) checkProvider(at string, m *ModelSpec, kind providerKind, know
 		return b.errf(at+".provider", "unknown provider %q (want %s)", m.Provider, providerList)
 	case kind.needsModel && m.Model == "":
 		return b.errf(at+".model", "required for provider %s", m.Provider)
+	case kind.azure && m.Model == driver.AnyModelID:
+		return b.errf(at+".model", `"*" is not for provider azure: the deployment names the model`)
 	}
 	for _, f := range [...]struct {
 		name, val string

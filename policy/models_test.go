@@ -328,3 +328,29 @@ func TestUpstreamJSON(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, tc.model)
 	}
 }
+
+// TestAnyModelID: a model whose id is "*" sends the id each request names
+// (driver.Request.ModelID), on both adapters; azure, whose deployment
+// names the model, refuses it.
+func TestAnyModelID(t *testing.T) {
+	ctx := context.Background()
+	oai, ant := newServer(t, http.StatusOK), newServer(t, http.StatusOK)
+	p, err := policy.Parse(ctx, []byte(`models:
+  - {name: any, provider: vllm, model: "*", base_url: "`+oai.URL+`/v1"}
+  - {name: claude, provider: anthropic, model: "*", base_url: "`+ant.URL+`", api_key_env: K}
+`), policy.Options{Name: "p.yaml", Getenv: env(map[string]string{"K": "k"})})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	for name, s := range map[string]*server{"any": oai, "claude": ant} {
+		req := *question
+		req.ModelID = "asked-for"
+		_, err := p.Models[name].Generate(ctx, &req)
+		require.NoError(t, err, name)
+		require.Equal(t, "asked-for", s.requests()[0].Body["model"], name)
+		_, err = p.Models[name].Generate(ctx, question)
+		require.ErrorContains(t, err, `the model's id is "*" and the request names none`, name)
+	}
+	_, err = policy.Parse(ctx, []byte(`{"models": [{"name": "az", "provider": "azure", "model": "*", "deployment": "d", "api_version": "2024-10-21", "base_url": "https://x.openai.azure.com", "api_key_env": "K"}]}`),
+		policy.Options{Name: "p.json", Getenv: env(map[string]string{"K": "k"})})
+	require.ErrorContains(t, err, `models[0].model: "*" is not for provider azure`)
+}

@@ -169,6 +169,14 @@ type Options struct {
 	// delay). The gateway sets it so that a policy without a backoff never
 	// bursts on a rate limit.
 	DefaultBackoff *driver.Backoff
+	// DefaultRules, when set, gives the rules of a file with no "rules"
+	// key ("rules": [] keeps none): it is called with the names of the
+	// file's models, in order, and what it returns is built as if the
+	// file said it (under the file's backoff, DefaultBackoff's, and
+	// DefaultCooldown's condition). Default: none (a file without rules
+	// never retries). The gateway sets it so that a policy of models
+	// alone fails over.
+	DefaultRules func(models []string) []RuleSpec
 	// DefaultCooldown, when set, is the cooldown of a file with no
 	// "cooldown" key ("cooldown": null keeps it off) and at least one rule
 	// that may switch models. Default: none. The gateway sets it so that

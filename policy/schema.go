@@ -148,7 +148,10 @@ type ModelSpec struct {
 	// (bound in code; scenarios).
 	Provider string `json:"provider"`
 	// Model is the provider's model id, required except for azure (where
-	// it defaults to the deployment) and scripted.
+	// it defaults to the deployment) and scripted. "*" sends the id each
+	// request names (driver.Request.ModelID): a gateway passes the model
+	// its client asked for, and a request naming no route goes to a
+	// policy that starts on a "*" model. Not for azure.
 	Model string `json:"model"`
 	// BaseURL is the server's URL: default the provider's (openrouter:
 	// https://openrouter.ai/api/v1, ollama: http://localhost:11434/v1);

@@ -396,9 +396,15 @@ func streamError(err error) error {
 
 // params translates a driver request.
 func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.RequestOption, []abi.Warning, error) {
-	p := ant.MessageNewParams{Model: m.id, MaxTokens: m.maxTokens}
+	p := ant.MessageNewParams{Model: ant.Model(m.id), MaxTokens: m.maxTokens}
 	if req == nil {
 		return p, nil, nil, errors.New("anthropic: nil request")
+	}
+	if m.id == driver.AnyModelID {
+		if req.ModelID == "" {
+			return p, nil, nil, errors.New(`anthropic: the model's id is "*" and the request names none (driver.Request.ModelID)`)
+		}
+		p.Model = ant.Model(req.ModelID)
 	}
 	if req.MaxOutputTokens > 0 {
 		p.MaxTokens = int64(req.MaxOutputTokens)

@@ -42,15 +42,32 @@ func (m *Model) params(req *driver.Request, stream bool) (oai.ChatCompletionNewP
 	return p, m.options(req, fields), nil
 }
 
+// modelID is the model id req is sent with: the model's own, or, for a
+// model built with driver.AnyModelID, the request's.
+func (m *Model) modelID(req *driver.Request) (string, error) {
+	if m.id != driver.AnyModelID {
+		return m.id, nil
+	}
+	if req.ModelID == "" {
+		return "", errors.New(`openai: the model's id is "*" and the request names none (driver.Request.ModelID)`)
+	}
+	return req.ModelID, nil
+}
+
 // prepare translates what of a driver request is not raw JSON into params,
 // and returns its ProviderOptions entry and whether the body can be
 // written by leanBody: when the entry carries the messages (and the
 // tools, if the request has any), all raw, as a gateway forwards them.
 func (m *Model) prepare(req *driver.Request, stream bool) (oai.ChatCompletionNewParams, map[string]any, bool, error) {
-	p := oai.ChatCompletionNewParams{Model: m.id}
+	p := oai.ChatCompletionNewParams{}
 	if req == nil {
 		return p, nil, false, errors.New("openai: nil request")
 	}
+	id, err := m.modelID(req)
+	if err != nil {
+		return p, nil, false, err
+	}
+	p.Model = id
 	fields, err := m.entry(req)
 	if err != nil {
 		return p, nil, false, err

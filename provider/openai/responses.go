@@ -132,10 +132,15 @@ func (m *Model) streamResponses(ctx context.Context, req *driver.Request) (drive
 
 // responsesParams translates a driver request for the Responses API.
 func (m *Model) responsesParams(req *driver.Request) (responses.ResponseNewParams, []option.RequestOption, []abi.Warning, error) {
-	p := responses.ResponseNewParams{Model: m.id}
+	p := responses.ResponseNewParams{}
 	if req == nil {
 		return p, nil, nil, errors.New("openai: nil request")
 	}
+	id, err := m.modelID(req)
+	if err != nil {
+		return p, nil, nil, err
+	}
+	p.Model = id
 	if req.System != "" {
 		p.Instructions = param.NewOpt(req.System)
 	}
