@@ -56,6 +56,7 @@ type accessLog struct {
 	// client gets a whole answer or a whole error answer, and a failure
 	// while collecting it is logged as that error (fail), never truncated.
 	outcome    string
+	implicit   bool // route is a name no route has, served by the implicit route
 	attempts   int
 	fallbacks  int
 	errClass   string
@@ -330,6 +331,9 @@ func (g *Gateway) routeRequest(w http.ResponseWriter, r *http.Request, d door, c
 		}
 		rt := gen.routes[name]
 		if rt == nil {
+			rt = gen.implicitRoute(name)
+		}
+		if rt == nil {
 			param := "model"
 			if i > 0 {
 				param = "fallbacks[" + strconv.Itoa(i-1) + "]"
@@ -341,7 +345,7 @@ func (g *Gateway) routeRequest(w http.ResponseWriter, r *http.Request, d door, c
 		}
 		chain = append(chain, rt)
 	}
-	l.route = cr.model // a known route only: it labels metrics, whose label values must stay few
+	l.route, l.implicit = cr.model, chain[0].implicit // metrics label an implicit route "*": label values must stay few
 	return cr, chain, true
 }
 
@@ -387,7 +391,13 @@ func (g *Gateway) commit(ctx context.Context, w http.ResponseWriter, d door, c *
 	c.hv[2], c.hv[3] = l.model, strconv.Itoa(l.attempts)
 	h := w.Header()
 	h["X-Retryhost-Model"], h["X-Retryhost-Attempts"] = c.hv[2:3:3], c.hv[3:4:4]
-	c.enc, c.stream = d.encoder(l.id, l.model, cr), cr.stream
+	answered := l.model
+	if gen.any[st.committed] {
+		// A "*" model answered: the answer names the model it was asked
+		// for, the client's (X-Retryhost-Model names the policy's).
+		answered = c.chain[l.fallbacks].id
+	}
+	c.enc, c.stream = d.encoder(l.id, answered, cr), cr.stream
 	if cr.stream {
 		if hook != nil && (hook.bodies.Load() == 0 || !gen.hooked[st.committed]) {
 			hook = nil // the committed model may wait elsewhere than in a hooked body
@@ -483,6 +493,7 @@ func (x *callCtx) Value(key any) any {
 func (c *call) open() {
 	for i, rt := range c.chain {
 		c.l.fallbacks = i
+		c.req.ModelID = rt.id
 		c.s, c.err = c.gen.pol.Model.Stream(driver.StartOn(c.sctx, rt.model), c.req)
 		if c.err == nil || c.ctx.Err() != nil || !chainOn(c.err) || i == len(c.chain)-1 {
 			break
@@ -514,8 +525,9 @@ var errShutdown = apiError{status: http.StatusServiceUnavailable, typ: "server_e
 
 // chainOn reports whether a route's failure moves a request on to its
 // per-request fallbacks: not when the upstream rejected the request itself
-// (a 4xx other than 408, 409 and 429; a content filter), which the client
-// gets as is.
+// (a 4xx other than 401, 403, 404, 408, 409 and 429; a content filter),
+// which the client gets as is. A 401 or 403 refuses the gateway's key or
+// region, a 404 says the model is not there: the next link may have it.
 func chainOn(err error) bool {
 	pe := lastProviderError(err)
 	if pe == nil {
@@ -524,8 +536,8 @@ func chainOn(err error) bool {
 	switch {
 	case pe.Class == abi.ClassContentFilter:
 		return false
-	case pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden:
-		return true // the gateway's credentials for that upstream, not the request
+	case pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden || pe.Status == http.StatusNotFound:
+		return true // the gateway's credentials for that upstream, or its models, not the request
 	}
 	return !(pe.Status >= 400 && pe.Status < 500 && !driver.DefaultRetryable(pe.Status))
 }

@@ -84,7 +84,7 @@ func (g *Gateway) model(w http.ResponseWriter, r *http.Request) {
 	defer gen.release()
 	d := modelsDoor(r)
 	name := r.PathValue("id")
-	if gen.routes[name] == nil {
+	if gen.routes[name] == nil && gen.implicit == nil {
 		writeErr(w, d, apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", param: "model",
 			msg: "retryhost gateway: no route named " + strconv.Quote(name) + " (GET /v1/models lists them)"})
 		return
@@ -123,6 +123,10 @@ func (gen *generation) appendModel(b []byte, n string) []byte {
 	b = append(b, `,"object":"model","created":`...)
 	b = strconv.AppendInt(b, gen.created, 10)
 	b = append(b, `,"owned_by":`...)
-	b = appendJSONString(b, gen.routes[n].ownedBy)
+	rt := gen.routes[n]
+	if rt == nil { // a name an implicit route serves
+		rt = gen.implicit
+	}
+	b = appendJSONString(b, rt.ownedBy)
 	return append(b, '}')
 }

@@ -99,6 +99,15 @@ func newRigUp(t *testing.T, rules string, anthropic []string, upJSON bool, opts 
 		models = append(models, fmt.Sprintf(`{"name": %q, "provider": %q, "model": "up-%s", "base_url": %q, "api_key_env": "UPSTREAM_KEY"%s}`, n, prov, n, base, extra))
 	}
 	pol := fmt.Sprintf(`{"models": [%s], %s}`, strings.Join(models, ", "), rules)
+	r.serve(pol, opts...)
+	return r
+}
+
+// serve starts a gateway over the policy pol (its upstreams in r.up) and
+// the clients of it, all closed when the test ends.
+func (r *rig) serve(pol string, opts ...Option) {
+	t := r.t
+	t.Helper()
 	popts := policy.Options{Getenv: func(string) string { return "sk-upstream" }, Builtin: plugins.Module}
 	opts = append([]Option{WithLogger(newJSONLogger(r.logs))}, opts...)
 	gw, err := New(context.Background(), Bytes("test-policy.json", []byte(pol), popts), opts...)
@@ -116,7 +125,6 @@ func newRigUp(t *testing.T, rules string, anthropic []string, upJSON bool, opts 
 			u.srv.Close()
 		}
 	})
-	return r
 }
 
 func (r *rig) newClient(key string) oai.Client {

@@ -85,7 +85,11 @@ func (m *metrics) handler() http.Handler {
 }
 
 func (m *metrics) request(l *accessLog) {
-	m.requests.WithLabelValues(l.route, strconv.Itoa(l.status), l.outcome).Inc()
+	route := l.route
+	if l.implicit {
+		route = "*" // the client's name: its values are the clients' to choose
+	}
+	m.requests.WithLabelValues(route, strconv.Itoa(l.status), l.outcome).Inc()
 }
 
 // observer is the driver.Observer the gateway adds to every policy it

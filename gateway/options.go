@@ -30,6 +30,10 @@ type config struct {
 	pluginPoll      time.Duration
 	collectors      []prometheus.Collector
 	maxAnswer       int64 // WithMaxAnswerBytes; 0: the driver's default
+	// defaultsScale multiplies the durations of the policy defaults the
+	// gateway gives (backoff, cooldown, deadlines), so that tests run the
+	// defaults' behaviour in milliseconds; 0 is 1.
+	defaultsScale float64
 }
 
 // WithAPIKeys makes every endpoint but /healthz and /readyz require one of

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,32 @@ var (
 	defaultFirstContent = 2 * time.Minute
 	defaultGap          = time.Minute
 )
+
+// implicitRules are the rules of a policy that gives no "rules"
+// (policy.Options.DefaultRules): a failure that is not the request's fails
+// over to the next model, in the file's order (a rate limit, an overload,
+// a 5xx, a cut or refused connection, a deadline, a refusal, an unknown
+// error; the upstream refusing the gateway's credentials, 401 and 403; a
+// 404, the model missing there), and once every model has been tried, a
+// rate limit is retried on the last (3 attempts, its Retry-After or the
+// backoff) and a server or network error once. What the request itself
+// caused (a 400 such as a context length or a content filter, a 413, a
+// 422) is the client's answer at once.
+func implicitRules(models []string) []policy.RuleSpec {
+	var rules []policy.RuleSpec
+	if len(models) > 1 {
+		health := &policy.MatchSpec{Class: []string{"rate-limit", "overloaded", "server", "network", "timeout", "refusal", "auth", "unknown"}}
+		missing := &policy.MatchSpec{Status: []int{http.StatusNotFound}}
+		for _, m := range models {
+			rules = append(rules,
+				policy.RuleSpec{When: health, Action: "switch", Model: m},
+				policy.RuleSpec{When: missing, Action: "switch", Model: m})
+		}
+	}
+	return append(rules,
+		policy.RuleSpec{When: &policy.MatchSpec{Class: []string{"rate-limit"}}, Action: "retry", Attempts: 3},
+		policy.RuleSpec{When: &policy.MatchSpec{Class: []string{"overloaded", "server", "network"}}, Action: "retry", Attempts: 2})
+}
 
 // Reload loads the Source again and, if it builds, serves the new policy to
 // every request that starts from now on; requests in flight finish on the
@@ -154,6 +181,13 @@ type generation struct {
 	// hooked are the models the file built over the gateway's own upstream
 	// client, whose streams wait only in bodies that run a flushHook.
 	hooked map[driver.Model]bool
+	// any are the models built with the id "*" (driver.AnyModelID): each
+	// sends the model the client named.
+	any map[driver.Model]bool
+	// implicit is the route of a request that names no route, when the
+	// policy starts on a "*" model: the request goes there with the name
+	// it gave (nil: such a request is a 404).
+	implicit *route
 
 	refs   atomic.Int64
 	closed sync.Once
@@ -164,6 +198,22 @@ type route struct {
 	name    string
 	model   driver.Model
 	ownedBy string // the provider behind the route, for /v1/models
+	// id is the model the request names on this link (Request.ModelID),
+	// which its "*" models send: the route's name, or on an implicit
+	// route the client's.
+	id       string
+	implicit bool
+}
+
+// implicitRoute is the route of a request naming name, which is no
+// route's: the policy's start, sending name.
+func (gen *generation) implicitRoute(name string) *route {
+	if gen.implicit == nil {
+		return nil
+	}
+	rt := *gen.implicit
+	rt.id, rt.implicit = name, true
+	return &rt
 }
 
 func (g *Gateway) load(ctx context.Context) (*generation, error) {
@@ -177,24 +227,36 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 		o.HTTPClient = g.client
 	}
 	o.RawChunks = true // logprobs, system_fingerprint, service_tier (rawfields.go); thinking signatures (messages_encode.go)
+	sc := g.cfg.defaultsScale
+	if sc == 0 {
+		sc = 1
+	}
+	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * sc) }
 	if o.DefaultBackoff == nil {
-		o.DefaultBackoff = &defaultBackoff
+		b := defaultBackoff
+		b.Delay, b.MaxDelay = scale(b.Delay), scale(b.MaxDelay)
+		o.DefaultBackoff = &b
+	}
+	if o.DefaultRules == nil {
+		o.DefaultRules = implicitRules
 	}
 	if o.DefaultCooldown == nil {
-		o.DefaultCooldown = &defaultCooldown
+		c := defaultCooldown
+		c.For = scale(c.For)
+		o.DefaultCooldown = &c
 	}
 	if o.DefaultFirstContent == 0 {
-		o.DefaultFirstContent = defaultFirstContent
+		o.DefaultFirstContent = scale(defaultFirstContent)
 	}
 	if o.DefaultGap == 0 {
-		o.DefaultGap = defaultGap
+		o.DefaultGap = scale(defaultGap)
 	}
 	p, err := g.src.load(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}, created: time.Now().Unix(),
-		hooked: map[driver.Model]bool{}}
+		hooked: map[driver.Model]bool{}, any: map[driver.Model]bool{}}
 	// A provider name whose models all speak Chat Completions gets the
 	// forwarded fields; one shared with a Responses API model does not
 	// (ProviderOptions are keyed by provider name, not by model).
@@ -213,9 +275,13 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 		}
 		owner := "retryhost" // a group, or a model bound in code without a provider
 		if _, ok := inner.(driver.Described); ok {
-			owner, _ = driver.Describe(inner)
+			var id string
+			owner, id = driver.Describe(inner)
+			if id == driver.AnyModelID {
+				gen.any[m] = true
+			}
 		}
-		gen.routes[name] = &route{name: name, model: m, ownedBy: owner}
+		gen.routes[name] = &route{name: name, model: m, ownedBy: owner, id: name}
 		gen.byKey[m] = name
 		gen.names = append(gen.names, name)
 		if om, ok := inner.(*openai.Model); ok {
@@ -235,6 +301,9 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 		if _, shared := chat[prov]; !shared { // one name for two APIs: neither gets raw fields
 			gen.anthropic = append(gen.anthropic, prov)
 		}
+	}
+	if base := p.Runner.Base(); gen.any[base] {
+		gen.implicit = gen.routes[gen.byKey[base]]
 	}
 	slices.Sort(gen.names)
 	slices.Sort(gen.providers)
