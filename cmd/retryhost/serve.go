@@ -57,6 +57,8 @@ func init() {
 			fs.BoolVar(&o.watch, "watch", true, "reload the policy when its file, or a plugin file it names by path, changes, and the API keys when --api-keys-file does (SIGHUP reloads both too)")
 			fs.DurationVar(&o.reloadBudget, "reload-budget", serveReloadBudget, "how long a policy reload (compiling its plugins) may take; past it the reload is abandoned, logged and counted (retryhost_gateway_reloads_abandoned_total) and the policy in use stays")
 			fs.DurationVar(&o.pluginPoll, "plugin-poll", 30*time.Second, "how often to ask the registry for a new version of an \"oci\" plugin that follows a tag (\"follow_tag\"); a new one reloads the policy")
+			fs.StringVar(&o.up.upstream, "upstream", "", "pass-through with no policy file: every model name a client sends goes to this upstream (`SPEC`: a URL of an OpenAI-compatible server, a provider's name openai, anthropic or openrouter, read with its usual key variable, or PROVIDER=URL), failing over to each --fallback in turn, under the gateway's default rules and deadlines")
+			fs.Var(&o.up.fallbacks, "fallback", "an upstream (`SPEC`, as for --upstream) the requests fail over to, in the order given; repeatable")
 			o.registry.declarePolicy(fs)
 			fs.BoolVar(&o.printDemo, "print-demo-policy", false, "print the demo policy (a starting point for your own) and exit")
 			return o.run
@@ -78,6 +80,7 @@ type serveOpts struct {
 	pluginPoll           time.Duration
 	reloadBudget         time.Duration
 	registry             registryFlags
+	up                   upstreamFlags
 }
 
 // serveLimits are the HTTP server's own limits (the gateway's are its options).
@@ -117,6 +120,17 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	}
 	if o.gcFloor < 0 {
 		return e.usageError(commands["serve"], "--gc-floor %d: a floor cannot be negative (0: Go's default)", o.gcFloor)
+	}
+	passThrough := o.up.upstream != "" || len(o.up.fallbacks) > 0
+	if passThrough && o.file != "" {
+		return e.usageError(commands["serve"], "--upstream and --fallback are a policy of their own: give them or --policy, not both")
+	}
+	var upPolicy []byte
+	if passThrough {
+		var err error
+		if upPolicy, err = o.up.policy(); err != nil {
+			return e.usageError(commands["serve"], "%v", err)
+		}
 	}
 	if o.printDemo {
 		_, err := fmt.Fprintf(e.stdout, "// The policy retryhost serve runs without --policy. Its base_url values are the demo's\n"+
@@ -172,12 +186,15 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	popts := policy.Options{Builtin: plugins.Module, OCI: o.registry.policyOCI(e), Logger: logger,
 		HostOptions: append(e.hostOptions(ctx), host.WithObserver(pm))}
 	var src gateway.Source
-	if o.file == "" {
+	switch {
+	case passThrough:
+		src = gateway.Bytes("--upstream", upPolicy, popts)
+	case o.file == "":
 		urls, stop := startDemoProviders()
 		defer stop()
 		popts.Getenv = func(string) string { return "demo-needs-no-key" }
 		src = gateway.Bytes("demo-policy.json", []byte(demoServePolicy(urls)), popts)
-	} else {
+	default:
 		src = gateway.File(o.file, popts)
 	}
 	gw, err := gateway.New(ctx, src, opts...)
@@ -245,7 +262,10 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	defer signal.Stop(hups)
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(stderr, "retryhost serve: listening on %s\n", base)
-	if o.file == "" {
+	switch {
+	case passThrough:
+		fmt.Fprintf(stderr, "retryhost serve: passing every model through to %s\n", strings.Join(append([]string{o.up.upstream}, o.up.fallbacks...), ", then "))
+	case o.file == "":
 		fmt.Fprintf(stderr, "retryhost serve: no --policy, serving the demo policy: routes alpha (refuses in text), beta (rate-limited), gamma (answers); try\n"+
 			"  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\": \"alpha\", \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"%s\"}]}'\n", base, demoQuestion)
 	}
