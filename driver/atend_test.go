@@ -325,3 +325,43 @@ func TestCommitsAtEnd_reachesTheModel(t *testing.T) {
 		})
 	}
 }
+
+// WithEmptyAnswerFails: a stream that finishes for stop with no content is
+// a failure of class server before commit, streamed or committed at the
+// end, and the rules fail it over; a finish for length with no content is
+// the answer it is; off (the default), an empty answer commits.
+func TestEmptyAnswerFails(t *testing.T) {
+	empty := sscript(preamble(), pKind(abi.KindTextEnd), pFinish(abi.ReasonStop))
+	for _, tc := range []struct {
+		name   string
+		a      []sstep
+		on     bool
+		atEnd  bool
+		answer string // the model that answered
+	}{
+		{"streamed", empty, true, false, "p/b"},
+		{"committed at the end", empty, true, true, "p/b"},
+		{"a finish for length is an answer", sscript(preamble(), pFinish(abi.ReasonLength)), true, false, "p/a"},
+		{"off", empty, false, false, "p/a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, [3][]sstep{tc.a, answer("from", " b"), nil},
+				func(_, b, _ Model) []Condition { return []Condition{OnClass(abi.ClassServer).Switch(b)} }, nil,
+				WithEmptyAnswerFails(tc.on))
+			ctx := t.Context()
+			if tc.atEnd {
+				ctx = CommitAtEnd(ctx)
+			}
+			s, err := h.rm.Stream(ctx, &Request{})
+			require.NoError(t, err)
+			_, err = drain(s)
+			require.NoError(t, err)
+			require.Len(t, h.out.commits, 1)
+			require.Equal(t, tc.answer, h.out.commits[0].Model.Key())
+			if tc.answer == "p/b" {
+				require.ErrorIs(t, h.out.commits[0].Failed[0].Err, ErrEmptyAnswer)
+				require.Equal(t, abi.ClassServer, h.out.commits[0].Failed[0].Class)
+			}
+		})
+	}
+}

@@ -264,7 +264,7 @@ func (h *hedger) launch(st step) {
 		model: c.Model, req: c.Request(h.req), number: c.Number,
 		transformers: h.m.cfg.transformers, commit: h.m.cfg.commit,
 		firstContent: h.m.cfg.firstContent, gap: h.m.cfg.gap, clock: h.m.cfg.clock,
-		atEnd: h.atEnd, maxAnswer: h.m.cfg.maxAnswer,
+		atEnd: h.atEnd, maxAnswer: h.m.cfg.maxAnswer, emptyFails: h.m.cfg.emptyFails,
 	}
 	hctx, stop := context.WithCancelCause(actx)
 	f := &flight{st: q.cur, at: q.attemptAt, deadline: q.deadline, slot: q.retrySlot, busy: q.busy, fed: q.fed,

@@ -31,6 +31,28 @@ type streamConfig struct {
 	contPrompt    string
 	floorRate     float64
 	floorWindow   time.Duration
+	emptyFails    bool // WithEmptyAnswerFails
+}
+
+// ErrEmptyAnswer is the cause of an attempt that [WithEmptyAnswerFails]
+// failed: its stream finished with no content.
+var ErrEmptyAnswer = errors.New("retryhost: the answer finished with no content")
+
+// WithEmptyAnswerFails, on, makes an answer that finishes with no content
+// part (the commit rule's content: text, reasoning, a tool call, a file)
+// a failure before commit, of class server (a *ProviderError wrapping
+// [ErrEmptyAnswer]), so that the rules fail it over like an upstream's
+// glitch: a 200 whose only event is its finish. Only a finish for "stop"
+// or for a reason the provider did not name: one for length (the token
+// cap, which reasoning may use up), a content filter or a refusal is the
+// answer it says it is, judged as ever. A continuation ([WithAfterCommit])
+// that adds nothing is not one: the answer it continues was whole.
+// Default: off, an empty answer commits at its end (CommitInfo.Empty).
+func WithEmptyAnswerFails(on bool) StreamOption {
+	return func(c *streamConfig) error {
+		c.emptyFails = on
+		return nil
+	}
 }
 
 // DefaultMaxAnswerBytes is [WithMaxAnswerBytes]'s default: 32 MiB.
@@ -265,7 +287,7 @@ func (m *RetryableModel) Stream(ctx context.Context, req *Request) (Stream, erro
 			model: c.Model, req: c.Request(req), number: c.Number,
 			transformers: m.cfg.transformers, commit: m.cfg.commit,
 			firstContent: m.cfg.firstContent, gap: m.cfg.gap, clock: m.cfg.clock,
-			atEnd: atEnd, maxAnswer: m.cfg.maxAnswer,
+			atEnd: atEnd, maxAnswer: m.cfg.maxAnswer, emptyFails: m.cfg.emptyFails,
 		})
 		var final error
 		switch {

@@ -66,6 +66,9 @@ type attemptSpec struct {
 	// maxAnswer bounds what an attempt that commits at its end holds
 	// ([WithMaxAnswerBytes]).
 	maxAnswer int64
+	// emptyFails fails an answer that finishes with no content
+	// ([WithEmptyAnswerFails]).
+	emptyFails bool
 }
 
 // attemptResult is how one attempt ended before the caller saw anything:
@@ -81,6 +84,20 @@ type attemptResult struct {
 	// stream holds the whole answer, which the rules judge like a result.
 	whole bool
 	err   error
+}
+
+// emptyFinish reports whether a stream that finished so, with no content,
+// is an empty answer ([WithEmptyAnswerFails]): a finish for stop or an
+// unnamed reason.
+func emptyFinish(f *abi.Finish) bool {
+	if f == nil {
+		return false
+	}
+	switch f.Reason.Unified {
+	case abi.ReasonStop, abi.ReasonOther, abi.ReasonUnknown:
+		return true
+	}
+	return false
 }
 
 // runAttempt opens the model's stream and pulls it through the transform
@@ -189,6 +206,11 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 			}
 		}
 		if s.upDone {
+			if !content && sp.emptyFails && emptyFinish(finish) {
+				p, _ := Describe(sp.model)
+				return fail(&ProviderError{Provider: p, Message: ErrEmptyAnswer.Error(), Retryable: true,
+					Class: abi.ClassServer, Err: ErrEmptyAnswer})
+			}
 			r := attemptResult{stream: s, empty: !content, whole: sp.atEnd, finish: finish}
 			if err := s.commitNow(); err != nil {
 				return fail(err)
