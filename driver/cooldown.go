@@ -60,6 +60,12 @@ type Cooldown struct {
 	// with a longer Retry-After (capped by WithRetryAfterCap) cools the
 	// model down for that long instead.
 	For time.Duration
+	// Max, when above For, makes the cooldown adapt: one that a failed
+	// probe starts lasts twice the one before it, up to Max, so that a
+	// model back after a short outage is probed (and used) within For or
+	// so while one that stays down is probed every Max. Any other
+	// cooldown lasts For. Default 0: every cooldown lasts For.
+	Max time.Duration
 	// When says which failures count. The zero Match means the failures
 	// that speak of the model's health: timeouts of the attempt's own
 	// deadlines, rate limits, overloads, server and network errors. A
@@ -81,6 +87,9 @@ func WithCooldown(c Cooldown) Option {
 	return func(cfg *config) error {
 		if c.Failures < 1 || c.For <= 0 {
 			return errors.New("retryhost: a cooldown needs Failures ≥ 1 and a positive For")
+		}
+		if c.Max < 0 {
+			return errors.New("retryhost: a cooldown's Max cannot be negative")
 		}
 		if err := c.When.Err(); err != nil {
 			return fmt.Errorf("retryhost: cooldown When: %w", err)
@@ -200,7 +209,7 @@ func (q *request) takeProbe(i int) bool {
 	r := q.r
 	lease := r.cfg.attemptTimeout
 	if lease <= 0 {
-		lease = r.cfg.cooldown.For
+		lease = max(r.cfg.cooldown.For, r.cfg.cooldown.Max)
 	}
 	v := q.viewSet(i)
 	if r.state.TakeProbe(q.sctx, r.stateModels[i], lease) {
@@ -333,7 +342,7 @@ func (q *request) coolFailed(ctx context.Context, a *Attempt, now time.Time) {
 	} else if !healthFailure.Matches(a) {
 		return
 	}
-	f := Failure{Model: a.Model, Failures: cd.Failures, For: cd.For}
+	f := Failure{Model: a.Model, Failures: cd.Failures, For: cd.For, Max: cd.Max}
 	if a.RetryAfter > 0 {
 		f.RetryAfter = min(a.RetryAfter, r.cfg.retryAfterCap)
 	}

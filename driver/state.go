@@ -178,7 +178,11 @@ type ModelState struct {
 //     RetryAfter from now): every model of that scope is out of rotation
 //     until then, without a probe after;
 //   - a failure while half-open (the probe's) cools the model down again
-//     for max(For, RetryAfter) and releases the probe lease.
+//     for max(For, RetryAfter) and releases the probe lease; with Max
+//     above For, for twice the cooldown it ended (at least For, at most
+//     Max) instead of For: a model whose probes keep failing is probed
+//     less and less often, one back after a short outage soon.
+//     Another cooldown (one the count starts) lasts For again.
 //
 // An implementation may forget a failure count that has not grown for
 // longer than For, and a half-open state older than For, so that its
@@ -188,9 +192,10 @@ type Failure struct {
 	Model string
 	// Scope is its rate-limit scope ([RateLimitScoper]); "" for none.
 	Scope string
-	// Failures and For are the Runner's Cooldown.
+	// Failures, For and Max are the Runner's Cooldown.
 	Failures int
 	For      time.Duration
+	Max      time.Duration
 	// RetryAfter is the server's Retry-After, already capped by
 	// WithRetryAfterCap; 0 when the failure carried none.
 	RetryAfter time.Duration
@@ -240,9 +245,10 @@ type localState struct {
 
 type localModel struct {
 	failures   int
-	until      time.Time // the cooldown's end; zero when in rotation
-	halfOpen   bool      // until has passed without a probe's outcome (set lazily, see state)
-	probeUntil time.Time // the probe lease's end; zero when none
+	last       time.Duration // the length of the latest cooldown
+	until      time.Time     // the cooldown's end; zero when in rotation
+	halfOpen   bool          // until has passed without a probe's outcome (set lazily, see state)
+	probeUntil time.Time     // the probe lease's end; zero when none
 }
 
 type localSticky struct {
@@ -367,7 +373,12 @@ func (l *localState) Failed(_ context.Context, f Failure) (ModelState, bool) {
 	cooling := !m.until.IsZero() && now.Before(m.until)
 	halfOpen := !m.until.IsZero() && !cooling
 	if (m.failures >= f.Failures && !cooling) || halfOpen {
-		m.until = now.Add(max(f.For, f.RetryAfter))
+		d := f.For
+		if halfOpen && f.Max > f.For {
+			d = min(max(2*m.last, f.For), f.Max) // a failed probe: twice the cooldown it ended
+		}
+		m.last = d
+		m.until = now.Add(max(d, f.RetryAfter))
 		m.failures = max(f.Failures-1, 0)
 		m.probeUntil = time.Time{}
 		cooled = true

@@ -563,7 +563,7 @@ func (s *State) Failed(ctx context.Context, f driver.Failure) (driver.ModelState
 	}
 	octx, cancel := s.opCtx(ctx)
 	res, err := failedScript.Run(octx, s.c, []string{k.c, k.h, k.f, k.p, scope},
-		f.Failures, ms(f.For), ra, flag(f.Scope != ""), ms(max(f.For, halfOpenFloor))).Int64Slice()
+		f.Failures, ms(f.For), ra, flag(f.Scope != ""), ms(max(f.For, f.Max, halfOpenFloor)), ms(f.Max)).Int64Slice()
 	cancel()
 	if err == nil && len(res) != 3 {
 		err = fmt.Errorf("redis: failed script returned %d values", len(res))

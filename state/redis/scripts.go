@@ -9,8 +9,9 @@ import goredis "github.com/redis/go-redis/v9"
 // falls back to EVAL when the server answers NOSCRIPT (after a restart).
 //
 // A model's keys (see keysOf): c exists while it cools down (PTTL is the
-// rest); h exists from a cooldown's start until max(For, halfOpenFloor)
-// after its end, and without c it means half-open; f is the consecutive
+// rest); h exists from a cooldown's start until max(For, Max,
+// halfOpenFloor) after its end, holds the length of the cooldown (ms) that
+// an adaptive one doubles, and without c it means half-open; f is the consecutive
 // failure count, which expires For after it last grew (or with h, during a
 // cooldown);
 // p is the half-open probe's lease. A scope's key blocks it while it
@@ -75,10 +76,12 @@ return out
 
 // failedScript is State.Failed. KEYS: c h f p of the model, then the scope's
 // key (or an unused one). ARGV: Failures, For (ms), RetryAfter (ms), has a
-// scope ("1"), how long a half-open state lasts past the cooldown (ms). It
-// returns {failures, cooling ms, cooled}.
+// scope ("1"), how long a half-open state lasts past the cooldown (ms),
+// Max (ms). It returns {failures, cooling ms, cooled}. The half-open key
+// holds the length of the latest cooldown (ms), which a failed probe's
+// doubles when Max is above For.
 var failedScript = goredis.NewScript(`
-local need, forMs, ra, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
+local need, forMs, ra, keep, maxMs = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local n = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
 n = n + 1
 local rest = redis.call('PTTL', KEYS[1])
@@ -86,15 +89,21 @@ if rest < 0 then rest = 0 end
 local cooling = rest > 0
 local half = (not cooling) and redis.call('EXISTS', KEYS[2]) == 1
 local cooled = 0
+local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local function cool(d)
   redis.call('SET', KEYS[1], '1', 'PX', d)
-  redis.call('SET', KEYS[2], '1', 'PX', d + keep)
+  redis.call('SET', KEYS[2], last, 'PX', d + keep)
   redis.call('DEL', KEYS[4])
   rest = d
   cooled = 1
 end
 if (n >= need and not cooling) or half then
-  cool(math.max(forMs, ra))
+  local d = forMs
+  if half and maxMs > forMs then
+    d = math.min(math.max(2 * last, forMs), maxMs)
+  end
+  last = d
+  cool(math.max(d, ra))
   n = math.max(need - 1, 0)
 end
 if ra > 0 then

@@ -56,6 +56,7 @@ func RunShared(t *testing.T, newStates func(t *testing.T) (a, b driver.State)) {
 		{"RetryAfterBlocksTheScope", testScope},
 		{"CooldownEndsHalfOpenWithOneProbe", testSingleProbe},
 		{"ProbeFailureCoolsAgain", testProbeFails},
+		{"ProbeFailureDoublesUpToMax", testProbeFailureDoubles},
 		{"ProbeSuccessPutsTheModelBack", testProbeSucceeds},
 		{"ProbeLeaseExpires", testLeaseExpires},
 		{"SuccessResetsTheCount", testSuccessResets},
@@ -359,4 +360,36 @@ func testDoneContext(t *testing.T, a, _ driver.State) {
 	a.TakeProbe(ctx, m, long)
 	a.Succeeded(ctx, m)
 	a.SetSticky(ctx, k, m, 1, 0)
+}
+
+// testProbeFailureDoubles: with Max above For, each failed probe cools
+// the model down for twice the cooldown before it, up to Max; a success
+// starts again from For; without Max every cooldown lasts For.
+func testProbeFailureDoubles(t *testing.T, a, b driver.State) {
+	m := key(t, "m")
+	ctx := t.Context()
+	adaptive := driver.Failure{Model: m, Failures: 1, For: Short, Max: 3 * Short}
+	_, cooled := a.Failed(ctx, adaptive)
+	require.True(t, cooled)
+	for _, want := range []time.Duration{2 * Short, 3 * Short, 3 * Short} { // doubled, then capped
+		eventually(t, "the cooldown ends", func() bool { return one(t, b, m).HalfOpen })
+		require.True(t, b.TakeProbe(ctx, m, long))
+		s, cooled := b.Failed(ctx, adaptive)
+		require.True(t, cooled)
+		require.Greater(t, s.Cooling, want-Short/2, "the probe's failure cools the model for %v", want)
+		require.LessOrEqual(t, s.Cooling, want)
+	}
+	eventually(t, "the cooldown ends", func() bool { return one(t, b, m).HalfOpen })
+	require.True(t, a.TakeProbe(ctx, m, long))
+	require.True(t, a.Succeeded(ctx, m))
+	s, _ := b.Failed(ctx, adaptive)
+	require.LessOrEqual(t, s.Cooling, Short, "a success starts the next from For")
+
+	n := key(t, "n")
+	fixed := driver.Failure{Model: n, Failures: 1, For: Short}
+	_, _ = a.Failed(ctx, fixed)
+	eventually(t, "the cooldown ends", func() bool { return one(t, b, n).HalfOpen })
+	require.True(t, b.TakeProbe(ctx, n, long))
+	s, _ = b.Failed(ctx, fixed)
+	require.LessOrEqual(t, s.Cooling, Short, "without Max every cooldown lasts For")
 }
