@@ -166,10 +166,14 @@ func (b *builder) deadlines(f *File, o *buildOptions) error {
 	return nil
 }
 
-// hedge reads the hedge, if the file has one.
+// hedge reads the hedge, if the file has one, else
+// Options.DefaultHedge's.
 func (b *builder) hedge(f *File, o *buildOptions) error {
 	h := f.Hedge
 	if h == nil {
+		if d := b.opts.DefaultHedge; d > 0 && !b.doc.Has(b.path("hedge")) && f.Deadlines.FirstContent == nil && switchesModel(f.Rules) {
+			o.stream = append(o.stream, driver.WithHedge(d, 1))
+		}
 		return nil
 	}
 	max := 1
@@ -253,7 +257,10 @@ func (b *builder) cooldown(f *File, o *buildOptions) error {
 		if dur(cs.For) <= 0 {
 			return b.errf("cooldown.for", "a positive duration is required")
 		}
-		c := driver.Cooldown{Failures: cs.Failures, For: dur(cs.For)}
+		c := driver.Cooldown{Failures: cs.Failures, For: dur(cs.For), Max: dur(cs.Max)}
+		if cs.Max != nil && c.Max < c.For {
+			return b.errf("cooldown.max", "must be at least for (%v), got %v", c.For, c.Max)
+		}
 		if cs.When != nil {
 			m, err := b.match("cooldown.when", cs.When)
 			if err != nil {
@@ -318,6 +325,17 @@ func (b *builder) commit(f *File, o *buildOptions) error {
 	cont, err := b.afterCommit(f)
 	if err != nil {
 		return err
+	}
+	empty, path := f.EmptyAnswer, "empty_answer"
+	if empty == "" {
+		empty, path = b.opts.DefaultEmptyAnswer, "" // the caller's: checked all the same
+	}
+	switch empty {
+	case "", "accept":
+	case "fail":
+		cont = append(cont, driver.WithEmptyAnswerFails(true))
+	default:
+		return b.errf(path, "unknown empty_answer %q (want accept or fail)", empty)
 	}
 	o.stream = append(o.stream, cont...)
 	return nil

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -499,14 +500,15 @@ func TestRefusalReasoning(t *testing.T) {
 
 // TestDefaultRules: Options.DefaultRules gives the rules of a file with no
 // rules key, called with the models' names in order; "rules": [] keeps
-// none, and a file's own rules replace them.
+// none, and a file's own rules replace them. A default rule's attempts
+// count as a file's do.
 func TestDefaultRules(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
 		name, extra string
 		want        []string
 	}{
-		{"applied", ``, []string{"a", "b"}},
+		{"applied, attempts and all", ``, []string{"a", "b", "b", "b"}},
 		{"none with an empty list", `, "rules": []`, []string{"a"}},
 		{"the file's own", `, "rules": [{"when": {"any": true}, "action": "retry"}]`, []string{"a", "a"}},
 	} {
@@ -515,7 +517,8 @@ func TestDefaultRules(t *testing.T) {
 			var got []string
 			o.DefaultRules = func(models []string) []policy.RuleSpec {
 				got = models
-				return []policy.RuleSpec{{When: &policy.MatchSpec{Status: []int{503}}, Action: "switch", Model: models[len(models)-1]}}
+				return []policy.RuleSpec{{When: &policy.MatchSpec{Status: []int{503}}, Action: "switch", Model: models[len(models)-1]},
+					{When: &policy.MatchSpec{Status: []int{503}}, Action: "retry", Attempts: 3}}
 			}
 			p, err := policy.Parse(ctx, []byte(`{`+models+c.extra+`}`), o)
 			require.NoError(t, err)
@@ -531,4 +534,116 @@ func TestDefaultRules(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEmptyAnswer: "empty_answer": "fail" (or Options.DefaultEmptyAnswer,
+// which the file's own value overrides) fails an answer with no content
+// over; "accept" and the default take it; anything else is an error.
+func TestEmptyAnswer(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name, extra, def, want string
+	}{
+		{"default", ``, "", ""},
+		{"fail", `, "empty_answer": "fail"`, "", "from b"},
+		{"the caller's default", ``, "fail", "from b"},
+		{"the file's over the caller's", `, "empty_answer": "accept"`, "fail", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := bound()
+			o.DefaultEmptyAnswer = c.def
+			fin := abi.Part{Kind: abi.KindFinish, Finish: &abi.Finish{Reason: abi.FinishReason{Unified: abi.ReasonStop}}}
+			o.Models = map[string]driver.Model{"a": partsModel{key: "s/a", parts: []abi.Part{{Kind: abi.KindStreamStart}, fin}},
+				"b": partsModel{key: "s/b", parts: []abi.Part{{Kind: abi.KindStreamStart}, {Kind: abi.KindTextDelta, ID: "0", Delta: "from b"}, fin}}}
+			p, err := policy.Parse(ctx, []byte(`{`+models+`, "rules": [{"when": {"class": ["server"]}, "action": "switch", "model": "b"}]`+c.extra+`}`), o)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, p.Close(ctx)) }()
+			s, err := p.Model.Stream(ctx, &driver.Request{})
+			require.NoError(t, err)
+			defer s.Close()
+			var text string
+			for {
+				part, err := s.Recv()
+				if err == io.EOF {
+					break
+				}
+				require.NoError(t, err)
+				text += part.Delta
+			}
+			require.Equal(t, c.want, text)
+		})
+	}
+	_, err := policy.Parse(ctx, []byte(`{`+models+`, "empty_answer": "maybe"}`), bound())
+	require.ErrorContains(t, err, `empty_answer: unknown empty_answer "maybe" (want accept or fail)`)
+}
+
+// TestDefaultHedge: Options.DefaultHedge starts the next candidate beside
+// an attempt with no first content, in a file with no hedge, no
+// first-content deadline and a switch rule; "hedge": null, a file's own
+// first_content, and a file with no switch rule keep it off.
+func TestDefaultHedge(t *testing.T) {
+	ctx := context.Background()
+	fin := abi.Part{Kind: abi.KindFinish, Finish: &abi.Finish{Reason: abi.FinishReason{Unified: abi.ReasonStop}}}
+	sw := `"rules": [{"when": {"class": ["timeout"]}, "action": "switch", "model": "b"}]`
+	for _, c := range []struct {
+		name, doc string
+		hedged    bool
+	}{
+		{"applied", `{` + models + `, ` + sw + `}`, true},
+		{"off with null", `{` + models + `, ` + sw + `, "hedge": null}`, false},
+		{"the file's first_content", `{` + models + `, ` + sw + `, "deadlines": {"first_content": "1h"}}`, false},
+		{"no switch rule", `{` + models + `, "rules": [{"when": {"any": true}, "action": "retry"}]}`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := bound()
+			o.DefaultHedge = time.Millisecond
+			o.Models = map[string]driver.Model{"a": stallModel{"s/a"},
+				"b": partsModel{key: "s/b", parts: []abi.Part{{Kind: abi.KindStreamStart}, {Kind: abi.KindTextDelta, ID: "0", Delta: "from b"}, fin}}}
+			p, err := policy.Parse(ctx, []byte(c.doc), o)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, p.Close(ctx)) }()
+			sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond) // a guard: unhedged, a stalls until it
+			defer cancel()
+			s, err := p.Model.Stream(sctx, &driver.Request{})
+			if !c.hedged {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			defer s.Close()
+			part, err := s.Recv()
+			for err == nil && part.Kind != abi.KindTextDelta {
+				part, err = s.Recv()
+			}
+			require.NoError(t, err)
+			require.Equal(t, "from b", part.Delta)
+		})
+	}
+}
+
+// stallModel's streams send nothing until their context ends.
+type stallModel struct{ key string }
+
+func (m stallModel) Key() string { return m.key }
+func (m stallModel) Generate(context.Context, *driver.Request) (*driver.Response, error) {
+	return nil, errors.New("stream only")
+}
+func (m stallModel) Stream(ctx context.Context, _ *driver.Request) (driver.Stream, error) {
+	return stallStream{ctx}, nil
+}
+
+type stallStream struct{ ctx context.Context }
+
+func (s stallStream) Recv() (abi.Part, error) { <-s.ctx.Done(); return abi.Part{}, s.ctx.Err() }
+func (s stallStream) Close() error            { return nil }
+
+// TestCooldownMax: cooldown.max is accepted at or above for, refused
+// below it.
+func TestCooldownMax(t *testing.T) {
+	ctx := context.Background()
+	p, err := policy.Parse(ctx, []byte(`{`+models+`, "cooldown": {"failures": 2, "for": "1s", "max": "10s"}}`), bound())
+	require.NoError(t, err)
+	require.NoError(t, p.Close(ctx))
+	_, err = policy.Parse(ctx, []byte(`{`+models+`, "cooldown": {"failures": 2, "for": "1s", "max": "500ms"}}`), bound())
+	require.ErrorContains(t, err, "cooldown.max: must be at least for (1s), got 500ms")
 }

@@ -177,6 +177,18 @@ type Options struct {
 	// never retries). The gateway sets it so that a policy of models
 	// alone fails over.
 	DefaultRules func(models []string) []RuleSpec
+	// DefaultEmptyAnswer, when set ("accept" or "fail"), is the
+	// empty_answer of a file that gives none. Default: none ("accept").
+	// The gateway sets "fail", so that a 200 with no content fails over.
+	DefaultEmptyAnswer string
+	// DefaultHedge, when positive, is the hedge of a file with no "hedge"
+	// key ("hedge": null keeps it off), no deadlines.first_content and a
+	// rule that may switch models: an attempt with no first content after
+	// DefaultHedge has the next candidate started beside it, and the first
+	// to commit answers (one hedge a request). Default: none. The gateway
+	// sets it so that a slow first token, or an upstream that sends no
+	// headers, does not hold a client for the first-content deadline.
+	DefaultHedge time.Duration
 	// DefaultCooldown, when set, is the cooldown of a file with no
 	// "cooldown" key ("cooldown": null keeps it off) and at least one rule
 	// that may switch models. Default: none. The gateway sets it so that

@@ -90,7 +90,7 @@ func (b *builder) action(at string, rs *RuleSpec, m driver.Match) (*driver.Rule,
 	default:
 		return nil, b.errf(at+".action", "unknown action %q (want switch, retry or give-up)", rs.Action)
 	}
-	if b.doc.Has(b.path(at + ".attempts")) {
+	if rs.Attempts != 0 || b.doc.Has(b.path(at+".attempts")) { // given (a DefaultRules rule is in no document)
 		min := 1
 		if rs.Action == "retry" {
 			min = 2
@@ -105,7 +105,7 @@ func (b *builder) action(at string, rs *RuleSpec, m driver.Match) (*driver.Rule,
 	} else if rs.Action == "retry" && b.retryDelay > 0 {
 		r = r.Delay(b.retryDelay)
 	}
-	if b.doc.Has(b.path(at + ".backoff")) {
+	if rs.Backoff != 0 || b.doc.Has(b.path(at+".backoff")) {
 		if !(rs.Backoff >= 1) {
 			return nil, b.errf(at+".backoff", "factor %v is below 1", rs.Backoff)
 		}

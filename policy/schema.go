@@ -65,6 +65,11 @@ type File struct {
 	// the caller reads one answer). A model or group's own after_commit
 	// wins for the requests that start on it.
 	AfterCommit string `json:"after_commit"`
+	// EmptyAnswer is what an answer that finishes (for stop, or a reason
+	// the provider does not name) with no content is: "accept" (default:
+	// an answer, empty) or "fail" (a failure of class server before
+	// commit, which the rules fail over; a gateway's default).
+	EmptyAnswer string `json:"empty_answer"`
 	// MaxContinuations caps the continuations of one request. Default 2.
 	MaxContinuations *int `json:"max_continuations"`
 	// ContinuationPrompt is the instruction a continuation sends to a
@@ -292,9 +297,12 @@ type RefusalSpec struct {
 // default the health failures (timeouts, rate limits, overloads, 5xx,
 // network).
 type CooldownSpec struct {
-	Failures int        `json:"failures"`
-	For      *Duration  `json:"for"`
-	When     *MatchSpec `json:"when"`
+	Failures int       `json:"failures"`
+	For      *Duration `json:"for"`
+	// Max, at least For, makes the cooldown adapt: one that a failed probe
+	// starts lasts twice the one before it, up to Max (driver.Cooldown.Max).
+	Max  *Duration  `json:"max"`
+	When *MatchSpec `json:"when"`
 }
 
 // RetryBudgetSpec is driver.RetryBudget: at most Percent per cent of the

@@ -27,6 +27,7 @@ var enums = map[string][]string{
 	"BackoffSpec.jitter":     {"none", "full", "equal"},
 	"File.commit":            {"output", "legacy"},
 	"File.after_commit":      {"error", "continue"},
+	"File.empty_answer":      {"accept", "fail"},
 	"ModelSpec.after_commit": {"error", "continue"},
 	"GroupSpec.after_commit": {"error", "continue"},
 	"RefusalSpec.reasoning":  {"detach", "hold"},
