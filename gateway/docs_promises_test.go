@@ -46,7 +46,9 @@ func TestDocsGatewayDefaults(t *testing.T) {
 		{"one upstream SSE event: 4 MiB", maxEventBytes, 4 << 20},
 		{"every retry waits 1 s, doubling up to 8 s, with equal jitter", defaultBackoff,
 			driver.Backoff{Delay: time.Second, Factor: 2, MaxDelay: 8 * time.Second, Jitter: driver.JitterEqual}},
-		{"5 consecutive … failures take a model out of rotation for 10 s", defaultCooldown, driver.Cooldown{Failures: 5, For: 10 * time.Second}},
+		{"5 consecutive … failures take a model out of rotation for 1 s, each failed probe doubling it up to 10 s", defaultCooldown,
+			driver.Cooldown{Failures: 5, For: time.Second, Max: 10 * time.Second}},
+		{"a hedge after 10 s without first content (DefaultHedge)", defaultHedge, 10 * time.Second},
 		{"2 minutes to first content (DefaultFirstContent)", defaultFirstContent, 2 * time.Minute},
 		{"1 minute of silence between parts (DefaultGap)", defaultGap, time.Minute},
 	} {

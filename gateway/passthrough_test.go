@@ -42,7 +42,7 @@ func newPassRig(t *testing.T, extra string, anthropic []string, opts ...Option) 
 		models = append(models, spec)
 	}
 	pol := fmt.Sprintf(`{"models": [%s]%s}`, strings.Join(models, ", "), extra)
-	r.serve(pol, append([]Option{withDefaultsScale(0.01), WithUpstreamHeaderTimeout(time.Second)}, opts...)...)
+	r.serve(pol, append([]Option{withDefaultsScale(0.01)}, opts...)...)
 	return r
 }
 

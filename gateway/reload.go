@@ -54,9 +54,12 @@ var defaultBackoff = driver.Backoff{Delay: time.Second, Factor: 2, MaxDelay: 8 *
 // defaultCooldown is the cooldown of a policy with no "cooldown" and a
 // rule that switches models (policy.Options.DefaultCooldown): 5
 // consecutive timeouts, rate limits, overloads, 5xx or network errors on a
-// model take it out of rotation for 10 s (or its longer Retry-After),
-// then one request probes it.
-var defaultCooldown = driver.Cooldown{Failures: 5, For: 10 * time.Second}
+// model take it out of rotation for 1 s (or its longer Retry-After), then
+// one request probes it; each probe that fails doubles the next cooldown,
+// up to 10 s. A model back after a short outage is used again within a
+// second or two; one that stays down costs a probe every 10 s, as a fixed
+// 10 s cooldown did, which outlasted the short outages it was for.
+var defaultCooldown = driver.Cooldown{Failures: 5, For: time.Second, Max: 10 * time.Second}
 
 // defaultFirstContent and defaultGap are the first-content and gap
 // deadlines of a policy that gives none (policy.Options.DefaultFirstContent
@@ -69,6 +72,15 @@ var (
 	defaultFirstContent = 2 * time.Minute
 	defaultGap          = time.Minute
 )
+
+// defaultHedge is the hedge of a policy that gives none, sets no
+// first-content deadline and may switch models (policy.Options.
+// DefaultHedge): an attempt with no first content after 10 s (a slow first
+// token, an upstream that sends no headers) has the next model started
+// beside it, and the first to answer is the client's. The slow one is not
+// given up: a model that thinks for a minute before it streams still
+// answers when the other is slower.
+var defaultHedge = 10 * time.Second
 
 // implicitRules are the rules of a policy that gives no "rules"
 // (policy.Options.DefaultRules): a failure that is not the request's fails
@@ -240,9 +252,12 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	if o.DefaultRules == nil {
 		o.DefaultRules = implicitRules
 	}
+	if o.DefaultEmptyAnswer == "" {
+		o.DefaultEmptyAnswer = "fail" // a 200 with no content is an upstream's glitch: fail it over
+	}
 	if o.DefaultCooldown == nil {
 		c := defaultCooldown
-		c.For = scale(c.For)
+		c.For, c.Max = scale(c.For), scale(c.Max)
 		o.DefaultCooldown = &c
 	}
 	if o.DefaultFirstContent == 0 {
@@ -250,6 +265,9 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	}
 	if o.DefaultGap == 0 {
 		o.DefaultGap = scale(defaultGap)
+	}
+	if o.DefaultHedge == 0 {
+		o.DefaultHedge = scale(defaultHedge)
 	}
 	p, err := g.src.load(ctx, o)
 	if err != nil {

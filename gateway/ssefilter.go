@@ -220,9 +220,10 @@ func (e *eventReader) LeadingJSON() []byte { return e.lr.Lead() }
 // SDKs' decoders split events (a field's name ends at its first colon and
 // one space after that is dropped; data lines are joined, each followed by
 // a LF): its type and data, valid until the next call. An event with a
-// type and no data line comes with empty data (a data line gives at least
-// its LF): Anthropic's decoder keeps it (an "event: error" with no data
-// ends the stream), OpenAI's drops it; an event with neither is none. At the end of the body it returns the error that
+// type and no data line is none, as the SSE standard says: Anthropic's
+// SDK decoder would end the stream at an "event: error" with no data, a
+// line a server that broke sends before the message goes on or the body
+// ends. At the end of the body it returns the error that
 // ended it (io.EOF), and an event without its blank line is dropped. An
 // event past maxEventBytes is skipped and counted; the JSON of the others
 // is not looked at (see SkipMalformed).
@@ -255,9 +256,9 @@ func (e *eventReader) ReadEvent() (typ, data []byte, err error) {
 				return e.typ, lent, nil
 			case hasData:
 				return e.typ, e.data, nil
-			case len(e.typ) > 0:
-				return e.typ, e.data[:0], nil
 			}
+			// No data line: as the SSE standard says, no event ("event:
+			// error" alone does not end the stream).
 			e.typ, e.data, lent, hasData, size, tooBig = e.typ[:0], e.data[:0], nil, false, 0, false
 			continue
 		}

@@ -33,6 +33,7 @@ type act struct {
 	malformed  int             // malformed events sent before each content chunk
 	refusal    string          // a declared refusal delta after the chunks
 	errorEvent string          // an in-stream error event after the chunks (no finish)
+	bareEvent  string          // Anthropic: an event of this type with no data line, before the first chunk
 	cut        bool            // after the chunks, reset the connection (no finish, no [DONE])
 	noFinish   bool            // after the chunks, end cleanly but without finish or [DONE]
 	finish     string          // default "stop" (OpenAI), "end_turn" (Anthropic)
@@ -367,6 +368,9 @@ func (u *upstream) serveAnthropic(w http.ResponseWriter, r *http.Request, a act)
 		return
 	}
 	if !wait(r, a.beforeText, a.slowFirst) {
+		return
+	}
+	if a.bareEvent != "" && !s.send("event: "+a.bareEvent+"\n\n") {
 		return
 	}
 	for i, c := range a.chunks {
