@@ -213,7 +213,9 @@ func TestEveryFaultWithDefaults(t *testing.T) {
 // the backup and, after the cooldown's threshold, skip the primary; once
 // it is back, it serves again within a cooldown.
 func TestOutageWithRecoveryWithDefaults(t *testing.T) {
-	r := newPassRig(t, "", nil)
+	// A quarter of the defaults: the cooldown (250 ms) outlasts the
+	// requests of the outage, even under the race detector.
+	r := newPassRig(t, "", nil, withDefaultsScale(0.25))
 	r.up["primary"].play(act{status: 503})
 	r.up["backup"].play(act{chunks: []string{"backup"}})
 	for i := range 8 {
