@@ -28,12 +28,12 @@ var floors = []room{
 	{"provider", 4},            // one third-party client each
 	{"oci", 4},
 	{"state/redis", 4},
-	{"policy", 5},            // a policy file into core objects
-	{"gateway", 6},           // HTTP
+	{"policy", 5},                // a policy file into core objects
+	{"gateway", 6},               // HTTP
 	{"cmd/internal/scenario", 6}, // the scenario engine
-	{"cmd/retryhost", 7},     // the CLI
-	{"examples", 8},          // programs on top of everything
-	{"bench", 8},             // the benchmark tools
+	{"cmd/retryhost", 7},         // the CLI
+	{"examples", 8},              // programs on top of everything
+	{"bench", 8},                 // the benchmark tools
 }
 
 // Test kits stand beside the floors: only tests import them, and they may
