@@ -20,7 +20,10 @@ import (
 func thinkingThen(text string, n int) []abi.Part {
 	ps := plugintest.TextStream(text, 4)
 	think := plugintest.ReasoningBlock("r0", strings.Split(strings.Repeat("thinking… ", n), " ")[:n]...)
-	think = append(think, abi.Part{Kind: abi.KindRaw, Raw: map[string]any{"type": "content_block_stop"}})
+	// The provider's raw chunk comes before the part decoded from it, as
+	// the adapters emit it: here the block's stop, before its end.
+	end := think[len(think)-1]
+	think = append(think[:len(think)-1], abi.Part{Kind: abi.KindRaw, Raw: map[string]any{"type": "content_block_stop"}}, end)
 	return append(append(ps[:2:2], think...), ps[2:]...)
 }
 
