@@ -96,6 +96,9 @@ func (b *builder) declare(ctx context.Context, f *File, o *buildOptions) (driver
 		}
 		groups = append(groups, g)
 	}
+	if err := b.embeddings(f); err != nil {
+		return nil, err
+	}
 	b.sb = &f.Sandbox
 	if d := b.opts.DefaultBackoff; d != nil && !b.doc.Has(b.path("backoff.delay")) {
 		b.retryDelay = d.Delay

@@ -220,9 +220,10 @@ type Policy struct {
 	// Runtime hosts the policy's Wasm plugins; nil when there are none.
 	Runtime *host.Runtime
 
-	closers []func() error // the shared state's, released by Close
-	stats   func() stateplug.Stats
-	fetched []fetched // the "oci" plugins' sources, once each
+	closers    []func() error           // the shared state's, released by Close
+	embeddings map[string]EmbeddingSpec // the models' and groups' embedding declarations (Embedding)
+	stats      func() stateplug.Stats
+	fetched    []fetched // the "oci" plugins' sources, once each
 }
 
 // fetched is one "oci" reference as the policy loaded it.

@@ -199,6 +199,11 @@ type ModelSpec struct {
 	// AfterCommit is the policy's after_commit for the requests that
 	// start on this model: "error" or "continue". Default: the policy's.
 	AfterCommit string `json:"after_commit"`
+	// Embedding declares the model an embedding model and its vector
+	// space (see EmbeddingSpec): a group's models must declare the same
+	// one, or none. Absent: not declared (a gateway forwards embeddings to
+	// the model alone, never to a group of such models).
+	Embedding *EmbeddingSpec `json:"embedding"`
 }
 
 // GroupSpec is driver.Group: a deployment group. An attempt on the group
