@@ -128,13 +128,15 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g.mux = http.NewServeMux()
 	g.mux.HandleFunc("/v1/chat/completions", g.authed(chatDoor{}, g.chat))
 	g.mux.HandleFunc("/v1/messages", g.authed(messagesDoor{}, g.messages))
+	g.mux.HandleFunc("/v1/messages/count_tokens", g.authed(messagesDoor{}, g.countTokens))
+	g.mux.HandleFunc("/v1/embeddings", g.authed(chatDoor{}, g.embeddings))
 	g.mux.HandleFunc("/v1/models", g.modelsAuthed(g.models))
 	g.mux.HandleFunc("/v1/models/{id...}", g.modelsAuthed(g.model))
 	g.mux.Handle("/metrics", g.authed(chatDoor{}, g.metrics.handler().ServeHTTP))
 	g.mux.HandleFunc("/healthz", g.healthz)
 	g.mux.HandleFunc("/readyz", g.readyz)
 	// An unknown path answers in the client's format (an Anthropic SDK
-	// calling /v1/messages/count_tokens gets an Anthropic not_found_error)
+	// calling /v1/messages/batches gets an Anthropic not_found_error)
 	// and is logged like any other request.
 	g.mux.HandleFunc("/", g.modelsAuthed(func(w http.ResponseWriter, r *http.Request) {
 		e := apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "not_found",

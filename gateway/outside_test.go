@@ -120,16 +120,16 @@ func TestModelsErrorsInTheClientsFormat(t *testing.T) {
 // A request refused before a door's handler (a wrong key, an unknown path)
 // still gets its access-log line and its count in requests_total, as the
 // README's "one access-log line per request" says; an unknown path answers
-// an Anthropic client (count_tokens, which the gateway does not serve) in
+// an Anthropic client (message batches, which the gateway does not serve) in
 // Anthropic's error shape.
 func TestRefusedRequestsAreLogged(t *testing.T) {
 	r := newRig(t, `"rules": []`, WithAPIKeys("client-key"))
 	resp, body := r.rawPost("/v1/chat/completions", `{}`, "Authorization", "Bearer wrong", "X-Request-Id", "req-401")
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, body)
-	resp, body = r.rawPost("/v1/messages/count_tokens", `{}`, "X-Api-Key", "client-key",
+	resp, body = r.rawPost("/v1/messages/batches", `{}`, "X-Api-Key", "client-key",
 		"Anthropic-Version", "2023-06-01", "X-Request-Id", "req-404")
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, body)
-	require.JSONEq(t, `{"type":"error","error":{"type":"not_found_error","message":"retryhost gateway: no endpoint POST /v1/messages/count_tokens"}}`, body)
+	require.JSONEq(t, `{"type":"error","error":{"type":"not_found_error","message":"retryhost gateway: no endpoint POST /v1/messages/batches"}}`, body)
 	resp, body = r.rawPost("/v1/nope", `{}`, "X-Api-Key", "client-key")
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, body)
 	require.Contains(t, body, `"code":"not_found"`, "an OpenAI client keeps OpenAI's shape")
@@ -148,7 +148,7 @@ func TestRefusedRequestsAreLogged(t *testing.T) {
 		status            float64
 	}{
 		{"req-401", "/v1/chat/completions", "unauthorized", 401},
-		{"req-404", "/v1/messages/count_tokens", "not_found", 404},
+		{"req-404", "/v1/messages/batches", "not_found", 404},
 		{"", "/v1/nope", "not_found", 404},
 	}
 	for i, w := range want {
