@@ -270,7 +270,7 @@ func TestCompletion_Bash(t *testing.T) {
 		return strings.Fields(string(out))
 	}
 	require.Subset(t, complete("retryhost", ""), []string{"completion", "demo", "plugin", "replay", "run", "version"})
-	require.Equal(t, []string{"inspect", "push", "pull", "test"}, complete("retryhost", "plugin", ""))
+	require.Equal(t, []string{"inspect", "push", "pull", "test", "new"}, complete("retryhost", "plugin", ""))
 	require.Subset(t, complete("retryhost", "plugin", "inspect", ""), []string{"refusal", "errmatch"})
 	require.Subset(t, complete("retryhost", "run", "hi", "--"), []string{"--policy", "--call", "--log-level", "--help"})
 	require.Equal(t, []string{"debug"}, complete("retryhost", "run", "--log-level", "de"))
@@ -291,7 +291,7 @@ func TestCompletion_ZshAndFish(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	for _, want := range []string{
 		"complete -c retryhost -n '__fish_use_subcommand' -a run -d ",
-		"complete -c retryhost -n '__fish_seen_subcommand_from plugin; and not __fish_seen_subcommand_from inspect push pull test' -a inspect",
+		"complete -c retryhost -n '__fish_seen_subcommand_from plugin; and not __fish_seen_subcommand_from inspect push pull test new' -a inspect",
 		"complete -c retryhost -n '__fish_seen_subcommand_from run' -l policy -r -F",
 		"complete -c retryhost -n '__fish_seen_subcommand_from plugin; and __fish_seen_subcommand_from inspect' -a 'refusal errmatch",
 		"-l log-level -x -a 'debug info warn error off'",

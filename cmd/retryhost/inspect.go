@@ -61,7 +61,7 @@ func init() {
 					return runInspect(ctx, e, args, *asJSON, cfg, *debug)
 				}
 			},
-		}, pushCommand(), pullCommand(), testCommand()},
+		}, pushCommand(), pullCommand(), testCommand(), newCommand()},
 	})
 }
 
