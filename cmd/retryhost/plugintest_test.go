@@ -89,3 +89,28 @@ func TestPluginTest_MalformedVectorsAreAnInputError(t *testing.T) {
 		})
 	}
 }
+
+// TestPluginTest_TheVectorsOfTheDocsPass runs the vectors files of
+// docs/plugins.md ("From zero to a pushed artefact") against the SDK
+// examples they were written for.
+func TestPluginTest_TheVectorsOfTheDocsPass(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "plugins.md"))
+	require.NoError(t, err)
+	doc := string(b)
+	start := strings.Index(doc, "## From zero to a pushed artefact")
+	require.Positive(t, start)
+	section := doc[start:]
+	section = section[:strings.Index(section, "\n## ")]
+	blocks := 0
+	for _, chunk := range strings.Split(section, "```json\n")[1:] {
+		vectors := chunk[:strings.Index(chunk, "```")]
+		plugin := sdkExample("rust", "transform")
+		if strings.Contains(vectors, `"attempt"`) {
+			plugin = sdkExample("assemblyscript", "condition")
+		}
+		code, stdout, stderr := run(t, "plugin", "test", "--vectors", writeVectors(t, vectors), plugin)
+		require.Equal(t, exitOK, code, stdout+stderr)
+		blocks++
+	}
+	require.Equal(t, 2, blocks)
+}
