@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
@@ -8,7 +9,13 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
+
+	"github.com/retryhost/retryhost/gateway/vkey"
 )
+
+// noKeys stands for the plain keys while only virtual keys are set.
+var noKeys [][sha256.Size]byte
 
 // SetAPIKeys replaces the client keys (WithAPIKeys) for every request
 // from now on, at once: a key left out is refused from the next request,
@@ -36,10 +43,21 @@ func (g *Gateway) SetAPIKeys(keys ...string) error {
 // Each credential is compared with every key, in constant time.
 func (g *Gateway) authed(d door, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		keys := g.keys.Load()
-		if keys == nil {
+		keys, set := g.keys.Load(), g.keySet.Load()
+		if keys == nil && set == nil {
 			h(w, r)
 			return
+		}
+		why := ""
+		if set != nil {
+			var k *vkey.Key
+			if k, why = virtualKey(r, set, time.Now()); k != nil {
+				h(w, r.WithContext(context.WithValue(r.Context(), keyCtxKey{}, k)))
+				return
+			}
+		}
+		if keys == nil {
+			keys = &noKeys
 		}
 		bearerKey, _ := bearer(r.Header.Get("Authorization"))
 		match := 0
@@ -53,11 +71,10 @@ func (g *Gateway) authed(d door, h http.HandlerFunc) http.HandlerFunc {
 			}
 		}
 		if match != 1 {
-			g.stats.unauthorized.Add(1)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="retryhost"`)
-			writeErr(w, d, apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
-				msg: "retryhost gateway: missing or invalid API key"})
-			g.logRefused(r, http.StatusUnauthorized, "unauthorized")
+			if why == "" {
+				why = "retryhost gateway: missing or invalid API key"
+			}
+			g.refuseKey(w, r, d, why)
 			return
 		}
 		h(w, r)
@@ -80,6 +97,11 @@ func bearer(h string) (string, bool) {
 // is full, or the client holds its share (WithMaxConcurrentPerClient).
 func (g *Gateway) enter(w http.ResponseWriter, r *http.Request, d door) (string, int) {
 	client := g.clientOf(r)
+	most := g.cfg.maxPerClient
+	k := keyOf(r.Context())
+	if k != nil && k.MaxConcurrent > 0 {
+		most = min(most, k.MaxConcurrent)
+	}
 	g.mu.Lock()
 	if g.draining.Load() {
 		g.mu.Unlock()
@@ -97,13 +119,13 @@ func (g *Gateway) enter(w http.ResponseWriter, r *http.Request, d door) (string,
 			msg: fmt.Sprintf("retryhost gateway: %d requests in flight, the most it serves at once; retry later", cap(g.sem))})
 		return "", http.StatusTooManyRequests
 	}
-	if g.perClient[client] >= g.cfg.maxPerClient {
+	if g.perClient[client] >= most {
 		<-g.sem
 		g.mu.Unlock()
 		g.stats.rejectedClient.Add(1)
 		w.Header().Set("Retry-After", retryAfterHeader(g.cfg.retryAfterBusy))
 		writeErr(w, d, apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "client_busy",
-			msg: fmt.Sprintf("retryhost gateway: this client has %d requests in flight, the most one client may have at once; retry later", g.cfg.maxPerClient)})
+			msg: fmt.Sprintf("retryhost gateway: this client has %d requests in flight, the most one client may have at once; retry later", most)})
 		return "", http.StatusTooManyRequests
 	}
 	g.perClient[client]++
@@ -129,6 +151,9 @@ func (g *Gateway) leave(client string) {
 // credential that is no key names no client: a client cannot spread its
 // requests over made-up keys), else its remote IP address.
 func (g *Gateway) clientOf(r *http.Request) string {
+	if k := keyOf(r.Context()); k != nil {
+		return "key:" + k.ID // a virtual key's id: its requests count together across its rotations
+	}
 	if keys := g.keys.Load(); keys != nil {
 		bearerKey, _ := bearer(r.Header.Get("Authorization"))
 		for _, key := range [2]string{bearerKey, r.Header.Get("X-Api-Key")} {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/gateway/vkey"
 )
 
 // reqState is one chat request's state that the policy's commit hook
@@ -178,6 +179,9 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	held := bodyHeldCost * int64(len(body))
 	cr, chain, routed := g.routeRequest(w, r, d, c, body, gen)
 	if !routed {
+		return
+	}
+	if c.key = keyOf(r.Context()); c.key != nil && !g.admitKey(ctx, w, d, c, cr, len(body)) {
 		return
 	}
 	if ok = g.commit(ctx, w, d, c, cr, chain); ok {
@@ -425,6 +429,7 @@ func (c *call) close(g *Gateway) {
 		c.gen.release()
 	}
 	g.budget.settle(c, 0)
+	g.settleKey(c)
 	if c.entered {
 		g.leave(c.client)
 	}
@@ -452,18 +457,21 @@ type call struct {
 	prior     int // the attempts of the chain's failed links
 
 	// What serve needs after open, and what close releases.
-	enc       encoder
-	stream    bool
-	relayHook *flushHook // the flush hook the relay arms; nil: flush every event
-	entered   bool       // admitted (g.enter)
-	charged   int64      // what the body budget charges it (bodyBudget.settle)
-	client    string     // who it counts against (clientOf), while entered
-	cancel    context.CancelCauseFunc
-	stopAfter func() bool
-	ctxV      callCtx    // the request's context, as the driver and the upstream client see it
-	wmu       sync.Mutex // held while stopAfter's func sets w's deadlines
-	reading   bool       // the body is being read (under wmu)
-	wdone     bool       // close ran: w is not to be touched (under wmu)
+	enc        encoder
+	stream     bool
+	relayHook  *flushHook // the flush hook the relay arms; nil: flush every event
+	entered    bool       // admitted (g.enter)
+	charged    int64      // what the body budget charges it (bodyBudget.settle)
+	client     string     // who it counts against (clientOf), while entered
+	key        *vkey.Key  // the virtual key it came with, if any
+	keyCharged bool       // the key's limiter charged it est tokens, to settle in close
+	est        int64
+	cancel     context.CancelCauseFunc
+	stopAfter  func() bool
+	ctxV       callCtx    // the request's context, as the driver and the upstream client see it
+	wmu        sync.Mutex // held while stopAfter's func sets w's deadlines
+	reading    bool       // the body is being read (under wmu)
+	wdone      bool       // close ran: w is not to be touched (under wmu)
 }
 
 // callCtx is a request's context below the gateway: its cancelable one,

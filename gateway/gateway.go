@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/retryhost/retryhost/gateway/vkey"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -38,7 +39,8 @@ type Gateway struct {
 	reloadDone uint64 // the seq of the Reload in place; under reloadMu
 	cur        atomic.Pointer[generation]
 
-	keys atomic.Pointer[[][sha256.Size]byte] // the client keys' SHA-256 (WithAPIKeys, SetAPIKeys); nil: open
+	keys   atomic.Pointer[[][sha256.Size]byte] // the client keys' SHA-256 (WithAPIKeys, SetAPIKeys); nil: open
+	keySet atomic.Pointer[vkey.Set]            // the virtual keys (WithKeySet, SetKeySet); nil: none
 
 	sem       chan struct{}  // chat requests in flight
 	budget    bodyBudget     // the memory their bodies hold (WithBodyBudget)
@@ -110,6 +112,12 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	}
 	if len(g.cfg.keys) > 0 {
 		g.keys.Store(&g.cfg.keys)
+	}
+	if g.cfg.keySet != nil {
+		g.keySet.Store(g.cfg.keySet)
+	}
+	if g.cfg.limiter == nil {
+		g.cfg.limiter = vkey.NewLocal()
 	}
 	g.sem = make(chan struct{}, g.cfg.maxConcurrent)
 	g.perClient = map[string]int{}

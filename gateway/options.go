@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/retryhost/retryhost/gateway/vkey"
 )
 
 // Option configures a Gateway.
@@ -16,6 +18,8 @@ type Option func(*config) error
 
 type config struct {
 	keys            [][sha256.Size]byte
+	keySet          *vkey.Set    // WithKeySet
+	limiter         vkey.Limiter // WithLimiter; nil: a vkey.Local
 	maxBody         int64
 	bodyBudget      int64
 	maxConcurrent   int

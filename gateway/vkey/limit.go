@@ -1,0 +1,196 @@
+package vkey
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Window is the span RPM and TPM are counted over.
+const Window = time.Minute
+
+// Reason is what a Limiter refused a request for.
+type Reason int
+
+const (
+	Admitted Reason = iota
+	OverRPM
+	OverTPM
+	OverBudget
+	// StoreDown: the fleet-wide store is unreachable and the key set says
+	// StoreDownRefuse.
+	StoreDown
+)
+
+// Decision is a Limiter's answer to one request, with what the
+// x-ratelimit-* headers say: the key's limits, what remains of them after
+// this request, and when they are whole again.
+type Decision struct {
+	Reason Reason
+	// RetryAfter is when a refused request may be admitted.
+	RetryAfter time.Duration
+	// Requests and Tokens are the key's RPM and TPM (0: none).
+	Requests, Tokens                   int64
+	RemainingRequests, RemainingTokens int64
+	ResetRequests, ResetTokens         time.Duration
+}
+
+// A Limiter keeps keys' rates and budgets. Admit charges one request and
+// est tokens (an estimate of its input and output) when every limit of the
+// key has room for them, atomically, and charges nothing otherwise;
+// Settle charges what the request used beyond est (negative: gives back
+// what it did not use) once its usage is known. Keys are told apart by
+// id, so a key's counters outlive a reload and a rotation of its secret.
+type Limiter interface {
+	Admit(ctx context.Context, k *Key, est int64, now time.Time) Decision
+	Settle(ctx context.Context, k *Key, delta int64, now time.Time)
+}
+
+// Local is a Limiter in process: GCRA for the rates (a key may spend a
+// whole minute's requests or tokens at once, then at the rate), counters
+// per UTC day and month for the budgets.
+type Local struct {
+	mu sync.Mutex
+	m  map[string]*local
+}
+
+type local struct {
+	mu         sync.Mutex
+	req, tok   int64 // GCRA: the theoretical arrival time (ns) of requests and tokens
+	day, month int64 // the period of dayUsed and monthUsed (Period)
+	dayUsed    int64
+	monthUsed  int64
+}
+
+// NewLocal returns an empty Local.
+func NewLocal() *Local { return &Local{m: map[string]*local{}} }
+
+func (l *Local) get(id string) *local {
+	l.mu.Lock()
+	s := l.m[id]
+	if s == nil {
+		s = &local{}
+		l.m[id] = s
+	}
+	l.mu.Unlock()
+	return s
+}
+
+// Forget drops the counters of every key but those of keep (a reload's
+// key set), so that a key file that changes often does not grow them.
+func (l *Local) Forget(keep *Set) {
+	l.mu.Lock()
+	for id := range l.m {
+		if _, ok := keep.byID[id]; !ok {
+			delete(l.m, id)
+		}
+	}
+	l.mu.Unlock()
+}
+
+// Period returns the UTC day (days since 1970) and month (months since
+// 1970) of t, and when each ends.
+func Period(t time.Time) (day, month int64, dayEnd, monthEnd time.Time) {
+	t = t.UTC()
+	y, m, d := t.Date()
+	dayEnd = time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
+	monthEnd = time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)
+	return t.Unix() / 86400, int64(y-1970)*12 + int64(m-1), dayEnd, monthEnd
+}
+
+// Cost clamps a request's token estimate to what a key can ever admit
+// (its TPM), so that a large request waits for a whole minute's tokens
+// rather than for ever.
+func Cost(k *Key, est int64) int64 {
+	if k.TPM > 0 && est > k.TPM {
+		return k.TPM
+	}
+	return max(est, 0)
+}
+
+// gcra takes cost units of a limit of rate a Window from a GCRA whose
+// theoretical arrival time is *tat, all in ns: ok, or the wait; the units
+// remaining and the time until the limit is whole again.
+func gcra(tat *int64, rate, cost, now int64) (ok bool, wait, remaining, reset int64) {
+	t := int64(Window) / rate // ns per unit
+	t = max(t, 1)
+	at := max(*tat, now)
+	next := at + cost*t
+	if allow := next - int64(Window); now < allow {
+		return false, allow - now, max(0, (now+int64(Window)-at)/t), at - now
+	}
+	*tat = next
+	return true, 0, max(0, (now+int64(Window)-next)/t), next - now
+}
+
+func (l *Local) Admit(_ context.Context, k *Key, est int64, now time.Time) Decision {
+	d := Decision{Requests: k.RPM, Tokens: k.TPM}
+	if !k.Limited() {
+		return d
+	}
+	s := l.get(k.ID)
+	est = Cost(k, est)
+	ns := now.UnixNano()
+	day, month, dayEnd, monthEnd := Period(now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.day != day {
+		s.day, s.dayUsed = day, 0
+	}
+	if s.month != month {
+		s.month, s.monthUsed = month, 0
+	}
+	switch b := k.Budget; {
+	case b.TokensPerDay > 0 && s.dayUsed >= b.TokensPerDay:
+		d.Reason, d.RetryAfter = OverBudget, dayEnd.Sub(now)
+		if b.TokensPerMonth > 0 && s.monthUsed >= b.TokensPerMonth {
+			d.RetryAfter = monthEnd.Sub(now)
+		}
+		return d
+	case b.TokensPerMonth > 0 && s.monthUsed >= b.TokensPerMonth:
+		d.Reason, d.RetryAfter = OverBudget, monthEnd.Sub(now)
+		return d
+	}
+	req, tok := s.req, s.tok
+	if k.RPM > 0 {
+		ok, wait, rem, reset := gcra(&req, k.RPM, 1, ns)
+		d.RemainingRequests, d.ResetRequests = rem, time.Duration(reset)
+		if !ok {
+			d.Reason, d.RetryAfter = OverRPM, time.Duration(wait)
+			d.RemainingTokens = k.TPM
+			return d
+		}
+	}
+	if k.TPM > 0 {
+		ok, wait, rem, reset := gcra(&tok, k.TPM, est, ns)
+		d.RemainingTokens, d.ResetTokens = rem, time.Duration(reset)
+		if !ok {
+			d.Reason, d.RetryAfter = OverTPM, time.Duration(wait)
+			return d
+		}
+	}
+	s.req, s.tok = req, tok
+	s.dayUsed += est
+	s.monthUsed += est
+	return d
+}
+
+func (l *Local) Settle(_ context.Context, k *Key, delta int64, now time.Time) {
+	if !k.Limited() || delta == 0 {
+		return
+	}
+	s := l.get(k.ID)
+	day, month, _, _ := Period(now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k.TPM > 0 {
+		t := max(int64(Window)/k.TPM, 1)
+		s.tok += delta * t // below now is a whole minute's tokens: gcra reads it as now
+	}
+	if s.day == day {
+		s.dayUsed = max(0, s.dayUsed+delta)
+	}
+	if s.month == month {
+		s.monthUsed = max(0, s.monthUsed+delta)
+	}
+}

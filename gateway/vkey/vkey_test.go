@@ -1,0 +1,194 @@
+package vkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseAndLookup(t *testing.T) {
+	secret, hash := NewSecret()
+	require.True(t, strings.HasPrefix(secret, SecretPrefix))
+	s, err := Parse([]byte(`{"keys": [{"id": "a", "hash": "` + hash + `", "routes": ["gpt-*", "claude"], "rpm": 5,
+		"metadata": {"team": "a"}, "budget": {"tokens_per_day": 9}}]}`))
+	require.NoError(t, err)
+	require.Equal(t, StoreDownLocal, s.OnStoreDown)
+	k, ok := s.Lookup(secret)
+	require.True(t, ok)
+	require.Equal(t, "a", k.ID)
+	require.Equal(t, "a", k.Metadata["team"])
+	_, ok = s.Lookup(secret + "x")
+	require.False(t, ok)
+	require.True(t, k.Allows("gpt-4o"))
+	require.True(t, k.Allows("claude"))
+	require.False(t, k.Allows("claude-3"))
+	require.True(t, (&Key{}).Allows("anything"))
+}
+
+func TestParseRefusesBadFiles(t *testing.T) {
+	h := Hash("x")
+	for name, f := range map[string]string{
+		"bad json":       `{"keys": [`,
+		"no hash":        `{"keys": [{"id": "a"}]}`,
+		"short hash":     `{"keys": [{"id": "a", "hash": "sha256:abc"}]}`,
+		"bad id":         `{"keys": [{"id": "a b", "hash": "` + h + `"}]}`,
+		"duplicate id":   `{"keys": [{"id": "a", "hash": "` + h + `"}, {"id": "a", "hash": "` + Hash("y") + `"}]}`,
+		"duplicate hash": `{"keys": [{"id": "a", "hash": "` + h + `"}, {"id": "b", "hash": "` + h + `"}]}`,
+		"negative rpm":   `{"keys": [{"id": "a", "hash": "` + h + `", "rpm": -1}]}`,
+		"star inside":    `{"keys": [{"id": "a", "hash": "` + h + `", "routes": ["g*t"]}]}`,
+		"store down":     `{"on_store_down": "maybe", "keys": []}`,
+	} {
+		_, err := Parse([]byte(f))
+		require.ErrorIs(t, err, ErrKeyFile, name)
+		var fe *FileError
+		require.True(t, errors.As(err, &fe), name)
+	}
+}
+
+func TestStatusAt(t *testing.T) {
+	now := time.Now()
+	require.Equal(t, Valid, (&Key{}).StatusAt(now))
+	require.Equal(t, Valid, (&Key{Expires: now.Add(time.Second)}).StatusAt(now))
+	require.Equal(t, Expired, (&Key{Expires: now}).StatusAt(now))
+	require.Equal(t, Revoked, (&Key{Revoked: true, Expires: now}).StatusAt(now))
+}
+
+func TestWriteFileRoundTrips(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.json")
+	_, hash := NewSecret()
+	f := &File{Keys: []*Key{{ID: "a", Hash: hash, TPM: 7, Expires: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)}}}
+	require.NoError(t, WriteFile(path, f))
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	s, err := Load(path)
+	require.NoError(t, err)
+	k, ok := s.ByID("a")
+	require.True(t, ok)
+	require.Equal(t, int64(7), k.TPM)
+	require.Equal(t, f.Keys[0].Expires, k.Expires)
+}
+
+// TestLocalRPMIsAMinuteAtOnceThenTheRate: GCRA lets a key spend its whole
+// minute at once, then one request per 60s/rpm.
+func TestLocalRPMIsAMinuteAtOnceThenTheRate(t *testing.T) {
+	l := NewLocal()
+	k := &Key{ID: "a", RPM: 6}
+	now := time.Unix(1_800_000_000, 0)
+	for i := range 6 {
+		d := l.Admit(context.Background(), k, 0, now)
+		require.Equal(t, Admitted, d.Reason, i)
+		require.Equal(t, int64(5-i), d.RemainingRequests)
+	}
+	d := l.Admit(context.Background(), k, 0, now)
+	require.Equal(t, OverRPM, d.Reason)
+	require.Equal(t, 10*time.Second, d.RetryAfter)
+	require.Equal(t, Admitted, l.Admit(context.Background(), k, 0, now.Add(10*time.Second)).Reason)
+	require.Equal(t, OverRPM, l.Admit(context.Background(), k, 0, now.Add(10*time.Second)).Reason)
+}
+
+// TestLocalTPMSettles: the estimate is charged at admission, the
+// difference at settlement, both ways; a refused request charges nothing.
+func TestLocalTPMSettles(t *testing.T) {
+	l := NewLocal()
+	k := &Key{ID: "a", TPM: 100, RPM: 1000}
+	now := time.Unix(1_800_000_000, 0)
+	require.Equal(t, Admitted, l.Admit(context.Background(), k, 80, now).Reason)
+	d := l.Admit(context.Background(), k, 30, now)
+	require.Equal(t, OverTPM, d.Reason)
+	require.Equal(t, int64(20), d.RemainingTokens)
+	l.Settle(context.Background(), k, -70, now) // used 10 of 80
+	d = l.Admit(context.Background(), k, 30, now)
+	require.Equal(t, Admitted, d.Reason)
+	require.Equal(t, int64(60), d.RemainingTokens)
+	l.Settle(context.Background(), k, 60, now) // used 90 of 30
+	require.Equal(t, OverTPM, l.Admit(context.Background(), k, 1, now).Reason)
+	require.Equal(t, Admitted, l.Admit(context.Background(), k, 500, now.Add(time.Minute)).Reason, "an estimate over the TPM is charged the TPM")
+}
+
+// TestLocalBudgetPerDayAndMonth: spent, a budget refuses until its UTC
+// day (or month) ends.
+func TestLocalBudgetPerDayAndMonth(t *testing.T) {
+	l := NewLocal()
+	k := &Key{ID: "a", Budget: Budget{TokensPerDay: 100, TokensPerMonth: 150}}
+	day1 := time.Date(2027, 3, 30, 23, 0, 0, 0, time.UTC)
+	require.Equal(t, Admitted, l.Admit(context.Background(), k, 10, day1).Reason)
+	l.Settle(context.Background(), k, 90, day1)
+	d := l.Admit(context.Background(), k, 10, day1)
+	require.Equal(t, OverBudget, d.Reason)
+	require.Equal(t, time.Hour, d.RetryAfter)
+	day2 := day1.Add(2 * time.Hour)
+	require.Equal(t, Admitted, l.Admit(context.Background(), k, 50, day2).Reason)
+	d = l.Admit(context.Background(), k, 1, day2)
+	require.Equal(t, OverBudget, d.Reason, "150 a month")
+	require.Equal(t, time.Date(2027, 4, 1, 0, 0, 0, 0, time.UTC).Sub(day2), d.RetryAfter)
+	require.Equal(t, Admitted, l.Admit(context.Background(), k, 1, time.Date(2027, 4, 1, 0, 0, 0, 0, time.UTC)).Reason)
+}
+
+func writeKeys(b testing.TB, n int) string {
+	var sb strings.Builder
+	sb.WriteString(`{"keys": [`)
+	for i := range n {
+		if i > 0 {
+			sb.WriteString(",\n")
+		}
+		fmt.Fprintf(&sb, `{"id": "key-%d", "hash": %q, "routes": ["gpt-4o", "claude-*"], "rpm": 600, "tpm": 200000, "max_concurrent": 8,`+
+			` "budget": {"tokens_per_day": 1000000}, "expires": "2027-06-30T00:00:00Z", "metadata": {"team": "team-%d", "owner": "owner-%d@example.com"}}`,
+			i, Hash(fmt.Sprint("secret-", i)), i%50, i)
+	}
+	sb.WriteString("]}\n")
+	path := filepath.Join(b.TempDir(), "keys.json")
+	require.NoError(b, os.WriteFile(path, []byte(sb.String()), 0o600))
+	return path
+}
+
+// BenchmarkLoad100kKeys: a key file of 100,000 keys (what the manual
+// promises loads within a second).
+func BenchmarkLoad100kKeys(b *testing.B) {
+	path := writeKeys(b, 100_000)
+	b.ResetTimer()
+	for b.Loop() {
+		s, err := Load(path)
+		if err != nil || s.Len() != 100_000 {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLookup: a lookup in a set of 100,000 keys (one SHA-256 and
+// one map access, whatever the set's size).
+func BenchmarkLookup(b *testing.B) {
+	for _, n := range []int{10, 100_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			s, err := Load(writeKeys(b, n))
+			require.NoError(b, err)
+			b.ResetTimer()
+			for b.Loop() {
+				if _, ok := s.Lookup("secret-7"); !ok {
+					b.Fatal("not found")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLocalAdmit: the in-process limiter's admission and settlement
+// of one request of a key with every limit.
+func BenchmarkLocalAdmit(b *testing.B) {
+	l := NewLocal()
+	k := &Key{ID: "a", RPM: 1 << 40, TPM: 1 << 40, Budget: Budget{TokensPerDay: 1 << 50}}
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			now := time.Now()
+			l.Admit(context.Background(), k, 100, now)
+			l.Settle(context.Background(), k, -50, now)
+		}
+	})
+}

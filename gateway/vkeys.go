@@ -1,0 +1,201 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/retryhost/retryhost/gateway/vkey"
+)
+
+// WithKeySet makes every endpoint but /healthz and /readyz require a key
+// of s (see package vkey) or of WithAPIKeys: an unknown, expired or
+// revoked key gets 401. A request with a virtual key is held to its
+// routes (403 for another model), rates, budget and concurrency (429);
+// see the multi-team gateway page of the manual. Default: none.
+func WithKeySet(s *vkey.Set) Option {
+	return func(c *config) error {
+		if s == nil {
+			return errors.New("gateway: nil key set")
+		}
+		c.keySet = s
+		return nil
+	}
+}
+
+// WithLimiter sets what keeps the virtual keys' rates and budgets: a
+// fleet-wide store (state/redis's Limiter) or, by default, a vkey.Local in
+// this process.
+func WithLimiter(l vkey.Limiter) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("gateway: nil limiter")
+		}
+		c.limiter = l
+		return nil
+	}
+}
+
+// SetKeySet replaces the virtual keys for every request from now on, as
+// SetAPIKeys does the plain ones; the counters of a key kept (by id) stay.
+// retryhost serve calls it when its --keys-file changes or on SIGHUP.
+func (g *Gateway) SetKeySet(s *vkey.Set) error {
+	if s == nil {
+		return errors.New("gateway: nil key set")
+	}
+	g.keySet.Store(s)
+	if l, ok := g.cfg.limiter.(*vkey.Local); ok {
+		l.Forget(s)
+	}
+	return nil
+}
+
+type keyCtxKey struct{}
+
+// KeyID returns the id of the virtual key a request was admitted with,
+// from its context (the handler's or any below it), or "" (a plain API
+// key, or none).
+func KeyID(ctx context.Context) string {
+	if k, ok := ctx.Value(keyCtxKey{}).(*vkey.Key); ok {
+		return k.ID
+	}
+	return ""
+}
+
+// keyOf returns the virtual key of a request's context, if any.
+func keyOf(ctx context.Context) *vkey.Key {
+	k, _ := ctx.Value(keyCtxKey{}).(*vkey.Key)
+	return k
+}
+
+// virtualKey finds the request's virtual key among the credentials it
+// presents: the key, or why none is served (an expired or revoked key's
+// own message; "" when no credential is a key of s).
+func virtualKey(r *http.Request, s *vkey.Set, now time.Time) (*vkey.Key, string) {
+	bearerKey, _ := bearer(r.Header.Get("Authorization"))
+	why := ""
+	for _, cred := range [2]string{bearerKey, r.Header.Get("X-Api-Key")} {
+		if cred = strings.TrimSpace(cred); cred == "" {
+			continue
+		}
+		k, ok := s.Lookup(cred)
+		if !ok {
+			continue
+		}
+		switch k.StatusAt(now) {
+		case vkey.Valid:
+			return k, ""
+		case vkey.Revoked:
+			why = "retryhost gateway: API key " + strconv.Quote(k.ID) + " is revoked"
+		case vkey.Expired:
+			why = "retryhost gateway: API key " + strconv.Quote(k.ID) + " expired at " + k.Expires.UTC().Format(time.RFC3339)
+		}
+	}
+	return nil, why
+}
+
+// refuseKey answers 401 for a request with no key served.
+func (g *Gateway) refuseKey(w http.ResponseWriter, r *http.Request, d door, msg string) {
+	g.stats.unauthorized.Add(1)
+	w.Header().Set("WWW-Authenticate", `Bearer realm="retryhost"`)
+	writeErr(w, d, apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key", msg: msg})
+	g.logRefused(r, http.StatusUnauthorized, "unauthorized")
+}
+
+// estimateTokens is what a request is charged at admission against its
+// key's TPM and budget: its body's bytes over 4 (the input, roughly) and
+// the output it allows (max_tokens), settled on the upstream's usage.
+func estimateTokens(bodyLen int, cr *chatRequest) int64 {
+	return int64(bodyLen/4) + int64(max(cr.req.MaxOutputTokens, 0))
+}
+
+// admitKey holds a request with a virtual key to its routes (403) and its
+// limits (429; the x-ratelimit-* headers on every answer of a rate-limited
+// key): false when it was refused, with the answer written.
+func (g *Gateway) admitKey(ctx context.Context, w http.ResponseWriter, d door, c *call, cr *chatRequest, bodyLen int) bool {
+	k := c.key
+	l := &c.l
+	for i := 0; i <= len(cr.fallbacks); i++ {
+		name, param := cr.model, "model"
+		if i > 0 {
+			name, param = cr.fallbacks[i-1], "fallbacks["+strconv.Itoa(i-1)+"]"
+		}
+		if !k.Allows(name) {
+			l.status, l.outcome = http.StatusForbidden, "forbidden"
+			writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "model_not_allowed", param: param,
+				msg: "retryhost gateway: API key " + strconv.Quote(k.ID) + " may not use " + strconv.Quote(name)})
+			return false
+		}
+	}
+	if !k.Limited() {
+		return true
+	}
+	now := time.Now()
+	est := estimateTokens(bodyLen, cr)
+	dec := g.limiter().Admit(ctx, k, est, now)
+	h := w.Header()
+	if k.RPM > 0 {
+		h["X-Ratelimit-Limit-Requests"] = []string{strconv.FormatInt(k.RPM, 10)}
+		h["X-Ratelimit-Remaining-Requests"] = []string{strconv.FormatInt(dec.RemainingRequests, 10)}
+		h["X-Ratelimit-Reset-Requests"] = []string{resetHeader(dec.ResetRequests)}
+	}
+	if k.TPM > 0 {
+		h["X-Ratelimit-Limit-Tokens"] = []string{strconv.FormatInt(k.TPM, 10)}
+		h["X-Ratelimit-Remaining-Tokens"] = []string{strconv.FormatInt(dec.RemainingTokens, 10)}
+		h["X-Ratelimit-Reset-Tokens"] = []string{resetHeader(dec.ResetTokens)}
+	}
+	e := apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded"}
+	switch dec.Reason {
+	case vkey.Admitted:
+		c.keyCharged, c.est = true, vkey.Cost(k, est)
+		return true
+	case vkey.OverRPM:
+		e.msg = "retryhost gateway: API key " + strconv.Quote(k.ID) + " is over its " + strconv.FormatInt(k.RPM, 10) + " requests per minute"
+	case vkey.OverTPM:
+		e.msg = "retryhost gateway: API key " + strconv.Quote(k.ID) + " is over its " + strconv.FormatInt(k.TPM, 10) + " tokens per minute"
+	case vkey.OverBudget:
+		// As OpenAI answers an exhausted quota: 429, insufficient_quota,
+		// and no retry (x-should-retry: false, which both SDKs obey).
+		e.typ, e.code = "insufficient_quota", "insufficient_quota"
+		e.msg = "retryhost gateway: API key " + strconv.Quote(k.ID) + " has used its token budget"
+		h.Set("X-Should-Retry", "false")
+	case vkey.StoreDown:
+		e = apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "limits_unavailable",
+			msg: "retryhost gateway: the rate-limit store is unreachable and this key set is refused while it is"}
+	}
+	h.Set("Retry-After", retryAfterHeader(dec.RetryAfter))
+	l.status, l.outcome = e.status, "rejected"
+	writeErr(w, d, e)
+	return false
+}
+
+// limiter is the virtual keys' Limiter.
+func (g *Gateway) limiter() vkey.Limiter { return g.cfg.limiter }
+
+// settleKey charges a request's key what it used beyond its estimate
+// (the upstream's reported usage), once it is over.
+func (g *Gateway) settleKey(c *call) {
+	if !c.keyCharged {
+		return
+	}
+	c.keyCharged = false
+	used := c.l.inputToks + c.l.outputToks
+	if delta := used - c.est; delta != 0 {
+		g.limiter().Settle(context.Background(), c.key, delta, time.Now())
+	}
+}
+
+// resetHeader renders a wait as OpenAI's x-ratelimit-reset-* do ("1s",
+// "6m0s", "20ms").
+func resetHeader(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	if d < time.Second {
+		return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10) + "ms"
+	}
+	return d.Round(time.Second).String()
+}
