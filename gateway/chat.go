@@ -181,7 +181,7 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	if !routed {
 		return
 	}
-	if c.key = keyOf(r.Context()); c.key != nil && !g.admitKey(ctx, w, d, c, cr, len(body)) {
+	if c.key = keyOf(r.Context()); c.key != nil && !g.admitKey(ctx, w, d, c, cr.model, cr.fallbacks, estimateTokens(len(body), cr)) {
 		return
 	}
 	if ok = g.commit(ctx, w, d, c, cr, chain); ok {

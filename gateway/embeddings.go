@@ -35,6 +35,9 @@ func (g *Gateway) embeddings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fields, name, ok := rawBody(w, d, l, body)
+	if ok && c.key != nil {
+		ok = g.admitKey(ctx, w, d, c, name, nil, int64(len(body)/4))
+	}
 	if !ok {
 		return
 	}

@@ -97,7 +97,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, d door, c *call)
 		l.status, l.outcome = status, "rejected"
 		return nil, nil, false
 	}
-	c.entered, c.client = true, client
+	c.entered, c.client, c.key = true, client, keyOf(r.Context())
 	if c.gen = g.acquire(); c.gen == nil {
 		l.status, l.outcome = http.StatusServiceUnavailable, "shutdown"
 		writeErr(w, d, errShutdown)

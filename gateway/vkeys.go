@@ -115,13 +115,15 @@ func estimateTokens(bodyLen int, cr *chatRequest) int64 {
 // admitKey holds a request with a virtual key to its routes (403) and its
 // limits (429; the x-ratelimit-* headers on every answer of a rate-limited
 // key): false when it was refused, with the answer written.
-func (g *Gateway) admitKey(ctx context.Context, w http.ResponseWriter, d door, c *call, cr *chatRequest, bodyLen int) bool {
+// The request asks for model, then its fallbacks; est is its token
+// estimate (estimateTokens).
+func (g *Gateway) admitKey(ctx context.Context, w http.ResponseWriter, d door, c *call, model string, fallbacks []string, est int64) bool {
 	k := c.key
 	l := &c.l
-	for i := 0; i <= len(cr.fallbacks); i++ {
-		name, param := cr.model, "model"
+	for i := 0; i <= len(fallbacks); i++ {
+		name, param := model, "model"
 		if i > 0 {
-			name, param = cr.fallbacks[i-1], "fallbacks["+strconv.Itoa(i-1)+"]"
+			name, param = fallbacks[i-1], "fallbacks["+strconv.Itoa(i-1)+"]"
 		}
 		if !k.Allows(name) {
 			l.status, l.outcome = http.StatusForbidden, "forbidden"
@@ -134,7 +136,6 @@ func (g *Gateway) admitKey(ctx context.Context, w http.ResponseWriter, d door, c
 		return true
 	}
 	now := time.Now()
-	est := estimateTokens(bodyLen, cr)
 	dec := g.limiter().Admit(ctx, k, est, now)
 	h := w.Header()
 	if k.RPM > 0 {
@@ -183,6 +184,9 @@ func (g *Gateway) settleKey(c *call) {
 	}
 	c.keyCharged = false
 	used := c.l.inputToks + c.l.outputToks
+	if used == 0 && c.l.status == http.StatusOK {
+		return // answered without a usage (a forwarded door's): the estimate stands
+	}
 	if delta := used - c.est; delta != 0 {
 		g.limiter().Settle(context.Background(), c.key, delta, time.Now())
 	}

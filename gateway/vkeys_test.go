@@ -111,8 +111,12 @@ func TestVirtualKeyRouteNotAllowedIs403(t *testing.T) {
 	ae := anthErr(t, err)
 	require.Equal(t, http.StatusForbidden, ae.StatusCode)
 	require.Contains(t, ae.RawJSON(), `"type":"permission_error"`)
+	_, err = c.Embeddings.New(context.Background(), oai.EmbeddingNewParams{Model: "backup",
+		Input: oai.EmbeddingNewParamsInputUnion{OfString: oai.String("hi")}})
+	require.Equal(t, http.StatusForbidden, oaiErr(t, err).StatusCode, "the forwarded doors hold keys to their routes too")
 	require.Len(t, r.up["primary"].requests(), 1)
 	require.Empty(t, r.up["third"].requests())
+	require.Empty(t, r.up["backup"].requests())
 }
 
 // TestVirtualKeyOverRPMIs429WithRateLimitHeaders: the request past the
