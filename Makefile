@@ -37,3 +37,7 @@ bench-doc: ## rerun the benchmarks and rewrite the generated table of the docs (
 .PHONY: bench-gateway
 bench-gateway: ## gateway benchmark: direct, bare reverse proxy, retryhost serve, Portkey (loopback; ARGS='-pace 0 -held-streams 2000')
 	bench/gateway.sh $(ARGS)
+
+.PHONY: bench-gateway-seq
+bench-gateway-seq: ## gateway overhead, sequential client: added p50-p99.9 and CPU per request against a bare Go hop, in rounds (ARGS override)
+	bench/gateway.sh -seq 1500 -rounds 10 -pace 0 -closed 10s -conc 64 -upstream-json=default -targets direct,revproxy,retryhost,retryhost-wasm $(ARGS)

@@ -10,6 +10,11 @@
 #
 #   bench/gateway.sh [gatewaybench flags…]     e.g. -open 5s -closed 5s -rate 500 -conc 64 -rounds 5
 #
+# -seq N runs the sequential-client method instead of the open loop (make
+# bench-gateway-seq): one client, requests one after another, N per target
+# and mode in each round, and the ratios of what each proxy adds to what
+# the bare reverse proxy adds in the same run.
+#
 # retryhost's policy gives its model "upstream_json": true by default, so a
 # non-streaming request through `retryhost serve` is non-streamed upstream too
 # (as the bare hop's and Portkey's are); -upstream-json=false asks the
@@ -27,8 +32,18 @@ trap 'rm -rf "$work"' EXIT
 go build -o "$work/retryhost" ./cmd/retryhost
 go build -o "$work/gatewaybench" ./bench/gatewaybench
 
+# Portkey is installed only when it is among the targets (the default's).
+want_pk=1 prev=
+for a in "$@"; do
+	case $prev in -targets | --targets) [[ $a == *portkey* ]] || want_pk=0 ;; esac
+	case $a in -targets=* | --targets=*) [[ $a == *portkey* ]] || want_pk=0 ;; esac
+	prev=$a
+done
+
 pk=${PORTKEY_DIR:-}
-if [[ -z $pk ]] && command -v npm >/dev/null 2>&1; then
+if [[ $want_pk == 0 ]]; then
+	:
+elif [[ -z $pk ]] && command -v npm >/dev/null 2>&1; then
 	pk=$work/portkey
 	mkdir -p "$pk"
 	# The pin (and the override, which reaches the gateway's own copy): with

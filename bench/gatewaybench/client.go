@@ -234,6 +234,7 @@ func (rc *rawConn) readAnswer(r *result, stream bool, want string, start time.Ti
 			}
 		}
 		r.firstContent = time.Since(start)
+		r.done = r.firstContent
 		r.ok = jsonIntact(rc.buf, want)
 		return !h.close, nil
 	}
@@ -254,6 +255,7 @@ func (rc *rawConn) readAnswer(r *result, stream bool, want string, start time.Ti
 			return false, err
 		}
 	}
+	r.done = time.Since(start)
 	r.ok = s.ok()
 	return !h.close, nil
 }

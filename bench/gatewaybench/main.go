@@ -39,7 +39,7 @@ var (
 	pkDir    = flag.String("portkey-dir", "", "folder with node_modules/@portkey-ai/gateway (empty: skip that row)")
 	held     = flag.String("held-streams", "", "after the phases, hold this many streams open at once and report the proxy's RSS; a comma-separated list holds each count in turn (empty: skip)")
 	heldH2C  = flag.Bool("held-h2c", false, "hold the streams over HTTP/2 without TLS (h2c, 250 streams a connection) to the Go proxies (bare and retryhost serve --h2c), so that a proxy holding N streams needs N+N/250 descriptors, not 2N; Portkey stays on HTTP/1.1")
-	upJSON   = flag.Bool("upstream-json", true, "retryhost's policy gives its model \"upstream_json\": true, so a non-streaming request is non-streamed upstream too (false: streamed upstream and collected, as before)")
+	upJSON   = flag.String("upstream-json", "true", "the \"upstream_json\" of retryhost's model: true (a non-streaming request is non-streamed upstream too), false (streamed upstream and collected) or default (the key left out: the gateway's default)")
 	upConns  = flag.Int("upstream-conns", 16384, "retryhost serve's --upstream-conns, --max-concurrent and --max-conns (the bench holds up to -held-streams streams to one upstream host, each on a client connection of its own over HTTP/1.1)")
 	workDir  = flag.String("workdir", "", "folder for the policy file and the children's logs (default: a temp folder)")
 
@@ -99,8 +99,10 @@ func run(ctx context.Context) error {
 	}
 	defer stopUp()
 
-	fmt.Printf("upstream: %d chunks, %v before each; open loop %d req/s for %v; closed loop %d concurrent for %v; in %d rounds\n\n",
-		*chunks, *pace, *rate, *openDur, *conc, *closeDur, *rounds)
+	if *seqN <= 0 {
+		fmt.Printf("upstream: %d chunks, %v before each; open loop %d req/s for %v; closed loop %d concurrent for %v; in %d rounds\n\n",
+			*chunks, *pace, *rate, *openDur, *conc, *closeDur, *rounds)
+	}
 	type row struct {
 		t    *target
 		s, n stats // streaming, non-streaming
@@ -139,6 +141,13 @@ func run(ctx context.Context) error {
 			return err
 		}
 		rows = append(rows, &row{t: t})
+	}
+	if *seqN > 0 {
+		ts := make([]*target, len(rows))
+		for i, rw := range rows {
+			ts[i] = rw.t
+		}
+		return runSeq(ctx, ts, upPid)
 	}
 	// A warm-up before each slice: the first opens connections and warms
 	// the proxy; the later ones replace the connections a server closed

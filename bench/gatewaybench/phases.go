@@ -17,6 +17,7 @@ type result struct {
 	ok           bool // 200 and the whole answer, once, in order, with its end marker
 	firstByte    time.Duration
 	firstContent time.Duration
+	done         time.Duration // the whole answer read ([DONE] and the body's end for a stream)
 }
 
 // stats add up over the rounds: the open loop's samples are merged, and

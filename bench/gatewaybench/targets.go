@@ -101,7 +101,7 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 		}
 		return &target{name: name, url: "http://" + strings.TrimSpace(addr) + "/v1/chat/completions", model: "m", pid: cmd.Process.Pid,
 			stop: func() { stdin.Close(); stopProc(cmd, done) }}, nil
-	case "retryhost", "retryhost-b":
+	case "retryhost", "retryhost-b", "retryhost-wasm":
 		bin := *rhBin
 		if name == "retryhost-b" {
 			bin = *rhBinB
@@ -109,7 +109,20 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 		if bin == "" {
 			return nil, errSkip("no -" + name + " binary")
 		}
-		pol := fmt.Sprintf(`{"models": [{"name": "bench", "provider": "openai", "model": "m", "base_url": %q, "api_key_env": "BENCH_UPSTREAM_KEY", "upstream_json": %t}]}`, upstream+"/v1", *upJSON)
+		model := fmt.Sprintf(`{"name": "bench", "provider": "openai", "model": "m", "base_url": %q, "api_key_env": "BENCH_UPSTREAM_KEY"`, upstream+"/v1")
+		switch *upJSON {
+		case "true", "false":
+			model += `, "upstream_json": ` + *upJSON
+		case "default":
+		default:
+			return nil, fmt.Errorf("-upstream-json %q: true, false or default", *upJSON)
+		}
+		pol := `{"models": [` + model + `}]}`
+		if name == "retryhost-wasm" {
+			// One Wasm condition, asked after a failed attempt only (none
+			// fails here): what a policy with a plugin costs a request.
+			pol = `{"models": [` + model + `}], "rules": [{"plugin": {"builtin": "errmatch", "config": {"rules": [{"status": ["500-599"], "retry": {"max_attempts": 2}}]}}}]}`
+		}
 		pf := filepath.Join(dir, name+"-policy.json")
 		if err := os.WriteFile(pf, []byte(pol), 0o644); err != nil {
 			return nil, err
@@ -135,7 +148,7 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 			return nil, fmt.Errorf("%s: %w (see %s)", name, err, logf.Name())
 		}
 		return &target{name: name, url: "http://" + addr + "/v1/chat/completions", model: "bench", pid: cmd.Process.Pid,
-			note: fmt.Sprintf("access log (JSON, one line per request) on, to a file; --upstream-conns %d --max-concurrent %d --max-conns %d; upstream_json %t", *upConns, *upConns, *upConns, *upJSON),
+			note: fmt.Sprintf("access log (JSON, one line per request) on, to a file; --upstream-conns %d --max-concurrent %d --max-conns %d; upstream_json %s", *upConns, *upConns, *upConns, *upJSON),
 			stop: func() { stopProc(cmd, done); logf.Close() }}, nil
 	case "portkey":
 		if *pkDir == "" {
