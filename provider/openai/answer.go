@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -44,6 +45,19 @@ func (m *Model) streamJSON(ctx context.Context, req *driver.Request) (driver.Str
 		if err != nil {
 			return nil, m.openError(ctx, err, raw)
 		}
+	}
+	if isEventStream(raw.Header.Get("Content-Type")) {
+		// A compatible server that streams although asked not to: its
+		// events are read as a stream's.
+		if _, ok := raw.Body.(adapter.EventBody); !ok {
+			raw.Body = adapter.SSEBody(raw.Body)
+		}
+		src := m.newSource()
+		src.ev = &events{body: raw.Body}
+		s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart})
+		s.SetHeader(raw.Header)
+		s.SetBody(raw.Body)
+		return s, nil
 	}
 	src := &answer{
 		source: source{provider: m.provider, fields: m.fields},
@@ -200,4 +214,11 @@ func (c *chunk) fromCompletion(cc *oai.ChatCompletion) {
 		}
 		c.choices = append(c.choices, o)
 	}
+}
+
+// isEventStream reports whether a Content-Type is text/event-stream (in
+// any case, with or without parameters).
+func isEventStream(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
 }

@@ -388,3 +388,21 @@ func TestCompletionDecodersAgreeOnSeeds(t *testing.T) {
 		require.False(t, decodeCompletion([]byte(s), &chunk{}), "handed to the SDK: %s", s)
 	}
 }
+
+// A compatible server that answers a non-streamed request (WithUpstreamJSON)
+// with a stream anyway gives the parts that stream gives when asked for:
+// its events are read as a stream's, not failed as a bad JSON body.
+func TestUpstreamJSONAnsweredWithAStream(t *testing.T) {
+	_, stream := answerBodies(t, map[string]any{"system_fingerprint": "fp_1"}, map[string]any{"finish_reason": "stop"},
+		map[string]any{"role": "assistant", "content": "Hi there"})
+	sse := func() *fixedTransport {
+		return &fixedTransport{status: 200, header: http.Header{"Content-Type": {"text/event-stream; charset=utf-8"}}, body: bytesBody(stream), length: -1}
+	}
+	want, err := run(t, answerModel(t, sse()), false)
+	require.NoError(t, err)
+	tr := sse()
+	got, err := run(t, answerModel(t, tr), true)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Contains(t, string(tr.sent), `"stream":false`)
+}
