@@ -269,6 +269,13 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	if o.DefaultHedge == 0 {
 		o.DefaultHedge = scale(defaultHedge)
 	}
+	// A non-streaming client's request is non-streamed upstream when the
+	// policy needs no stream for it (policy.Options.DefaultUpstreamJSON):
+	// a streamed answer collected costs the upstream and the gateway more
+	// than the JSON answer a plain proxy relays. Stream options given in
+	// code (transforms among them) are not the file's to judge: with
+	// them, the models say for themselves.
+	o.DefaultUpstreamJSON = len(g.src.opts.StreamOptions) == 0
 	p, err := g.src.load(ctx, o)
 	if err != nil {
 		return nil, err

@@ -20,6 +20,9 @@ type builder struct {
 	// backoff.delay: the wait of a retry that names none.
 	retryDelay time.Duration
 	raw        bool // Options.RawChunks, in a file whose commit rule is not legacy
+	// upJSON is Options.DefaultUpstreamJSON, in a file that needs no
+	// streamed upstream for a request that commits at its end.
+	upJSON bool
 	// plugins counts the plugin names given so far: a name given twice
 	// (two files of one base name, a built-in used twice) gets "#2", "#3"
 	// …, so that its logs, errors and metric series are its own.
@@ -55,6 +58,7 @@ func (b *builder) build(ctx context.Context, f *File) error {
 		return b.errf("models", "at least one model is required (the first is the base model)")
 	}
 	b.raw = b.opts.RawChunks && f.Commit != "legacy" // see Options.RawChunks
+	b.upJSON = b.opts.DefaultUpstreamJSON && !b.needsStream(f)
 	var o buildOptions
 	start, err := b.declare(ctx, f, &o)
 	if err != nil {

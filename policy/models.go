@@ -97,7 +97,7 @@ func (b *builder) model(i int, m *ModelSpec) error {
 		Key: m.Name, Provider: m.Provider, Model: m.Model, BaseURL: baseURL, APIKey: key,
 		Headers: m.Headers, Params: m.Params, Deployment: m.Deployment, APIVersion: m.APIVersion,
 		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient, RawChunks: b.raw,
-		UpstreamJSON: m.UpstreamJSON,
+		UpstreamJSON: m.UpstreamJSON || b.defaultUpstreamJSON(at, m, kind),
 	})
 	if err != nil {
 		return b.errf(at, "%v", err)

@@ -203,6 +203,17 @@ type Options struct {
 	// silent never holds a client for ever.
 	DefaultFirstContent time.Duration
 	DefaultGap          time.Duration
+	// DefaultUpstreamJSON, when true, is "upstream_json": true for every
+	// model of the file that gives no "upstream_json" and could take it
+	// (an OpenAI-compatible provider with api chat), when the file needs
+	// no streamed upstream for a request that commits at its end: no
+	// transforms, no deadlines.first_content or deadlines.gap, and no
+	// hedge (the file's or DefaultHedge). Such a request (a gateway's
+	// non-streaming client's) is then non-streamed upstream, and
+	// DefaultFirstContent bounds its whole answer. Default: false. The
+	// gateway sets it, so that its JSON answers cost what a plain proxy's
+	// do unless the policy needs the stream.
+	DefaultUpstreamJSON bool
 	// HostOptions are appended to the Wasm runtime's options the file's
 	// sandbox section produces (a compilation cache directory, an observer).
 	HostOptions []host.Option
