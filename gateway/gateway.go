@@ -138,6 +138,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g.mux.HandleFunc("/v1/messages", g.authed(messagesDoor{}, g.messages))
 	g.mux.HandleFunc("/v1/messages/count_tokens", g.authed(messagesDoor{}, g.countTokens))
 	g.mux.HandleFunc("/v1/embeddings", g.authed(chatDoor{}, g.embeddings))
+	g.mux.HandleFunc("/v1/responses", g.authed(responsesDoor{}, g.responses))
 	g.mux.HandleFunc("/v1/models", g.modelsAuthed(g.models))
 	g.mux.HandleFunc("/v1/models/{id...}", g.modelsAuthed(g.model))
 	g.mux.Handle("/metrics", g.authed(chatDoor{}, g.metrics.handler().ServeHTTP))

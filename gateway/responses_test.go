@@ -1,0 +1,147 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"testing"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/stretchr/testify/require"
+)
+
+func responsesParams(model string) responses.ResponseNewParams {
+	return responses.ResponseNewParams{Model: model, Instructions: oai.String("Answer briefly."),
+		Input: responses.ResponseNewParamsInputUnion{OfString: oai.String("Capital of France?")}}
+}
+
+func TestResponses_FailsOverLikeChatCompletions(t *testing.T) {
+	// primary (OpenAI-compatible) is down; backup (Anthropic) answers: the
+	// client reads one response object either way.
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "whole", true: "streamed"}[stream], func(t *testing.T) {
+			r := newRigOf(t, "", []string{"backup"})
+			r.up["primary"].play(act{status: http.StatusServiceUnavailable})
+			r.up["backup"].play(act{chunks: []string{"Paris", " is the capital."}})
+			var raw *http.Response
+			var got *responses.Response
+			if stream {
+				s := r.client.Responses.NewStreaming(context.Background(), responsesParams("primary"), option.WithResponseInto(&raw))
+				var (
+					seq   int64 = -1
+					types []string
+					delta string
+				)
+				for s.Next() {
+					ev := s.Current()
+					require.Greater(t, ev.SequenceNumber, seq, "sequence numbers increase")
+					seq = ev.SequenceNumber
+					types = append(types, ev.Type)
+					if ev.Type == "response.output_text.delta" {
+						delta += ev.Delta
+					}
+					if ev.Type == "response.completed" {
+						resp := ev.Response
+						got = &resp
+					}
+				}
+				require.NoError(t, s.Err())
+				require.NoError(t, s.Close())
+				require.Equal(t, "Paris is the capital.", delta)
+				require.Equal(t, []string{"response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"}, types[:4])
+				require.Equal(t, []string{"response.output_text.done", "response.content_part.done", "response.output_item.done", "response.completed"}, types[len(types)-4:])
+				require.EqualValues(t, 0, seq-int64(len(types)-1), "one sequence number per event, from 0")
+			} else {
+				var err error
+				got, err = r.client.Responses.New(context.Background(), responsesParams("primary"), option.WithResponseInto(&raw))
+				require.NoError(t, err)
+			}
+			require.NotNil(t, got)
+			require.Equal(t, "backup", raw.Header.Get("X-Retryhost-Model"))
+			require.Equal(t, responses.ResponseStatusCompleted, got.Status)
+			require.Equal(t, "Paris is the capital.", got.OutputText())
+			require.Equal(t, "backup", got.Model, "the model that answered, as the chat door names it")
+			hits := r.up["backup"].requests()
+			require.NotEmpty(t, hits)
+			require.Equal(t, "/v1/messages", hits[len(hits)-1].path)
+			require.Contains(t, string(hits[len(hits)-1].body["system"]), `"Answer briefly."`)
+		})
+	}
+}
+
+func TestResponses_FunctionCallsRoundTrip(t *testing.T) {
+	r := newRig(t, `"rules": []`)
+	r.up["primary"].play(act{chunks: []string{"It is sunny."}})
+	p := responses.ResponseNewParams{Model: "primary",
+		Tools: []responses.ToolUnionParam{{OfFunction: &responses.FunctionToolParam{Name: "weather",
+			Parameters: map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}}}}},
+		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+			responses.ResponseInputItemParamOfMessage("Weather in Paris?", responses.EasyInputMessageRoleUser),
+			responses.ResponseInputItemParamOfFunctionCall(`{"city":"Paris"}`, "call_1", "weather"),
+			func() responses.ResponseInputItemUnionParam {
+				out := responses.ResponseInputItemParamOfFunctionCallOutput("sunny")
+				out.OfFunctionCallOutput.CallID = oai.String("call_1")
+				return out
+			}(),
+		}}}
+	got, err := r.client.Responses.New(context.Background(), p)
+	require.NoError(t, err)
+	require.Equal(t, "It is sunny.", got.OutputText())
+	hits := r.up["primary"].requests()
+	var msgs []map[string]any
+	require.NoError(t, json.Unmarshal(hits[len(hits)-1].body["messages"], &msgs))
+	require.Len(t, msgs, 3)
+	require.Equal(t, "assistant", msgs[1]["role"])
+	require.Equal(t, "tool", msgs[2]["role"])
+	require.Equal(t, "call_1", msgs[2]["tool_call_id"])
+	require.Contains(t, string(hits[len(hits)-1].body["tools"]), `"weather"`)
+}
+
+func TestResponses_AnswersErrorsInOpenAIsShape(t *testing.T) {
+	r := newRig(t, `"rules": []`)
+	r.up["primary"].play(act{status: http.StatusServiceUnavailable})
+	tests := []struct {
+		name   string
+		p      responses.ResponseNewParams
+		status int
+		param  string
+		msg    string
+	}{
+		{name: "previous_response_id", p: func() responses.ResponseNewParams {
+			p := responsesParams("backup")
+			p.PreviousResponseID = oai.String("resp_1")
+			return p
+		}(), status: 400, param: "previous_response_id", msg: "keeps no state"},
+		{name: "store", p: func() responses.ResponseNewParams {
+			p := responsesParams("backup")
+			p.Store = oai.Bool(true)
+			return p
+		}(), status: 400, param: "store", msg: "keeps no state"},
+		{name: "background", p: func() responses.ResponseNewParams {
+			p := responsesParams("backup")
+			p.Background = oai.Bool(true)
+			return p
+		}(), status: 400, param: "background", msg: "keeps no state"},
+		{name: "an unsupported field", p: func() responses.ResponseNewParams {
+			p := responsesParams("backup")
+			p.Truncation = responses.ResponseNewParamsTruncationAuto
+			return p
+		}(), status: 400, param: "truncation", msg: "not supported"},
+		{name: "unknown route", p: responsesParams("nope"), status: 404, param: "model", msg: `no route named "nope"`},
+		{name: "the upstream down", p: responsesParams("primary"), status: 502},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := r.client.Responses.New(context.Background(), tc.p)
+			var oe *oai.Error
+			require.True(t, errors.As(err, &oe), "%v", err)
+			require.Equal(t, tc.status, oe.StatusCode, oe.RawJSON())
+			require.Equal(t, tc.param, oe.Param)
+			require.Contains(t, oe.Message, tc.msg)
+		})
+	}
+	require.Empty(t, r.up["backup"].requests())
+}
