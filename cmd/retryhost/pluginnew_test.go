@@ -128,7 +128,8 @@ func toolchain(t *testing.T, lang string) []string {
 
 // TestPluginNew_ProjectsBuildAndPassPluginTest is the templates' check
 // against the SDKs: a new project of each language builds with its
-// Makefile and passes plugin test with its own vectors. Both kinds in Go
+// Makefile, passes plugin test with its own vectors and decides in a
+// replayed request. Both kinds in Go
 // and C (their sources are the templates'); one in AssemblyScript and
 // Rust, whose sources are the SDK examples make -C plugins builds.
 func TestPluginNew_ProjectsBuildAndPassPluginTest(t *testing.T) {
@@ -175,6 +176,35 @@ func TestPluginNew_ProjectsBuildAndPassPluginTest(t *testing.T) {
 			require.Contains(t, stdout, " 0 failed")
 			require.Contains(t, stdout, "PASS  vector")
 			require.NotContains(t, stdout, "FAIL")
+
+			// And the driver runs it: replay plays a request through a
+			// policy that names the module by path.
+			scenario := filepath.Join(dir, "scenario.json")
+			require.NoError(t, os.WriteFile(scenario, []byte(projectScenario(tc.lang, tc.kind, "my-"+tc.kind+".wasm")), 0o644))
+			code, stdout, stderr = run(t, "replay", scenario)
+			require.Equal(t, exitOK, code, stdout+stderr)
 		})
 	}
+}
+
+// projectScenario is a replay scenario in which a new project's plugin
+// decides: the condition switches an overloaded model to the fallback its
+// config names, the transform redacts the text.
+func projectScenario(lang, kind, wasm string) string {
+	if kind == "transform" {
+		return `{"description": "the new transform redacts",
+  "policy": {"models": [{"name": "primary", "provider": "scripted"}], "transforms": [{"plugin": {"path": "` + wasm + `"}}]},
+  "scripts": {"primary": {"attempts": [{"steps": [{"text": "my secret"}, {"text": " plan"}]}]}},
+  "requests": [{"expect": {"attempts": ["primary: ok"], "committed": "primary", "text": "my ****** plan"}}]}`
+	}
+	config := `{"fallback": "backup"}`
+	if lang == "c" {
+		config = `"backup"`
+	}
+	return `{"description": "the new condition switches an overloaded model",
+  "policy": {"models": [{"name": "primary", "provider": "scripted"}, {"name": "backup", "provider": "scripted"}],
+    "rules": [{"plugin": {"path": "` + wasm + `", "config": ` + config + `}}]},
+  "scripts": {"primary": {"attempts": [{"open_error": {"status": 529, "message": "overloaded"}}]},
+    "backup": {"attempts": [{"steps": [{"text": "from backup"}]}]}},
+  "requests": [{"expect": {"attempts": ["primary: overloaded", "backup: ok"], "committed": "backup", "text": "from backup"}}]}`
 }
