@@ -66,6 +66,7 @@ type accessLog struct {
 	parts      int
 	inputToks  int64
 	outputToks int64
+	trail      trail // one record per attempt (logAttempts), and a stream's last line (appendTrail)
 }
 
 func (g *Gateway) logAccess(ctx context.Context, r *http.Request, l *accessLog) {
@@ -74,6 +75,7 @@ func (g *Gateway) logAccess(ctx context.Context, r *http.Request, l *accessLog) 
 	if !h.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
+	logAttempts(ctx, h, r, l)
 	// The record is made here, not by Logger.LogAttrs, which takes the
 	// caller's program counter (runtime.Callers, ~1% of a request's CPU)
 	// for a source that an access log never shows.
@@ -488,6 +490,8 @@ func (x *callCtx) Value(key any) any {
 	switch key.(type) {
 	case stateKey:
 		return &x.c.st
+	case callKey:
+		return x.c
 	case flushKey:
 		if x.hooked {
 			return &x.c.hook
@@ -677,6 +681,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			e := streamFailure(ctx, err)
 			l.outcome, l.errClass = g.endErr(ctx, &e), classify(err).class
 			buf = enc.appendErrorEvent(buf, &e)
+			buf = appendTrail(buf, &l.trail)
 			send()
 			return
 		}
@@ -711,6 +716,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		u = *usage
 	}
 	buf = enc.appendEnd(buf, &u)
+	buf = appendTrail(buf, &l.trail)
 	// The end goes out unflushed: net/http flushes it when the handler
 	// returns, in the same write as the chunked body's terminator (on
 	// HTTP/2, in the frame that ends the stream), one write a request fewer

@@ -107,7 +107,8 @@ func (o observer) AttemptStart(ctx context.Context, e driver.AttemptEvent) conte
 	return ctx
 }
 
-func (o observer) AttemptEnd(_ context.Context, e driver.AttemptEndEvent) {
+func (o observer) AttemptEnd(ctx context.Context, e driver.AttemptEndEvent) {
+	recordAttempt(ctx, &e)
 	class := ""
 	if e.Outcome == driver.AttemptFailed || e.Outcome == driver.AttemptTruncated {
 		class = e.Class.String()

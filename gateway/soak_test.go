@@ -439,6 +439,9 @@ func (s *soak) rawStream(ctx context.Context, id, route string, cancelMid bool) 
 		line := sc.Text()
 		data, ok := strings.CutPrefix(line, "data: ")
 		if !ok {
+			if strings.HasPrefix(line, ": retryhost {") && (done || errEv) {
+				continue // the attempt trail, after the end
+			}
 			if line != "" {
 				s.fail(id, "raw stream: a line that is not data: %q", line)
 				return

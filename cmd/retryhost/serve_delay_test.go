@@ -65,7 +65,7 @@ func TestServe_ShutdownDelay(t *testing.T) {
 	resp.Body.Close()
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
-	require.True(t, strings.HasSuffix(string(b), "data: [DONE]\n\n"), string(b))
+	require.True(t, streamDone(string(b)), string(b))
 	select {
 	case c := <-exited:
 		t.Fatalf("serve exited (%d) during the shutdown delay: %s", c, stderr)

@@ -44,7 +44,7 @@ func TestServe_H2C(t *testing.T) {
 			defer resp.Body.Close()
 			b, err := io.ReadAll(resp.Body)
 			assertNoError(t, err)
-			if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 || !strings.HasSuffix(string(b), "data: [DONE]\n\n") ||
+			if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 || !streamDone(string(b)) ||
 				strings.Contains(string(b), "sorry") || resp.Header.Get("X-Retryhost-Model") != "gamma" {
 				t.Errorf("h2c stream: %s %d, model %q:\n%s", resp.Proto, resp.StatusCode, resp.Header.Get("X-Retryhost-Model"), b)
 			}
@@ -138,7 +138,7 @@ func TestServe_H2CStreamsPerConnection(t *testing.T) {
 			defer resp.Body.Close()
 			b, err := io.ReadAll(resp.Body)
 			assertNoError(t, err)
-			if resp.ProtoMajor != 2 || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+			if resp.ProtoMajor != 2 || !streamDone(string(b)) {
 				t.Errorf("stream: %s %d:\n%s", resp.Proto, resp.StatusCode, b)
 			}
 		})
