@@ -46,12 +46,14 @@
 // top_p, stop, seed) drive every model; all the request's other fields
 // (response_format, logprobs, tool_choice, vendor extensions …) and the
 // original messages and tools are forwarded unchanged to OpenAI-compatible
-// upstreams, as the request's own JSON. "stream" and "stream_options" are
-// the gateway's (it streams upstream and asks for usage, but for a
-// non-streaming request to a model with "upstream_json": true in the
-// policy, which is non-streamed upstream too; the client gets usage when it
-// asked for it; "stream_options" without "stream": true is refused, as
-// OpenAI refuses it). A "fallbacks" field, a list of route
+// upstreams, as the request's own JSON. "stream" is the gateway's (it
+// streams upstream, but for a non-streaming request to a model with
+// "upstream_json": true in the policy, which is non-streamed upstream too).
+// "stream_options" goes upstream only when the client sent it (asking for
+// usage, which the gateway counts; the client gets usage when it asked for
+// it), or to an upstream known to accept it (OpenAI's own API, Azure), as
+// some compatible servers refuse it; "stream_options" without "stream":
+// true is refused, as OpenAI refuses it. A "fallbacks" field, a list of route
 // names, adds a per-request chain tried in order when the route fails for a
 // reason other than the request itself (an upstream 4xx); it is never
 // forwarded. n > 1 is refused (the driver follows one choice).

@@ -85,7 +85,8 @@ func TestModelsAndHealth(t *testing.T) {
 }
 
 // Fields the driver does not model reach the upstream unchanged; the
-// gateway's own (fallbacks, stream_options) do not.
+// gateway's own (fallbacks) do not, and a client's stream_options goes
+// there asking for usage, which the gateway counts.
 func TestUnmodeledFieldsForwardedUnchanged(t *testing.T) {
 	r := newRig(t, "")
 	body := `{"model":"primary","stream":true,"stream_options":{"include_usage":false},"fallbacks":["backup"],
@@ -105,7 +106,7 @@ func TestUnmodeledFieldsForwardedUnchanged(t *testing.T) {
 	}
 	require.NotContains(t, got, "fallbacks")
 	require.NotContains(t, got, "max_completion_tokens", "the client's max_tokens is not doubled")
-	require.JSONEq(t, `{"include_usage":true}`, string(got["stream_options"]), "the gateway asks for usage itself")
+	require.JSONEq(t, `{"include_usage":true}`, string(got["stream_options"]), "a client that sent stream_options gets it upstream, asking for usage")
 	require.Equal(t, `"up-primary"`, string(got["model"]))
 }
 

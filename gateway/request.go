@@ -39,8 +39,9 @@ func badRequest(param, format string, args ...any) error {
 const maxFallbacks = 8
 
 // gatewayFields are the fields the gateway consumes; every other field is
-// forwarded to OpenAI-compatible upstreams as it came.
-var gatewayFields = map[string]bool{"model": true, "stream": true, "stream_options": true, "fallbacks": true}
+// forwarded to OpenAI-compatible upstreams as it came, but stream_options,
+// which goes there only when the client sent it (usageOptions).
+var gatewayFields = map[string]bool{"model": true, "stream": true, "fallbacks": true}
 
 // parseChat reads the body into the driver's request (the fields it
 // models, for every provider) and keeps every other field, and the
@@ -66,6 +67,9 @@ func parseChat(body []byte, providers, anthropic []string) (*chatRequest, error)
 			return nil, badRequest("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
 		}
 		c.includeUsage = so.IncludeUsage
+		fields["stream_options"] = usageOptions(fields["stream_options"], so.IncludeUsage)
+	} else {
+		delete(fields, "stream_options") // null: as if absent
 	}
 	var n *int
 	if err := field(fields, "n", &n); err != nil || (n != nil && *n != 1) {
@@ -454,4 +458,27 @@ func (m *wireMessage) driver() (driver.Message, error) {
 		return driver.Message{}, errors.New("role is required")
 	}
 	return driver.Message{}, fmt.Errorf("unknown role %q", m.Role)
+}
+
+// usageOptions is the stream_options the upstreams get of a client that
+// sent raw (an object; asked says whether it asked for usage): the
+// client's, asking for usage, which the gateway counts whether or not
+// the client gets it (includeUsage). A client that did not send
+// stream_options sends none upstream: some OpenAI-compatible servers
+// refuse it, and the adapter sends it unasked only to servers known to
+// take it (openai.WithStreamUsage).
+func usageOptions(raw json.RawMessage, asked bool) json.RawMessage {
+	if asked && bytes.Equal(raw, []byte(`{"include_usage":true}`)) {
+		return raw
+	}
+	var so map[string]json.RawMessage
+	if json.Unmarshal(raw, &so) != nil || so == nil {
+		so = map[string]json.RawMessage{}
+	}
+	so["include_usage"] = json.RawMessage("true")
+	b, err := json.Marshal(so)
+	if err != nil {
+		return json.RawMessage(`{"include_usage":true}`)
+	}
+	return b
 }

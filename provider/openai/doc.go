@@ -28,7 +28,8 @@
 //
 // # Stream mapping
 //
-// Stream sends stream_options.include_usage and emits:
+// Stream sends stream_options.include_usage to the servers known to accept
+// it (see WithStreamUsage) and emits:
 //
 //	(first Recv)                      stream-start
 //	first chunk                       response-metadata (id, model, created)

@@ -32,6 +32,7 @@ type Model struct {
 	raw       bool
 	fields    bool // WithChunkFields
 	upJSON    bool // WithUpstreamJSON
+	usage     bool // WithStreamUsage's, else whether the server is known to accept stream_options
 	sdkChunks bool // decode every chunk with the SDK (tests compare both paths)
 	sdkBody   bool // encode every body with the SDK (tests compare both paths)
 	client    oai.Client
@@ -67,7 +68,12 @@ func New(id string, opts ...Option) (*Model, error) {
 		key = c.key
 	}
 	host, port, scope := c.server(id)
+	usage := c.azure != nil || host == "api.openai.com" || strings.HasSuffix(host, ".openai.azure.com")
+	if c.streamUsage != nil {
+		usage = *c.streamUsage
+	}
 	return &Model{
+		usage:     usage,
 		scope:     scope,
 		id:        id,
 		provider:  c.provider,

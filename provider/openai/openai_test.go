@@ -399,7 +399,7 @@ func TestRequestTranslation(t *testing.T) {
 		Headers:         map[string][]string{"X-Trace": {"abc"}},
 		ProviderOptions: map[string]any{"openai": map[string]any{"reasoning_effort": "low"}},
 	}
-	st, err := model(t, srv).Stream(context.Background(), req)
+	st, err := model(t, srv, openai.WithStreamUsage(true)).Stream(context.Background(), req)
 	require.NoError(t, err)
 	_, err = wiretest.Collect(st, 100)
 	require.NoError(t, err)

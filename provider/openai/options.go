@@ -29,7 +29,8 @@ type config struct {
 	rawChunks       bool
 	chunkFields     bool
 	upstreamJSON    bool
-	noAuth          bool // withoutAuthorization
+	streamUsage     *bool // WithStreamUsage; nil: by the server
+	noAuth          bool  // withoutAuthorization
 	sdkOpts         []option.RequestOption
 }
 
@@ -168,6 +169,19 @@ func WithChunkFields() Option { return func(c *config) { c.chunkFields = true } 
 // or WithRawChunks (there is no SDK chunk to emit): New refuses both.
 // Default: off.
 func WithUpstreamJSON() Option { return func(c *config) { c.upstreamJSON = true } }
+
+// WithStreamUsage says whether a stream asks the server for its usage
+// chunk ("stream_options": {"include_usage": true}). Some compatible
+// servers refuse a request that carries stream_options (a 400, which no
+// rule fails over, as it reads as the request's own fault), so by default
+// only the servers known to accept it get it: OpenAI's own API (host
+// api.openai.com) and Azure OpenAI (WithAzure, or a host under
+// openai.azure.com). Elsewhere a stream asks for usage only when its
+// request's ProviderOptions entry carries "stream_options" (what a gateway
+// forwards from a client that sent it), and a stream without the usage
+// chunk finishes with zero usage. WithParam("stream_options", …) also
+// sets it on every request.
+func WithStreamUsage(on bool) Option { return func(c *config) { c.streamUsage = &on } }
 
 // MaxAnswer caps the body of a non-streamed answer (WithUpstreamJSON),
 // which is read whole before anything is decoded: past it the stream fails

@@ -16,7 +16,7 @@ import (
 )
 
 // params translates a driver request (a streaming one asks for the usage
-// chunk).
+// chunk where the server is known to take stream_options: WithStreamUsage).
 //
 // A request whose ProviderOptions entry carries the messages (and the
 // tools, if it has any) as raw JSON, which is what a gateway forwards, is
@@ -138,7 +138,7 @@ func (m *Model) prepare(req *driver.Request, stream bool) (oai.ChatCompletionNew
 		// The caller's own max_tokens replaces MaxOutputTokens: never both.
 		p.MaxCompletionTokens = param.Opt[int64]{}
 	}
-	if stream {
+	if stream && m.usage {
 		p.StreamOptions.IncludeUsage = param.NewOpt(true)
 	}
 	return p, fields, lean, nil
