@@ -43,6 +43,7 @@ var testKits = []string{
 	"plugins/internal/plugintest",
 	"plugins/internal/wasmtest",
 	"provider/internal/wiretest",
+	"provider/internal/conformance",
 }
 
 // Packages that hold only tests of the repository or of several floors at
