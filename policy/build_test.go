@@ -59,7 +59,7 @@ func TestParseErrors(t *testing.T) {
 		{"no models", `{}`, "models: at least one model is required"},
 		{"model name missing", `{"models": [{"provider": "scripted"}]}`, "models[0].name: required"},
 		{"duplicate model", `{"models": [{"name": "a", "provider": "scripted"}, {"name": "a", "provider": "scripted"}]}`, `models[1].name: duplicate model name "a"`},
-		{"unknown provider", `{"models": [{"name": "z", "provider": "gemini"}]}`, `models[0].provider: unknown provider "gemini" (want openai, azure, openrouter, vllm, ollama, anthropic or scripted)`},
+		{"unknown provider", `{"models": [{"name": "z", "provider": "bedrock-x"}]}`, `models[0].provider: unknown provider "bedrock-x" (want openai, azure, openrouter, vllm, ollama, anthropic, gemini or scripted)`},
 		{"unbound scripted", `{"models": [{"name": "z", "provider": "scripted"}]}`, `models[0].provider: scripted model "z" has no script bound`},
 		{"openai without model", `{"models": [{"name": "z", "provider": "openai", "api_key_env": "SET_KEY"}]}`, "models[0].model: required for provider openai"},
 		{"key env unset", `{"models": [{"name": "z", "provider": "anthropic", "model": "m", "api_key_env": "NOPE"}]}`, "models[0].api_key_env: environment variable NOPE is not set"},

@@ -34,7 +34,8 @@ type providerKind struct {
 const (
 	openaiPkg    = "github.com/retryhost/retryhost/provider/openai"
 	anthropicPkg = "github.com/retryhost/retryhost/provider/anthropic"
-	providerList = "openai, azure, openrouter, vllm, ollama, anthropic or scripted"
+	geminiPkg    = "github.com/retryhost/retryhost/provider/gemini"
+	providerList = "openai, azure, openrouter, vllm, ollama, anthropic, gemini or scripted"
 )
 
 var providerKinds = map[string]providerKind{
@@ -44,6 +45,7 @@ var providerKinds = map[string]providerKind{
 	"vllm":       {adapter: openaiPkg, needsModel: true, needsURL: true},
 	"ollama":     {adapter: openaiPkg, needsModel: true, defaultURL: "http://localhost:11434/v1"},
 	"anthropic":  {adapter: anthropicPkg, needsModel: true, needsKey: true},
+	"gemini":     {adapter: geminiPkg, needsModel: true, needsKey: true},
 }
 
 func (b *builder) model(i int, m *ModelSpec) error {

@@ -149,8 +149,8 @@ type ModelSpec struct {
 	// it. Letters, digits, '.', '_', '-'.
 	Name string `json:"name"`
 	// Provider is required: openai, azure (Azure OpenAI), openrouter, vllm,
-	// ollama (all through the OpenAI adapter), anthropic, or scripted
-	// (bound in code; scenarios).
+	// ollama (all through the OpenAI adapter), anthropic, gemini (Google
+	// AI's Gemini API), or scripted (bound in code; scenarios).
 	Provider string `json:"provider"`
 	// Model is the provider's model id, required except for azure (where
 	// it defaults to the deployment) and scripted. "*" sends the id each
@@ -164,7 +164,7 @@ type ModelSpec struct {
 	// (https://NAME.openai.azure.com).
 	BaseURL string `json:"base_url"`
 	// APIKeyEnv is the NAME of the environment variable holding the key,
-	// never the key: required for openai, azure, openrouter and anthropic,
+	// never the key: required for openai, azure, openrouter, anthropic and gemini,
 	// optional for vllm and ollama.
 	APIKeyEnv string `json:"api_key_env"`
 	// Deployment and APIVersion are Azure OpenAI's, both required for

@@ -22,7 +22,9 @@ func TestMain(m *testing.M) {
 	// outlive a run.
 	// The CLI binary some tests build once (buildOnce) is shared by them
 	// all, so it goes when the last test has run, not with the first.
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	// The Gemini SDK links OpenCensus, whose package init starts a worker
+	// that lives as long as the process.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"), goleak.Cleanup(func(code int) {
 		if builtDir != "" {
 			_ = os.RemoveAll(builtDir)
 		}
