@@ -145,3 +145,24 @@ func TestResponses_AnswersErrorsInOpenAIsShape(t *testing.T) {
 	}
 	require.Empty(t, r.up["backup"].requests())
 }
+
+func TestResponses_StopsAndFailuresAfterCommit(t *testing.T) {
+	r := newRig(t, `"rules": []`)
+	r.up["primary"].play(act{chunks: []string{"Paris"}, finish: "length"})
+	got, err := r.client.Responses.New(context.Background(), responsesParams("primary"))
+	require.NoError(t, err)
+	require.Equal(t, responses.ResponseStatusIncomplete, got.Status)
+	require.Equal(t, "max_output_tokens", string(got.IncompleteDetails.Reason))
+
+	r.up["primary"].play(act{chunks: []string{"Paris"}, cut: true})
+	s := r.client.Responses.NewStreaming(context.Background(), responsesParams("primary"))
+	var last responses.ResponseStreamEventUnion
+	for s.Next() {
+		last = s.Current()
+	}
+	require.NoError(t, s.Err())
+	require.NoError(t, s.Close())
+	require.Equal(t, "error", last.Type, "the Responses API's error event ends the stream, no response.completed")
+	require.Equal(t, "stream_failed", last.Code)
+	require.NotEmpty(t, last.Message)
+}
