@@ -16,10 +16,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/retryhost/retryhost/gateway"
+	"github.com/retryhost/retryhost/gateway/vkey"
 	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/internal/leaf/connlimit"
 	"github.com/retryhost/retryhost/internal/leaf/gcfloor"
@@ -43,6 +45,8 @@ func init() {
 			fs.StringVar(&o.file, "policy", "", "the policy `FILE` (JSON or YAML); none: the built-in demo policy over loopback providers")
 			fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on (`HOST:PORT`)")
 			fs.StringVar(&o.keysFile, "api-keys-file", "", "a `FILE` of client API keys, one per line (# starts a comment, at a line's start or after whitespace), read again on SIGHUP and when it changes; RETRYHOST_API_KEYS adds comma-separated keys")
+			fs.StringVar(&o.vkeysFile, "keys-file", "", "a virtual key `FILE` (JSON, written by retryhost keys: per-key routes, rates, budgets, expiry; see docs/multi-team.md), read again on SIGHUP and when it changes; beside --api-keys-file's keys")
+			fs.StringVar(&o.limitsRedis, "limits-redis", "", "keep the virtual keys' rates and budgets fleet-wide on this Redis (`URL`, as the policy's state.redis url); none: in this process")
 			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
 			fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep accepting and serving with /readyz answering 503, so that a load balancer sees it and stops sending, before the drain (0: drain at once)")
 			fs.IntVar(&o.maxConc, "max-concurrent", 1024, "chat requests served at once; more get 429")
@@ -68,6 +72,8 @@ func init() {
 
 type serveOpts struct {
 	file, addr, keysFile string
+	vkeysFile            string // --keys-file
+	limitsRedis          string // --limits-redis
 	drain, shutdownDelay time.Duration
 	maxConc, maxConns    int
 	maxPerClient         int
@@ -175,6 +181,24 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))
 	}
+	var onDown atomic.Pointer[string] // the key set's on_store_down, for the Redis limiter
+	if o.vkeysFile != "" {
+		set, err := vkey.Load(o.vkeysFile)
+		if err != nil {
+			return e.errorf(exitInput, "--keys-file: %v", err)
+		}
+		opts = append(opts, gateway.WithKeySet(set))
+		if o.limitsRedis != "" {
+			onDown.Store(&set.OnStoreDown)
+			lim, err := redisstate.OpenLimiter(o.limitsRedis, redisstate.LimiterOptions{Options: redisstate.Options{Logger: logger},
+				OnDown: func() string { return *onDown.Load() }})
+			if err != nil {
+				return e.errorf(exitInput, "--limits-redis: %v", err)
+			}
+			defer lim.Close()
+			opts = append(opts, gateway.WithLimiter(lim))
+		}
+	}
 	pm := newPluginMetrics()
 	opts = append(opts, gateway.WithMetrics(pm.collectors()...))
 	// The client connections' limit wraps the listener, made after the
@@ -245,8 +269,8 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		if o.file != "" {
 			policyChanged = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval, logger, "policy")
 		}
-		if o.keysFile != "" {
-			keysChanged = watchFiles(wctx, func() []string { return []string{o.keysFile} }, serveWatchInterval, logger, "API keys")
+		if o.keysFile != "" || o.vkeysFile != "" {
+			keysChanged = watchFiles(wctx, func() []string { return slices.DeleteFunc([]string{o.keysFile, o.vkeysFile}, func(s string) bool { return s == "" }) }, serveWatchInterval, logger, "API keys")
 		}
 	}
 	// SIGTERM and SIGINT are caught until the drain starts: then a second
@@ -279,6 +303,19 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	defer rl.stop()
 	reloadPolicy := rl.request
 	reloadKeys := func(why string) {
+		if o.vkeysFile != "" {
+			// A key file that does not load keeps the keys in use.
+			set, err := vkey.Load(o.vkeysFile)
+			if err == nil {
+				err = gw.SetKeySet(set)
+			}
+			if err != nil {
+				logger.Error("key file reload rejected; the keys in use stay", slog.String("why", why), slog.String("error", err.Error()))
+			} else {
+				onDown.Store(&set.OnStoreDown)
+				logger.Info("key file reloaded", slog.String("why", why), slog.Int("keys", set.Len()))
+			}
+		}
 		if o.keysFile == "" {
 			return
 		}

@@ -163,4 +163,4 @@ if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) 
 return 1
 `)
 
-var scripts = []*goredis.Script{beginScript, failedScript, succeededScript, probeScript, stickyScript, retryScript}
+var scripts = []*goredis.Script{beginScript, failedScript, succeededScript, probeScript, stickyScript, retryScript, admitScript, settleScript}
