@@ -270,7 +270,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 			policyChanged = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval, logger, "policy")
 		}
 		if o.keysFile != "" || o.vkeysFile != "" {
-			keysChanged = watchFiles(wctx, func() []string { return slices.DeleteFunc([]string{o.keysFile, o.vkeysFile}, func(s string) bool { return s == "" }) }, serveWatchInterval, logger, "API keys")
+			keysChanged = watchFiles(wctx, func() []string {
+				return slices.DeleteFunc([]string{o.keysFile, o.vkeysFile}, func(s string) bool { return s == "" })
+			}, serveWatchInterval, logger, "API keys")
 		}
 	}
 	// SIGTERM and SIGINT are caught until the drain starts: then a second
