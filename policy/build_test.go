@@ -63,7 +63,7 @@ func TestParseErrors(t *testing.T) {
 		{"unbound scripted", `{"models": [{"name": "z", "provider": "scripted"}]}`, `models[0].provider: scripted model "z" has no script bound`},
 		{"openai without model", `{"models": [{"name": "z", "provider": "openai", "api_key_env": "SET_KEY"}]}`, "models[0].model: required for provider openai"},
 		{"key env unset", `{"models": [{"name": "z", "provider": "anthropic", "model": "m", "api_key_env": "NOPE"}]}`, "models[0].api_key_env: environment variable NOPE is not set"},
-		{"unknown model field", `{"models": [{"name": "a", "provider": "scripted", "key": "x"}]}`, "line 1:51: models[0].key: unknown field (want one of name, provider, model, base_url, api_key_env, deployment, api_version, api, upstream_json, headers, params, after_commit, embedding)"},
+		{"unknown model field", `{"models": [{"name": "a", "provider": "scripted", "key": "x"}]}`, "line 1:51: models[0].key: unknown field (want one of name, provider, model, base_url, api_key_env, deployment, api_version, api, upstream_json, headers, params, after_commit, embedding, price)"},
 		{"wrong type", `{"models": [{"name": 7}]}`, "line 1:22: models[0].name: want a string, got a number"},
 		{"rule needs when or plugin", `{` + models + `, "rules": [{"action": "retry"}]}`, "rules[0]: give exactly one of when"},
 		{"rule unknown action", `{` + models + `, "rules": [{"when": {"any": true}, "action": "swtich"}]}`, `rules[0].action: unknown action "swtich" (want switch, retry or give-up)`},

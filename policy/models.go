@@ -59,6 +59,9 @@ func (b *builder) model(i int, m *ModelSpec) error {
 		return b.errf(at+".name", "duplicate model name %q (models[%d] has it): the name is the model's key, so give each deployment its own", m.Name, b.index[m.Name])
 	}
 	b.index[m.Name] = i
+	if err := b.price(at, m); err != nil {
+		return err
+	}
 	if bound, ok := b.opts.Models[m.Name]; ok && bound != nil {
 		if _, known := providerKinds[m.Provider]; !known && m.Provider != "scripted" {
 			return b.errf(at+".provider", "unknown provider %q (want %s)", m.Provider, providerList)

@@ -230,6 +230,9 @@ type Policy struct {
 	Models map[string]driver.Model
 	// Runtime hosts the policy's Wasm plugins; nil when there are none.
 	Runtime *host.Runtime
+	// Prices are the priced models' prices (ModelSpec.Price) by model
+	// name; nil when the file prices none.
+	Prices map[string]Price
 
 	closers    []func() error           // the shared state's, released by Close
 	embeddings map[string]EmbeddingSpec // the models' and groups' embedding declarations (Embedding)

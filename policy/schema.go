@@ -204,6 +204,28 @@ type ModelSpec struct {
 	// one, or none. Absent: not declared (a gateway forwards embeddings to
 	// the model alone, never to a group of such models).
 	Embedding *EmbeddingSpec `json:"embedding"`
+	// Price is what the model's tokens cost, per million, in the currency
+	// all the file's prices share: a gateway counts the cost of every
+	// attempt the upstream billed (a failed one that reported tokens too)
+	// in its metrics and request log. Absent: not priced (cost 0).
+	Price *PriceSpec `json:"price"`
+}
+
+// PriceSpec is a model's price per million tokens, each a number from 0
+// to 1,000,000. Input and output are required; the cache's prices default
+// to input's.
+type PriceSpec struct {
+	// Input is the price of a million input tokens that no cache served.
+	Input *float64 `json:"input"`
+	// Output is the price of a million output tokens (reasoning included).
+	Output *float64 `json:"output"`
+	// CachedInput is the price of a million input tokens read from the
+	// provider's prompt cache (OpenAI's cached_tokens, Anthropic's
+	// cache_read_input_tokens).
+	CachedInput *float64 `json:"cached_input"`
+	// CacheWrite is the price of a million input tokens written to the
+	// provider's prompt cache (Anthropic's cache_creation_input_tokens).
+	CacheWrite *float64 `json:"cache_write"`
 }
 
 // GroupSpec is driver.Group: a deployment group. An attempt on the group
