@@ -30,6 +30,7 @@ type reqState struct {
 	// a policy request of its own, whose commit event counts from the
 	// link's start).
 	start time.Time
+	acct acctTrail // its attempts, for its accounting and request log
 }
 
 type stateKey struct{}
@@ -69,8 +70,17 @@ type accessLog struct {
 	trail      trail // one record per attempt (logAttempts), and a stream's last line (appendTrail)
 }
 
-func (g *Gateway) logAccess(ctx context.Context, r *http.Request, l *accessLog) {
+func (g *Gateway) logAccess(ctx context.Context, r *http.Request, l *accessLog, t *acctTrail) {
 	g.metrics.request(l)
+	var tot totals
+	if t != nil {
+		tot = t.sum()
+	}
+	keyID := requestKeyID(ctx)
+	g.accounting.request(g.metrics.route(l), l, keyID, &tot)
+	if g.cfg.requestLog != nil {
+		g.cfg.requestLog.write(r, l, keyID, t, &tot, time.Now())
+	}
 	h := g.cfg.logger.Handler()
 	if !h.Enabled(ctx, slog.LevelInfo) {
 		return
@@ -87,7 +97,9 @@ func (g *Gateway) logAccess(ctx context.Context, r *http.Request, l *accessLog) 
 		slog.Int("attempts", l.attempts), slog.Int("fallbacks", l.fallbacks), slog.String("error_class", l.errClass),
 		slog.Duration("duration", time.Since(l.start)), slog.Duration("time_to_first_content", l.commitAt),
 		slog.Int("parts", l.parts), slog.Int64("input_tokens", l.inputToks), slog.Int64("output_tokens", l.outputToks),
-		slog.String("remote", r.RemoteAddr))
+		slog.Int64("billed_input_tokens", tot.usage.InputTokens), slog.Int64("billed_output_tokens", tot.usage.OutputTokens),
+		slog.Int64("cached_input_tokens", tot.usage.CacheReadTokens), slog.Float64("cost", tot.cost),
+		slog.String("key", keyID), slog.String("remote", r.RemoteAddr))
 	_ = h.Handle(ctx, rec)
 }
 
@@ -97,7 +109,7 @@ func (g *Gateway) logAccess(ctx context.Context, r *http.Request, l *accessLog) 
 func (g *Gateway) logRefused(r *http.Request, status int, outcome string) {
 	l := accessLog{status: status, outcome: outcome, start: time.Now()}
 	l.requestID = requestID(r.Header.Get("X-Request-Id"), "")
-	g.logAccess(r.Context(), r, &l)
+	g.logAccess(r.Context(), r, &l, nil)
 }
 
 // maxRequestID caps a client's X-Request-Id.
@@ -137,7 +149,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	c := &call{}
 	l := &c.l
 	l.id, l.start = d.newID(), time.Now()
-	defer g.logAccess(r.Context(), r, l)
+	defer g.logAccess(r.Context(), r, l, &c.st.acct)
 	if !g.open(w, r, d, c) {
 		return
 	}
@@ -362,6 +374,7 @@ func (g *Gateway) commit(ctx context.Context, w http.ResponseWriter, d door, c *
 	l, gen := &c.l, c.gen
 	st := &c.st
 	st.atEnd, st.start = !cr.stream, l.start
+	st.acct.start, st.acct.prices = l.start, gen.pol.Prices
 	var hook *flushHook
 	if cr.stream && g.client != nil {
 		hook = &c.hook

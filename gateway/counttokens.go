@@ -17,7 +17,7 @@ func (g *Gateway) countTokens(w http.ResponseWriter, r *http.Request) {
 	c := &call{}
 	l := &c.l
 	l.id, l.start = newID("msgtok_rh"), time.Now()
-	defer g.logAccess(r.Context(), r, l)
+	defer g.logAccess(r.Context(), r, l, &c.st.acct)
 	defer c.close(g)
 	ctx, body, ok := g.admit(w, r, d, c)
 	if !ok {

@@ -28,7 +28,7 @@ func (g *Gateway) embeddings(w http.ResponseWriter, r *http.Request) {
 	c := &call{}
 	l := &c.l
 	l.id, l.start = newID("emb-rh"), time.Now()
-	defer g.logAccess(r.Context(), r, l)
+	defer g.logAccess(r.Context(), r, l, &c.st.acct)
 	defer c.close(g)
 	ctx, body, ok := g.admit(w, r, d, c)
 	if !ok {

@@ -33,6 +33,8 @@ type Gateway struct {
 	client  *http.Client // the upstreams' client when the gateway made it; nil otherwise
 	stats   *stats
 	metrics *metrics
+	// accounting counts what requests used (accounting.go).
+	accounting *accounting
 
 	reloadMu   sync.Mutex // orders Reload's swap against another's and Close's
 	reloadSeq  atomic.Uint64
@@ -89,6 +91,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 			g.cfg.bodyBudget, g.cfg.maxBody, bodyByteCost*g.cfg.maxBody)
 	}
 	g.budget.limit = g.cfg.bodyBudget
+	g.accounting = newAccounting(g.metrics.reg, g.cfg.keyLabels)
 	for _, c := range g.cfg.collectors {
 		if err := g.metrics.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gateway: WithMetrics: %w", err)

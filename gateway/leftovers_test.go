@@ -435,7 +435,7 @@ func TestCollectFailureLogsWhatTheClientGot(t *testing.T) {
 			l := accessLog{id: "chatcmpl-x", route: "primary", start: time.Now()}
 			s := &failingStream{parts: text, err: tc.err}
 			r.gw.collect(ctx, w, chatDoor{}, &l, s, chatDoor{}.encoder(l.id, "primary", &chatRequest{}))
-			r.gw.logAccess(ctx, req, &l)
+			r.gw.logAccess(ctx, req, &l, nil)
 
 			recs := accessRecords(t, r.logs.String())
 			require.Len(t, recs, 1)

@@ -85,11 +85,15 @@ func (m *metrics) handler() http.Handler {
 }
 
 func (m *metrics) request(l *accessLog) {
-	route := l.route
+	m.requests.WithLabelValues(m.route(l), strconv.Itoa(l.status), l.outcome).Inc()
+}
+
+// route is a request's route label.
+func (m *metrics) route(l *accessLog) string {
 	if l.implicit {
-		route = "*" // the client's name: its values are the clients' to choose
+		return "*" // the client's name: its values are the clients' to choose
 	}
-	m.requests.WithLabelValues(route, strconv.Itoa(l.status), l.outcome).Inc()
+	return l.route
 }
 
 // observer is the driver.Observer the gateway adds to every policy it
@@ -101,6 +105,9 @@ func (o observer) RequestStart(ctx context.Context, _ driver.RequestEvent) conte
 }
 
 func (o observer) AttemptStart(ctx context.Context, e driver.AttemptEvent) context.Context {
+	if t := acctTrailOf(ctx); t != nil {
+		t.attemptStart(e)
+	}
 	if e.FailOver {
 		o.m.failovers.WithLabelValues(e.Model.Key()).Inc()
 	}
@@ -109,6 +116,9 @@ func (o observer) AttemptStart(ctx context.Context, e driver.AttemptEvent) conte
 
 func (o observer) AttemptEnd(ctx context.Context, e driver.AttemptEndEvent) {
 	recordAttempt(ctx, &e)
+	if t := acctTrailOf(ctx); t != nil {
+		t.attemptEnd(e)
+	}
 	class := ""
 	if e.Outcome == driver.AttemptFailed || e.Outcome == driver.AttemptTruncated {
 		class = e.Class.String()
@@ -120,6 +130,9 @@ func (o observer) AttemptEnd(ctx context.Context, e driver.AttemptEndEvent) {
 // a non-streaming request commits at the end of its answer.
 func (o observer) Commit(ctx context.Context, e driver.CommitEvent) {
 	o.m.commits.WithLabelValues(e.Model.Key()).Inc()
+	if t := acctTrailOf(ctx); t != nil {
+		t.commit(e)
+	}
 	elapsed := e.Elapsed
 	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
 		if st.atEnd {

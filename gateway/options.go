@@ -38,6 +38,8 @@ type config struct {
 	// gateway gives (backoff, cooldown, deadlines), so that tests run the
 	// defaults' behaviour in milliseconds; 0 is 1.
 	defaultsScale float64
+	keyLabels     int         // WithKeyLabel; 0: no key label
+	requestLog    *requestLog // WithRequestLog; nil: none
 }
 
 // WithAPIKeys makes every endpoint but /healthz and /readyz require one of
