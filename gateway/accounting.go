@@ -13,6 +13,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -130,6 +131,15 @@ func (t *acctTrail) pluginCall(plugin, op, failure string, d time.Duration) {
 	if failure != "" {
 		p.failures++
 		p.failure = failure
+	}
+}
+
+// pluginObserver puts the plugin calls a request makes into its trail.
+type pluginObserver struct{}
+
+func (pluginObserver) PluginCall(ctx context.Context, c host.PluginCall) {
+	if t := trailOf(ctx); t != nil {
+		t.pluginCall(c.Plugin, c.Op, c.Failure, c.Duration)
 	}
 }
 

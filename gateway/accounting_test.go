@@ -27,8 +27,9 @@ var testPrices = map[string]string{
 	"backup":  `{"input": 3, "output": 15, "cached_input": 0.3, "cache_write": 3.75}`,
 }
 
-// newPricedRig is newRigOf over a policy that prices primary and backup.
-func newPricedRig(t *testing.T, anthropic []string, opts ...Option) *rig {
+// newPricedRig is newRigOf over a policy that prices primary and backup,
+// with rules (defaultRules when empty).
+func newPricedRig(t *testing.T, anthropic []string, rules string, opts ...Option) *rig {
 	t.Helper()
 	r := &rig{t: t, up: map[string]*upstream{}, logs: &testkit.LogBuffer{}}
 	var models []string
@@ -45,7 +46,10 @@ func newPricedRig(t *testing.T, anthropic []string, opts ...Option) *rig {
 		}
 		models = append(models, fmt.Sprintf(`{"name": %q, "provider": %q, "model": "up-%s", "base_url": %q, "api_key_env": "UPSTREAM_KEY"%s}`, n, prov, n, base, price))
 	}
-	r.serve(fmt.Sprintf(`{"models": [%s], %s}`, strings.Join(models, ", "), defaultRules), opts...)
+	if rules == "" {
+		rules = defaultRules
+	}
+	r.serve(fmt.Sprintf(`{"models": [%s], %s}`, strings.Join(models, ", "), rules), opts...)
 	return r
 }
 
@@ -76,7 +80,7 @@ func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
 
 func TestAccountingOfAFailOverThroughOpenAIClient(t *testing.T) {
 	var sink lockedBuffer
-	r := newPricedRig(t, nil, WithRequestLog(&sink))
+	r := newPricedRig(t, nil, "", WithRequestLog(&sink))
 	r.up["primary"].play(act{status: 503})
 	r.up["backup"].play(act{chunks: []string{"ok"}})
 	got := r.stream("primary")
@@ -136,7 +140,7 @@ func TestAccountingOfAFailOverThroughOpenAIClient(t *testing.T) {
 
 func TestAccountingCountsCachedTokensThroughAnthropicClient(t *testing.T) {
 	var sink lockedBuffer
-	r := newPricedRig(t, []string{"backup"}, WithRequestLog(&sink), WithKeyLabel(10))
+	r := newPricedRig(t, []string{"backup"}, "", WithRequestLog(&sink), WithKeyLabel(10))
 	r.up["backup"].play(act{chunks: []string{"Paris", "."}})
 	m, err := r.anth.Messages.New(context.Background(), msgParams("backup"))
 	require.NoError(t, err)
@@ -165,7 +169,7 @@ func TestAccountingCountsCachedTokensThroughAnthropicClient(t *testing.T) {
 
 func TestRequestLogOfARefusedRequestHasAnEmptyTrail(t *testing.T) {
 	var sink lockedBuffer
-	r := newPricedRig(t, nil, WithRequestLog(&sink))
+	r := newPricedRig(t, nil, "", WithRequestLog(&sink))
 	resp, _ := r.rawStream(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 	l := sink.lines(t)[0]
@@ -205,3 +209,40 @@ func (k keyedModel) Generate(context.Context, *driver.Request) (*driver.Response
 	return nil, nil
 }
 func (k keyedModel) Stream(context.Context, *driver.Request) (driver.Stream, error) { return nil, nil }
+
+func TestRequestLogCountsPluginCallsByOperation(t *testing.T) {
+	var sink lockedBuffer
+	r := newRig(t, defaultRules+`, "transforms": [{"plugin": {"builtin": "refusal", "fail": "open"}}]`, WithRequestLog(&sink))
+	r.up["primary"].play(act{chunks: []string{"Paris", " is", " the capital."}})
+	require.NoError(t, r.stream("primary").err)
+	l := sink.lines(t)[0]
+	plugins, ok := l["plugins"].([]any)
+	require.True(t, ok, "the line lists the plugin calls: %v", l)
+	ops := map[string]float64{}
+	for _, p := range plugins {
+		p := p.(map[string]any)
+		require.Contains(t, p["plugin"], "refusal")
+		require.EqualValues(t, 0, p["failures"])
+		ops[p["op"].(string)] = p["calls"].(float64)
+	}
+	require.EqualValues(t, 1, ops["open"], "one transform stream for the one attempt: %v", ops)
+	require.Greater(t, ops["part"], float64(1), "one entry for all of its parts: %v", ops)
+}
+
+func TestAccountingCountsAContinuation(t *testing.T) {
+	var sink lockedBuffer
+	r := newPricedRig(t, nil, continueRules, WithRequestLog(&sink))
+	r.up["primary"].play(act{preamble: true, chunks: []string{"The capital ", "of Fra"}, cut: true})
+	r.up["backup"].play(act{preamble: true, chunks: []string{"of France", " is Paris."}})
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "The capital of France is Paris.", got.text)
+
+	l := sink.lines(t)[0]
+	require.EqualValues(t, 1, l["continuations"], "%v", l)
+	trail := l["trail"].([]any)
+	require.Len(t, trail, 2)
+	require.Equal(t, true, trail[1].(map[string]any)["continuation"])
+	require.Contains(t, trail[0].(map[string]any), "time_to_first_content_ms", "the cut attempt committed")
+	require.Regexp(t, `retryhost_gateway_served_continuations_total\{model="[a-z]+",outcome="ok",route="primary"\} 1`, r.metricsText())
+}

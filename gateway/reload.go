@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/policy"
 	"github.com/retryhost/retryhost/provider/anthropic"
 	"github.com/retryhost/retryhost/provider/openai"
@@ -235,6 +236,7 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 		o.StreamOptions = append(o.StreamOptions, driver.WithMaxAnswerBytes(g.cfg.maxAnswer))
 	}
 	o.RunnerOptions = append(slices.Clip(o.RunnerOptions), driver.WithObserver(observer{g.metrics}))
+	o.HostOptions = append(slices.Clip(o.HostOptions), host.WithObserver(pluginObserver{}))
 	if o.HTTPClient == nil {
 		o.HTTPClient = g.client
 	}

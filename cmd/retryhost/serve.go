@@ -63,6 +63,10 @@ func init() {
 			fs.DurationVar(&o.pluginPoll, "plugin-poll", 30*time.Second, "how often to ask the registry for a new version of an \"oci\" plugin that follows a tag (\"follow_tag\"); a new one reloads the policy")
 			fs.StringVar(&o.up.upstream, "upstream", "", "pass-through with no policy file: every model name a client sends goes to this upstream (`SPEC`: a URL of an OpenAI-compatible server, a provider's name openai, anthropic or openrouter, read with its usual key variable, or PROVIDER=URL), failing over to each --fallback in turn, under the gateway's default rules and deadlines")
 			fs.Var(&o.up.fallbacks, "fallback", "an upstream (`SPEC`, as for --upstream) the requests fail over to, in the order given; repeatable")
+			fs.StringVar(&o.requestLog, "request-log", "", "write one JSON line per request, with its attempt trail, tokens and cost (no prompt or output text), to this `FILE` (- for standard output); none by default")
+			fs.Int64Var(&o.requestLogMax, "request-log-max-size", 100<<20, "rotate the --request-log file when it would pass this many `BYTES`: it becomes FILE.1, FILE.1 becomes FILE.2 … (0: never)")
+			fs.IntVar(&o.requestLogKeep, "request-log-keep", 5, "how many rotated --request-log files to keep (FILE.1 … FILE.N; 0: none)")
+			fs.IntVar(&o.keyLabel, "metrics-key-label", 0, "label the accounting metrics (tokens, cost, requests …) with the virtual key's id, for up to `N` distinct keys, the rest under \"_other\" (0: no key label)")
 			o.registry.declarePolicy(fs)
 			fs.BoolVar(&o.printDemo, "print-demo-policy", false, "print the demo policy (a starting point for your own) and exit")
 			return o.run
@@ -87,6 +91,10 @@ type serveOpts struct {
 	reloadBudget         time.Duration
 	registry             registryFlags
 	up                   upstreamFlags
+	requestLog           string
+	requestLogMax        int64
+	requestLogKeep       int
+	keyLabel             int
 }
 
 // serveLimits are the HTTP server's own limits (the gateway's are its options).
@@ -198,6 +206,20 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 			defer lim.Close()
 			opts = append(opts, gateway.WithLimiter(lim))
 		}
+	}
+	if o.keyLabel < 0 {
+		return e.usageError(commands["serve"], "--metrics-key-label %d: a cap cannot be negative (0: no key label)", o.keyLabel)
+	}
+	if o.keyLabel > 0 {
+		opts = append(opts, gateway.WithKeyLabel(o.keyLabel))
+	}
+	if o.requestLog != "" {
+		sink, closeSink, err := requestLogSink(o.requestLog, e.stdout, o.requestLogMax, o.requestLogKeep)
+		if err != nil {
+			return e.errorf(exitInput, "%v", err)
+		}
+		defer closeSink()
+		opts = append(opts, gateway.WithRequestLog(sink))
 	}
 	pm := newPluginMetrics()
 	opts = append(opts, gateway.WithMetrics(pm.collectors()...))
