@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/gateway/vkey"
 	"github.com/retryhost/retryhost/internal/testkit"
 	"github.com/retryhost/retryhost/policy"
 )
@@ -245,4 +247,37 @@ func TestAccountingCountsAContinuation(t *testing.T) {
 	require.Equal(t, true, trail[1].(map[string]any)["continuation"])
 	require.Contains(t, trail[0].(map[string]any), "time_to_first_content_ms", "the cut attempt committed")
 	require.Regexp(t, `retryhost_gateway_served_continuations_total\{model="[a-z]+",outcome="ok",route="primary"\} 1`, r.metricsText())
+}
+
+func TestAccountingFilesRequestsUnderTheirVirtualKey(t *testing.T) {
+	var ks []*vkey.Key
+	for _, id := range []string{"team-a", "team-b", "team-c"} {
+		ks = append(ks, &vkey.Key{ID: id, Hash: vkey.Hash("secret-" + id)})
+	}
+	set, err := (&vkey.File{Keys: ks}).Set()
+	require.NoError(t, err)
+	var sink lockedBuffer
+	r := newPricedRig(t, nil, "", WithKeySet(set), WithKeyLabel(2), WithRequestLog(&sink))
+	for _, id := range []string{"team-a", "team-b", "team-c", "team-a"} {
+		r.up["primary"].play(act{chunks: []string{"ok"}})
+		c := r.newClient("secret-" + id)
+		_, err := c.Chat.Completions.New(context.Background(), params("primary"))
+		require.NoError(t, err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, r.srv.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer secret-team-a")
+	resp, err := r.hc.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	text := string(body)
+	require.Contains(t, text, `retryhost_gateway_served_requests_total{key="team-a",model="primary",outcome="ok",route="primary"} 2`)
+	require.Contains(t, text, `retryhost_gateway_served_requests_total{key="team-b",model="primary",outcome="ok",route="primary"} 1`)
+	require.Contains(t, text, `retryhost_gateway_served_requests_total{key="_other",model="primary",outcome="ok",route="primary"} 1`, "past the cap of 2")
+	require.Contains(t, text, `retryhost_gateway_cost_total{key="team-a",model="primary",outcome="ok",route="primary"} `)
+	lines := sink.lines(t)
+	require.Len(t, lines, 4)
+	require.Equal(t, "team-c", lines[2]["key"], "the log names every key, capped or not")
+	require.NotContains(t, sink.b.String(), "secret-", "never the key itself")
 }

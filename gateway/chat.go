@@ -30,7 +30,7 @@ type reqState struct {
 	// a policy request of its own, whose commit event counts from the
 	// link's start).
 	start time.Time
-	acct acctTrail // its attempts, for its accounting and request log
+	acct  acctTrail // its attempts, for its accounting and request log
 }
 
 type stateKey struct{}
@@ -76,7 +76,7 @@ func (g *Gateway) logAccess(ctx context.Context, r *http.Request, l *accessLog, 
 	if t != nil {
 		tot = t.sum()
 	}
-	keyID := requestKeyID(ctx)
+	keyID := KeyID(ctx)
 	g.accounting.request(g.metrics.route(l), l, keyID, &tot)
 	if g.cfg.requestLog != nil {
 		g.cfg.requestLog.write(r, l, keyID, t, &tot, time.Now())
