@@ -138,7 +138,7 @@ func (t *acctTrail) pluginCall(plugin, op, failure string, d time.Duration) {
 type pluginObserver struct{}
 
 func (pluginObserver) PluginCall(ctx context.Context, c host.PluginCall) {
-	if t := trailOf(ctx); t != nil {
+	if t := acctTrailOf(ctx); t != nil {
 		t.pluginCall(c.Plugin, c.Op, c.Failure, c.Duration)
 	}
 }
