@@ -27,7 +27,7 @@ func WithKeySet(s *vkey.Set) Option {
 }
 
 // WithLimiter sets what keeps the virtual keys' rates and budgets: a
-// fleet-wide store (state/redis's Limiter) or, by default, a vkey.Local in
+// fleet-wide store (a vkey.Fleet on state/redis's Limiter) or, by default, a vkey.Local in
 // this process.
 func WithLimiter(l vkey.Limiter) Option {
 	return func(c *config) error {

@@ -198,12 +198,13 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		opts = append(opts, gateway.WithKeySet(set))
 		if o.limitsRedis != "" {
 			onDown.Store(&set.OnStoreDown)
-			lim, err := redisstate.OpenLimiter(o.limitsRedis, redisstate.LimiterOptions{Options: redisstate.Options{Logger: logger},
-				OnDown: func() string { return *onDown.Load() }})
+			r, err := redisstate.OpenLimiter(o.limitsRedis, redisstate.Options{Logger: logger})
 			if err != nil {
 				return e.errorf(exitInput, "--limits-redis: %v", err)
 			}
-			defer lim.Close()
+			defer r.Close()
+			lim := vkey.NewFleet(r, func() string { return *onDown.Load() })
+			defer lim.Close() // before r's: its settlements use r
 			opts = append(opts, gateway.WithLimiter(lim))
 		}
 	}

@@ -2,94 +2,114 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"strconv"
-	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/retryhost/retryhost/gateway/vkey"
 )
 
-// Limiter keeps virtual keys' rates and budgets (a [vkey.Limiter]) on
-// Redis, for a whole fleet: a request's admission is one script (one
-// round trip) that checks the key's day and month budgets and takes from
-// its RPM and TPM (GCRA on Redis's clock), atomically; the settlement of
-// its usage runs after the request, off its path.
+// Limiter keeps clients' request and token rates and token budgets on
+// Redis, for a whole fleet: an admission is one script (one round trip)
+// that checks the day's and the month's budgets and takes from the RPM and
+// TPM (GCRA over a minute, on Redis's clock), atomically. It knows
+// nothing of keys or of what to do while Redis is down: the gateway's
+// virtual keys build on it (gateway/vkey's Redis limiter), answering in
+// process when an operation returns ErrUnavailable.
 //
-// While Redis is unreachable (an operation failed or passed
-// Options.OpTimeout), the Limiter does what the key set's on_store_down
-// says: "local" (the default), each replica limits on its own with a
-// [vkey.Local] (a fleet of N replicas then admits up to N times a key's
-// limits), or "refuse", every request of a limited key gets
-// vkey.StoreDown (the gateway's 503). One operation per
-// Options.RetryInterval tries Redis again, as the State does; the first
-// that succeeds ends the fallback.
+// An operation fails with ErrUnavailable when Redis did not answer within
+// Options.OpTimeout, or while it is down, except one operation per
+// Options.RetryInterval that tries it again, as the State does; the first
+// that succeeds ends the outage. A Limiter is safe for concurrent use.
 type Limiter struct {
-	s      *State
-	local  *vkey.Local
-	onDown func() string
-	wg     sync.WaitGroup // settlements in flight
+	s *State
 }
 
-// LimiterOptions configure a Limiter.
-type LimiterOptions struct {
-	Options
-	// OnDown returns the key set's on_store_down (vkey.StoreDownLocal,
-	// vkey.StoreDownRefuse); nil is local.
-	OnDown func() string
+// ErrUnavailable is a Limiter operation Redis did not answer: the caller
+// limits on its own.
+var ErrUnavailable = errors.New("redis: limiter store unavailable")
+
+// Limits are one client's rates and token budgets; 0 is no limit.
+type Limits struct {
+	RPM, TPM                     int64
+	TokensPerDay, TokensPerMonth int64
 }
 
-var _ vkey.Limiter = (*Limiter)(nil)
+// Period names the budgets' counters: the UTC day and month (numbered
+// from 1970) a charge falls in, and when each ends.
+type Period struct {
+	Day, Month       int64
+	DayEnd, MonthEnd time.Time
+}
+
+// Refusal is what an admission was refused for.
+type Refusal int
+
+const (
+	NotRefused Refusal = iota
+	RefusedRPM
+	RefusedTPM
+	RefusedBudget
+)
+
+// Admission is the answer to Limiter.Admit: a refusal and its wait, and
+// what remains of the rates after it and when they are whole again.
+type Admission struct {
+	Refused Refusal
+	// Month: a RefusedBudget is the month's budget (else the day's).
+	Month                              bool
+	Wait                               time.Duration
+	RemainingRequests, RemainingTokens int64
+	ResetRequests, ResetTokens         time.Duration
+}
 
 // OpenLimiter connects to the Redis at url (see [Open] for its forms).
-func OpenLimiter(url string, o LimiterOptions) (*Limiter, error) {
+func OpenLimiter(url string, o Options) (*Limiter, error) {
 	t, err := parseURL(url)
 	if err != nil {
 		return nil, err
 	}
-	s, err := openOwned(t, o.Options)
+	s, err := openOwned(t, o)
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{s: s, local: vkey.NewLocal(), onDown: o.OnDown}, nil
+	return &Limiter{s: s}, nil
 }
 
 // NewLimiter returns a Limiter on client, which the caller keeps and
 // closes.
-func NewLimiter(client goredis.UniversalClient, o LimiterOptions) (*Limiter, error) {
-	s, err := New(client, o.Options)
+func NewLimiter(client goredis.UniversalClient, o Options) (*Limiter, error) {
+	s, err := New(client, o)
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{s: s, local: vkey.NewLocal(), onDown: o.OnDown}, nil
+	return &Limiter{s: s}, nil
 }
 
-// Close waits for the settlements in flight, then closes the client if
-// OpenLimiter made it.
-func (l *Limiter) Close() error {
-	l.wg.Wait()
-	return l.s.Close()
-}
+// Close closes the client if OpenLimiter made it.
+func (l *Limiter) Close() error { return l.s.Close() }
 
 // Stats returns the Limiter's counters (as the State's).
 func (l *Limiter) Stats() Stats { return l.s.Stats() }
 
-// The limiter's keys: a key's GCRA times, and its budgets' counters per
+// RetryInterval is how often an operation tries Redis again while it is
+// down (Options.RetryInterval).
+func (l *Limiter) RetryInterval() time.Duration { return l.s.o.RetryInterval }
+
+// The limiter's keys: a client's GCRA times, and its budgets' counters per
 // period.
-func (l *Limiter) keysOf(k *vkey.Key, now time.Time) (keys []string, dayTTL, monthTTL int64) {
-	day, month, dayEnd, monthEnd := vkey.Period(now)
-	id := l.s.tag + "vk:" + k.ID
-	keys = []string{id + ":r", id + ":t", id + ":d" + strconv.FormatInt(day, 10), id + ":m" + strconv.FormatInt(month, 10)}
+func (l *Limiter) keysOf(id string, p Period, now time.Time) (keys []string, dayTTL, monthTTL int64) {
+	id = l.s.tag + "vk:" + id
+	keys = []string{id + ":r", id + ":t", id + ":d" + strconv.FormatInt(p.Day, 10), id + ":m" + strconv.FormatInt(p.Month, 10)}
 	// A period's counter outlives its period by an hour, for the clocks
 	// of the replicas that name the period.
-	return keys, ms(dayEnd.Sub(now) + time.Hour), ms(monthEnd.Sub(now) + time.Hour)
+	return keys, ms(p.DayEnd.Sub(now) + time.Hour), ms(p.MonthEnd.Sub(now) + time.Hour)
 }
 
 // admitScript: KEYS the request and token GCRA times, the day's and the
 // month's counters; ARGV rpm, tpm, cost, day and month budgets, the
 // counters' TTLs (ms). Times are µs on Redis's clock. It returns the
-// vkey.Reason, the wait (µs), the requests remaining and their reset
+// Refusal, the wait (µs), the requests remaining and their reset
 // (µs), the tokens remaining and their reset.
 var admitScript = goredis.NewScript(`
 local t = redis.call('TIME')
@@ -146,64 +166,45 @@ end
 return 0
 `)
 
-func (l *Limiter) refuse() bool {
-	return l.onDown != nil && l.onDown() == vkey.StoreDownRefuse
-}
-
-// Admit implements [vkey.Limiter] in one round trip.
-func (l *Limiter) Admit(ctx context.Context, k *vkey.Key, est int64, now time.Time) vkey.Decision {
-	if !k.Limited() {
-		return vkey.Decision{Requests: k.RPM, Tokens: k.TPM}
-	}
-	cost := vkey.Cost(k, est)
+// Admit charges client id one request and cost tokens, in period p, when
+// every limit has room for them, atomically, and charges nothing
+// otherwise. It returns ErrUnavailable when Redis did not answer.
+func (l *Limiter) Admit(ctx context.Context, id string, lim Limits, cost int64, p Period, now time.Time) (Admission, error) {
 	epoch, try := l.s.tryStore()
 	if try {
-		keys, dayTTL, monthTTL := l.keysOf(k, now)
+		keys, dayTTL, monthTTL := l.keysOf(id, p, now)
 		octx, cancel := l.s.opCtx(ctx)
-		v, err := admitScript.Run(octx, l.s.c, keys, k.RPM, k.TPM, cost, k.Budget.TokensPerDay, k.Budget.TokensPerMonth, dayTTL, monthTTL).Int64Slice()
+		v, err := admitScript.Run(octx, l.s.c, keys, lim.RPM, lim.TPM, cost, lim.TokensPerDay, lim.TokensPerMonth, dayTTL, monthTTL).Int64Slice()
 		cancel()
-		if l.s.done(octx, epoch, err) && len(v) == 6 {
-			d := vkey.Decision{Reason: vkey.Reason(v[0]), Requests: k.RPM, Tokens: k.TPM,
-				RetryAfter:        time.Duration(v[1]) * time.Microsecond,
-				RemainingRequests: v[2], ResetRequests: time.Duration(v[3]) * time.Microsecond,
+		if l.s.done(ctx, epoch, err) && len(v) == 6 {
+			a := Admission{Refused: Refusal(v[0]), RemainingRequests: v[2], ResetRequests: time.Duration(v[3]) * time.Microsecond,
 				RemainingTokens: v[4], ResetTokens: time.Duration(v[5]) * time.Microsecond}
-			if d.Reason == vkey.OverBudget {
-				_, _, dayEnd, monthEnd := vkey.Period(now)
-				d.RetryAfter = dayEnd.Sub(now)
-				if v[1] == 1 {
-					d.RetryAfter = monthEnd.Sub(now)
-				}
+			if a.Refused == RefusedBudget {
+				a.Month = v[1] == 1
+			} else {
+				a.Wait = time.Duration(v[1]) * time.Microsecond
 			}
-			return d
+			return a, nil
 		}
 	}
 	l.s.fallback()
-	if l.refuse() {
-		return vkey.Decision{Reason: vkey.StoreDown, Requests: k.RPM, Tokens: k.TPM, RetryAfter: l.s.o.RetryInterval}
-	}
-	return l.local.Admit(ctx, k, est, now)
+	return Admission{}, ErrUnavailable
 }
 
-// Settle implements [vkey.Limiter]: the script runs after the request,
-// in a goroutine of its own (Close waits for it).
-func (l *Limiter) Settle(ctx context.Context, k *vkey.Key, delta int64, now time.Time) {
-	if !k.Limited() || delta == 0 {
-		return
-	}
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		epoch, try := l.s.tryStore()
-		if try {
-			keys, dayTTL, monthTTL := l.keysOf(k, now)
-			octx, cancel := l.s.opCtx(context.WithoutCancel(ctx))
-			err := settleScript.Run(octx, l.s.c, keys[1:], delta, k.TPM, k.Budget.TokensPerDay, k.Budget.TokensPerMonth, dayTTL, monthTTL).Err()
-			cancel()
-			if l.s.done(octx, epoch, err) {
-				return
-			}
+// Settle charges client id delta tokens more in period p (negative: gives
+// back what a request did not use), on its TPM and budgets. It returns
+// ErrUnavailable when Redis did not answer.
+func (l *Limiter) Settle(ctx context.Context, id string, lim Limits, delta int64, p Period, now time.Time) error {
+	epoch, try := l.s.tryStore()
+	if try {
+		keys, dayTTL, monthTTL := l.keysOf(id, p, now)
+		octx, cancel := l.s.opCtx(ctx)
+		err := settleScript.Run(octx, l.s.c, keys[1:], delta, lim.TPM, lim.TokensPerDay, lim.TokensPerMonth, dayTTL, monthTTL).Err()
+		cancel()
+		if l.s.done(ctx, epoch, err) {
+			return nil
 		}
-		l.s.fallback()
-		l.local.Settle(ctx, k, delta, now)
-	}()
+	}
+	l.s.fallback()
+	return ErrUnavailable
 }
