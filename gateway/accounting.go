@@ -13,7 +13,6 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
-	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -134,10 +133,8 @@ func (t *acctTrail) pluginCall(plugin, op, failure string, d time.Duration) {
 	}
 }
 
-// pluginObserver puts the plugin calls a request makes into its trail.
-type pluginObserver struct{}
-
-func (pluginObserver) PluginCall(ctx context.Context, c host.PluginCall) {
+// pluginCall puts the plugin calls a request makes into its trail.
+func pluginCall(ctx context.Context, c policy.PluginCall) {
 	if t := acctTrailOf(ctx); t != nil {
 		t.pluginCall(c.Plugin, c.Op, c.Failure, c.Duration)
 	}

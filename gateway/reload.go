@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/driver"
-	"github.com/retryhost/retryhost/host"
 	"github.com/retryhost/retryhost/policy"
 	"github.com/retryhost/retryhost/provider/anthropic"
 	"github.com/retryhost/retryhost/provider/openai"
@@ -236,7 +235,7 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 		o.StreamOptions = append(o.StreamOptions, driver.WithMaxAnswerBytes(g.cfg.maxAnswer))
 	}
 	o.RunnerOptions = append(slices.Clip(o.RunnerOptions), driver.WithObserver(observer{g.metrics}))
-	o.HostOptions = append(slices.Clip(o.HostOptions), host.WithObserver(pluginObserver{}))
+	o.PluginCalls = pluginCall
 	if o.HTTPClient == nil {
 		o.HTTPClient = g.client
 	}

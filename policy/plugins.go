@@ -185,7 +185,11 @@ func (b *builder) runtime(ctx context.Context) (*host.Runtime, error) {
 	if sb.Breaker != nil {
 		ho = append(ho, host.WithBreaker(sb.Breaker.Failures, time.Duration(sb.Breaker.Span)))
 	}
-	rt, err := host.New(ctx, append(ho, b.opts.HostOptions...)...)
+	ho = append(ho, b.opts.HostOptions...)
+	if b.opts.PluginCalls != nil {
+		ho = append(ho, host.WithObserver(pluginCalls(b.opts.PluginCalls)))
+	}
+	rt, err := host.New(ctx, ho...)
 	if err != nil {
 		return nil, b.errf("sandbox", "%v", err)
 	}

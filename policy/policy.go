@@ -217,9 +217,23 @@ type Options struct {
 	// HostOptions are appended to the Wasm runtime's options the file's
 	// sandbox section produces (a compilation cache directory, an observer).
 	HostOptions []host.Option
+	// PluginCalls, when set, receives every finished call into the file's
+	// Wasm plugins, after the observers HostOptions install: how a layer
+	// above the policy (the gateway's per-request accounting) sees its
+	// plugins without building on the host. Default: nil.
+	PluginCalls func(ctx context.Context, c PluginCall)
 
 	validate bool // Validate: no keys, no adapters
 }
+
+// PluginCall is one finished call into a plugin (host.PluginCall), as
+// Options.PluginCalls receives it.
+type PluginCall = host.PluginCall
+
+// pluginCalls makes Options.PluginCalls a host.Observer.
+type pluginCalls func(ctx context.Context, c PluginCall)
+
+func (f pluginCalls) PluginCall(ctx context.Context, c PluginCall) { f(ctx, c) }
 
 // Policy is a loaded policy. Close it to release its plugins. A Policy's
 // Runner and Model are safe for concurrent use.
