@@ -23,10 +23,7 @@ func (g *Gateway) countTokens(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	fields, name, ok := rawBody(w, d, l, body)
-	if ok && c.key != nil {
-		ok = g.admitKey(ctx, w, d, c, name, nil, 0) // counting is not billed: a request of the key's RPM
-	}
+	fields, name, ok := g.rawBody(ctx, w, d, c, body, 0) // counting is not billed: a request of the key's RPM
 	if !ok {
 		return
 	}

@@ -34,10 +34,7 @@ func (g *Gateway) embeddings(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	fields, name, ok := rawBody(w, d, l, body)
-	if ok && c.key != nil {
-		ok = g.admitKey(ctx, w, d, c, name, nil, int64(len(body)/4))
-	}
+	fields, name, ok := g.rawBody(ctx, w, d, c, body, int64(len(body)/4))
 	if !ok {
 		return
 	}

@@ -117,8 +117,11 @@ func refuse(w http.ResponseWriter, d door, l *accessLog, code, param, msg string
 }
 
 // rawBody reads a forwarded request's body as a JSON object and its
-// "model"; false with the answer written when it is neither.
-func rawBody(w http.ResponseWriter, d door, l *accessLog, body []byte) (map[string]json.RawMessage, string, bool) {
+// "model", then admits it under the client's virtual key, if it has one,
+// charging est tokens; false with the answer written when it is not a
+// JSON object with a model or the key refuses it.
+func (g *Gateway) rawBody(ctx context.Context, w http.ResponseWriter, d door, c *call, body []byte, est int64) (map[string]json.RawMessage, string, bool) {
+	l := &c.l
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		refuse(w, d, l, "invalid_request", "", "retryhost gateway: the body is not a JSON object")
@@ -127,6 +130,9 @@ func rawBody(w http.ResponseWriter, d door, l *accessLog, body []byte) (map[stri
 	var model string
 	if err := json.Unmarshal(fields["model"], &model); err != nil || model == "" {
 		refuse(w, d, l, "invalid_request", "model", "retryhost gateway: model is required, a string naming a route (GET /v1/models lists them)")
+		return nil, "", false
+	}
+	if c.key != nil && !g.admitKey(ctx, w, d, c, model, nil, est) {
 		return nil, "", false
 	}
 	return fields, model, true
