@@ -505,3 +505,47 @@ func FuzzRefusalReasoningHold(f *testing.F) {
 		}
 	})
 }
+
+// TestRefusalLongDeltaJudgedByItsStart: a delta longer than the 1000
+// bytes of undecided text a Wasm build holds is judged by its start, as
+// the native detector judges it: an answer detaches and a refusal is
+// refused (its text cut at the cap), where the builds used to fail on the
+// delta's length alone (fail-open: a refusal in one long delta passed),
+// and the C build on any part past its scratch buffer.
+// Text still undecided at the cap is a failure of the plugin.
+func TestRefusalLongDeltaJudgedByItsStart(t *testing.T) {
+	ctx := context.Background()
+	ts := refusals(t)
+	long := strings.Repeat("and so on, ", 300) // 3,300 bytes
+	for _, tc := range []struct {
+		name, text string
+		want       abi.PartAction
+	}{
+		{"an answer", "Sure, here it is: " + long, abi.PartDetach},
+		{"a refusal", "I'm sorry, but I can't help with that, " + long, abi.PartError},
+		// Past the 64 KiB scratch buffer, read with the input import.
+		{"an answer longer than the scratch buffer", "Sure: " + strings.Repeat(long, 30), abi.PartDetach},
+		{"a refusal longer than the scratch buffer", "I cannot help with that. " + strings.Repeat(long, 30), abi.PartError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parts := plugintest.TextStream(tc.text, len(tc.text))
+			for _, name := range append(refusalBuildNames(), "native") {
+				got, err := plugintest.Run(ctx, ts[name], abi.StreamInfo{ID: 1}, parts)
+				require.NoError(t, err, name)
+				require.Equal(t, tc.want, got.Actions[len(got.Actions)-1], "%s: %v", name, got.Actions)
+				if tc.want == abi.PartError {
+					var re *abi.RefusalError
+					require.ErrorAs(t, got.Err, &re, name)
+					require.True(t, strings.HasPrefix(tc.text, re.Text), name)
+					if name != "native" {
+						require.Len(t, re.Text, 1000, "%s: the text held, cut at the cap", name)
+					}
+				}
+			}
+		})
+	}
+	for _, name := range refusalBuildNames() {
+		_, err := plugintest.Run(ctx, ts[name], abi.StreamInfo{ID: 1}, plugintest.TextStream(strings.Repeat(" ", 1500)+"I'm sorry", 2000))
+		require.Error(t, err, "%s: undecided past the cap fails the plugin", name)
+	}
+}

@@ -506,11 +506,13 @@ static u64 part(struct slot *st, const u8 *rec, u32 len, u8 *out, u32 room) {
 	if (idn > len - 12) return RH_FAIL_VERDICT;
 	u32 dn = rd32(rec + 8 + idn);
 	if (dn > len - 12 - idn) return RH_FAIL_VERDICT;
-	if (dn > TEXT_CAP - st->len) return RH_FAIL_VERDICT;
-	rh_copy(st->text + st->len, rec + 12 + idn, dn);
-	st->len += dn;
+	/* Only the bytes up to TEXT_CAP are judged: undecided there is a failure. */
+	u32 take = dn < TEXT_CAP - st->len ? dn : TEXT_CAP - st->len;
+	rh_copy(st->text + st->len, rec + 12 + idn, take);
+	st->len += take;
 	walk(st);
 	i32 node = st->node, k = node >= 0 ? mat[node] : -2 - node;
+	if (k < 0 && node >= 0 && take < dn) return RH_FAIL_VERDICT;
 	if (k < 0) return node >= 0 ? RH_HOLD : RH_DETACH;
 	/* Error record (ABI.md §8.5): a refusal with phrase and text. */
 	const u8 *p = phr + phr_off[k];
@@ -534,10 +536,33 @@ static int final(u64 v) {
 	return a == RH_ERROR || a == RH_DETACH || v == RH_FAIL_VERDICT;
 }
 
+/* A part larger than the scratch buffer (a long delta, such as a whole
+ * answer in one) is read with `input` into pages grown for it and kept for
+ * the next; a larger one takes fresh pages, at least twice as many (the
+ * slots' pages grow memory too, so the two need not be contiguous). */
+static u8 *big;
+static u32 big_cap;
+
+static const u8 *part_bytes(i32 len) {
+	if (len <= RH_BUF_CAP) return rh_buf;
+	if ((u32)len > big_cap) {
+		u32 want = (u32)len > 2 * big_cap ? (u32)len : 2 * big_cap;
+		u32 pages = (want + 65535) / 65536;
+		long old = __builtin_wasm_memory_grow(0, pages);
+		if (old < 0) return 0;
+		big = (u8 *)(old * 65536);
+		big_cap = pages * 65536;
+	}
+	if (rh_input(big, len) != len) return 0;
+	return big;
+}
+
 RH_EXPORT("retryhost_part") i64 rh_part(i64 h, i32 len) {
 	struct slot *st = lookup(h);
-	if (!st || len < 0 || len > RH_BUF_CAP) return (i64)RH_FAIL_VERDICT;
-	u64 v = part(st, rh_buf, (u32)len, rh_buf, RH_BUF_CAP);
+	if (!st || len < 0) return (i64)RH_FAIL_VERDICT;
+	const u8 *rec = part_bytes(len);
+	if (!rec) return (i64)RH_FAIL_VERDICT;
+	u64 v = part(st, rec, (u32)len, rh_buf, RH_BUF_CAP);
 	if (final(v)) rh_close(h);
 	return (i64)v;
 }

@@ -72,8 +72,10 @@ const (
 	maxPhraseLen   = 200  // bytes of one phrase, normalised
 	maxPhraseBytes = 8192 // bytes of all phrases, normalised
 	// maxText is the undecided text a stream may hold, in bytes as sent:
-	// a delta that would take it past is a plugin failure (the fail
-	// policy applies).
+	// of a delta that would take it past, only the bytes up to it are
+	// judged, and if they leave the text undecided that is a plugin
+	// failure (the fail policy applies). A long delta the detector decides
+	// within its first bytes is judged as a short one.
 	maxText = 1000
 )
 
@@ -225,15 +227,19 @@ func (s *stream) Part(p *abi.Part) (abi.Verdict, error) {
 	default:
 		return abi.Verdict{Action: abi.PartDetach}, nil
 	}
-	if len(s.text)+len(p.Delta) > maxText {
-		return abi.Verdict{}, errors.New("refusal: more than 1000 bytes of undecided text")
+	d := p.Delta
+	if room := maxText - len(s.text); len(d) > room {
+		d = d[:room]
 	}
-	s.text = append(s.text, p.Delta...)
-	switch o, phrase := s.st.Feed(p.Delta); o {
+	s.text = append(s.text, d...)
+	switch o, phrase := s.st.Feed(d); o {
 	case refusalcore.Match:
 		s.err = abi.RefusalError{Phrase: phrase, Text: unsafe.String(unsafe.SliceData(s.text), len(s.text))}
 		return abi.Verdict{Action: abi.PartError, Err: &s.err}, nil
 	case refusalcore.Hold:
+		if len(d) < len(p.Delta) {
+			return abi.Verdict{}, errors.New("refusal: more than 1000 bytes of undecided text")
+		}
 		return abi.Verdict{Action: abi.PartHold}, nil
 	default:
 		return abi.Verdict{Action: abi.PartDetach}, nil

@@ -246,12 +246,14 @@ class Refusal extends Stream {
     if (k == PartKind.StreamStart || k == PartKind.ResponseMeta || k == PartKind.TextStart) return Verdict.HOLD;
     if (k != PartKind.TextDelta) return aside(k) ? Verdict.HOLD : Verdict.DETACH;
     const dn = p.deltaLength;
-    if (dn > TEXT_CAP - this.len) return Verdict.fail("refusal: more than 1000 bytes of undecided text");
-    memory.copy(this.text.dataStart + this.len, p.deltaPtr, dn);
-    this.len += dn;
+    // Only the bytes up to TEXT_CAP are judged: undecided there is a failure.
+    const take = dn < TEXT_CAP - this.len ? dn : TEXT_CAP - this.len;
+    memory.copy(this.text.dataStart + this.len, p.deltaPtr, take);
+    this.len += take;
     this.walk();
     const node = this.node;
     const m = node >= 0 ? <i32>unchecked(mat[node]) : -2 - node;
+    if (m < 0 && node >= 0 && take < dn) return Verdict.fail("refusal: more than 1000 bytes of undecided text");
     if (m < 0) return node >= 0 ? Verdict.HOLD : Verdict.DETACH;
     const e = PartError.refusal("", "");
     const ph = new Uint8Array(phrLen[m]);

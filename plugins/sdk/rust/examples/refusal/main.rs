@@ -325,15 +325,16 @@ impl Stream for Slot {
             PartKind::TEXT_DELTA => {}
             k => return Ok(if aside(self.hold, k) { Verdict::Hold } else { Verdict::Detach }),
         }
-        let d = &p.delta;
-        if d.len() > TEXT_CAP - self.len {
-            return Err("refusal: more than 1000 bytes of undecided text".into());
-        }
-        self.text[self.len..self.len + d.len()].copy_from_slice(d);
-        self.len += d.len();
+        // Only the bytes up to TEXT_CAP are judged: undecided there is a failure.
+        let take = p.delta.len().min(TEXT_CAP - self.len);
+        self.text[self.len..self.len + take].copy_from_slice(&p.delta[..take]);
+        self.len += take;
         self.walk();
         let node = self.node;
         let k = if node >= 0 { self.m.mat[node as usize] as i32 } else { -2 - node };
+        if k < 0 && node >= 0 && take < p.delta.len() {
+            return Err("refusal: more than 1000 bytes of undecided text".into());
+        }
         if k < 0 {
             return Ok(if node >= 0 { Verdict::Hold } else { Verdict::Detach });
         }
