@@ -78,6 +78,9 @@ func (g *Gateway) logAccess(ctx context.Context, r *http.Request, l *accessLog, 
 	}
 	keyID := KeyID(ctx)
 	g.accounting.request(g.metrics.route(l), l, keyID, &tot)
+	if g.tracing != nil {
+		endSpan(ctx, l, keyID)
+	}
 	if g.cfg.requestLog != nil {
 		g.cfg.requestLog.write(r, l, keyID, t, &tot, time.Now())
 	}

@@ -27,12 +27,16 @@ var ErrShuttingDown = errors.New("retryhost gateway: shutting down")
 // it with [New]; Close it to release its policy. It is safe for concurrent
 // use.
 type Gateway struct {
-	cfg     config
-	src     Source
-	mux     *http.ServeMux
-	client  *http.Client // the upstreams' client when the gateway made it; nil otherwise
-	stats   *stats
-	metrics *metrics
+	cfg    config
+	src    Source
+	mux    *http.ServeMux
+	client *http.Client // the upstreams' client when the gateway made it; nil otherwise
+	// upstream is the client the policy's models call their upstreams
+	// with: the Source's or client, sending a traceparent when tracing.
+	upstream *http.Client
+	tracing  *tracing // WithTracerProvider's; nil: no tracing
+	stats    *stats
+	metrics  *metrics
 	// accounting counts what requests used (accounting.go).
 	accounting *accounting
 
@@ -113,6 +117,18 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		}}
 		g.client.Transport = &sseFilter{next: g.client.Transport, skipped: &g.stats.malformed, headerTimeout: g.cfg.headerTimeout}
 	}
+	g.upstream = src.opts.HTTPClient
+	if g.upstream == nil {
+		g.upstream = g.client
+	}
+	if g.cfg.tracerProvider != nil {
+		t, err := newTracing(g.cfg.tracerProvider)
+		if err != nil {
+			g.closeClient()
+			return nil, fmt.Errorf("gateway: tracing: %w", err)
+		}
+		g.tracing, g.upstream = t, withTraceparent(g.upstream)
+	}
 	if len(g.cfg.keys) > 0 {
 		g.keys.Store(&g.cfg.keys)
 	}
@@ -137,11 +153,11 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g.cur.Store(gen)
 	g.startPoll(gen)
 	g.mux = http.NewServeMux()
-	g.mux.HandleFunc("/v1/chat/completions", g.authed(chatDoor{}, g.chat))
-	g.mux.HandleFunc("/v1/messages", g.authed(messagesDoor{}, g.messages))
-	g.mux.HandleFunc("/v1/messages/count_tokens", g.authed(messagesDoor{}, g.countTokens))
-	g.mux.HandleFunc("/v1/embeddings", g.authed(chatDoor{}, g.embeddings))
-	g.mux.HandleFunc("/v1/responses", g.authed(responsesDoor{}, g.responses))
+	g.door("/v1/chat/completions", g.authed(chatDoor{}, g.chat))
+	g.door("/v1/messages", g.authed(messagesDoor{}, g.messages))
+	g.door("/v1/messages/count_tokens", g.authed(messagesDoor{}, g.countTokens))
+	g.door("/v1/embeddings", g.authed(chatDoor{}, g.embeddings))
+	g.door("/v1/responses", g.authed(responsesDoor{}, g.responses))
 	g.mux.HandleFunc("/v1/models", g.modelsAuthed(g.models))
 	g.mux.HandleFunc("/v1/models/{id...}", g.modelsAuthed(g.model))
 	g.mux.Handle("/metrics", g.authed(chatDoor{}, g.metrics.handler().ServeHTTP))
@@ -157,6 +173,14 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		g.logRefused(r, e.status, "not_found")
 	}))
 	return g, nil
+}
+
+// door serves a front door's route, in a server span when tracing.
+func (g *Gateway) door(route string, h http.HandlerFunc) {
+	if g.tracing != nil {
+		h = g.tracing.traced(route, h)
+	}
+	g.mux.HandleFunc(route, h)
 }
 
 // ServeHTTP serves the endpoints listed in the package documentation. A

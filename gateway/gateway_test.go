@@ -421,7 +421,7 @@ func TestNewErrors(t *testing.T) {
 	require.Error(t, err)
 	good := Bytes("ok.json", []byte(`{"models": [{"name": "a", "provider": "openai", "model": "m", "base_url": "http://127.0.0.1:1/v1", "api_key_env": "K"}]}`), getenv)
 	for _, o := range []Option{WithMaxConcurrent(0), WithMaxBodyBytes(-1), WithAPIKeys(""), WithUpstreamConns(0),
-		WithUpstreamHeaderTimeout(0), WithWriteTimeout(-time.Second), WithReadTimeout(0), WithLogger(nil), nil} {
+		WithUpstreamHeaderTimeout(0), WithWriteTimeout(-time.Second), WithReadTimeout(0), WithLogger(nil), WithTracerProvider(nil), nil} {
 		_, err = New(context.Background(), good, o)
 		require.Error(t, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retryhost/retryhost/gateway/vkey"
 )
@@ -40,6 +41,8 @@ type config struct {
 	defaultsScale float64
 	keyLabels     int         // WithKeyLabel; 0: no key label
 	requestLog    *requestLog // WithRequestLog; nil: none
+	// tracerProvider is WithTracerProvider's; nil: no tracing.
+	tracerProvider trace.TracerProvider
 }
 
 // WithAPIKeys makes every endpoint but /healthz and /readyz require one of

@@ -236,9 +236,14 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	}
 	o.RunnerOptions = append(slices.Clip(o.RunnerOptions), driver.WithObserver(observer{g.metrics}))
 	o.PluginCalls = pluginCall
-	if o.HTTPClient == nil {
-		o.HTTPClient = g.client
+	if g.tracing != nil {
+		o.RunnerOptions = append(o.RunnerOptions, driver.WithObserver(g.tracing.telemetry))
+		o.PluginCalls = func(ctx context.Context, c policy.PluginCall) {
+			pluginCall(ctx, c)
+			pluginEvent(ctx, c)
+		}
 	}
+	o.HTTPClient = g.upstream
 	o.RawChunks = true // logprobs, system_fingerprint, service_tier (rawfields.go); thinking signatures (messages_encode.go)
 	sc := g.cfg.defaultsScale
 	if sc == 0 {

@@ -39,7 +39,8 @@ func init() {
 			"with the policy's retry and fail-over (see docs/gateway.md). Without " +
 			"--policy it serves a demo policy over three loopback providers.\n\n" +
 			"SIGTERM or SIGINT drains in-flight requests (--drain; after --shutdown-delay, if set) and exits 0; SIGHUP reloads the policy and the --api-keys-file. " +
-			"Logs are JSON at info level unless --log-format or --log-level say otherwise.",
+			"Logs are JSON at info level unless --log-format or --log-level say otherwise. " +
+			"OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_* variables) exports OpenTelemetry traces over OTLP/HTTP; off when none is set.",
 		setup: func(fs *flag.FlagSet) runFunc {
 			o := &serveOpts{}
 			fs.StringVar(&o.file, "policy", "", "the policy `FILE` (JSON or YAML); none: the built-in demo policy over loopback providers")
@@ -224,6 +225,15 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	}
 	pm := newPluginMetrics()
 	opts = append(opts, gateway.WithMetrics(pm.collectors()...))
+	tr, err := tracesFromEnv(ctx, os.Getenv)
+	if err != nil {
+		return e.errorf(exitInput, "%v", err)
+	}
+	if tr != nil {
+		defer logTraceErrors(logger)()
+		defer tr.shutdown(logger) // after the gateway's Close: its last spans are flushed
+		opts = append(opts, gateway.WithTracerProvider(tr.tp))
+	}
 	// The client connections' limit wraps the listener, made after the
 	// gateway; its series are read through a pointer set then.
 	var conns *connlimit.Listener
@@ -311,6 +321,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	defer signal.Stop(hups)
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(stderr, "retryhost serve: listening on %s\n", base)
+	if tr != nil {
+		fmt.Fprintf(stderr, "retryhost serve: exporting traces over OTLP/HTTP to %s\n", tr.endpoint)
+	}
 	switch {
 	case passThrough:
 		fmt.Fprintf(stderr, "retryhost serve: passing every model through to %s\n", strings.Join(append([]string{o.up.upstream}, o.up.fallbacks...), ", then "))
