@@ -255,6 +255,7 @@ func TestServe_TracesOverOTLP(t *testing.T) {
 		require.NotEmpty(t, aa["gen_ai.system"]) // a bare URL is an OpenAI-compatible server
 		require.Equal(t, "chat", aa["gen_ai.operation.name"])
 		require.NotEmpty(t, aa["gen_ai.request.model"])
+		require.Equal(t, "127.0.0.1", aa["server.address"])
 	}
 	fa, sa2 := attrs(first), attrs(second)
 	require.Equal(t, "1", fa["retryhost.attempt.number"])
