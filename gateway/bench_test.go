@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/retryhost/retryhost/policy"
 )
@@ -87,6 +89,16 @@ func benchStream(b *testing.B, n int, stream bool) {
 		b.Run("direct", func(b *testing.B) { run(b, up.url()+"/chat/completions") })
 	}
 	b.Run("gateway", func(b *testing.B) { run(b, srv.URL+"/v1/chat/completions") })
+	// The same gateway tracing every request (WithTracerProvider), its
+	// spans batched to an exporter that drops them: the cost of making
+	// the spans and the upstream's traceparent.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	gwT, err := New(context.Background(), Bytes("bench", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}), WithTracerProvider(tp))
+	require.NoError(b, err)
+	defer gwT.Close(context.Background())
+	srvT := newTestServer(b, gwT)
+	b.Run("gateway-traced", func(b *testing.B) { run(b, srvT.URL+"/v1/chat/completions") })
 }
 
 // BenchmarkHeldStreams holds 500 streams open at once (each has had its
