@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,6 +13,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/retryhost/retryhost/internal/testkit"
 )
 
 func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
@@ -88,4 +93,57 @@ func TestTracingUpstreamFailureIsAnError(t *testing.T) {
 	require.Equal(t, codes.Error, server.Status().Code)
 	require.NotEmpty(t, spanAttrs(server)["error.type"].AsString())
 	require.Equal(t, "upstream_error", spanAttrs(server)["retryhost.outcome"].AsString())
+}
+
+// A client's traceparent with its sampled flag off is followed (the
+// default sampler is parent-based): nothing is recorded, and the upstream
+// still gets the client's trace id, unsampled. A forwarded door's upstream
+// request names the server span: it has no attempt span.
+func TestTracingTraceparentOnEveryUpstreamRequest(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	r := newRig(t, "", WithTracerProvider(tp))
+
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	resp, body := r.rawStream(streamBody("primary"), "Traceparent", "00-"+traceID+"-b7ad6b7169203331-00")
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Empty(t, rec.Ended(), "an unsampled client's request records nothing")
+	hits := r.up["primary"].requests()
+	require.Len(t, hits, 1)
+	tp0 := hits[0].header.Get("Traceparent")
+	require.Regexp(t, `^00-`+traceID+`-[0-9a-f]{16}-00$`, tp0)
+	require.NotContains(t, tp0, "b7ad6b7169203331", "the upstream's parent is the gateway's span, not the client's")
+
+	var (
+		mu      sync.Mutex
+		parents []string
+	)
+	count := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		parents = append(parents, req.Header.Get("Traceparent"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"input_tokens": 3}`)
+	}))
+	t.Cleanup(count.Close)
+	ar := &rig{t: t, up: map[string]*upstream{}, logs: &testkit.LogBuffer{}}
+	ar.serve(`{"models": [{"name": "claude", "provider": "anthropic", "model": "claude-x", "base_url": "`+count.URL+`", "api_key_env": "K"}]}`,
+		WithTracerProvider(tp))
+	resp, body = ar.rawPost("/v1/messages/count_tokens", `{"model":"claude","messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, parents, 1)
+	var server sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.SpanKind() == trace.SpanKindServer {
+			server = s
+		}
+	}
+	require.NotNil(t, server)
+	require.Equal(t, "POST /v1/messages/count_tokens", server.Name())
+	require.Equal(t, "count_tokens", spanAttrs(server)["gen_ai.operation.name"].AsString())
+	require.Equal(t, "00-"+server.SpanContext().TraceID().String()+"-"+server.SpanContext().SpanID().String()+"-01",
+		parents[0])
 }
