@@ -193,6 +193,13 @@ func TestSDKTransformExample(t *testing.T) {
 	}
 }
 
+// TestSDKTableExample: the AssemblyScript table example keeps its streams
+// in a fixed table of two and refuses a third with NO_ROOM, which the host
+// treats as lack of capacity, not as a failure of the plugin.
+func TestSDKTableExample(t *testing.T) {
+	plugintest.CheckNoRoom(t, plugintest.LoadNoRoom(t, "table", plugintest.SDKBuild("assemblyscript", "table"), nil), 2)
+}
+
 // TestSDKExamplesInDocs: the complete examples of docs/plugins.md are the
 // condition examples these tests load, verbatim.
 func TestSDKExamplesInDocs(t *testing.T) {

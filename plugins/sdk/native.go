@@ -174,6 +174,10 @@ func (p *Plugin) Open(_ context.Context, info abi.StreamInfo) (abi.StreamTransfo
 	h := p.handle()
 	rc := p.g.Open(h, p.setInput(abi.AppendStreamInfo(nil, &info)))
 	p.in = nil
+	if rc == abi.OpenNoRoom {
+		p.free = append(p.free, h)
+		return nil, fmt.Errorf("sdk: open refused: %w", guest.ErrNoRoom)
+	}
 	if rc < 0 {
 		p.free = append(p.free, h)
 		return nil, fmt.Errorf("%w: open returned %d", ErrPluginFailed, rc)

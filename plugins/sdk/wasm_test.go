@@ -147,3 +147,12 @@ func BenchmarkGuestPart(b *testing.B) {
 		s.Close()
 	}
 }
+
+// TestGuestNoRoom: a Go guest whose Open returns transform.ErrNoRoom
+// refuses the stream with OpenNoRoom, which the host treats as lack of
+// capacity, not as a failure of the plugin.
+func TestGuestNoRoom(t *testing.T) {
+	wasm, err := os.ReadFile(testGuest(t))
+	require.NoError(t, err)
+	plugintest.CheckNoRoom(t, plugintest.LoadNoRoom(t, "testguest", wasm, []byte("rooms=2")), 2)
+}

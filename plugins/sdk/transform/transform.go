@@ -15,9 +15,19 @@ import (
 // Policy() abi.TransformPolicy method declares that policy (fail-open or
 // fail-closed, hold caps) to the host at load; one that also implements
 // [Static] declares static verdicts per part kind.
+//
+// Open's error fails the stream (the plugin's fail policy applies) and
+// counts as a failure of the plugin, except [ErrNoRoom].
 type Transform interface {
 	Open(info abi.StreamInfo) (Stream, error)
 }
+
+// ErrNoRoom is what Open returns (possibly wrapped) to refuse a stream for
+// lack of room, such as a full fixed table of streams: the SDK answers
+// retryhost_open with abi.OpenNoRoom, and the host fails only that stream
+// (host.ErrNoCapacity, with the plugin's fail policy), keeps the instance
+// and does not count the refusal against the plugin's breaker.
+var ErrNoRoom = guest.ErrNoRoom
 
 // Stream is one stream's state. The host pins a stream to one instance and
 // calls it in stream order, one call at a time.

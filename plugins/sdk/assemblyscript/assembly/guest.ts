@@ -3,7 +3,8 @@
 // as records. The exports in exports/ call it.
 
 import {
-  FAIL_VERDICT, FailPolicy, KIND_COUNT, Level, PartAction, PartKind, Status, rd32, rd64, wr32, wr64, wr8,
+  FAIL_VERDICT, FailPolicy, KIND_COUNT, Level, OPEN_NO_ROOM, PartAction, PartKind, Status, rd32, rd64, wr32, wr64,
+  wr8,
 } from "./abi";
 import { JSONReader } from "./json";
 import { Attempt, Decision, Part, Policy, StreamInfo, Verdict } from "./records";
@@ -105,11 +106,28 @@ export abstract class Stream {
  * answers those parts without calling Stream.part.
  */
 export abstract class Transform {
-  /** open returns the new stream's state, or null to fail the stream (its fail policy applies). */
+  /**
+   * open returns the new stream's state; null fails the stream (its fail
+   * policy applies); NO_ROOM refuses it for lack of room, which is no failure.
+   */
   abstract open(info: StreamInfo): Stream | null;
   policy(): Policy | null { return null; }
   statics(): StaticArray<i8> | null { return null; }
 }
+
+class NoRoom extends Stream {
+  part(p: Part): Verdict { return Verdict.PASS; }
+}
+
+/**
+ * NO_ROOM is what Transform.open returns to refuse a stream for lack of
+ * room, such as a full fixed table of streams (retryhost_open answers
+ * OPEN_NO_ROOM, ABI.md §6.3). The host fails only that stream, with its
+ * no-capacity error and the plugin's fail policy, keeps the instance and
+ * does not count the refusal against the plugin's breaker. The SDK never
+ * calls it: it is a marker, compared by identity.
+ */
+export const NO_ROOM: Stream = new NoRoom();
 
 /** noStatics is a statics() table with no static verdict, to fill in. */
 export function noStatics(): StaticArray<i8> {
@@ -295,6 +313,7 @@ export function openStream(h: i64, n: i32): i32 {
   info.model = String.UTF8.decodeUnsafe(p + 16, ml);
   const s = t.open(info);
   if (s == null) return -1;
+  if (changetype<usize>(s) == changetype<usize>(NO_ROOM)) return OPEN_NO_ROOM;
   put(h, s);
   open++;
   return 0;
@@ -304,7 +323,9 @@ export function openStream(h: i64, n: i32): i32 {
 export function openPart(h: i64, infoLen: i32, partLen: i32): u64 {
   const at = (<u32>infoLen + 7) & ~7;
   if (infoLen < 0 || partLen < 0 || <u64>at + <u64>partLen > <u64>BUFFER_SIZE) return FAIL_VERDICT;
-  if (openStream(h, infoLen) < 0) return FAIL_VERDICT;
+  const r = openStream(h, infoLen);
+  if (r == OPEN_NO_ROOM) return <u64><i64>OPEN_NO_ROOM; // sign-extended, as the ABI asks
+  if (r < 0) return FAIL_VERDICT;
   return judge(h, stream(h)!, BUF + at, partLen, 0);
 }
 

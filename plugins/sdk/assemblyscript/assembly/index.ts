@@ -21,6 +21,6 @@ export * from "./abi";
 export * from "./records";
 export * from "./json";
 export {
-  BUFFER_SIZE, Config, Decider, Stream, Transform, log, logDebug, logError, logInfo, logWarn, noStatics,
+  BUFFER_SIZE, Config, Decider, NO_ROOM, Stream, Transform, log, logDebug, logError, logInfo, logWarn, noStatics,
   registerCondition, registerTransform,
 } from "./guest";

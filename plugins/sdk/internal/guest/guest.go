@@ -56,6 +56,15 @@ var (
 // ErrNoKind is returned by Init when no factory is registered.
 var ErrNoKind = errors.New("no condition or transform registered (call condition.Register or transform.Register in an init function)")
 
+// ErrNoRoom is what Transform.Open returns (possibly wrapped) to refuse a
+// stream for lack of room: Open then answers abi.OpenNoRoom, which the host
+// does not count as a failure of the plugin.
+var ErrNoRoom = errors.New("no room for another stream")
+
+// noRoomVerdict is abi.OpenNoRoom as retryhost_open_part answers it: the
+// i64 -6, sign-extended.
+const noRoomVerdict = ^uint64(-abi.OpenNoRoom - 1) // two's complement: ^uint64(5) is -6
+
 // FailVerdict is what Part and End return when the plugin failed: action
 // 255 is not a valid action, so the host treats it as a plugin failure
 // and applies the plugin's fail policy.
@@ -314,6 +323,9 @@ func (g *Guest) Open(h int64, n int32) int32 {
 		return -1
 	}
 	s, err := g.tr.Open(info)
+	if err != nil && errors.Is(err, ErrNoRoom) {
+		return abi.OpenNoRoom
+	}
 	if err != nil || s == nil {
 		return -1
 	}
@@ -351,13 +363,18 @@ func (g *Guest) decodeStreamInfo(rec []byte) (abi.StreamInfo, bool) {
 // OpenPart answers retryhost_open_part (ABI v1.1): Open, then Part for
 // the stream's first part, whose record is at align8(infoLen). If the
 // open fails it answers a failure and keeps nothing; so does a failure of
-// the part (the host does not close a stream whose open_part failed).
+// the part (the host does not close a stream whose open_part failed). A
+// refusal for lack of room answers abi.OpenNoRoom as an i64.
 func (g *Guest) OpenPart(h int64, infoLen, partLen int32) uint64 {
 	at := (int(infoLen) + 7) &^ 7
 	if infoLen < 0 || partLen < 0 || at+int(partLen) > len(g.Buf) {
 		return FailVerdict
 	}
-	if g.Open(h, infoLen) < 0 {
+	switch g.Open(h, infoLen) {
+	case 0:
+	case abi.OpenNoRoom:
+		return noRoomVerdict
+	default:
 		return FailVerdict
 	}
 	return g.judge(h, g.stream(h), g.Buf[at:at+int(partLen)], 0)

@@ -3,6 +3,7 @@ package guest
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -421,4 +422,35 @@ func FuzzDecodePart(f *testing.F) {
 		}
 		g.p, g.pFull = abi.Part{}, false
 	})
+}
+
+// full is a transform with room for no stream: its Open answers ErrNoRoom,
+// wrapped; an Open error of another kind is a failure.
+type full struct{ err error }
+
+func (f full) Open(abi.StreamInfo) (Stream, error) { return nil, f.err }
+
+// TestOpenNoRoom: an Open that returns ErrNoRoom (wrapped or not) answers
+// abi.OpenNoRoom from retryhost_open and its i64 from retryhost_open_part,
+// and keeps nothing; any other error is a plain failure.
+func TestOpenNoRoom(t *testing.T) {
+	for _, tc := range []struct {
+		err      error
+		open     int32
+		openPart uint64
+	}{
+		{ErrNoRoom, abi.OpenNoRoom, uint64(0xFFFF_FFFF_FFFF_FFFA)},
+		{fmt.Errorf("table of 4: %w", ErrNoRoom), abi.OpenNoRoom, uint64(0xFFFF_FFFF_FFFF_FFFA)},
+		{errors.New("no room"), -1, FailVerdict},
+	} {
+		h, rc := newHarness(t, 1024, nil, func([]byte) (Transform, error) { return full{tc.err}, nil }, "")
+		require.Zero(t, rc)
+		info := abi.AppendStreamInfo(nil, &abi.StreamInfo{ID: 1, Model: "m"})
+		require.Equal(t, tc.open, h.g.Open(1, h.put(info)), "%v", tc.err)
+		rec := append(append([]byte(nil), info...), make([]byte, (len(info)+7)&^7-len(info))...)
+		part := abi.EncodePart(&abi.Part{Kind: abi.KindTextDelta, Delta: "x"})
+		h.put(append(rec, part...))
+		require.Equal(t, tc.openPart, h.g.OpenPart(1, int32(len(info)), int32(len(part))), "%v", tc.err)
+		require.Zero(t, h.g.Streams(), "a refused stream is not kept")
+	}
 }

@@ -2,7 +2,9 @@
 // benchmarks, built at test time (never committed as .wasm): its streams
 // hold every text delta without reading it, so what a part costs is the
 // SDK's; with the config "garbage=N" every part also allocates N bytes of
-// garbage, to check that the SDK's yields keep the guest's heap bounded.
+// garbage, to check that the SDK's yields keep the guest's heap bounded;
+// with "rooms=N" it has room for N open streams and refuses another with
+// transform.ErrNoRoom.
 package main
 
 import (
@@ -18,11 +20,16 @@ func init() {
 	transform.Register(func(config []byte) (transform.Transform, error) {
 		t := &tr{}
 		if c := string(config); c != "" {
-			n, err := strconv.Atoi(strings.TrimPrefix(c, "garbage="))
-			if err != nil || !strings.HasPrefix(c, "garbage=") || n < 0 {
-				return nil, errors.New("config: garbage=N")
+			key, v, _ := strings.Cut(c, "=")
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || (key != "garbage" && key != "rooms") {
+				return nil, errors.New("config: garbage=N or rooms=N")
 			}
-			t.garbage = n
+			if key == "garbage" {
+				t.garbage = n
+			} else {
+				t.rooms = n
+			}
 		}
 		return t, nil
 	})
@@ -30,12 +37,18 @@ func init() {
 
 func main() {}
 
-type tr struct{ garbage int }
+type tr struct{ garbage, rooms, open int }
 
 // Sink keeps the garbage reachable until the next part.
 var Sink []byte
 
-func (t *tr) Open(abi.StreamInfo) (transform.Stream, error) { return stream{t}, nil }
+func (t *tr) Open(abi.StreamInfo) (transform.Stream, error) {
+	if t.rooms > 0 && t.open == t.rooms {
+		return nil, transform.ErrNoRoom
+	}
+	t.open++
+	return stream{t}, nil
+}
 
 // Static: the preamble is held without a call.
 func (t *tr) Static() map[abi.PartKind]abi.PartAction {
@@ -54,4 +67,4 @@ func (s stream) Part(p *abi.Part) (abi.Verdict, error) {
 	return abi.Verdict{Action: abi.PartHold}, nil
 }
 func (s stream) End() (abi.Verdict, error) { return abi.Verdict{}, nil }
-func (s stream) Close()                    {}
+func (s stream) Close()                    { s.t.open-- }
