@@ -338,6 +338,8 @@ func TestServe_TracesSettingsRefused(t *testing.T) {
 	for _, c := range []struct{ key, value, want string }{
 		{"OTEL_TRACES_EXPORTER", "zipkin", `OTEL_TRACES_EXPORTER="zipkin": serve exports traces over OTLP only`},
 		{"OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", `OTEL_EXPORTER_OTLP_PROTOCOL="grpc": serve exports traces over OTLP/HTTP with protobuf only`},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318", `OTEL_EXPORTER_OTLP_ENDPOINT="collector:4318": want an http:// or https:// URL`},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://", `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://": want an http:// or https:// URL`},
 	} {
 		t.Run(c.key, func(t *testing.T) {
 			clearOTELEnv(t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -46,7 +47,8 @@ type traces struct {
 //     http://localhost:4318, when neither is set);
 //   - OTEL_TRACES_EXPORTER unset: on when one of the two endpoints is set,
 //     else off;
-//   - any other exporter, or a protocol (OTEL_EXPORTER_OTLP_PROTOCOL,
+//   - an endpoint that is not an http(s) URL, any other exporter, or a
+//     protocol (OTEL_EXPORTER_OTLP_PROTOCOL,
 //     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) other than http/protobuf: an
 //     error, so that a setting serve does not honour is not silently
 //     dropped.
@@ -60,9 +62,18 @@ func tracesFromEnv(ctx context.Context, getenv func(string) string) (*traces, er
 	if b, _ := strconv.ParseBool(strings.TrimSpace(getenv("OTEL_SDK_DISABLED"))); b {
 		return nil, nil
 	}
-	endpoint := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+	key := "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	endpoint := strings.TrimSpace(getenv(key))
 	if endpoint == "" {
-		endpoint = strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
+		key = "OTEL_EXPORTER_OTLP_ENDPOINT"
+		endpoint = strings.TrimSpace(getenv(key))
+	}
+	if endpoint != "" {
+		// The exporter would ignore an endpoint it cannot parse and send
+		// to localhost instead.
+		if u, err := url.Parse(endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("%s=%q: want an http:// or https:// URL", key, endpoint)
+		}
 	}
 	switch exp := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER"))); exp {
 	case "none":
