@@ -192,12 +192,16 @@ func (f *failure) body(d door) []byte {
 }
 
 // isErrorObject reports whether b is a JSON object with an "error" object,
-// the shape OpenAI clients parse.
+// the shape OpenAI clients parse, and not Anthropic's envelope of it (a
+// "type" at the top level, which OpenAI's errors never have): an
+// Anthropic upstream's error is re-encoded in the OpenAI shape rather
+// than passed through.
 func isErrorObject(b []byte) bool {
 	var v struct {
+		Type  json.RawMessage            `json:"type"`
 		Error map[string]json.RawMessage `json:"error"`
 	}
-	return json.Valid(b) && json.Unmarshal(b, &v) == nil && v.Error != nil
+	return json.Valid(b) && json.Unmarshal(b, &v) == nil && v.Error != nil && v.Type == nil
 }
 
 // streamFailure is the in-band error that ends a committed stream which

@@ -437,16 +437,17 @@ func testThinkingSignature(t *testing.T, rules string) {
 	require.Equal(t, sig, sent[1].Content[0].Signature, "the signature reached the upstream")
 }
 
-// An Anthropic upstream's 400 reaches an OpenAI client as the upstream
-// sent it (status and body), and an OpenAI client's 429 from it keeps its
-// Retry-After: the chat door's rules hold whichever API the upstream speaks.
+// An Anthropic upstream's 400 reaches an OpenAI client with its status and
+// message in OpenAI's error shape, and an OpenAI client's 429 from it
+// keeps its Retry-After: the chat door's rules hold whichever API the
+// upstream speaks.
 func TestChatErrorsFromAnthropicUpstream(t *testing.T) {
 	r := newRigOf(t, `"rules": []`, allAnthropic)
 	const body = `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}`
 	r.up["primary"].play(act{status: 400, body: body})
 	resp, out := r.rawStream(streamBody("primary"))
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	require.Equal(t, body, out)
+	require.JSONEq(t, `{"error":{"message":"prompt is too long: 210000 tokens > 200000 maximum","type":"invalid_request_error","param":null,"code":"invalid_request_error"}}`, out)
 	_, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
 	var apiErr *oai.Error
 	require.ErrorAs(t, err, &apiErr)
