@@ -34,6 +34,10 @@ bench-compare: ## per-part driver and plugin benchmarks of BASE against the work
 bench-doc: ## rerun the benchmarks and rewrite the generated table of the docs (ROUNDS, DOC)
 	bench/doc.sh
 
+.PHONY: bench-continuation
+bench-continuation: ## continuation after the commit through the gateway: off, on and idle, continued, and the new attempt's own first content, one run
+	$(GO) test ./gateway -run '^$$' -bench Continuation -benchmem -benchtime 300x -count 5
+
 .PHONY: bench-gateway
 bench-gateway: ## gateway benchmark: direct, bare reverse proxy, retryhost serve, Portkey (loopback; ARGS='-pace 0 -held-streams 2000')
 	bench/gateway.sh $(ARGS)
