@@ -1,9 +1,13 @@
 package main
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -183,8 +187,73 @@ func TestPluginNew_ProjectsBuildAndPassPluginTest(t *testing.T) {
 			require.NoError(t, os.WriteFile(scenario, []byte(projectScenario(tc.lang, tc.kind, "my-"+tc.kind+".wasm")), 0o644))
 			code, stdout, stderr = run(t, "replay", scenario)
 			require.Equal(t, exitOK, code, stdout+stderr)
+
+			// And serve loads it and it acts on a request on the wire.
+			servePlugin(t, tc.lang, tc.kind, filepath.Join(dir, "my-"+tc.kind+".wasm"))
 		})
 	}
+}
+
+// servePlugin runs serve with a policy that names a new project's module
+// by path, over loopback upstreams, and checks that it acts on a streamed
+// request: the transform redacts the primary's text; the condition
+// switches the primary's 529 to the backup its config names, not to the
+// next model of the chain.
+func servePlugin(t *testing.T, lang, kind, wasm string) {
+	t.Helper()
+	answer := func(texts ...string) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			chunk := func(delta, finish string) {
+				f := "null"
+				if finish != "" {
+					f = strconv.Quote(finish)
+				}
+				fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":%s,\"finish_reason\":%s}]}\n\n", delta, f)
+			}
+			chunk(`{"role":"assistant","content":""}`, "")
+			for _, x := range texts {
+				chunk(`{"content":`+strconv.Quote(x)+`}`, "")
+			}
+			chunk(`{}`, "stop")
+			fmt.Fprint(w, "data: [DONE]\n\n")
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	overloaded := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(529)
+		fmt.Fprint(w, `{"error":{"message":"overloaded","type":"overloaded_error"}}`)
+	}))
+	t.Cleanup(overloaded.Close)
+	model := func(name, url string) string {
+		return `{"name": "` + name + `", "provider": "vllm", "model": "m", "base_url": "` + url + `/v1"}`
+	}
+	var pol, want, never string
+	if kind == "transform" {
+		pol = `{"models": [` + model("primary", answer("my secret", " plan").URL) + `],
+  "transforms": [{"plugin": {"path": ` + strconv.Quote(wasm) + `}}]}`
+		want, never = "******", "secret"
+	} else {
+		config := `{"fallback": "backup"}`
+		if lang == "c" {
+			config = `"backup"`
+		}
+		// "other" comes next in the chain: only the plugin names "backup".
+		pol = `{"models": [` + model("primary", overloaded.URL) + `, ` + model("other", answer("from other").URL) + `, ` +
+			model("backup", answer("from backup").URL) + `],
+  "rules": [{"plugin": {"path": ` + strconv.Quote(wasm) + `, "config": ` + config + `}}]}`
+		want, never = "from backup", "from other"
+	}
+	polFile := filepath.Join(t.TempDir(), "policy.json")
+	require.NoError(t, os.WriteFile(polFile, []byte(pol), 0o644))
+	base, stderr, stop := startServe(t, "--policy", polFile, "--watch=false")
+	resp, body := post(t, base+"/v1/chat/completions", `{"model":"primary","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, want, "the plugin acted:\n%s", body)
+	require.NotContains(t, body, never)
+	require.Equal(t, exitOK, stop(), stderr.String())
 }
 
 // projectScenario is a replay scenario in which a new project's plugin
