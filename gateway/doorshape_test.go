@@ -169,3 +169,16 @@ func TestErrorsInTheDoorsShapeAcrossFormats(t *testing.T) {
 		}
 	}
 }
+
+// The responses door answers an Anthropic upstream's rejection in OpenAI's
+// error shape too, with its status and message.
+func TestResponsesErrorFromAnthropicUpstreamInOpenAIShape(t *testing.T) {
+	r := newPassRig(t, "", []string{"primary", "backup"})
+	body := `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}`
+	r.up["primary"].play(act{status: 400, body: body})
+	r.up["backup"].play(act{status: 400, body: body})
+	resp, out := r.rawPost("/v1/responses", `{"model":"any-model","input":"hi","stream":true}`)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, out)
+	require.NoError(t, openAIShape(out), out)
+	require.Contains(t, out, "prompt is too long")
+}
