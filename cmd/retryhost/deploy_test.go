@@ -389,6 +389,8 @@ func TestDeploy_ImageRunsAsNonRootFromScratch(t *testing.T) {
 	require.NoError(t, err)
 	df, err := os.ReadFile(filepath.Join(deployDir, "Dockerfile"))
 	require.NoError(t, err)
+	require.Contains(t, string(df), "go build -trimpath -ldflags='-s -w'",
+		"the image's binary is built with buildOnce's flags, so its size here is the size users pull")
 	final := string(df[strings.LastIndex(string(df), "\nFROM ")+1:])
 
 	// A stand-in for the build stage with the files the final stage copies.
