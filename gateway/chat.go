@@ -618,67 +618,18 @@ func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, d door, l *ac
 // and none is held back; without the hook (a model the gateway's client
 // does not serve), every event is flushed on its own. A failure after
 // commit ends the stream with an in-band error event and no end marker.
-//
-// Each write has its own deadline (WithWriteTimeout). On HTTP/2 (h2) it
-// is cleared once the write is out: there it is a timer on the stream,
-// which resets the stream when it fires even with no write under way, so
-// left armed it would end a stream whose upstream is quiet for longer
-// than the write timeout (the gap deadline's to judge). On HTTP/1 it is
-// the connection's, and only a write fails on it; the next write sets a
-// new one.
 func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc encoder, hook *flushHook, h2 bool) {
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	l.status = http.StatusOK
+	startEventStream(w.Header(), l)
 	g.metrics.streams.Inc()
 	defer g.metrics.streams.Dec()
+	out := &eventWriter{g: g, ctx: ctx, w: w, rc: http.NewResponseController(w), h2: h2}
+	send := out.send // one func value for the stream, armed on each wait
 	var (
-		buf    []byte
-		box    *[]byte // buf's array, from relayBufs; nil while nothing is encoded
-		usage  *abi.Usage
-		broken bool     // a write or flush failed: the client is gone
-		headed bool     // the status line and headers are out
-		p      abi.Part // one for the whole stream: the encoder's methods take its address, which moves it to the heap
+		usage *abi.Usage
+		p     abi.Part // one for the whole stream: the encoder's methods take its address, which moves it to the heap
 	)
-	// send writes what is encoded and flushes it, but for the end when
-	// unflushed is set (see there).
-	unflushed := false
-	send := func() {
-		if len(buf) == 0 || broken {
-			return
-		}
-		_ = rc.SetWriteDeadline(g.writeDeadline(ctx))
-		if _, err := w.Write(buf); err != nil {
-			broken = true
-			return
-		}
-		if !unflushed {
-			broken = rc.Flush() != nil
-			if h2 {
-				_ = rc.SetWriteDeadline(time.Time{})
-			}
-		}
-		headed = true
-		// Written: the array goes back to the pool, so that a stream
-		// waiting on its upstream (which is when the hook sends) does
-		// not keep one.
-		if box != nil && cap(buf) <= maxPooledBuf {
-			*box = buf[:0]
-			relayBufs.Put(box)
-		}
-		buf, box = nil, nil
-	}
-	take := func() { // buf gets an array from the pool when it has none
-		if box == nil {
-			box = relayBufs.Get().(*[]byte)
-			buf = *box
-		}
-	}
 	for {
-		if hook != nil && len(buf) > 0 {
+		if hook != nil && len(out.buf) > 0 {
 			hook.arm(send)
 		}
 		var err error
@@ -686,53 +637,82 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 		if hook != nil {
 			hook.disarm()
 		}
-		if broken {
+		switch {
+		case out.broken:
 			l.outcome = "client_closed"
 			return
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			e := streamFailure(ctx, err)
-			l.outcome, l.errClass = g.endErr(ctx, &e), classify(err).class
-			buf = enc.appendErrorEvent(buf, &e)
-			buf = appendTrail(buf, &l.trail)
-			send()
+		case err == io.EOF:
+			g.endStream(l, enc, out, usage)
 			return
-		}
-		if p.Kind == abi.KindRaw {
-			take()
-			if buf = enc.raw(buf, &p); hook == nil {
-				send()
+		case err != nil:
+			g.failStream(ctx, l, enc, out, err)
+			return
+		case p.Kind == abi.KindRaw:
+			out.take()
+			if out.buf = enc.raw(out.buf, &p); hook == nil {
+				out.send()
 			}
-			continue
-		}
-		l.parts++
-		upstreamModel(w, &p)
-		if p.Kind == abi.KindFinish && p.Finish != nil {
-			usage = &p.Finish.Usage
-			l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
-		}
-		take()
-		buf = enc.appendPart(buf, &p)
-		// The first content part (what commits the stream, under the
-		// default commit rule) goes out at once, with the status line,
-		// the headers and the preamble the gate held: it is the event
-		// the client waits for, and writing the headers is deep work
-		// (net/http's chunkWriter.writeHeader has a 2.8 KiB frame) that
-		// the flush hook would do from under the upstream read, growing
-		// the stack every held stream keeps (see serve).
-		if hook == nil || !headed && driver.CommitOnOutput.IsContent(&p) {
-			send()
+		default:
+			if u := relayPart(w, l, enc, out, &p, hook == nil); u != nil {
+				usage = u
+			}
 		}
 	}
+}
+
+// startEventStream sets the headers of an event stream and records its
+// status.
+func startEventStream(h http.Header, l *accessLog) {
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	l.status = http.StatusOK
+}
+
+// relayPart encodes one part of the answer and returns the usage it
+// carries, if it is the finish. It sends at once when flushEach is set
+// (no flush hook), and for the part that commits the stream.
+func relayPart(w http.ResponseWriter, l *accessLog, enc encoder, out *eventWriter, p *abi.Part, flushEach bool) *abi.Usage {
+	var usage *abi.Usage
+	l.parts++
+	upstreamModel(w, p)
+	if p.Kind == abi.KindFinish && p.Finish != nil {
+		usage = &p.Finish.Usage
+		l.inputToks, l.outputToks = p.Finish.Usage.InputTokens, p.Finish.Usage.OutputTokens
+	}
+	out.take()
+	out.buf = enc.appendPart(out.buf, p)
+	// The first content part (what commits the stream, under the
+	// default commit rule) goes out at once, with the status line,
+	// the headers and the preamble the gate held: it is the event
+	// the client waits for, and writing the headers is deep work
+	// (net/http's chunkWriter.writeHeader has a 2.8 KiB frame) that
+	// the flush hook would do from under the upstream read, growing
+	// the stack every held stream keeps (see serve).
+	if flushEach || !out.headed && driver.CommitOnOutput.IsContent(p) {
+		out.send()
+	}
+	return usage
+}
+
+// failStream ends a committed stream that failed with an in-band error
+// event and no end marker.
+func (g *Gateway) failStream(ctx context.Context, l *accessLog, enc encoder, out *eventWriter, err error) {
+	e := streamFailure(ctx, err)
+	l.outcome, l.errClass = g.endErr(ctx, &e), classify(err).class
+	out.buf = enc.appendErrorEvent(out.buf, &e)
+	out.buf = appendTrail(out.buf, &l.trail)
+	out.send()
+}
+
+// endStream writes the end of an answer the upstream finished.
+func (g *Gateway) endStream(l *accessLog, enc encoder, out *eventWriter, usage *abi.Usage) {
 	var u abi.Usage
 	if usage != nil {
 		u = *usage
 	}
-	buf = enc.appendEnd(buf, &u)
-	buf = appendTrail(buf, &l.trail)
+	out.buf = enc.appendEnd(out.buf, &u)
+	out.buf = appendTrail(out.buf, &l.trail)
 	// The end goes out unflushed: net/http flushes it when the handler
 	// returns, in the same write as the chunked body's terminator (on
 	// HTTP/2, in the frame that ends the stream), one write a request fewer
@@ -741,12 +721,73 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 	// handed whole to the server. While the gateway drains it is flushed
 	// here: Shutdown returns as the request leaves, before net/http's
 	// flush, and a caller that exits then would cut the end.
-	unflushed = !g.draining.Load()
-	if send(); broken {
+	out.unflushed = !g.draining.Load()
+	if out.send(); out.broken {
 		l.outcome = "client_closed"
 		return
 	}
 	l.outcome = "ok"
+}
+
+// eventWriter holds a relay's encoded, unwritten events and writes them
+// to the client. It is used by the relay's goroutine, and by the flush
+// hook while the relay waits on its upstream, never by both at once.
+//
+// Each write has its own deadline (WithWriteTimeout). On HTTP/2 (h2) it
+// is cleared once the write is out: there it is a timer on the stream,
+// which resets the stream when it fires even with no write under way, so
+// left armed it would end a stream whose upstream is quiet for longer
+// than the write timeout (the gap deadline's to judge). On HTTP/1 it is
+// the connection's, and only a write fails on it; the next write sets a
+// new one.
+type eventWriter struct {
+	g   *Gateway
+	ctx context.Context
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	h2  bool
+
+	buf       []byte
+	box       *[]byte // buf's array, from relayBufs; nil while nothing is encoded
+	broken    bool    // a write or flush failed: the client is gone
+	headed    bool    // the status line and headers are out
+	unflushed bool    // the write is the end's: net/http flushes it (see endStream)
+}
+
+// send writes what is encoded and flushes it, but for the end when
+// unflushed is set.
+func (o *eventWriter) send() {
+	if len(o.buf) == 0 || o.broken {
+		return
+	}
+	_ = o.rc.SetWriteDeadline(o.g.writeDeadline(o.ctx))
+	if _, err := o.w.Write(o.buf); err != nil {
+		o.broken = true
+		return
+	}
+	if !o.unflushed {
+		o.broken = o.rc.Flush() != nil
+		if o.h2 {
+			_ = o.rc.SetWriteDeadline(time.Time{})
+		}
+	}
+	o.headed = true
+	// Written: the array goes back to the pool, so that a stream
+	// waiting on its upstream (which is when the hook sends) does
+	// not keep one.
+	if o.box != nil && cap(o.buf) <= maxPooledBuf {
+		*o.box = o.buf[:0]
+		relayBufs.Put(o.box)
+	}
+	o.buf, o.box = nil, nil
+}
+
+// take gives buf an array from the pool when it has none.
+func (o *eventWriter) take() {
+	if o.box == nil {
+		o.box = relayBufs.Get().(*[]byte)
+		o.buf = *o.box
+	}
 }
 
 // relayBufs holds the relays' event buffers between writes; one grown past
