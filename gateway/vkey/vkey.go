@@ -328,27 +328,36 @@ func ReadFile(path string) (*File, error) {
 	return &f, nil
 }
 
-// WriteFile writes f to path atomically (a temporary file renamed over
-// it), readable by its owner only.
+// WriteFile writes f to path atomically: a temporary file beside it,
+// synced, renamed over it, so that a reader sees the old file or the new,
+// never a part. A new file is readable by its owner only (0600); an
+// existing one keeps its permissions. Two writers at once: the last
+// rename wins.
 func WriteFile(path string, f *File) error {
 	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return err
+	}
+	mode := os.FileMode(0o600)
+	if st, err := os.Stat(path); err == nil {
+		mode = st.Mode().Perm()
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
+	_, err = tmp.Write(append(b, '\n'))
+	if err == nil {
+		err = tmp.Chmod(mode)
 	}
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
+	if err == nil {
+		err = tmp.Sync()
 	}
-	if err := tmp.Close(); err != nil {
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)

@@ -1,0 +1,431 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/retryhost/retryhost/gateway/vkey"
+)
+
+// keysCmd is `retryhost keys`: the virtual key file of `serve --keys-file`,
+// edited in place (each change written whole to a temporary file renamed
+// over it, so that a serve reading it sees the old file or the new).
+var keysCmd = &command{
+	name:    "keys",
+	summary: "create, list, show, revoke and rotate the virtual keys of a key file (serve --keys-file)",
+	subs: []*command{{
+		name: "create", args: "ID",
+		summary: "add a key to the file (made if missing) and print its secret, this once",
+		help: "Adds a key named ID to the --keys-file, with a new random secret, which is printed on stdout " +
+			"and stored nowhere: the file keeps only its SHA-256. A serve reading the file takes the key at its " +
+			"next reload (at once with --watch, its default, or on SIGHUP). The file is made (0600) when it does " +
+			"not exist.\n\nExit 0 once written; 1 when the file already has a key named ID; 2 for a bad flag " +
+			"(a negative limit, a bad --expires); 3 when the file cannot be read or is not a valid key file.",
+		noFiles: true,
+		setup: func(fs *flag.FlagSet) runFunc {
+			path := keysFileFlag(fs)
+			var kf keyFlags
+			kf.declare(fs)
+			return func(ctx context.Context, e *env, args []string) int {
+				return runKeysCreate(e, *path, args, &kf)
+			}
+		},
+	}, {
+		name:    "list",
+		summary: "list the file's keys, with their status and limits (never a secret or hash)",
+		help: "Prints a line per key of the --keys-file: its id, status (valid, expired or revoked), routes, " +
+			"requests and tokens per minute, budgets, expiry and metadata. No secret is stored, and the " +
+			"hashes are not printed. With --json, an array of the keys.\n\nExit 0; 3 when the file cannot be " +
+			"read or is not a valid key file.",
+		noFiles: true,
+		setup: func(fs *flag.FlagSet) runFunc {
+			path := keysFileFlag(fs)
+			asJSON := fs.Bool("json", false, "print the keys as a JSON array")
+			return func(ctx context.Context, e *env, args []string) int {
+				if len(args) > 0 {
+					return e.usageError(keysSub("list"), "takes no argument")
+				}
+				return runKeysList(e, *path, *asJSON)
+			}
+		},
+	}, {
+		name: "show", args: "ID",
+		summary: "print one key's fields (never its secret or hash)",
+		help: "Prints the key named ID of the --keys-file, a field a line, or with --json as an object: " +
+			"everything but its hash.\n\nExit 0; 1 when the file has no key named ID; 3 when the file cannot " +
+			"be read or is not a valid key file.",
+		noFiles: true,
+		setup: func(fs *flag.FlagSet) runFunc {
+			path := keysFileFlag(fs)
+			asJSON := fs.Bool("json", false, "print the key as a JSON object")
+			return func(ctx context.Context, e *env, args []string) int {
+				return runKeysShow(e, *path, args, *asJSON)
+			}
+		},
+	}, {
+		name: "revoke", args: "ID",
+		summary: "mark a key revoked: serve refuses it (401) from its next reload",
+		help: "Marks the key named ID of the --keys-file revoked. A serve reading the file answers its " +
+			"requests 401 from its next reload (at once with --watch, its default, or on SIGHUP); its " +
+			"counters stay, so that a key revoked by mistake and restored by hand keeps its spend. A key " +
+			"already revoked is left as it is.\n\nExit 0; 1 when the file has no key named ID; 3 when the " +
+			"file cannot be read or is not a valid key file.",
+		noFiles: true,
+		setup: func(fs *flag.FlagSet) runFunc {
+			path := keysFileFlag(fs)
+			return func(ctx context.Context, e *env, args []string) int {
+				return runKeysEdit(e, "revoke", *path, args, revokeKey)
+			}
+		},
+	}, {
+		name: "rotate", args: "ID",
+		summary: "give a key a new secret, printed this once; the old one stops working",
+		help: "Gives the key named ID of the --keys-file a new random secret, printed on stdout and " +
+			"stored nowhere, in place of the old one. A serve reading the file refuses the old secret and " +
+			"accepts the new from its next reload (at once with --watch, its default, or on SIGHUP). The key " +
+			"keeps its id, and with it its rate and budget counters.\n\nExit 0; 1 when the file has no key " +
+			"named ID or the key is revoked; 3 when the file cannot be read or is not a valid key file.",
+		noFiles: true,
+		setup: func(fs *flag.FlagSet) runFunc {
+			path := keysFileFlag(fs)
+			return func(ctx context.Context, e *env, args []string) int {
+				return runKeysEdit(e, "rotate", *path, args, rotateKey)
+			}
+		},
+	}},
+}
+
+func init() { register(keysCmd) }
+
+func keysSub(name string) *command {
+	for _, s := range commands["keys"].subs {
+		if s.name == name {
+			return s
+		}
+	}
+	panic("no keys subcommand " + name)
+}
+
+func keysFileFlag(fs *flag.FlagSet) *string {
+	return fs.String("keys-file", "", "the virtual key `FILE` (JSON), as serve --keys-file reads it; required")
+}
+
+// keyFlags are create's limits and metadata.
+type keyFlags struct {
+	routes, meta           repeated
+	rpm, tpm               int64
+	maxConc                int
+	tokensDay, tokensMonth int64
+	costDay, costMonth     float64
+	expires                string
+}
+
+func (kf *keyFlags) declare(fs *flag.FlagSet) {
+	fs.Var(&kf.routes, "route", "a model the key may ask for: a route's `NAME`, or a prefix ending in * (repeatable; none: every route)")
+	fs.Int64Var(&kf.rpm, "rpm", 0, "requests per minute (0: no limit)")
+	fs.Int64Var(&kf.tpm, "tpm", 0, "tokens (input and output) per minute (0: no limit)")
+	fs.IntVar(&kf.maxConc, "max-concurrent", 0, "requests in flight on one replica (0: no limit)")
+	fs.Int64Var(&kf.tokensDay, "tokens-per-day", 0, "tokens per UTC day (0: no budget)")
+	fs.Int64Var(&kf.tokensMonth, "tokens-per-month", 0, "tokens per calendar month, UTC (0: no budget)")
+	fs.Float64Var(&kf.costDay, "cost-per-day", 0, "spend per UTC day, at the policy's prices, in their currency (0: no budget)")
+	fs.Float64Var(&kf.costMonth, "cost-per-month", 0, "spend per calendar month, UTC (0: no budget)")
+	fs.StringVar(&kf.expires, "expires", "", "when the key stops working: an RFC 3339 `TIME` or a duration from now (720h); none: never")
+	fs.Var(&kf.meta, "meta", "a free-form `NAME=VALUE` (team, owner), repeatable")
+}
+
+// key builds the key flags describe, at now.
+func (kf *keyFlags) key(id string, now time.Time) (*vkey.Key, error) {
+	if kf.rpm < 0 || kf.tpm < 0 || kf.maxConc < 0 || kf.tokensDay < 0 || kf.tokensMonth < 0 || kf.costDay < 0 || kf.costMonth < 0 {
+		return nil, errors.New("a limit or budget cannot be negative (0: none)")
+	}
+	k := &vkey.Key{ID: id, Routes: kf.routes, RPM: kf.rpm, TPM: kf.tpm, MaxConcurrent: kf.maxConc,
+		Budget:  vkey.Budget{TokensPerDay: kf.tokensDay, TokensPerMonth: kf.tokensMonth, CostPerDay: kf.costDay, CostPerMonth: kf.costMonth},
+		Created: now.UTC().Truncate(time.Second)}
+	if kf.expires != "" {
+		if t, err := time.Parse(time.RFC3339, kf.expires); err == nil {
+			k.Expires = t
+		} else if d, derr := time.ParseDuration(kf.expires); derr == nil && d > 0 {
+			k.Expires = now.Add(d).UTC().Truncate(time.Second)
+		} else {
+			return nil, fmt.Errorf("--expires %q: an RFC 3339 time (2027-06-30T00:00:00Z) or a positive duration (720h)", kf.expires)
+		}
+	}
+	for _, m := range kf.meta {
+		n, v, ok := strings.Cut(m, "=")
+		if !ok || n == "" {
+			return nil, fmt.Errorf("--meta %q: NAME=VALUE", m)
+		}
+		if k.Metadata == nil {
+			k.Metadata = map[string]string{}
+		}
+		k.Metadata[n] = v
+	}
+	return k, nil
+}
+
+// readKeys reads and checks the key file at path, as serve would load it:
+// the error, printed, is the exit code's.
+func readKeys(e *env, c *command, path string) (*vkey.File, int) {
+	if path == "" {
+		return nil, e.usageError(c, "--keys-file is required")
+	}
+	f, err := vkey.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, e.errorf(exitInput, "%s: no such key file (retryhost keys create makes one)", path)
+	case err != nil: // it names the file
+		return nil, e.errorf(exitInput, "%v", err)
+	}
+	down := f.OnStoreDown
+	if _, err := f.Set(); err != nil {
+		return nil, e.errorf(exitInput, "%s: %v", path, err)
+	}
+	f.OnStoreDown = down // written back as it was
+	return f, exitOK
+}
+
+func runKeysCreate(e *env, path string, args []string, kf *keyFlags) int {
+	if len(args) != 1 {
+		return e.usageError(keysSub("create"), "want one ID, the new key's name")
+	}
+	id := args[0]
+	if err := vkey.CheckID(id); err != nil {
+		return e.usageError(keysSub("create"), "%v", err)
+	}
+	k, err := kf.key(id, time.Now())
+	if err != nil {
+		return e.usageError(keysSub("create"), "%v", err)
+	}
+	f := &vkey.File{Keys: []*vkey.Key{}}
+	if _, serr := os.Stat(path); path == "" || !errors.Is(serr, fs.ErrNotExist) {
+		var code int
+		if f, code = readKeys(e, keysSub("create"), path); f == nil {
+			return code
+		}
+	}
+	if slices.ContainsFunc(f.Keys, func(o *vkey.Key) bool { return o.ID == id }) {
+		return e.errorf(exitFail, "%s already has a key named %q (retryhost keys rotate gives it a new secret)", path, id)
+	}
+	secret, hash := vkey.NewSecret()
+	k.Hash = hash
+	f.Keys = append(f.Keys, k)
+	if err := checkAndWrite(path, f); err != nil {
+		return e.errorf(exitFail, "%v", err)
+	}
+	fmt.Fprintln(e.stdout, secret)
+	fmt.Fprintf(e.stderr, "%s: key %q added to %s; its secret above is shown this once\n", e.path, id, path)
+	return exitOK
+}
+
+// checkAndWrite checks f as serve would load it, then writes it.
+func checkAndWrite(path string, f *vkey.File) error {
+	down := f.OnStoreDown
+	if _, err := f.Set(); err != nil {
+		return err
+	}
+	f.OnStoreDown = down
+	return vkey.WriteFile(path, f)
+}
+
+// An edit changes k in place and says what it did; a secret to print is
+// returned, and an error ends the command with exitFail.
+type keyEdit func(k *vkey.Key) (msg, secret string, changed bool, err error)
+
+func revokeKey(k *vkey.Key) (string, string, bool, error) {
+	if k.Revoked {
+		return "is already revoked", "", false, nil
+	}
+	k.Revoked = true
+	return "revoked; serve refuses it from its next reload", "", true, nil
+}
+
+func rotateKey(k *vkey.Key) (string, string, bool, error) {
+	if k.Revoked {
+		return "", "", false, fmt.Errorf("key %q is revoked: create a new key rather than bring it back with a new secret", k.ID)
+	}
+	secret, hash := vkey.NewSecret()
+	k.Hash = hash
+	return "has a new secret, shown above this once; the old one is refused from serve's next reload", secret, true, nil
+}
+
+func runKeysEdit(e *env, name, path string, args []string, edit keyEdit) int {
+	if len(args) != 1 {
+		return e.usageError(keysSub(name), "want one ID, the key's name")
+	}
+	f, code := readKeys(e, keysSub(name), path)
+	if f == nil {
+		return code
+	}
+	i := slices.IndexFunc(f.Keys, func(k *vkey.Key) bool { return k.ID == args[0] })
+	if i < 0 {
+		return e.errorf(exitFail, "%s has no key named %q (retryhost keys list shows them)", path, args[0])
+	}
+	msg, secret, changed, err := edit(f.Keys[i])
+	if err != nil {
+		return e.errorf(exitFail, "%v", err)
+	}
+	if changed {
+		if err := checkAndWrite(path, f); err != nil {
+			return e.errorf(exitFail, "%v", err)
+		}
+	}
+	if secret != "" {
+		fmt.Fprintln(e.stdout, secret)
+	}
+	fmt.Fprintf(e.stderr, "%s: key %q %s\n", e.path, args[0], msg)
+	return exitOK
+}
+
+// keyView is a key as list and show print it: no hash.
+type keyView struct {
+	ID            string            `json:"id"`
+	Status        string            `json:"status"`
+	Routes        []string          `json:"routes,omitempty"`
+	RPM           int64             `json:"rpm,omitempty"`
+	TPM           int64             `json:"tpm,omitempty"`
+	MaxConcurrent int               `json:"max_concurrent,omitempty"`
+	Budget        vkey.Budget       `json:"budget,omitzero"`
+	Expires       time.Time         `json:"expires,omitzero"`
+	Created       time.Time         `json:"created,omitzero"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+}
+
+func viewOf(k *vkey.Key, now time.Time) keyView {
+	st := "valid"
+	switch k.StatusAt(now) {
+	case vkey.Revoked:
+		st = "revoked"
+	case vkey.Expired:
+		st = "expired"
+	}
+	return keyView{ID: k.ID, Status: st, Routes: k.Routes, RPM: k.RPM, TPM: k.TPM, MaxConcurrent: k.MaxConcurrent,
+		Budget: k.Budget, Expires: k.Expires, Created: k.Created, Metadata: k.Metadata}
+}
+
+func runKeysList(e *env, path string, asJSON bool) int {
+	f, code := readKeys(e, keysSub("list"), path)
+	if f == nil {
+		return code
+	}
+	now := time.Now()
+	views := make([]keyView, len(f.Keys))
+	for i, k := range f.Keys {
+		views[i] = viewOf(k, now)
+	}
+	if asJSON {
+		return printJSON(e, views)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tROUTES\tRPM\tTPM\tBUDGET\tEXPIRES\tMETADATA")
+	for _, v := range views {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Status, routesText(v.Routes), limitText(v.RPM), limitText(v.TPM),
+			budgetText(v.Budget), timeText(v.Expires), metaText(v.Metadata))
+	}
+	if err := tw.Flush(); err != nil {
+		return e.errorf(exitFail, "%v", err)
+	}
+	return exitOK
+}
+
+func runKeysShow(e *env, path string, args []string, asJSON bool) int {
+	if len(args) != 1 {
+		return e.usageError(keysSub("show"), "want one ID, the key's name")
+	}
+	f, code := readKeys(e, keysSub("show"), path)
+	if f == nil {
+		return code
+	}
+	i := slices.IndexFunc(f.Keys, func(k *vkey.Key) bool { return k.ID == args[0] })
+	if i < 0 {
+		return e.errorf(exitFail, "%s has no key named %q (retryhost keys list shows them)", path, args[0])
+	}
+	v := viewOf(f.Keys[i], time.Now())
+	if asJSON {
+		return printJSON(e, v)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	for _, row := range [][2]string{
+		{"id", v.ID}, {"status", v.Status}, {"routes", routesText(v.Routes)},
+		{"rpm", limitText(v.RPM)}, {"tpm", limitText(v.TPM)}, {"max_concurrent", limitText(int64(v.MaxConcurrent))},
+		{"budget", budgetText(v.Budget)}, {"expires", timeText(v.Expires)}, {"created", timeText(v.Created)},
+		{"metadata", metaText(v.Metadata)},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return e.errorf(exitFail, "%v", err)
+	}
+	return exitOK
+}
+
+func printJSON(e *env, v any) int {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return e.errorf(exitFail, "%v", err)
+	}
+	return exitOK
+}
+
+func routesText(r []string) string {
+	if len(r) == 0 {
+		return "*"
+	}
+	return strings.Join(r, ",")
+}
+
+func limitText(n int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func budgetText(b vkey.Budget) string {
+	var parts []string
+	if b.TokensPerDay > 0 {
+		parts = append(parts, strconv.FormatInt(b.TokensPerDay, 10)+" tokens/day")
+	}
+	if b.TokensPerMonth > 0 {
+		parts = append(parts, strconv.FormatInt(b.TokensPerMonth, 10)+" tokens/month")
+	}
+	if b.CostPerDay > 0 {
+		parts = append(parts, "cost "+strconv.FormatFloat(b.CostPerDay, 'f', -1, 64)+"/day")
+	}
+	if b.CostPerMonth > 0 {
+		parts = append(parts, "cost "+strconv.FormatFloat(b.CostPerMonth, 'f', -1, 64)+"/month")
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func metaText(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, n+"="+m[n])
+	}
+	return strings.Join(parts, ",")
+}
