@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/retryhost/retryhost/internal/leaf/connlimit"
+	"github.com/retryhost/retryhost/cmd/internal/connlimit"
 )
 
 // connMetrics are the series of serve's client connection limit

@@ -20,11 +20,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/retryhost/retryhost/cmd/internal/connlimit"
+	"github.com/retryhost/retryhost/cmd/internal/gcfloor"
 	"github.com/retryhost/retryhost/gateway"
 	"github.com/retryhost/retryhost/gateway/vkey"
 	"github.com/retryhost/retryhost/host"
-	"github.com/retryhost/retryhost/internal/leaf/connlimit"
-	"github.com/retryhost/retryhost/internal/leaf/gcfloor"
 	"github.com/retryhost/retryhost/internal/leaf/strict"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
@@ -157,7 +157,7 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		return exitOK
 	}
 	// A gateway's live heap is small and each request leaves garbage: Go
-	// would collect dozens of times a second (internal/leaf/gcfloor).
+	// would collect dozens of times a second (cmd/internal/gcfloor).
 	defer gcfloor.Start(uint64(o.gcFloor)).Stop()
 	// The log is written in batches (logbatch.go); serve's status lines
 	// and errors go out at once, in order with it.

@@ -283,7 +283,7 @@ func TestServe_BodyBudget(t *testing.T) {
 // --max-conns bounds the client connections: past it the connection idle
 // the longest is closed for a new client, which is served, while a
 // connection whose request is under way is left alone (the new one waits
-// for it: internal/leaf/connlimit's tests); /metrics counts both.
+// for it: cmd/internal/connlimit's tests); /metrics counts both.
 func TestServe_MaxConns(t *testing.T) {
 	base, _, stop := startServe(t, "--max-conns", "2")
 	addr := strings.TrimPrefix(base, "http://")

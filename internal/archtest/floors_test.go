@@ -1,6 +1,8 @@
 package archtest
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,14 +20,16 @@ type room struct {
 // floors is the building, bottom first. A package belongs to the room with
 // the longest directory that holds it.
 var floors = []room{
-	{"internal/leaf", 0},       // utilities that import nothing of the module
-	{"abi", 1},                 // the contract
-	{"plugins/refusalcore", 1}, // the refusal decision, shared by the driver and the guests
-	{"driver", 2},              // the core: the retry loop and the stream driver
-	{"host", 2},                // the core: the Wasm host
-	{"plugins", 2},             // the core: the guest SDK and the built-in modules
-	{"internal/link", 3},       // registries through which adapters plug into policy
-	{"provider", 4},            // one third-party client each
+	{"internal/leaf", 0},          // utilities that import nothing of the module
+	{"cmd/internal/gcfloor", 0},   // serve's garbage-collector floor, a leaf
+	{"cmd/internal/connlimit", 0}, // serve's client connection limit, a leaf
+	{"abi", 1},                    // the contract
+	{"plugins/refusalcore", 1},    // the refusal decision, shared by the driver and the guests
+	{"driver", 2},                 // the core: the retry loop and the stream driver
+	{"host", 2},                   // the core: the Wasm host
+	{"plugins", 2},                // the core: the guest SDK and the built-in modules
+	{"internal/link", 3},          // registries through which adapters plug into policy
+	{"provider", 4},               // one third-party client each
 	{"oci", 4},
 	{"state/redis", 4},
 	{"policy", 5},                // a policy file into core objects
@@ -35,6 +39,10 @@ var floors = []room{
 	{"examples", 8},              // programs on top of everything
 	{"bench", 8},                 // the benchmark tools
 }
+
+// leaves are the rooms of floor 0: utilities that import nothing of the
+// module. The ones only cmd uses live under cmd/internal.
+var leaves = []string{"internal/leaf", "cmd/internal/gcfloor", "cmd/internal/connlimit"}
 
 // Test kits stand beside the floors: only tests import them, and they may
 // import any floor below the code they test.
@@ -117,8 +125,14 @@ func TestFloors(t *testing.T) {
 // nothing of the module, not even another leaf.
 func TestLeavesImportNothingOfTheModule(t *testing.T) {
 	pkgs := listPackages(t)
+	for _, r := range floors {
+		require.Equalf(t, r.floor == 0, slices.Contains(leaves, r.dir), "%s: floor 0 holds the leaves, and only them", r.dir)
+	}
+	for _, l := range leaves {
+		require.Truef(t, slices.ContainsFunc(slices.Collect(maps.Keys(pkgs)), func(p string) bool { return under(p, l) }), "the leaf %s has packages", l)
+	}
 	for path, p := range pkgs {
-		if !under(path, "internal/leaf") {
+		if !underAnyDir(path, leaves) {
 			continue
 		}
 		for _, imp := range p.Imports {
