@@ -178,7 +178,7 @@ func (b *builder) deadlines(f *File, o *buildOptions) error {
 func (b *builder) hedge(f *File, o *buildOptions) error {
 	h := f.Hedge
 	if h == nil {
-		if d := b.opts.DefaultHedge; d > 0 && !b.doc.Has(b.path("hedge")) && f.Deadlines.FirstContent == nil && switchesModel(f.Rules) {
+		if d := b.opts.DefaultHedge; d > 0 && !b.doc.Has(b.path("hedge")) && f.Deadlines.FirstContent == nil && hedgesByDefault(f, f.Rules) {
 			o.stream = append(o.stream, driver.WithHedge(d, 1))
 		}
 		return nil

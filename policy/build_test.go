@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 	_ "github.com/retryhost/retryhost/provider/anthropic" // policy files name it
 	_ "github.com/retryhost/retryhost/provider/openai"
@@ -619,6 +621,40 @@ func TestDefaultHedge(t *testing.T) {
 			require.Equal(t, "from b", part.Delta)
 		})
 	}
+}
+
+// TestDefaultHedgeNeedsASecondModel: a plugin rule that decides its own
+// action may switch models, but in a policy of one model there is none to
+// switch to, so Options.DefaultHedge stays off: a stalled attempt is not
+// joined by a second request to the same model.
+func TestDefaultHedgeNeedsASecondModel(t *testing.T) {
+	ctx := context.Background()
+	o := bound()
+	o.Builtin = plugins.Module
+	o.DefaultHedge = time.Millisecond
+	var streams atomic.Int32
+	o.Models = map[string]driver.Model{"a": countingStall{n: &streams}}
+	doc := `{"models": [{"name": "a", "provider": "scripted"}], "rules": [{"plugin": {"builtin": "errmatch", "config": {"rules": [{"class": ["timeout"], "retry": {"max_attempts": 3}}]}}}]}`
+	p, err := policy.Parse(ctx, []byte(doc), o)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close(ctx)) }()
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond) // a guard: the attempt stalls until it
+	defer cancel()
+	_, err = p.Model.Stream(sctx, &driver.Request{})
+	require.Error(t, err)
+	require.Equal(t, int32(1), streams.Load(), "a hedge started a second attempt on the only model")
+}
+
+// countingStall is a stallModel that counts the streams it opens.
+type countingStall struct{ n *atomic.Int32 }
+
+func (m countingStall) Key() string { return "s/a" }
+func (m countingStall) Generate(context.Context, *driver.Request) (*driver.Response, error) {
+	return nil, errors.New("stream only")
+}
+func (m countingStall) Stream(ctx context.Context, _ *driver.Request) (driver.Stream, error) {
+	m.n.Add(1)
+	return stallStream{ctx}, nil
 }
 
 // stallModel's streams send nothing until their context ends.

@@ -182,8 +182,9 @@ type Options struct {
 	// The gateway sets "fail", so that a 200 with no content fails over.
 	DefaultEmptyAnswer string
 	// DefaultHedge, when positive, is the hedge of a file with no "hedge"
-	// key ("hedge": null keeps it off), no deadlines.first_content and a
-	// rule that may switch models: an attempt with no first content after
+	// key ("hedge": null keeps it off), no deadlines.first_content, a rule
+	// that may switch models and more than one model (a file of one model
+	// is never hedged by default): an attempt with no first content after
 	// DefaultHedge has the next candidate started beside it, and the first
 	// to commit answers (one hedge a request). Default: none. The gateway
 	// sets it so that a slow first token, or an upstream that sends no

@@ -275,3 +275,11 @@ func switchesModel(rules []RuleSpec) bool {
 	}
 	return false
 }
+
+// hedgesByDefault reports whether Options.DefaultHedge applies to a file
+// under the given rules: one that may switch models, and another model to
+// switch to. In a file of one model a hedge could only send the same
+// request twice to it, which the default does not do.
+func hedgesByDefault(f *File, rules []RuleSpec) bool {
+	return len(f.Models) > 1 && switchesModel(rules)
+}

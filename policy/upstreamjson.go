@@ -21,7 +21,7 @@ func (b *builder) needsStream(f *File) bool {
 		}
 		rules = d(names)
 	}
-	return switchesModel(rules)
+	return hedgesByDefault(f, rules)
 }
 
 // defaultUpstreamJSON reports whether the model at models[i] gets

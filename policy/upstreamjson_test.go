@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 )
 
@@ -15,8 +16,8 @@ import (
 // Options.DefaultUpstreamJSON a request that commits at its end is
 // non-streamed upstream when the file needs no stream for it, and
 // streamed when it has transforms, a first-content or gap deadline, a
-// hedge (its own or the default one, which a rule that may switch models
-// brings), or the model says "upstream_json": false.
+// hedge (its own or the default one, which a rule that may switch to
+// another model brings), or the model says "upstream_json": false.
 func TestDefaultUpstreamJSONOnlyWhenNothingNeedsTheStream(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t, 200)
@@ -38,6 +39,8 @@ func TestDefaultUpstreamJSONOnlyWhenNothingNeedsTheStream(t *testing.T) {
 		{name: "the default hedge", file: "models: [" + model + ", " + second + "]\nrules: [{when: {class: [server]}, action: switch, model: n}]", opts: policy.Options{DefaultHedge: time.Second}, stream: true},
 		{name: "the default hedge turned off", file: "models: [" + model + ", " + second + "]\nrules: [{when: {class: [server]}, action: switch, model: n}]\nhedge: null", opts: policy.Options{DefaultHedge: time.Second}},
 		{name: "rules that never switch", file: "models: [" + model + "]\nrules: [{when: {class: [server]}, action: retry, attempts: 2}]", opts: policy.Options{DefaultHedge: time.Second}},
+		{name: "one model and a plugin rule (no other model to switch to)", file: "models: [" + model + "]\nrules: [{plugin: {builtin: errmatch, config: {rules: [{status: [\"500-599\"], retry: {max_attempts: 2}}]}}}]", opts: policy.Options{DefaultHedge: time.Second, Builtin: plugins.Module}},
+		{name: "two models and a plugin rule", file: "models: [" + model + ", " + second + "]\nrules: [{plugin: {builtin: errmatch, config: {rules: [{status: [\"500-599\"], switch: {model: n}}]}}}]", opts: policy.Options{DefaultHedge: time.Second, Builtin: plugins.Module}, stream: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.opts
