@@ -121,11 +121,7 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 		if name == "retryhost-wasm" {
 			// One Wasm condition, asked after a failed attempt only (none
 			// fails here): what a policy with a plugin costs a request.
-			// A Wasm condition may switch models, which brings the
-			// gateway's default hedge, and a hedge keeps a non-streaming
-			// request streamed upstream; "hedge": null measures the
-			// condition alone.
-			pol = `{"models": [` + model + `}], "hedge": null, "rules": [{"plugin": {"builtin": "errmatch", "config": {"rules": [{"status": ["500-599"], "retry": {"max_attempts": 2}}]}}}]}`
+			pol = `{"models": [` + model + `}], "rules": [{"plugin": {"builtin": "errmatch", "config": {"rules": [{"status": ["500-599"], "retry": {"max_attempts": 2}}]}}}]}`
 		}
 		pf := filepath.Join(dir, name+"-policy.json")
 		if err := os.WriteFile(pf, []byte(pol), 0o644); err != nil {
