@@ -193,11 +193,17 @@ func TestSDKTransformExample(t *testing.T) {
 	}
 }
 
-// TestSDKTableExample: the AssemblyScript table example keeps its streams
-// in a fixed table of two and refuses a third with NO_ROOM, which the host
-// treats as lack of capacity, not as a failure of the plugin.
+// TestSDKTableExample: each SDK's table example keeps its streams in a
+// fixed table of two and refuses a third for lack of room (NO_ROOM in
+// AssemblyScript, OPEN_NO_ROOM_REASON in Rust), which the host treats as
+// lack of capacity, not as a failure of the plugin; a closed stream frees
+// its slot.
 func TestSDKTableExample(t *testing.T) {
-	plugintest.CheckNoRoom(t, plugintest.LoadNoRoom(t, "table", plugintest.SDKBuild("assemblyscript", "table"), nil), 2)
+	for _, lang := range sdkLangs {
+		t.Run(lang, func(t *testing.T) {
+			plugintest.CheckNoRoom(t, plugintest.LoadNoRoom(t, "table", plugintest.SDKBuild(lang, "table"), nil), 2)
+		})
+	}
 }
 
 // TestSDKExamplesInDocs: the complete examples of docs/plugins.md are the
