@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,4 +188,83 @@ func freePort(t *testing.T) string {
 	require.NoError(t, err)
 	defer l.Close()
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// TestREADMEMapsEveryDocsPage: the README's Documentation table links every
+// page of docs/ once, and nothing under docs/ that is not there, so a new
+// page is found from the front door and a removed one leaves no row behind.
+func TestREADMEMapsEveryDocsPage(t *testing.T) {
+	root := repoRoot(t)
+	text, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(text), "\n## Documentation\n")
+	require.True(t, ok, "README.md has a Documentation section")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var mapped []string
+	for _, m := range regexp.MustCompile(`(?m)^\| \[[^\]]*\]\((docs/[^)#]+\.md)\) \|`).FindAllStringSubmatch(section, -1) {
+		mapped = append(mapped, m[1])
+	}
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	var want []string
+	for _, p := range pages {
+		want = append(want, "docs/"+filepath.Base(p))
+	}
+	require.NotEmpty(t, want)
+	require.ElementsMatch(t, want, mapped, "README.md's Documentation table against docs/*.md")
+}
+
+// TestREADMEShort: the README stays a front door, not a manual.
+func TestREADMEShort(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	require.NoError(t, err)
+	require.LessOrEqual(t, strings.Count(string(b), "\n"), 300, "README.md lines; the detail belongs in docs/")
+}
+
+// TestREADMEInstallBlockNamesThisTree stands in for running the install
+// block, which needs the network: `go get` names this module, `go install`
+// a command of it, and `docker build` a Dockerfile that is there (the
+// image itself is built and run by cmd/retryhost's deploy tests).
+func TestREADMEInstallBlockNamesThisTree(t *testing.T) {
+	root := repoRoot(t)
+	var install []string
+	for _, b := range readme(t) {
+		if b.lang == "sh" && strings.Contains(b.body, "go get ") {
+			install = append(install, b.body)
+		}
+	}
+	require.Len(t, install, 1, "one install block")
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(install[0]), "\n") {
+		cmd, _, _ := strings.Cut(line, "#")
+		f := strings.Fields(cmd)
+		require.GreaterOrEqual(t, len(f), 3, "README.md install line %q", line)
+		switch verb := f[0] + " " + f[1]; verb {
+		case "go get":
+			path, _, ok := strings.Cut(f[2], "@")
+			require.True(t, ok, "%q pins a version", line)
+			out, err := exec.Command("go", "list", "-m").Output()
+			require.NoError(t, err)
+			require.Equal(t, strings.TrimSpace(string(out)), path, "the module go get names")
+			seen[verb] = true
+		case "go install":
+			path, _, ok := strings.Cut(f[2], "@")
+			require.True(t, ok, "%q pins a version", line)
+			cmd := exec.Command("go", "list", "-f", "{{.Name}}", path)
+			cmd.Dir = root
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			require.Equal(t, "main", strings.TrimSpace(string(out)), "%s is a command of this module", path)
+			seen[verb] = true
+		case "docker build":
+			i := slices.Index(f, "-f")
+			require.Positive(t, i, "%q names its Dockerfile", line)
+			require.FileExists(t, filepath.Join(root, f[i+1]))
+			require.Equal(t, ".", f[len(f)-1], "the build context is the repository")
+			seen[verb] = true
+		default:
+			t.Fatalf("README.md install line %q: no check for %q", line, verb)
+		}
+	}
+	require.Len(t, seen, 3, "go get, go install and docker build checked")
 }
