@@ -36,7 +36,7 @@ func docCmd(args []string) error {
 	doc := fs.String("doc", "", "the Markdown file whose generated table to rewrite")
 	stamp := fs.String("stamp", "", "the stamp line (date, commit, machine, rounds)")
 	var rs ratios
-	fs.Var(&rs, "ratio", "a derived row NAME=A/B (repeatable)")
+	fs.Var(&rs, "ratio", "a derived row NAME=A / B (the time ratio) or NAME=A - B @UNIT (a metric's difference); repeatable")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -93,26 +93,60 @@ func renderTable(stamp string, r *rounds, rs ratios) (string, error) {
 		}
 	}
 	for _, x := range rs {
-		// Benchmark names hold slashes: the two are parted by " / ".
-		name, ab, ok := strings.Cut(x, "=")
-		a, bn, ok2 := strings.Cut(ab, " / ")
-		if !ok || !ok2 {
-			return "", fmt.Errorf("ratio %q: want NAME=A / B", x)
+		line, err := derivedRow(r, x)
+		if err != nil {
+			return "", err
 		}
-		av, bv := r.vals["Benchmark"+strings.TrimSpace(a)], r.vals["Benchmark"+strings.TrimSpace(bn)]
-		if av == nil || bv == nil {
-			return "", fmt.Errorf("ratio %q: no rounds of %q or %q", x, a, bn)
-		}
-		at, bt := av[timeUnit(av)], bv[timeUnit(bv)]
-		n := min(len(at), len(bt))
-		q := make([]float64, n)
-		for i := range n {
-			q[i] = at[i] / bt[i]
-		}
-		s := spreadOf(q)
-		b.WriteString(row(name, "ratio", fmt.Sprintf("%.2f", s.med), fmt.Sprintf("%.2f–%.2f", s.min, s.max), "", ""))
+		b.WriteString(line)
 	}
 	return b.String(), nil
+}
+
+// derivedRow is the row of a -ratio flag: NAME=A / B, the ratio of A's time
+// to B's round by round, or NAME=A - B @UNIT, the difference of a metric
+// both report (what the gateway adds to a held stream's stack beyond the
+// same streams held directly, say). Benchmark names hold slashes: the two
+// are parted by " / " or " - ".
+func derivedRow(r *rounds, x string) (string, error) {
+	name, ab, ok := strings.Cut(x, "=")
+	a, bn, isRatio := strings.Cut(ab, " / ")
+	unit := "ratio"
+	if !isRatio {
+		var rest string
+		a, rest, ok = strings.Cut(ab, " - ")
+		bn, unit, _ = strings.Cut(rest, " @")
+		if !ok || unit == "" {
+			return "", fmt.Errorf("ratio %q: want NAME=A / B or NAME=A - B @UNIT", x)
+		}
+	}
+	if !ok {
+		return "", fmt.Errorf("ratio %q: want NAME=A / B or NAME=A - B @UNIT", x)
+	}
+	av, bv := r.vals["Benchmark"+strings.TrimSpace(a)], r.vals["Benchmark"+strings.TrimSpace(bn)]
+	if av == nil || bv == nil {
+		return "", fmt.Errorf("ratio %q: no rounds of %q or %q", x, a, bn)
+	}
+	at, bt := av[timeUnit(av)], bv[timeUnit(bv)]
+	if !isRatio {
+		at, bt = av[unit], bv[unit]
+		if len(at) == 0 || len(bt) == 0 {
+			return "", fmt.Errorf("ratio %q: %q or %q reports no %s", x, a, bn, unit)
+		}
+	}
+	n := min(len(at), len(bt))
+	q := make([]float64, n)
+	for i := range n {
+		if isRatio {
+			q[i] = at[i] / bt[i]
+		} else {
+			q[i] = at[i] - bt[i]
+		}
+	}
+	s := spreadOf(q)
+	if isRatio {
+		return row(name, unit, fmt.Sprintf("%.2f", s.med), fmt.Sprintf("%.2f–%.2f", s.min, s.max), "", ""), nil
+	}
+	return row(name, unit, num(s.med), num(s.min)+"–"+num(s.max), "", ""), nil
 }
 
 // row is one line of the generated table; an empty cell is "—".

@@ -108,6 +108,34 @@ func TestDoc_RewritesOnlyBetweenTheMarkers(t *testing.T) {
 	require.Equal(t, 1, n)
 }
 
+// A difference row subtracts one benchmark's metric from another's round by
+// round: what the gateway adds to a held stream beyond holding it directly.
+func TestDoc_DifferenceRows(t *testing.T) {
+	r := newRounds()
+	for _, v := range [][2]string{{"30.0", "20.5"}, {"31.0", "20.0"}, {"33.0", "21.0"}} {
+		res, err := parse(strings.NewReader(
+			"BenchmarkHeldStreams/gateway-2 1 9 ns/op " + v[0] + " stack-KiB/stream\n" +
+				"BenchmarkHeldStreams/direct-2 1 9 ns/op " + v[1] + " stack-KiB/stream\n"))
+		require.NoError(t, err)
+		r.add(res)
+	}
+	table, err := renderTable(goodStamp, r, ratios{"held stream's own stack=HeldStreams/gateway - HeldStreams/direct @stack-KiB/stream"})
+	require.NoError(t, err)
+	require.Contains(t, table, "| held stream's own stack | stack-KiB/stream | 11.0 | 9.5–12.0 | — | — |\n")
+	_, err = checkGenerated([]byte(beginMarker + "\n" + table + endMarker))
+	require.NoError(t, err)
+
+	for _, bad := range []string{
+		"x=HeldStreams/gateway - HeldStreams/direct",           // no unit
+		"x=HeldStreams/gateway - HeldStreams/direct @heap-MiB", // a unit neither reports
+		"x=HeldStreams/gateway + HeldStreams/direct",
+		"x=HeldStreams/gateway - Nothing @stack-KiB/stream",
+	} {
+		_, err := renderTable(goodStamp, r, ratios{bad})
+		require.Error(t, err, bad)
+	}
+}
+
 func TestDoc_RefusesAStampWithoutDateCommitOrMachine(t *testing.T) {
 	for _, stamp := range []string{
 		"",
