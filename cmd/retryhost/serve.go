@@ -12,10 +12,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -25,7 +23,6 @@ import (
 	"github.com/retryhost/retryhost/gateway"
 	"github.com/retryhost/retryhost/gateway/vkey"
 	"github.com/retryhost/retryhost/host"
-	"github.com/retryhost/retryhost/internal/leaf/strict"
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 	redisstate "github.com/retryhost/retryhost/state/redis"
@@ -114,57 +111,106 @@ const (
 	serveReloadBudget = time.Minute
 )
 
+// run is serve: it checks the flags, builds the gateway, listens, and
+// serves until a signal or ctx's end stops it, then drains. What a step
+// opens is closed when run returns, last opened first.
 func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
-	if len(args) != 0 {
-		return e.usageError(commands["serve"], "unexpected argument %q", args[0])
-	}
-	if o.drain < 0 {
-		return e.usageError(commands["serve"], "--drain %v: a drain cannot be negative (0: end in-flight requests at once)", o.drain)
-	}
-	if o.shutdownDelay < 0 {
-		return e.usageError(commands["serve"], "--shutdown-delay %v: a delay cannot be negative (0: drain at once)", o.shutdownDelay)
-	}
-	if o.maxConns < 0 {
-		return e.usageError(commands["serve"], "--max-conns %d: a limit cannot be negative (0: no limit)", o.maxConns)
-	}
-	if o.reloadBudget <= 0 {
-		return e.usageError(commands["serve"], "--reload-budget %v: a budget must be positive", o.reloadBudget)
-	}
-	if o.maxPerClient < 0 {
-		return e.usageError(commands["serve"], "--max-per-client %d: a limit cannot be negative (0: a quarter of --max-concurrent)", o.maxPerClient)
-	}
-	if o.gcFloor < 0 {
-		return e.usageError(commands["serve"], "--gc-floor %d: a floor cannot be negative (0: Go's default)", o.gcFloor)
-	}
-	passThrough := o.up.upstream != "" || len(o.up.fallbacks) > 0
-	if passThrough && o.file != "" {
-		return e.usageError(commands["serve"], "--upstream and --fallback are a policy of their own: give them or --policy, not both")
-	}
-	var upPolicy []byte
-	if passThrough {
-		var err error
-		if upPolicy, err = o.up.policy(); err != nil {
-			return e.usageError(commands["serve"], "%v", err)
-		}
+	upPolicy, code, ok := o.checkFlags(e, args)
+	if !ok {
+		return code
 	}
 	if o.printDemo {
-		_, err := fmt.Fprintf(e.stdout, "// The policy retryhost serve runs without --policy. Its base_url values are the demo's\n"+
-			"// in-process loopback providers (random ports at run time): point them at yours.\n%s\n",
-			demoServePolicy(map[string]string{"alpha": "http://127.0.0.1:9001/v1", "beta": "http://127.0.0.1:9002/v1", "gamma": "http://127.0.0.1:9003/v1"}))
-		if err != nil {
-			return exitFail
-		}
-		return exitOK
+		return printDemoServePolicy(e)
 	}
 	// A gateway's live heap is small and each request leaves garbage: Go
 	// would collect dozens of times a second (cmd/internal/gcfloor).
 	defer gcfloor.Start(uint64(o.gcFloor)).Stop()
+	batch := o.logTo(e)
+	defer batch.Close()
+	var undo undoStack
+	defer undo.run()
+	g, code, ok := o.buildGateway(ctx, e, upPolicy, &undo)
+	if !ok {
+		return code
+	}
+	srv, ln, err := o.listen(g, e.log)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "retryhost serve: %v\n", err)
+		return exitFail
+	}
+	policyChanged, keysChanged := o.watchChanges(ctx, e.log, &undo)
+	return o.serveUntilStopped(ctx, e, g, srv, ln, policyChanged, keysChanged)
+}
+
+// An undoStack holds what serve's steps opened, to be closed when run
+// returns: last pushed first, each as its own defer (one that panics does
+// not keep the others from running).
+type undoStack []func()
+
+func (u *undoStack) push(f func()) { *u = append(*u, f) }
+
+func (u *undoStack) run() {
+	for _, f := range *u {
+		defer f()
+	}
+}
+
+// passThrough reports whether --upstream or --fallback make the policy.
+func (o *serveOpts) passThrough() bool {
+	return o.up.upstream != "" || len(o.up.fallbacks) > 0
+}
+
+// checkFlags refuses what the flags cannot mean together, and returns
+// the pass-through policy --upstream and --fallback make (nil: none).
+// ok is false when run must return code.
+func (o *serveOpts) checkFlags(e *env, args []string) (upPolicy []byte, code int, ok bool) {
+	usage := func(format string, args ...any) ([]byte, int, bool) {
+		return nil, e.usageError(commands["serve"], format, args...), false
+	}
+	switch {
+	case len(args) != 0:
+		return usage("unexpected argument %q", args[0])
+	case o.drain < 0:
+		return usage("--drain %v: a drain cannot be negative (0: end in-flight requests at once)", o.drain)
+	case o.shutdownDelay < 0:
+		return usage("--shutdown-delay %v: a delay cannot be negative (0: drain at once)", o.shutdownDelay)
+	case o.maxConns < 0:
+		return usage("--max-conns %d: a limit cannot be negative (0: no limit)", o.maxConns)
+	case o.reloadBudget <= 0:
+		return usage("--reload-budget %v: a budget must be positive", o.reloadBudget)
+	case o.maxPerClient < 0:
+		return usage("--max-per-client %d: a limit cannot be negative (0: a quarter of --max-concurrent)", o.maxPerClient)
+	case o.gcFloor < 0:
+		return usage("--gc-floor %d: a floor cannot be negative (0: Go's default)", o.gcFloor)
+	case !o.passThrough():
+		return nil, 0, true
+	case o.file != "":
+		return usage("--upstream and --fallback are a policy of their own: give them or --policy, not both")
+	}
+	upPolicy, err := o.up.policy()
+	if err != nil {
+		return usage("%v", err)
+	}
+	return upPolicy, 0, true
+}
+
+// printDemoServePolicy is --print-demo-policy.
+func printDemoServePolicy(e *env) int {
+	_, err := fmt.Fprintf(e.stdout, "// The policy retryhost serve runs without --policy. Its base_url values are the demo's\n"+
+		"// in-process loopback providers (random ports at run time): point them at yours.\n%s\n",
+		demoServePolicy(map[string]string{"alpha": "http://127.0.0.1:9001/v1", "beta": "http://127.0.0.1:9002/v1", "gamma": "http://127.0.0.1:9003/v1"}))
+	if err != nil {
+		return exitFail
+	}
+	return exitOK
+}
+
+// logTo points e's log and stderr at a log batch, which the caller closes.
+func (o *serveOpts) logTo(e *env) *logBatch {
 	// The log is written in batches (logbatch.go); serve's status lines
 	// and errors go out at once, in order with it.
 	batch := newLogBatch(e.stderr, logBatchEvery)
-	defer batch.Close()
-	stderr := io.Writer(now{batch})
-	e.stderr = stderr
+	e.stderr = io.Writer(now{batch})
 	// A gateway logs JSON at info unless the global flags say otherwise.
 	if !e.g.levelSet {
 		e.g.level = slog.LevelInfo
@@ -172,16 +218,70 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if !e.g.formatSet {
 		e.g.json = true
 	}
-	logger := slog.New(flushOnWarn{e.g.logger(batch).Handler(), batch})
-	e.log = logger
+	e.log = slog.New(flushOnWarn{e.g.logger(batch).Handler(), batch})
 	// The shared state logs a Redis outage once (as JSON, with the rest);
 	// go-redis would print every failed dial to stderr.
 	redisstate.QuietClientLogs()
+	return batch
+}
+
+// A serveGateway is the gateway serve built, with what its loop needs
+// beside it.
+type serveGateway struct {
+	gw *gateway.Gateway
+	tr *traces // nil: no traces exported
+	// onDown is the key set's on_store_down, for the Redis limiter.
+	onDown atomic.Pointer[string]
+	// conns is the client connections' limit, which wraps the listener
+	// made after the gateway; its series are read through it then.
+	conns *connlimit.Listener
+}
+
+// buildGateway makes the gateway the flags describe, over the policy
+// source they name. ok is false when run must return code.
+func (o *serveOpts) buildGateway(ctx context.Context, e *env, upPolicy []byte, undo *undoStack) (g *serveGateway, code int, ok bool) {
+	g = &serveGateway{}
+	opts, code, ok := o.gatewayOptions(e, g, undo)
+	if !ok {
+		return nil, code, false
+	}
+	pm := newPluginMetrics()
+	opts = append(opts, gateway.WithMetrics(pm.collectors()...))
+	tr, err := tracesFromEnv(ctx, os.Getenv)
+	if err != nil {
+		return nil, e.errorf(exitInput, "%v", err), false
+	}
+	if tr != nil {
+		g.tr = tr
+		undo.push(logTraceErrors(e.log))
+		undo.push(func() { tr.shutdown(e.log) }) // after the gateway's Close: its last spans are flushed
+		opts = append(opts, gateway.WithTracerProvider(tr.tp))
+	}
+	if o.maxConns > 0 {
+		opts = append(opts, gateway.WithMetrics(connMetrics(&g.conns)...))
+	}
+	popts := policy.Options{Builtin: plugins.Module, OCI: o.registry.policyOCI(e), Logger: e.log,
+		HostOptions: append(e.hostOptions(ctx), host.WithObserver(pm))}
+	gw, err := gateway.New(ctx, o.policySource(upPolicy, popts, undo), opts...)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, e.errorf(exitFail, "%v", context.Cause(ctx)), false
+		}
+		return nil, e.errorf(exitInput, "%v", err), false
+	}
+	g.gw = gw
+	undo.push(func() { _ = gw.Close(context.Background()) })
+	return g, 0, true
+}
+
+// gatewayOptions are the gateway's options from the flags: limits, client
+// keys, the virtual keys and their limiter, the request log.
+func (o *serveOpts) gatewayOptions(e *env, g *serveGateway, undo *undoStack) (opts []gateway.Option, code int, ok bool) {
 	keys, err := apiKeys(o.keysFile, os.Getenv("RETRYHOST_API_KEYS"))
 	if err != nil {
-		return e.errorf(exitInput, "%v", err)
+		return nil, e.errorf(exitInput, "%v", err), false
 	}
-	opts := []gateway.Option{gateway.WithLogger(logger), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody), gateway.WithBodyBudget(o.bodyBudget),
+	opts = []gateway.Option{gateway.WithLogger(e.log), gateway.WithMaxConcurrent(o.maxConc), gateway.WithMaxBodyBytes(o.maxBody), gateway.WithBodyBudget(o.bodyBudget),
 		gateway.WithMaxAnswerBytes(o.maxAnswer),
 		gateway.WithUpstreamConns(o.upstreamConns), gateway.WithPluginPoll(o.pluginPoll)}
 	if o.maxPerClient > 0 {
@@ -190,27 +290,26 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))
 	}
-	var onDown atomic.Pointer[string] // the key set's on_store_down, for the Redis limiter
 	if o.vkeysFile != "" {
 		set, err := vkey.Load(o.vkeysFile)
 		if err != nil {
-			return e.errorf(exitInput, "--keys-file: %v", err)
+			return nil, e.errorf(exitInput, "--keys-file: %v", err), false
 		}
 		opts = append(opts, gateway.WithKeySet(set))
 		if o.limitsRedis != "" {
-			onDown.Store(&set.OnStoreDown)
-			r, err := redisstate.OpenLimiter(o.limitsRedis, redisstate.Options{Logger: logger})
+			g.onDown.Store(&set.OnStoreDown)
+			r, err := redisstate.OpenLimiter(o.limitsRedis, redisstate.Options{Logger: e.log})
 			if err != nil {
-				return e.errorf(exitInput, "--limits-redis: %v", err)
+				return nil, e.errorf(exitInput, "--limits-redis: %v", err), false
 			}
-			defer r.Close()
-			lim := vkey.NewFleet(r, func() string { return *onDown.Load() })
-			defer lim.Close() // before r's: its settlements use r
+			undo.push(func() { _ = r.Close() })
+			lim := vkey.NewFleet(r, func() string { return *g.onDown.Load() })
+			undo.push(func() { lim.Close() }) // before r's: its settlements use r
 			opts = append(opts, gateway.WithLimiter(lim))
 		}
 	}
 	if o.keyLabel < 0 {
-		return e.usageError(commands["serve"], "--metrics-key-label %d: a cap cannot be negative (0: no key label)", o.keyLabel)
+		return nil, e.usageError(commands["serve"], "--metrics-key-label %d: a cap cannot be negative (0: no key label)", o.keyLabel), false
 	}
 	if o.keyLabel > 0 {
 		opts = append(opts, gateway.WithKeyLabel(o.keyLabel))
@@ -218,64 +317,45 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	if o.requestLog != "" {
 		sink, closeSink, err := requestLogSink(o.requestLog, e.stdout, o.requestLogMax, o.requestLogKeep)
 		if err != nil {
-			return e.errorf(exitInput, "%v", err)
+			return nil, e.errorf(exitInput, "%v", err), false
 		}
-		defer closeSink()
+		undo.push(closeSink)
 		opts = append(opts, gateway.WithRequestLog(sink))
 	}
-	pm := newPluginMetrics()
-	opts = append(opts, gateway.WithMetrics(pm.collectors()...))
-	tr, err := tracesFromEnv(ctx, os.Getenv)
-	if err != nil {
-		return e.errorf(exitInput, "%v", err)
-	}
-	if tr != nil {
-		defer logTraceErrors(logger)()
-		defer tr.shutdown(logger) // after the gateway's Close: its last spans are flushed
-		opts = append(opts, gateway.WithTracerProvider(tr.tp))
-	}
-	// The client connections' limit wraps the listener, made after the
-	// gateway; its series are read through a pointer set then.
-	var conns *connlimit.Listener
-	if o.maxConns > 0 {
-		opts = append(opts, gateway.WithMetrics(connMetrics(&conns)...))
-	}
-	popts := policy.Options{Builtin: plugins.Module, OCI: o.registry.policyOCI(e), Logger: logger,
-		HostOptions: append(e.hostOptions(ctx), host.WithObserver(pm))}
-	var src gateway.Source
+	return opts, 0, true
+}
+
+// policySource is where the gateway reads its policy: the pass-through
+// policy, the demo's over loopback providers it starts, or the file.
+func (o *serveOpts) policySource(upPolicy []byte, popts policy.Options, undo *undoStack) gateway.Source {
 	switch {
-	case passThrough:
-		src = gateway.Bytes("--upstream", upPolicy, popts)
+	case o.passThrough():
+		return gateway.Bytes("--upstream", upPolicy, popts)
 	case o.file == "":
 		urls, stop := startDemoProviders()
-		defer stop()
+		undo.push(stop)
 		popts.Getenv = func(string) string { return "demo-needs-no-key" }
-		src = gateway.Bytes("demo-policy.json", []byte(demoServePolicy(urls)), popts)
+		return gateway.Bytes("demo-policy.json", []byte(demoServePolicy(urls)), popts)
 	default:
-		src = gateway.File(o.file, popts)
+		return gateway.File(o.file, popts)
 	}
-	gw, err := gateway.New(ctx, src, opts...)
-	if err != nil {
-		if ctx.Err() != nil {
-			return e.errorf(exitFail, "%v", context.Cause(ctx))
-		}
-		return e.errorf(exitInput, "%v", err)
-	}
-	defer func() { _ = gw.Close(context.Background()) }()
+}
+
+// listen opens the listener and makes the HTTP server over the gateway.
+func (o *serveOpts) listen(g *serveGateway, logger *slog.Logger) (*http.Server, net.Listener, error) {
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
-		fmt.Fprintf(stderr, "retryhost serve: %v\n", err)
-		return exitFail
+		return nil, nil, err
 	}
 	// A request whose body length is ambiguous (Content-Length beside
 	// Transfer-Encoding) is refused with 400 and its connection closed:
 	// net/http alone would serve it and keep the connection.
 	ln = gateway.StrictFraming(ln)
-	srv := &http.Server{Handler: gw, MaxHeaderBytes: serveMaxHeaderBytes, ReadHeaderTimeout: serveReadHeaderTimeout,
+	srv := &http.Server{Handler: g.gw, MaxHeaderBytes: serveMaxHeaderBytes, ReadHeaderTimeout: serveReadHeaderTimeout,
 		IdleTimeout: serveIdleTimeout, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	if o.maxConns > 0 {
-		conns = connlimit.New(ln, o.maxConns)
-		ln, srv.ConnState = conns, conns.ConnState
+		g.conns = connlimit.New(ln, o.maxConns)
+		ln, srv.ConnState = g.conns, g.conns.ConnState
 	}
 	if o.h2c {
 		// Each HTTP/2 stream is a request like any other: the body, header
@@ -287,27 +367,41 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		srv.Protocols.SetUnencryptedHTTP2(true)
 		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: serveH2Streams}
 	}
+	return srv, ln, nil
+}
+
+// watchChanges watches the policy's files and the keys files, when --watch
+// says so: a receive from policyChanged or keysChanged is a change (nil:
+// not watched). The watchers end when run returns.
+func (o *serveOpts) watchChanges(ctx context.Context, logger *slog.Logger, undo *undoStack) (policyChanged, keysChanged <-chan struct{}) {
 	// The policy's files and the keys file are watched apart: a keys
 	// rotation must not reload the policy, whose new generation starts
 	// with no cooldowns, retry budgets or sticky fallbacks in memory, and a
 	// policy edit need not re-read the keys. SIGHUP reloads both. The
 	// watchers take the files' state before serve says it listens, so
 	// that a change made after that is seen.
-	var policyChanged, keysChanged <-chan struct{}
-	if o.watch {
-		// Not ended by the stop (ctx), which the shutdown delay serves on
-		// past: the watchers end when serve returns.
-		wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
-		defer stopWatch()
-		if o.file != "" {
-			policyChanged = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval, logger, "policy")
-		}
-		if o.keysFile != "" || o.vkeysFile != "" {
-			keysChanged = watchFiles(wctx, func() []string {
-				return slices.DeleteFunc([]string{o.keysFile, o.vkeysFile}, func(s string) bool { return s == "" })
-			}, serveWatchInterval, logger, "API keys")
-		}
+	if !o.watch {
+		return nil, nil
 	}
+	// Not ended by the stop (ctx), which the shutdown delay serves on
+	// past: the watchers end when serve returns.
+	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	undo.push(stopWatch)
+	if o.file != "" {
+		policyChanged = watchFiles(wctx, func() []string { return policyFiles(o.file) }, serveWatchInterval, logger, "policy")
+	}
+	if o.keysFile != "" || o.vkeysFile != "" {
+		keysChanged = watchFiles(wctx, func() []string {
+			return slices.DeleteFunc([]string{o.keysFile, o.vkeysFile}, func(s string) bool { return s == "" })
+		}, serveWatchInterval, logger, "API keys")
+	}
+	return policyChanged, keysChanged
+}
+
+// serveUntilStopped serves on ln, reloading on a change or SIGHUP, until
+// the server fails (exitFail) or a SIGTERM, a SIGINT or ctx's end stops
+// it; then it drains (exitOK).
+func (o *serveOpts) serveUntilStopped(ctx context.Context, e *env, g *serveGateway, srv *http.Server, ln net.Listener, policyChanged, keysChanged <-chan struct{}) int {
 	// SIGTERM and SIGINT are caught until the drain starts: then a second
 	// one ends the process at once, as for every command (see runMain).
 	// SIGHUP stays caught, so that a reload asked for during the drain does
@@ -319,57 +413,17 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 	hups := make(chan os.Signal, 1)
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
-	base := "http://" + ln.Addr().String()
-	fmt.Fprintf(stderr, "retryhost serve: listening on %s\n", base)
-	if tr != nil {
-		fmt.Fprintf(stderr, "retryhost serve: exporting traces over OTLP/HTTP to %s\n", tr.endpoint)
-	}
-	switch {
-	case passThrough:
-		fmt.Fprintf(stderr, "retryhost serve: passing every model through to %s\n", strings.Join(append([]string{o.up.upstream}, o.up.fallbacks...), ", then "))
-	case o.file == "":
-		fmt.Fprintf(stderr, "retryhost serve: no --policy, serving the demo policy: routes alpha (refuses in text), beta (rate-limited), gamma (answers); try\n"+
-			"  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\": \"alpha\", \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"%s\"}]}'\n", base, demoQuestion)
-	}
+	o.announce(e.stderr, g, "http://"+ln.Addr().String())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
 	// Policy reloads run in the background (reloader): signals, key
 	// rotation and the drain never wait for a compile. A reload during the
 	// shutdown delay runs on; the drain abandons the one in progress.
-	rl := newReloader(gw.Reload, o.reloadBudget, logger)
+	rl := newReloader(g.gw.Reload, o.reloadBudget, e.log)
 	defer rl.stop()
 	reloadPolicy := rl.request
-	reloadKeys := func(why string) {
-		if o.vkeysFile != "" {
-			// A key file that does not load keeps the keys in use.
-			set, err := vkey.Load(o.vkeysFile)
-			if err == nil {
-				err = gw.SetKeySet(set)
-			}
-			if err != nil {
-				logger.Error("key file reload rejected; the keys in use stay", slog.String("why", why), slog.String("error", err.Error()))
-			} else {
-				onDown.Store(&set.OnStoreDown)
-				logger.Info("key file reloaded", slog.String("why", why), slog.Int("keys", set.Len()))
-			}
-		}
-		if o.keysFile == "" {
-			return
-		}
-		// A key added is served and a key removed refused from now on,
-		// without a restart. A file that has no key left, or cannot be
-		// read, keeps the keys in use.
-		keys, err := apiKeys(o.keysFile, os.Getenv("RETRYHOST_API_KEYS"))
-		if err == nil {
-			err = gw.SetAPIKeys(keys...)
-		}
-		if err != nil {
-			logger.Error("API keys reload rejected; the keys in use stay", slog.String("why", why), slog.String("error", err.Error()))
-			return
-		}
-		logger.Info("API keys reloaded", slog.String("why", why), slog.Int("keys", len(keys)))
-	}
+	reloadKeys := func(why string) { o.reloadKeys(g, e.log, why) }
 	// The first SIGTERM or SIGINT (or ctx's end) starts the stop: at once
 	// the drain, or with --shutdown-delay first the delay, through which
 	// serve serves on in full (reloads acted on, a failing server ending
@@ -391,8 +445,8 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		if o.shutdownDelay <= 0 {
 			return true
 		}
-		gw.Unready()
-		fmt.Fprintf(stderr, "retryhost serve: not ready; serving on for %v before the drain\n", o.shutdownDelay)
+		g.gw.Unready()
+		fmt.Fprintf(e.stderr, "retryhost serve: not ready; serving on for %v before the drain\n", o.shutdownDelay)
 		delay = serveDelayTimer(o.shutdownDelay)
 		return false
 	}
@@ -400,7 +454,7 @@ serving:
 	for {
 		select {
 		case err := <-served:
-			fmt.Fprintf(stderr, "retryhost serve: %v\n", err)
+			fmt.Fprintf(e.stderr, "retryhost serve: %v\n", err)
 			return exitFail
 		case <-policyChanged:
 			reloadPolicy("file changed")
@@ -422,10 +476,64 @@ serving:
 		}
 	}
 	rl.stop()
-	fmt.Fprintf(stderr, "retryhost serve: draining (up to %v)\n", o.drain)
-	// Stop accepting and close idle connections, while the gateway lets
-	// in-flight requests finish until the drain deadline and then ends
-	// them with the in-band error.
+	o.drainAndStop(e, g.gw, srv)
+	return exitOK
+}
+
+// announce says where serve listens, where it exports traces, and what it
+// serves without a policy file.
+func (o *serveOpts) announce(stderr io.Writer, g *serveGateway, base string) {
+	fmt.Fprintf(stderr, "retryhost serve: listening on %s\n", base)
+	if g.tr != nil {
+		fmt.Fprintf(stderr, "retryhost serve: exporting traces over OTLP/HTTP to %s\n", g.tr.endpoint)
+	}
+	switch {
+	case o.passThrough():
+		fmt.Fprintf(stderr, "retryhost serve: passing every model through to %s\n", strings.Join(append([]string{o.up.upstream}, o.up.fallbacks...), ", then "))
+	case o.file == "":
+		fmt.Fprintf(stderr, "retryhost serve: no --policy, serving the demo policy: routes alpha (refuses in text), beta (rate-limited), gamma (answers); try\n"+
+			"  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\": \"alpha\", \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"%s\"}]}'\n", base, demoQuestion)
+	}
+}
+
+// reloadKeys reads the virtual key file and the API keys file again; one
+// that does not load keeps the keys in use.
+func (o *serveOpts) reloadKeys(g *serveGateway, logger *slog.Logger, why string) {
+	if o.vkeysFile != "" {
+		// A key file that does not load keeps the keys in use.
+		set, err := vkey.Load(o.vkeysFile)
+		if err == nil {
+			err = g.gw.SetKeySet(set)
+		}
+		if err != nil {
+			logger.Error("key file reload rejected; the keys in use stay", slog.String("why", why), slog.String("error", err.Error()))
+		} else {
+			g.onDown.Store(&set.OnStoreDown)
+			logger.Info("key file reloaded", slog.String("why", why), slog.Int("keys", set.Len()))
+		}
+	}
+	if o.keysFile == "" {
+		return
+	}
+	// A key added is served and a key removed refused from now on,
+	// without a restart. A file that has no key left, or cannot be
+	// read, keeps the keys in use.
+	keys, err := apiKeys(o.keysFile, os.Getenv("RETRYHOST_API_KEYS"))
+	if err == nil {
+		err = g.gw.SetAPIKeys(keys...)
+	}
+	if err != nil {
+		logger.Error("API keys reload rejected; the keys in use stay", slog.String("why", why), slog.String("error", err.Error()))
+		return
+	}
+	logger.Info("API keys reloaded", slog.String("why", why), slog.Int("keys", len(keys)))
+}
+
+// drainAndStop stops accepting and closes idle connections, while the
+// gateway lets in-flight requests finish until the drain deadline and
+// then ends them with the in-band error.
+func (o *serveOpts) drainAndStop(e *env, gw *gateway.Gateway, srv *http.Server) {
+	fmt.Fprintf(e.stderr, "retryhost serve: draining (up to %v)\n", o.drain)
 	sctx, cancel := context.WithTimeout(context.Background(), o.drain+5*time.Second)
 	defer cancel()
 	shut := make(chan error, 1)
@@ -433,128 +541,12 @@ serving:
 	dctx, dcancel := context.WithTimeout(context.Background(), o.drain)
 	defer dcancel()
 	if err := gw.Shutdown(dctx); err != nil {
-		logger.Warn("drain deadline passed; in-flight requests were ended", slog.Duration("drain", o.drain))
+		e.log.Warn("drain deadline passed; in-flight requests were ended", slog.Duration("drain", o.drain))
 	}
 	if err := <-shut; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		_ = srv.Close()
 	}
-	fmt.Fprintln(stderr, "retryhost serve: stopped")
-	return exitOK
-}
-
-// errReloadBudget is the cause of a reload abandoned at --reload-budget;
-// errReloadNewer of one a newer reload request overtook; errReloadStop of
-// one the drain ended.
-var (
-	errReloadBudget = errors.New("past --reload-budget")
-	errReloadNewer  = errors.New("a newer reload was asked for")
-	errReloadStop   = errors.New("serve is stopping")
-)
-
-// A reloader runs serve's policy reloads one at a time off its control
-// loop, each under the budget. A reload asked for while one is in progress
-// supersedes it: the one in progress is cancelled (it would put in place
-// the files as they were when it began) and the new one starts when it
-// has returned, so that two compiles never run at once even with a loader
-// slow to notice its cancellation. Requests made meanwhile fold into one.
-// Its methods are safe for concurrent use and never wait for a reload.
-type reloader struct {
-	reload func(context.Context) error
-	budget time.Duration
-	log    *slog.Logger
-
-	mu      sync.Mutex
-	why     string                  // the pending request's reason; "": none
-	cancel  context.CancelCauseFunc // the reload in progress; nil: none
-	stopped bool
-	wake    chan struct{}
-	done    chan struct{}
-}
-
-// serveReloadHook, when set (by tests), runs at the start of each reload
-// under its context, as a slow compile would: the reload goes on when it
-// returns.
-var serveReloadHook func(ctx context.Context) error
-
-func newReloader(reload func(context.Context) error, budget time.Duration, log *slog.Logger) *reloader {
-	r := &reloader{reload: reload, budget: budget, log: log, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	go r.loop()
-	return r
-}
-
-// request asks for a reload (why is for the log), superseding the one in
-// progress.
-func (r *reloader) request(why string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return
-	}
-	r.why = why
-	if r.cancel != nil {
-		r.cancel(errReloadNewer)
-	}
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// stop abandons the reload in progress, if any, and any pending; it does
-// not wait for the reload to return.
-func (r *reloader) stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return
-	}
-	r.stopped = true
-	if r.cancel != nil {
-		r.cancel(errReloadStop)
-	}
-	close(r.done)
-}
-
-func (r *reloader) loop() {
-	for {
-		select {
-		case <-r.done:
-			return
-		case <-r.wake:
-		}
-		r.mu.Lock()
-		why := r.why
-		if r.stopped || why == "" {
-			r.mu.Unlock()
-			continue
-		}
-		r.why = ""
-		ctx, cancel := context.WithCancelCause(context.Background())
-		r.cancel = cancel
-		r.mu.Unlock()
-		r.run(ctx, why)
-		r.mu.Lock()
-		r.cancel = nil
-		r.mu.Unlock()
-		cancel(nil)
-	}
-}
-
-// run is one reload under the budget.
-func (r *reloader) run(ctx context.Context, why string) {
-	ctx, cancel := context.WithTimeoutCause(ctx, r.budget, errReloadBudget)
-	defer cancel()
-	if serveReloadHook != nil {
-		_ = serveReloadHook(ctx) // the reload sees ctx as the hook left it
-	}
-	err := r.reload(ctx)
-	switch {
-	case err == nil:
-		r.log.Info("policy reloaded", slog.String("why", why))
-	case errors.Is(err, gateway.ErrReloadAbandoned) && errors.Is(err, errReloadBudget):
-		r.log.Error("policy reload abandoned past --reload-budget; the old policy stays",
-			slog.String("why", why), slog.Duration("budget", r.budget))
-	}
+	fmt.Fprintln(e.stderr, "retryhost serve: stopped")
 }
 
 // serveDelayTimer is the --shutdown-delay's timer; tests replace it.
@@ -629,140 +621,6 @@ func stripComment(line string) string {
 		}
 	}
 	return line
-}
-
-// watchFiles reports, at most once per interval, that one of the files
-// files() names changed (see fileWatch.check). It asks files() again at
-// every tick, so a plugin the policy starts to use is watched from then
-// on. what names what the files hold, for the log.
-func watchFiles(ctx context.Context, files func() []string, interval time.Duration, log *slog.Logger, what string) <-chan struct{} {
-	ch := make(chan struct{}, 1)
-	w := newFileWatch(files, log, what)
-	go func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if w.check() {
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	return ch
-}
-
-// fileWatch is watchFiles' state between two checks.
-type fileWatch struct {
-	files   func() []string
-	log     *slog.Logger
-	what    string
-	last    map[string]os.FileInfo // as last reported, every file there
-	missing map[string]bool        // missing at the last check (logged)
-}
-
-// newFileWatch watches files from their state now.
-func newFileWatch(files func() []string, log *slog.Logger, what string) *fileWatch {
-	w := &fileWatch{files: files, log: log, what: what, missing: map[string]bool{}}
-	w.check()
-	return w
-}
-
-// check reports whether the files changed since the last report: one
-// added to or gone from the list, or one whose size, modification time or
-// identity (a new file in its place: an editor's atomic save, a
-// ConfigMap's symlink swap, even of the same size within the clock's
-// granularity) differs. While a file is missing it reports nothing (a
-// reload would fail, and the change made meanwhile would be lost to the
-// next check) and logs it once; when every file is back, any change made
-// meanwhile, to it or another, is reported.
-func (w *fileWatch) check() bool {
-	files := w.files()
-	cur := make(map[string]os.FileInfo, len(files))
-	whole := true
-	for _, f := range files {
-		fi, err := os.Stat(f)
-		if err != nil {
-			whole = false
-			if !w.missing[f] {
-				w.missing[f] = true
-				w.log.Error("watched file missing; the "+w.what+" in use stays until it is back",
-					slog.String("file", f), slog.String("error", err.Error()))
-			}
-			continue
-		}
-		if w.missing[f] {
-			delete(w.missing, f)
-			w.log.Info("watched file back", slog.String("file", f))
-		}
-		cur[f] = fi
-	}
-	for f := range w.missing {
-		if !slices.Contains(files, f) {
-			delete(w.missing, f) // no longer watched
-		}
-	}
-	if !whole {
-		return false
-	}
-	changed := len(cur) != len(w.last)
-	for f, fi := range cur {
-		old, ok := w.last[f]
-		if !ok || fi.Size() != old.Size() || !fi.ModTime().Equal(old.ModTime()) || !os.SameFile(fi, old) {
-			changed = true
-		}
-	}
-	w.last = cur
-	return changed
-}
-
-// policyFiles returns the policy file and the plugin files it names by
-// path (relative ones against its directory, as policy.Load resolves
-// them): a change to any of them reloads the policy. A file that does not
-// decode is watched alone (the reload will report it).
-func policyFiles(file string) []string {
-	files := []string{file}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return files
-	}
-	var f policy.File
-	switch strings.ToLower(filepath.Ext(file)) {
-	case ".yaml", ".yml":
-		_, err = strict.DecodeYAML(data, &f)
-	default:
-		if _, err = strict.Decode(data, &f); err != nil {
-			_, err = strict.DecodeYAML(data, &f)
-		}
-	}
-	if err != nil {
-		return files
-	}
-	add := func(ps *policy.PluginSpec) {
-		if ps == nil || ps.Path == "" {
-			return
-		}
-		p := ps.Path
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(filepath.Dir(file), p)
-		}
-		if !slices.Contains(files, p) {
-			files = append(files, p)
-		}
-	}
-	for i := range f.Rules {
-		add(f.Rules[i].Plugin)
-	}
-	for i := range f.Transforms {
-		add(f.Transforms[i].Plugin)
-	}
-	return files
 }
 
 // startDemoProviders starts the demo's three loopback providers and
