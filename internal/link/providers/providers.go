@@ -15,7 +15,7 @@ import (
 // environment, defaults applied.
 type Spec struct {
 	Key      string // the model's key: the policy's name for it
-	Provider string // as the file names it: openai, azure, openrouter, vllm, ollama, anthropic
+	Provider string // as the file names it: openai, azure, openrouter, vllm, ollama, anthropic, gemini, bedrock
 	Model    string // the provider's model id
 	BaseURL  string // empty: the adapter's default
 	APIKey   string // empty: none
@@ -23,6 +23,8 @@ type Spec struct {
 	Params   map[string]any
 	// Azure OpenAI: the deployment and the api-version (BaseURL is the endpoint).
 	Deployment, APIVersion string
+	// Region is Amazon Bedrock's AWS region (empty: the AWS configuration's).
+	Region string
 	// Responses selects OpenAI's Responses API instead of Chat Completions.
 	Responses bool
 	// HTTPClient is the client to use; nil: the SDK's own.

@@ -25,6 +25,8 @@
 //	}
 //
 // Object data is written compacted on one "data:" line, as providers do.
+// A provider whose stream is not SSE (an AWS event stream) renders each
+// event with its own Framer (ServeFileFramed); the rest is the same.
 // Delays are honoured but a client that goes away interrupts them; the
 // server records whether the client left before the transcript finished.
 package wiretest
@@ -172,7 +174,8 @@ type Result struct {
 // Its methods are safe for concurrent use.
 type Server struct {
 	*httptest.Server
-	tr *Transcript
+	tr    *Transcript
+	frame Framer // nil: SSE
 
 	mu       sync.Mutex
 	requests []Request
@@ -183,10 +186,15 @@ type Server struct {
 // ends. It fails the test if tr is invalid (and fills in defaults).
 func Serve(t testing.TB, tr *Transcript) *Server {
 	t.Helper()
+	return serve(t, tr, nil)
+}
+
+func serve(t testing.TB, tr *Transcript, frame Framer) *Server {
+	t.Helper()
 	if err := tr.validate(); err != nil {
 		t.Fatalf("wiretest: %v", err)
 	}
-	s := &Server{tr: tr, done: make(chan Result, 16)}
+	s := &Server{tr: tr, frame: frame, done: make(chan Result, 16)}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.handle))
 	t.Cleanup(s.Close)
 	return s
@@ -196,11 +204,23 @@ func Serve(t testing.TB, tr *Transcript) *Server {
 // on a bad file.
 func ServeFile(t testing.TB, path string) *Server {
 	t.Helper()
+	return ServeFileFramed(t, path, nil)
+}
+
+// Framer renders one event as it goes on the wire: data is the event's
+// data, compacted (or the string as is). A Framer must be safe for
+// concurrent use.
+type Framer func(e *Event, data []byte) ([]byte, error)
+
+// ServeFileFramed is ServeFile for a stream that is not SSE: frame renders
+// every event (nil: SSE). The transcript's newline and bom do not apply.
+func ServeFileFramed(t testing.TB, path string, frame Framer) *Server {
+	t.Helper()
 	tr, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Serve(t, tr)
+	return serve(t, tr, frame)
 }
 
 // Wait returns the result of the next request to finish, or false if none
@@ -276,7 +296,11 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) (finished, gone 
 		if ctx.Err() != nil {
 			return false, true
 		}
-		if _, err := w.Write(f.frame(e)); err != nil {
+		b, err := s.render(f, e)
+		if err != nil {
+			return false, false
+		}
+		if _, err := w.Write(b); err != nil {
 			return false, true
 		}
 		if err := rc.Flush(); err != nil {
@@ -299,6 +323,15 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) (finished, gone 
 		return false, true
 	}
 	return true, false
+}
+
+// render renders one event: by the server's Framer, or as SSE.
+func (s *Server) render(f *framer, e *Event) ([]byte, error) {
+	if s.frame == nil {
+		return f.frame(e), nil
+	}
+	data, _ := e.line() // validated at load
+	return s.frame(e, data)
 }
 
 // framer renders events as they go on the wire, with the transcript's

@@ -156,3 +156,22 @@ func TestSSEFraming(t *testing.T) {
 		})
 	}
 }
+
+// A Framer renders every event of a framed server, with the event's data
+// compacted; the rest of the transcript (headers, end) is replayed as
+// for SSE.
+func TestServeFileFramed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "framed.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"description": "framed", "headers": {"Content-Type": "application/x-test"},
+	  "events": [{"event": "a", "data": {"x": 1}}, {"event": "b", "data": "raw"}]}`), 0o600))
+	srv := ServeFileFramed(t, path, func(e *Event, data []byte) ([]byte, error) {
+		return []byte("<" + e.Event + ":" + string(data) + ">"), nil
+	})
+	resp, err := srv.Client().Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, `<a:{"x":1}><b:raw>`, string(b))
+	require.Equal(t, "application/x-test", resp.Header.Get("Content-Type"))
+}

@@ -1,0 +1,431 @@
+package bedrock
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/document"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
+	"github.com/aws/smithy-go/auth/bearer"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/provider/internal/adapter"
+)
+
+// provider is the adapter's default provider name: the prefix of Key,
+// ProviderError.Provider and the Request.ProviderOptions entry it reads.
+const provider = "bedrock"
+
+// ErrNoRegion is New's error when neither WithRegion nor the AWS
+// configuration (AWS_REGION, the profile's region) names a region.
+var ErrNoRegion = errors.New("bedrock: no AWS region: set one with WithRegion, AWS_REGION or the profile's region")
+
+// Option configures a Model.
+type Option func(*config)
+
+type config struct {
+	region      string
+	baseURL     string
+	apiKey      string
+	creds       aws.CredentialsProvider
+	provider    string
+	providerSet bool
+	key         string
+	keySet      bool
+	headers     [][2]string
+	params      map[string]any
+	guardrail   *types.GuardrailStreamConfiguration
+	httpClient  *http.Client
+}
+
+// WithRegion sets the AWS region ("us-east-1"). Default: the AWS
+// configuration's (AWS_REGION, AWS_DEFAULT_REGION, the profile's); New
+// fails with ErrNoRegion when there is none.
+func WithRegion(region string) Option { return func(c *config) { c.region = region } }
+
+// WithBaseURL points the model at another endpoint (a VPC endpoint, a
+// proxy, a test server). Default: the region's bedrock-runtime endpoint.
+func WithBaseURL(u string) Option { return func(c *config) { c.baseURL = u } }
+
+// WithCredentials sets the credentials the SDK signs requests with
+// (SigV4), such as credentials.NewStaticCredentialsProvider's. Default:
+// the AWS default chain (environment, shared profile, web identity,
+// container and instance roles), read once by New.
+func WithCredentials(p aws.CredentialsProvider) Option { return func(c *config) { c.creds = p } }
+
+// WithAPIKey authorises the calls with an Amazon Bedrock API key (a
+// bearer token) instead of SigV4 credentials. Default: none (SigV4).
+func WithAPIKey(key string) Option { return func(c *config) { c.apiKey = key } }
+
+// WithProvider names the provider in keys, errors and ProviderOptions.
+// Default: "bedrock".
+func WithProvider(name string) Option {
+	return func(c *config) { c.provider, c.providerSet = name, true }
+}
+
+// WithKey sets the model's key. Default: "<provider>/<model id>".
+func WithKey(key string) Option { return func(c *config) { c.key, c.keySet = key, true } }
+
+// WithHeader adds a header to every request. It is signed with the rest.
+func WithHeader(name, value string) Option {
+	return func(c *config) { c.headers = append(c.headers, [2]string{name, value}) }
+}
+
+// WithParam sets a field of every request's additionalModelRequestFields
+// (the model's own parameters, such as "top_k" or Claude's "thinking"),
+// over the request's own. Default: none.
+func WithParam(name string, value any) Option {
+	return func(c *config) {
+		if c.params == nil {
+			c.params = map[string]any{}
+		}
+		c.params[name] = value
+	}
+}
+
+// WithGuardrail applies a Bedrock guardrail (its identifier or ARN, and
+// version, such as "1" or "DRAFT") to every call. Default: none.
+func WithGuardrail(id, version string) Option {
+	return func(c *config) {
+		c.guardrail = &types.GuardrailStreamConfiguration{GuardrailIdentifier: aws.String(id), GuardrailVersion: aws.String(version)}
+	}
+}
+
+// WithHTTPClient sets the HTTP client. Default: a new one over
+// http.DefaultTransport.
+func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
+
+// Model is a model of Amazon Bedrock's Converse API. It is safe for
+// concurrent use.
+type Model struct {
+	id, key, provider, scope string
+	client                   *bedrockruntime.Client
+	params                   map[string]any
+	headers                  http.Header
+	guardrail                *types.GuardrailStreamConfiguration
+}
+
+var (
+	_ driver.Model           = (*Model)(nil)
+	_ driver.Described       = (*Model)(nil)
+	_ driver.RateLimitScoper = (*Model)(nil)
+)
+
+// New returns the Bedrock model id: a foundation model
+// ("anthropic.claude-sonnet-4-20250514-v1:0"), an inference profile
+// ("us.anthropic.claude-sonnet-4-20250514-v1:0") or an ARN. Without
+// WithCredentials or WithAPIKey it reads the AWS default configuration,
+// which may read the shared config files; it makes no network call.
+func New(id string, opts ...Option) (*Model, error) {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	if strings.TrimSpace(id) == "" {
+		return nil, errors.New("bedrock: empty model id")
+	}
+	if !c.providerSet {
+		c.provider = provider
+	} else if strings.TrimSpace(c.provider) == "" {
+		return nil, errors.New("bedrock: empty provider name")
+	}
+	key := c.provider + "/" + id
+	if c.keySet {
+		if err := adapter.CheckKey("bedrock", c.key); err != nil {
+			return nil, err
+		}
+		key = c.key
+	}
+	if c.baseURL != "" {
+		if err := adapter.CheckBaseURL("bedrock", c.baseURL); err != nil {
+			return nil, err
+		}
+	}
+	hdr := http.Header{}
+	for _, h := range c.headers {
+		if err := adapter.CheckHeader("bedrock", h[0]); err != nil {
+			return nil, err
+		}
+		hdr.Add(h[0], h[1])
+	}
+	if c.guardrail != nil && (aws.ToString(c.guardrail.GuardrailIdentifier) == "" || aws.ToString(c.guardrail.GuardrailVersion) == "") {
+		return nil, errors.New("bedrock: a guardrail needs an identifier and a version")
+	}
+	var cfg aws.Config
+	if c.creds == nil && c.apiKey == "" {
+		var err error
+		if cfg, err = awsconfig.LoadDefaultConfig(context.Background(), awsconfig.WithRegion(c.region)); err != nil {
+			return nil, fmt.Errorf("bedrock: the AWS configuration: %w", err)
+		}
+	}
+	region := cmp.Or(c.region, cfg.Region)
+	if region == "" {
+		return nil, ErrNoRegion
+	}
+	hc := recording(adapter.SameOriginRedirects("bedrock", c.httpClient))
+	client := bedrockruntime.NewFromConfig(cfg, func(o *bedrockruntime.Options) {
+		o.Region = region
+		o.HTTPClient = hc
+		o.Retryer = aws.NopRetryer{} // the driver owns retries and fail-over
+		o.RetryMaxAttempts = 0
+		if c.creds != nil {
+			o.Credentials = c.creds
+		}
+		if c.apiKey != "" {
+			tok := bearer.Token{Value: c.apiKey}
+			o.BearerAuthTokenProvider = bearer.TokenProviderFunc(func(context.Context) (bearer.Token, error) { return tok, nil })
+			o.AuthSchemePreference = []string{"httpBearerAuth"}
+		}
+		if c.baseURL != "" {
+			o.BaseEndpoint = aws.String(strings.TrimRight(c.baseURL, "/"))
+		}
+	})
+	base := cmp.Or(c.baseURL, "https://bedrock-runtime."+region+".amazonaws.com")
+	return &Model{id: id, key: key, provider: c.provider, client: client, params: c.params, headers: hdr,
+		guardrail: c.guardrail, scope: adapter.RateLimitScope(c.provider, base, c.apiKey, id)}, nil
+}
+
+// Key returns the model's key.
+func (m *Model) Key() string { return m.key }
+
+// Provider returns the provider's name ("bedrock" unless WithProvider
+// says otherwise).
+func (m *Model) Provider() string { return m.provider }
+
+// ModelID returns the model id given to New.
+func (m *Model) ModelID() string { return m.id }
+
+// RateLimitScope names the quota the model's calls count against: the
+// provider, endpoint (which names the region), API key and model id
+// (SigV4 credentials are resolved at call time, so they are not in it).
+func (m *Model) RateLimitScope() string { return m.scope }
+
+// Generate makes one Converse call.
+func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Response, error) {
+	in, err := m.request(req)
+	if err != nil {
+		return nil, err
+	}
+	var guard *types.GuardrailConfiguration
+	if g := m.guardrail; g != nil {
+		guard = &types.GuardrailConfiguration{GuardrailIdentifier: g.GuardrailIdentifier, GuardrailVersion: g.GuardrailVersion}
+	}
+	ctx, rec := withRecord(ctx)
+	out, err := m.client.Converse(ctx, &bedrockruntime.ConverseInput{
+		ModelId: in.ModelId, Messages: in.Messages, System: in.System, InferenceConfig: in.InferenceConfig,
+		ToolConfig: in.ToolConfig, AdditionalModelRequestFields: in.AdditionalModelRequestFields, GuardrailConfig: guard,
+	}, m.callOptions(req))
+	if err != nil {
+		return nil, m.callError(ctx, rec, err)
+	}
+	d := decoder{provider: m.provider}
+	var parts []abi.Part
+	if msg, ok := out.Output.(*types.ConverseOutputMemberMessage); ok {
+		if parts, err = d.message(msg.Value); err != nil {
+			return nil, err
+		}
+	}
+	d.setUsage(out.Usage)
+	// A guardrail's answer is its blocked message, written as the model's
+	// text: the whole answer is here, so it fails over as a refusal.
+	if err := d.stop(out.StopReason, true); err != nil {
+		return nil, err
+	}
+	return &driver.Response{Content: collect(parts), Finish: d.finish, Usage: d.usage, Headers: rec.header,
+		Meta: abi.ResponseMeta{ID: rec.header.Get("X-Amzn-Requestid"), ModelID: m.id}}, nil
+}
+
+// collect folds decoded parts into a Response's content: one delta per
+// text or reasoning block, the tool calls whole.
+func collect(parts []abi.Part) []abi.Part {
+	var out []abi.Part
+	for _, p := range parts {
+		switch p.Kind {
+		case abi.KindTextDelta, abi.KindReasoningDelta:
+			if n := len(out); n > 0 && out[n-1].Kind == p.Kind && out[n-1].ID == p.ID {
+				out[n-1].Delta += p.Delta
+				continue
+			}
+			out = append(out, p)
+		case abi.KindToolCall:
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Stream opens one ConverseStream call (an AWS event stream). The HTTP
+// response is read before Stream returns, so an HTTP error is Stream's
+// error.
+func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream, error) {
+	in, err := m.request(req)
+	if err != nil {
+		return nil, err
+	}
+	in.GuardrailConfig = m.guardrail
+	sctx, cancel := context.WithCancel(ctx)
+	sctx, rec := withRecord(sctx)
+	out, err := m.client.ConverseStream(sctx, in, m.callOptions(req))
+	if err != nil {
+		cancel()
+		return nil, m.callError(ctx, rec, err)
+	}
+	src := newSource(cancel, m.provider, out.GetStream())
+	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart})
+	s.SetHeader(rec.header)
+	return s, nil
+}
+
+// callOptions adds the model's and the request's headers to one call.
+func (m *Model) callOptions(req *driver.Request) func(*bedrockruntime.Options) {
+	hdr := m.headers.Clone()
+	for k, v := range req.Headers {
+		hdr[http.CanonicalHeaderKey(k)] = v
+	}
+	return func(o *bedrockruntime.Options) {
+		if len(hdr) == 0 {
+			return
+		}
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+			return st.Build.Add(middleware.BuildMiddlewareFunc("retryhostHeaders", func(ctx context.Context, in middleware.BuildInput, next middleware.BuildHandler) (middleware.BuildOutput, middleware.Metadata, error) {
+				if r, ok := in.Request.(*smithyhttp.Request); ok {
+					for k, vs := range hdr {
+						r.Header[k] = append([]string(nil), vs...)
+					}
+				}
+				return next.HandleBuild(ctx, in)
+			}), middleware.After)
+		})
+	}
+}
+
+// request translates a driver request into ConverseStream's input (whose
+// fields Converse's share).
+func (m *Model) request(req *driver.Request) (*bedrockruntime.ConverseStreamInput, error) {
+	id := m.id
+	if id == driver.AnyModelID {
+		if id = req.ModelID; id == "" {
+			return nil, errors.New("bedrock: the model is \"*\" and the request names no model")
+		}
+	}
+	in := &bedrockruntime.ConverseStreamInput{ModelId: aws.String(id)}
+	if req.System != "" {
+		in.System = append(in.System, &types.SystemContentBlockMemberText{Value: req.System})
+	}
+	ic := &types.InferenceConfiguration{StopSequences: req.StopSequences}
+	if req.MaxOutputTokens > 0 {
+		ic.MaxTokens = aws.Int32(int32(min(req.MaxOutputTokens, 1<<31-1)))
+	}
+	if req.Temperature != nil {
+		ic.Temperature = aws.Float32(float32(*req.Temperature))
+	}
+	if req.TopP != nil {
+		ic.TopP = aws.Float32(float32(*req.TopP))
+	}
+	if ic.MaxTokens != nil || ic.Temperature != nil || ic.TopP != nil || len(ic.StopSequences) > 0 {
+		in.InferenceConfig = ic
+	}
+	if len(req.Tools) > 0 {
+		tc := &types.ToolConfiguration{}
+		for _, t := range req.Tools {
+			schema := map[string]any{"type": "object", "properties": map[string]any{}}
+			if t.Schema != "" {
+				schema = nil
+				if err := json.Unmarshal([]byte(t.Schema), &schema); err != nil || schema == nil {
+					return nil, fmt.Errorf("bedrock: tool %q: schema is not a JSON object", t.Name)
+				}
+			}
+			spec := types.ToolSpecification{Name: aws.String(t.Name),
+				InputSchema: &types.ToolInputSchemaMemberJson{Value: document.NewLazyDocument(schema)}}
+			if t.Description != "" {
+				spec.Description = aws.String(t.Description)
+			}
+			tc.Tools = append(tc.Tools, &types.ToolMemberToolSpec{Value: spec})
+		}
+		in.ToolConfig = tc
+	}
+	extra := maps.Clone(m.params)
+	if po, ok := req.ProviderOptions[m.provider].(map[string]any); ok {
+		if extra == nil {
+			extra = map[string]any{}
+		}
+		for k, v := range po {
+			if _, set := m.params[k]; !set {
+				extra[k] = v
+			}
+		}
+	}
+	if len(extra) > 0 {
+		in.AdditionalModelRequestFields = document.NewLazyDocument(extra)
+	}
+	for _, msg := range req.Messages {
+		var role types.ConversationRole
+		switch msg.Role {
+		case driver.RoleUser, driver.RoleTool:
+			role = types.ConversationRoleUser
+		case driver.RoleAssistant:
+			role = types.ConversationRoleAssistant
+		case driver.RoleSystem:
+			for _, x := range msg.Content {
+				if x.Text != "" {
+					in.System = append(in.System, &types.SystemContentBlockMemberText{Value: x.Text})
+				}
+			}
+			continue
+		default:
+			return nil, fmt.Errorf("bedrock: unknown role %q", msg.Role)
+		}
+		var blocks []types.ContentBlock
+		for _, x := range msg.Content {
+			switch {
+			case msg.Role == driver.RoleAssistant && x.ToolName != "":
+				args := map[string]any{}
+				if x.ToolInput != "" {
+					if err := json.Unmarshal([]byte(x.ToolInput), &args); err != nil {
+						return nil, fmt.Errorf("bedrock: tool call %q: input is not a JSON object: %w", x.ToolCallID, err)
+					}
+				}
+				blocks = append(blocks, &types.ContentBlockMemberToolUse{Value: types.ToolUseBlock{
+					ToolUseId: aws.String(x.ToolCallID), Name: aws.String(x.ToolName), Input: document.NewLazyDocument(args)}})
+			case msg.Role == driver.RoleTool:
+				blocks = append(blocks, &types.ContentBlockMemberToolResult{Value: types.ToolResultBlock{
+					ToolUseId: aws.String(x.ToolCallID), Content: []types.ToolResultContentBlock{toolResult(x.ToolResult)}}})
+			case x.Text != "":
+				blocks = append(blocks, &types.ContentBlockMemberText{Value: x.Text})
+			}
+		}
+		if len(blocks) == 0 {
+			continue
+		}
+		// Converse wants the roles to alternate: a tool result and the
+		// user's next words are one user turn.
+		if n := len(in.Messages); n > 0 && in.Messages[n-1].Role == role {
+			in.Messages[n-1].Content = append(in.Messages[n-1].Content, blocks...)
+			continue
+		}
+		in.Messages = append(in.Messages, types.Message{Role: role, Content: blocks})
+	}
+	return in, nil
+}
+
+// toolResult is a tool's result as Converse takes it: a JSON object as
+// json, anything else as text.
+func toolResult(s string) types.ToolResultContentBlock {
+	var obj map[string]any
+	if json.Unmarshal([]byte(s), &obj) == nil && obj != nil {
+		return &types.ToolResultContentBlockMemberJson{Value: document.NewLazyDocument(obj)}
+	}
+	return &types.ToolResultContentBlockMemberText{Value: s}
+}

@@ -1,0 +1,141 @@
+package bedrock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/aws/smithy-go"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/provider/internal/adapter"
+)
+
+// record is what the HTTP client saw of one call: the SDK's errors keep
+// neither the body nor, inside a stream, the headers.
+type record struct {
+	status int
+	header http.Header
+	body   []byte // an error response's, up to adapter.MaxBody
+}
+
+type recordKey struct{}
+
+func withRecord(ctx context.Context) (context.Context, *record) {
+	r := &record{}
+	return context.WithValue(ctx, recordKey{}, r), r
+}
+
+// recorder is the transport that fills a call's record.
+type recorder struct{ base http.RoundTripper }
+
+func recording(hc *http.Client) *http.Client {
+	c := *hc
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	c.Transport = &recorder{base: base}
+	return &c
+}
+
+func (t *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := req.Context().Value(recordKey{}).(*record); ok {
+		r.status, r.header = resp.StatusCode, resp.Header
+		if resp.StatusCode >= 400 {
+			r.body = adapter.ReadBody(resp)
+		}
+	}
+	return resp, nil
+}
+
+// callError turns the SDK's error for a call into the driver's.
+func (m *Model) callError(ctx context.Context, rec *record, err error) error {
+	if ctx.Err() != nil {
+		return adapter.CtxError(ctx)
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) && rec.status >= 400 {
+		pe := adapter.HTTPError(m.provider, rec.status, rec.header, rec.body, ae.ErrorCode(), "", ae.ErrorMessage(), err)
+		pe.Class, pe.Retryable = classify(rec.status, ae.ErrorCode(), ae.ErrorMessage())
+		return pe
+	}
+	var pe *driver.ProviderError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return adapter.TransportError(ctx, m.provider, false, err)
+}
+
+// classify maps a Bedrock exception (its name, the HTTP status when it
+// came as a response, its message) to an error class and whether waiting
+// and asking again may succeed. The name wins over the status.
+func classify(status int, name, msg string) (abi.ErrorClass, bool) {
+	switch name {
+	case "ThrottlingException", "ServiceQuotaExceededException":
+		return abi.ClassRateLimit, true
+	case "ServiceUnavailableException", "ModelNotReadyException":
+		return abi.ClassOverloaded, true
+	case "InternalServerException", "ModelStreamErrorException", "ModelTimeoutException", "ModelErrorException":
+		return abi.ClassServer, true
+	case "AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException",
+		"ExpiredTokenException", "MissingAuthenticationTokenException", "IncompleteSignatureException":
+		return abi.ClassAuth, false
+	case "ValidationException":
+		if contextLength(msg) {
+			return abi.ClassContextLength, false
+		}
+		return abi.ClassClient, false
+	case "ResourceNotFoundException", "ConflictException":
+		return abi.ClassClient, false
+	}
+	c := adapter.Classify(status, "", "", msg)
+	if status == 0 && c == abi.ClassUnknown {
+		c = abi.ClassServer // an exception in a stream the SDK does not know
+	}
+	return c, c == abi.ClassRateLimit || c == abi.ClassOverloaded || c == abi.ClassServer
+}
+
+// contextLength tells Bedrock's words for a prompt that does not fit
+// ("Input is too long for requested model.", "prompt is too long: 210000
+// tokens > 200000 maximum", "…exceeds the context window…").
+func contextLength(msg string) bool {
+	m := strings.ToLower(msg)
+	for _, s := range [...]string{"too long", "context window", "context length", "maximum context", "too many input tokens"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// streamError maps an error met inside a stream: an exception event (the
+// service's) or the transport's.
+func streamError(prov string, err error) error {
+	var ae smithy.APIError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	raw, _ := json.Marshal(map[string]string{"__type": ae.ErrorCode(), "message": ae.ErrorMessage()})
+	pe := adapter.EventError(prov, ae.ErrorCode(), "", ae.ErrorMessage(), raw, err)
+	pe.Class, pe.Retryable = classify(0, ae.ErrorCode(), ae.ErrorMessage())
+	return pe
+}
+
+// blocked is the error of an answer withheld before any content of the
+// model's: a guardrail's intervention, or the model's content filter. It
+// is classed ClassRefusal and wraps an *abi.RefusalError, as a declared
+// refusal is, so the rules that fail a refusal over to another model
+// cover it.
+func blocked(prov, reason string) *driver.ProviderError {
+	pe := adapter.Refusal(prov, reason, "the model's answer was blocked: "+reason)
+	pe.Type = reason
+	return pe
+}
