@@ -65,6 +65,9 @@ func main() {
 	}
 }
 
+// run checks the flags, starts the upstream and every target, runs the
+// timed phases in rounds (or the sequential A/B, with -seq), holds streams,
+// and prints the tables. Every process it starts is stopped when it returns.
 func run(ctx context.Context) error {
 	dir := *workDir
 	if dir == "" {
@@ -75,22 +78,9 @@ func run(ctx context.Context) error {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	var heldCounts []int
-	for _, f := range strings.Split(*held, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("-held-streams: %q is not a positive count", f)
-		}
-		heldCounts = append(heldCounts, n)
-	}
-	if *rounds < 1 {
-		return fmt.Errorf("-rounds %d: at least 1", *rounds)
-	}
-	if *rate < 1 || *conc < 1 {
-		return fmt.Errorf("-rate %d, -conc %d: at least 1 each", *rate, *conc)
+	heldCounts, err := checkFlags()
+	if err != nil {
+		return err
 	}
 	openN := int64(*openDur / (time.Second / time.Duration(*rate))) // per target and mode, over all rounds
 	upstream, upPid, stopUp, err := startUpstream()
@@ -103,12 +93,6 @@ func run(ctx context.Context) error {
 		fmt.Printf("upstream: %d chunks, %v before each; open loop %d req/s for %v; closed loop %d concurrent for %v; in %d rounds\n\n",
 			*chunks, *pace, *rate, *openDur, *conc, *closeDur, *rounds)
 	}
-	type row struct {
-		t    *target
-		s, n stats // streaming, non-streaming
-
-		holds []holdResult // one per -held-streams count
-	}
 	// Every target's processes run from the start, so that the rounds can
 	// take turns among them; each is stopped at the end, whatever happens.
 	var rows []*row
@@ -117,30 +101,9 @@ func run(ctx context.Context) error {
 			rw.t.stop()
 		}
 	}()
-	newTarget := func(name string) (*target, error) {
-		t, err := makeTarget(ctx, name, upstream, dir)
-		if err != nil {
-			return nil, err
-		}
-		t.stop = sync.OnceFunc(t.stop)
-		if t.client, err = newRawClient(t.url, t.model, t.headers); err != nil {
-			t.stop()
-			return nil, err
-		}
-		return t, nil
-	}
-	for _, name := range strings.Split(*targets, ",") {
-		name = strings.TrimSpace(name)
-		t, err := newTarget(name)
-		var skip errSkip
-		if errors.As(err, &skip) {
-			fmt.Printf("skipping %s: %s\n", name, skip)
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		rows = append(rows, &row{t: t})
+	rows, err = startTargets(ctx, upstream, dir) // the ones started, even on an error
+	if err != nil {
+		return err
 	}
 	if *seqN > 0 {
 		ts := make([]*target, len(rows))
@@ -149,6 +112,93 @@ func run(ctx context.Context) error {
 		}
 		return runSeq(ctx, ts, upPid)
 	}
+	if err := runRounds(ctx, rows, upPid, openN); err != nil {
+		return err
+	}
+	if err := holdAll(ctx, rows, upstream, dir, heldCounts); err != nil {
+		return err
+	}
+	printLatency(rows)
+	printLoadCPU(rows)
+	printSyscalls(rows)
+	printHeld(rows, heldCounts)
+	for _, r := range rows {
+		if r.t.note != "" {
+			fmt.Printf("%s: %s\n", r.t.name, r.t.note)
+		}
+	}
+	return nil
+}
+
+// A row is one target and what the bench measured through it.
+type row struct {
+	t    *target
+	s, n stats // streaming, non-streaming
+
+	holds []holdResult // one per -held-streams count
+}
+
+// checkFlags refuses flags the phases cannot run with, and returns the
+// -held-streams counts.
+func checkFlags() (heldCounts []int, err error) {
+	for _, f := range strings.Split(*held, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("-held-streams: %q is not a positive count", f)
+		}
+		heldCounts = append(heldCounts, n)
+	}
+	if *rounds < 1 {
+		return nil, fmt.Errorf("-rounds %d: at least 1", *rounds)
+	}
+	if *rate < 1 || *conc < 1 {
+		return nil, fmt.Errorf("-rate %d, -conc %d: at least 1 each", *rate, *conc)
+	}
+	return heldCounts, nil
+}
+
+// newTarget starts the target name, with its client; errSkip: a target
+// this machine cannot run.
+func newTarget(ctx context.Context, name, upstream, dir string) (*target, error) {
+	t, err := makeTarget(ctx, name, upstream, dir)
+	if err != nil {
+		return nil, err
+	}
+	t.stop = sync.OnceFunc(t.stop)
+	if t.client, err = newRawClient(t.url, t.model, t.headers); err != nil {
+		t.stop()
+		return nil, err
+	}
+	return t, nil
+}
+
+// startTargets starts each of -targets, skipping (and saying so) the ones
+// this machine cannot run. On an error it returns the ones it started, for
+// the caller to stop.
+func startTargets(ctx context.Context, upstream, dir string) ([]*row, error) {
+	var rows []*row
+	for _, name := range strings.Split(*targets, ",") {
+		name = strings.TrimSpace(name)
+		t, err := newTarget(ctx, name, upstream, dir)
+		var skip errSkip
+		if errors.As(err, &skip) {
+			fmt.Printf("skipping %s: %s\n", name, skip)
+			continue
+		}
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, &row{t: t})
+	}
+	return rows, nil
+}
+
+// runRounds runs the open- and closed-loop phases, cut into -rounds
+// rounds in which the targets take turns from a rotating start.
+func runRounds(ctx context.Context, rows []*row, upPid int, openN int64) error {
 	// A warm-up before each slice: the first opens connections and warms
 	// the proxy; the later ones replace the connections a server closed
 	// while the other targets ran (Node's keep-alive timeout is 5 s).
@@ -175,7 +225,12 @@ func run(ctx context.Context) error {
 	for _, rw := range rows {
 		rw.t.client.closeIdle()
 	}
-	// Memory per held stream, a target at a time, after the timed phases.
+	return nil
+}
+
+// holdAll measures the memory per held stream, a target at a time, after
+// the timed phases: for each of heldCounts, through a fresh process.
+func holdAll(ctx context.Context, rows []*row, upstream, dir string, heldCounts []int) error {
 	for _, rw := range rows {
 		if rw.t.pid == 0 {
 			continue
@@ -187,7 +242,7 @@ func run(ctx context.Context) error {
 			// the streams in pages already counted in "RSS before"
 			// (Portkey's had grown to 230 MiB, which hid its cost).
 			rw.t.stop()
-			t, err := newTarget(rw.t.name)
+			t, err := newTarget(ctx, rw.t.name, upstream, dir)
 			if err != nil {
 				return err
 			}
@@ -206,105 +261,6 @@ func run(ctx context.Context) error {
 		// upstream's accepts fail and the next target's streams open
 		// late (some past their idle deadlines).
 		rw.t.stop()
-	}
-	var base *row
-	for _, rw := range rows {
-		if rw.t.name == "direct" {
-			base = rw
-		}
-	}
-	added := func(v time.Duration, b []time.Duration, p float64) string {
-		if base == nil {
-			return "-"
-		}
-		return ms(v - pct(b, p))
-	}
-	for _, mode := range []string{"streaming", "non-streaming"} {
-		fmt.Printf("%s (latency: open loop; \"+\" = added over direct, ms)\n", mode)
-		fmt.Printf("| target | first byte p50 / p99 | +p50 / +p99 | first content p50 / p99 | +p50 / +p99 | req/s @%d | CPU/req (proxy) | intact (open, closed) |\n", *conc)
-		fmt.Println("|---|---|---|---|---|---|---|---|")
-		for _, r := range rows {
-			s, b := &r.s, (*stats)(nil)
-			if mode == "non-streaming" {
-				s = &r.n
-			}
-			if base != nil {
-				b = &base.s
-				if mode == "non-streaming" {
-					b = &base.n
-				}
-			}
-			var bfb, bfc []time.Duration
-			if b != nil {
-				bfb, bfc = b.fb, b.fc
-			}
-			cpu := "-"
-			if r.t.pid != 0 {
-				cpu = fmt.Sprintf("%.0f µs", float64(s.perReq(s.cpu))/float64(time.Microsecond))
-			}
-			fmt.Printf("| %s | %s / %s | %s / %s | %s / %s | %s / %s | %.0f | %s | %d/%d, %d/%d |\n", r.t.name,
-				ms(pct(s.fb, .5)), ms(pct(s.fb, .99)), added(pct(s.fb, .5), bfb, .5), added(pct(s.fb, .99), bfb, .99),
-				ms(pct(s.fc, .5)), ms(pct(s.fc, .99)), added(pct(s.fc, .5), bfc, .5), added(pct(s.fc, .99), bfc, .99),
-				s.rps(), cpu, s.intact, s.n, s.closedOK, s.closedN)
-		}
-		fmt.Println()
-	}
-	// Who else spent the CPU in the closed loop: the load generator and the
-	// upstream share the cores with the proxy, and when they cost as much
-	// as it does the req/s column measures them too.
-	us := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
-	fmt.Println("closed loop: CPU per request of the load generator and the upstream (the proxy's is in the tables above)")
-	fmt.Println("| target | streaming: generator / upstream | non-streaming: generator / upstream |")
-	fmt.Println("|---|---|---|")
-	for _, r := range rows {
-		fmt.Printf("| %s | %s / %s | %s / %s |\n", r.t.name, us(r.s.perReq(r.s.genCPU)), us(r.s.perReq(r.s.upCPU)), us(r.n.perReq(r.n.genCPU)), us(r.n.perReq(r.n.upCPU)))
-	}
-	fmt.Println()
-	// How many times the proxy went to the kernel for a request: each read
-	// or write is a syscall and, on a stream, often a wakeup, so that a
-	// proxy that writes each event in two pieces pays for it here.
-	sys := func(st *stats) string {
-		if st.noIO || st.closedN == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.1f / %.1f", float64(st.syscr)/float64(st.closedN), float64(st.syscw)/float64(st.closedN))
-	}
-	fmt.Println("closed loop: the proxy's read and write syscalls per request (/proc/PID/io syscr, syscw)")
-	fmt.Println("| target | streaming: reads / writes | non-streaming: reads / writes |")
-	fmt.Println("|---|---|---|")
-	for _, r := range rows {
-		if r.t.pid != 0 {
-			fmt.Printf("| %s | %s | %s |\n", r.t.name, sys(&r.s), sys(&r.n))
-		}
-	}
-	fmt.Println()
-	for i, n := range heldCounts {
-		over := "HTTP/1.1, one connection a stream"
-		if *heldH2C {
-			over = "h2c to the Go proxies (250 streams a connection), HTTP/1.1 to Portkey"
-		}
-		fmt.Printf("%d streams held open at once over %s (proxy RSS after 256 warm-up requests; per stream = (RSS held - RSS before) / opened; anonymous: the same of RssAnon, without the binary's pages)\n", n, over)
-		fmt.Println("| target | opened | RSS before (anonymous) | RSS held (anonymous) | per stream | anonymous per stream | intact after release |")
-		fmt.Println("|---|---|---|---|---|---|---|")
-		for _, r := range rows {
-			if r.t.pid == 0 || i >= len(r.holds) {
-				continue
-			}
-			h := r.holds[i]
-			per, anon := "-", "-"
-			if h.opened > 0 {
-				per = fmt.Sprintf("%.1f KiB", float64(h.rss1-h.rss0)/1024/float64(h.opened))
-				anon = fmt.Sprintf("%.1f KiB", float64(h.anon1-h.anon0)/1024/float64(h.opened))
-			}
-			fmt.Printf("| %s | %d | %.0f MiB (%.0f) | %.0f MiB (%.0f) | %s | %s | %d/%d |\n", r.t.name, h.opened, float64(h.rss0)/(1<<20), float64(h.anon0)/(1<<20),
-				float64(h.rss1)/(1<<20), float64(h.anon1)/(1<<20), per, anon, h.intact, n)
-		}
-		fmt.Println()
-	}
-	for _, r := range rows {
-		if r.t.note != "" {
-			fmt.Printf("%s: %s\n", r.t.name, r.t.note)
-		}
 	}
 	return nil
 }

@@ -117,6 +117,9 @@ func runSeq(ctx context.Context, ts []*target, upPid int) error {
 
 var seqPcts = []float64{.5, .9, .99, .999}
 
+// printSeq prints the sequential method's tables: latency; then, with a
+// direct row, the latency added over it, the CPU per request and the
+// closed loop's; then, with a bare reverse proxy's row, the ratios to it.
 func printSeq(rows []*seqRow) {
 	var direct, bare *seqRow
 	for _, rw := range rows {
@@ -127,30 +130,56 @@ func printSeq(rows []*seqRow) {
 			bare = rw
 		}
 	}
-	us := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)) }
-	quad := func(d []time.Duration, base []time.Duration) string {
-		var f []string
-		for _, p := range seqPcts {
-			v := pct(d, p)
-			if base != nil {
-				v -= pct(base, p)
-			}
-			f = append(f, us(v))
-		}
-		return strings.Join(f, " / ")
-	}
-	fmt.Println("latency, µs, p50 / p90 / p99 / p99.9 (a JSON answer: to its end; a stream: to its first content, and to its end, [DONE])")
-	fmt.Println("| target | JSON | stream, first content | stream, [DONE] | intact (JSON, stream) |")
-	fmt.Println("|---|---|---|---|---|")
-	for _, rw := range rows {
-		fmt.Printf("| %s | %s | %s | %s | %d/%d, %d/%d |\n", rw.t.name, quad(rw.j.done, nil), quad(rw.s.fc, nil), quad(rw.s.done, nil),
-			rw.j.intact, rw.j.n, rw.s.intact, rw.s.n)
-	}
-	fmt.Println()
+	printSeqLatency(rows)
 	if direct == nil {
 		fmt.Println("(no direct row: no added latency)")
 		return
 	}
+	printSeqAdded(rows, direct)
+	printSeqCPU(rows)
+	closed := rows[0].cj.closedN > 0
+	if closed {
+		printSeqClosed(rows)
+	}
+	if bare == nil {
+		return
+	}
+	printSeqRatios(rows, direct, bare, closed)
+	for _, rw := range rows {
+		if rw.t.note != "" {
+			fmt.Printf("%s: %s\n", rw.t.name, rw.t.note)
+		}
+	}
+}
+
+// usNum is d in whole microseconds, without a unit.
+func usNum(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)) }
+
+// seqQuad is d's seqPcts percentiles, less base's (nil: none), in µs.
+func seqQuad(d []time.Duration, base []time.Duration) string {
+	var f []string
+	for _, p := range seqPcts {
+		v := pct(d, p)
+		if base != nil {
+			v -= pct(base, p)
+		}
+		f = append(f, usNum(v))
+	}
+	return strings.Join(f, " / ")
+}
+
+func printSeqLatency(rows []*seqRow) {
+	fmt.Println("latency, µs, p50 / p90 / p99 / p99.9 (a JSON answer: to its end; a stream: to its first content, and to its end, [DONE])")
+	fmt.Println("| target | JSON | stream, first content | stream, [DONE] | intact (JSON, stream) |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, rw := range rows {
+		fmt.Printf("| %s | %s | %s | %s | %d/%d, %d/%d |\n", rw.t.name, seqQuad(rw.j.done, nil), seqQuad(rw.s.fc, nil), seqQuad(rw.s.done, nil),
+			rw.j.intact, rw.j.n, rw.s.intact, rw.s.n)
+	}
+	fmt.Println()
+}
+
+func printSeqAdded(rows []*seqRow, direct *seqRow) {
 	fmt.Println("added over direct, µs, p50 / p90 / p99 / p99.9")
 	fmt.Println("| target | JSON | stream, first content | stream, [DONE] |")
 	fmt.Println("|---|---|---|---|")
@@ -158,9 +187,12 @@ func printSeq(rows []*seqRow) {
 		if rw == direct {
 			continue
 		}
-		fmt.Printf("| %s | %s | %s | %s |\n", rw.t.name, quad(rw.j.done, direct.j.done), quad(rw.s.fc, direct.s.fc), quad(rw.s.done, direct.s.done))
+		fmt.Printf("| %s | %s | %s | %s |\n", rw.t.name, seqQuad(rw.j.done, direct.j.done), seqQuad(rw.s.fc, direct.s.fc), seqQuad(rw.s.done, direct.s.done))
 	}
 	fmt.Println()
+}
+
+func printSeqCPU(rows []*seqRow) {
 	fmt.Println("CPU per sequential request, µs: proxy / upstream / client")
 	fmt.Println("| target | JSON | stream |")
 	fmt.Println("|---|---|---|")
@@ -168,35 +200,35 @@ func printSeq(rows []*seqRow) {
 		cell := func(c *seqCell) string {
 			p := "-"
 			if rw.t.pid != 0 {
-				p = us(c.perReq(c.cpu))
+				p = usNum(c.perReq(c.cpu))
 			}
-			return fmt.Sprintf("%s / %s / %s", p, us(c.perReq(c.upCPU)), us(c.perReq(c.genCPU)))
+			return fmt.Sprintf("%s / %s / %s", p, usNum(c.perReq(c.upCPU)), usNum(c.perReq(c.genCPU)))
 		}
 		fmt.Printf("| %s | %s | %s |\n", rw.t.name, cell(&rw.j), cell(&rw.s))
 	}
 	fmt.Println()
-	closed := rows[0].cj.closedN > 0
-	if closed {
-		fmt.Printf("closed loop, %d concurrent: req/s, proxy CPU per request (µs)\n", *conc)
-		fmt.Println("| target | JSON req/s | stream req/s | JSON CPU/req | stream CPU/req | intact (JSON, stream) |")
-		fmt.Println("|---|---|---|---|---|---|")
-		for _, rw := range rows {
-			cpu := func(st *stats) string {
-				if rw.t.pid == 0 {
-					return "-"
-				}
-				return us(st.perReq(st.cpu))
+}
+
+func printSeqClosed(rows []*seqRow) {
+	fmt.Printf("closed loop, %d concurrent: req/s, proxy CPU per request (µs)\n", *conc)
+	fmt.Println("| target | JSON req/s | stream req/s | JSON CPU/req | stream CPU/req | intact (JSON, stream) |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, rw := range rows {
+		cpu := func(st *stats) string {
+			if rw.t.pid == 0 {
+				return "-"
 			}
-			fmt.Printf("| %s | %.0f | %.0f | %s | %s | %d/%d, %d/%d |\n", rw.t.name, rw.cj.rps(), rw.cs.rps(), cpu(&rw.cj), cpu(&rw.cs),
-				rw.cj.closedOK, rw.cj.closedN, rw.cs.closedOK, rw.cs.closedN)
+			return usNum(st.perReq(st.cpu))
 		}
-		fmt.Println()
+		fmt.Printf("| %s | %.0f | %.0f | %s | %s | %d/%d, %d/%d |\n", rw.t.name, rw.cj.rps(), rw.cs.rps(), cpu(&rw.cj), cpu(&rw.cs),
+			rw.cj.closedOK, rw.cj.closedN, rw.cs.closedOK, rw.cs.closedN)
 	}
-	if bare == nil {
-		return
-	}
-	// The ratios: each added percentile over the bare hop's added one, the
-	// CPU per request over the bare hop's, req/s over the bare hop's.
+	fmt.Println()
+}
+
+// printSeqRatios prints each added percentile over the bare hop's added
+// one, the CPU per request over the bare hop's, req/s over the bare hop's.
+func printSeqRatios(rows []*seqRow, direct, bare *seqRow, closed bool) {
 	ratio := func(a, b float64) string {
 		if b <= 0 {
 			return "-"
@@ -236,9 +268,4 @@ func printSeq(rows []*seqRow) {
 		fmt.Println()
 	}
 	fmt.Println()
-	for _, rw := range rows {
-		if rw.t.note != "" {
-			fmt.Printf("%s: %s\n", rw.t.name, rw.t.note)
-		}
-	}
 }

@@ -71,122 +71,151 @@ func startChild(cmd *exec.Cmd) (<-chan struct{}, error) {
 	return done, nil
 }
 
+// makeTarget starts the target name, the upstream's URL given: errSkip
+// for a target this run has no binary or installation for.
 func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error) {
 	switch name {
 	case "direct":
 		return &target{name: name, url: upstream + "/v1/chat/completions", model: "m", stop: func() {}}, nil
 	case "revproxy":
-		self, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		cmd := exec.Command(self, "-serve-revproxy", upstream, "-held-h2c="+strconv.FormatBool(*heldH2C))
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return nil, err
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		cmd.Stderr = os.Stderr
-		done, err := startChild(cmd)
-		if err != nil {
-			return nil, err
-		}
-		addr, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil {
-			stopProc(cmd, done)
-			return nil, fmt.Errorf("revproxy: %w", err)
-		}
-		return &target{name: name, url: "http://" + strings.TrimSpace(addr) + "/v1/chat/completions", model: "m", pid: cmd.Process.Pid,
-			stop: func() { stdin.Close(); stopProc(cmd, done) }}, nil
+		return startRevProxy(name, upstream)
 	case "retryhost", "retryhost-b", "retryhost-wasm":
-		bin := *rhBin
-		if name == "retryhost-b" {
-			bin = *rhBinB
-		}
-		if bin == "" {
-			return nil, errSkip("no -" + name + " binary")
-		}
-		model := fmt.Sprintf(`{"name": "bench", "provider": "openai", "model": "m", "base_url": %q, "api_key_env": "BENCH_UPSTREAM_KEY"`, upstream+"/v1")
-		switch *upJSON {
-		case "true", "false":
-			model += `, "upstream_json": ` + *upJSON
-		case "default":
-		default:
-			return nil, fmt.Errorf("-upstream-json %q: true, false or default", *upJSON)
-		}
-		pol := `{"models": [` + model + `}]}`
-		if name == "retryhost-wasm" {
-			// One Wasm condition, asked after a failed attempt only (none
-			// fails here): what a policy with a plugin costs a request.
-			pol = `{"models": [` + model + `}], "rules": [{"plugin": {"builtin": "errmatch", "config": {"rules": [{"status": ["500-599"], "retry": {"max_attempts": 2}}]}}}]}`
-		}
-		pf := filepath.Join(dir, name+"-policy.json")
-		if err := os.WriteFile(pf, []byte(pol), 0o644); err != nil {
-			return nil, err
-		}
-		addr, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		logf, err := os.Create(filepath.Join(dir, name+".log"))
-		if err != nil {
-			return nil, err
-		}
-		cmd := exec.Command(bin, "serve", "--policy", pf, "--addr", addr, "--watch=false",
-			"--max-concurrent", strconv.Itoa(*upConns), "--max-conns", strconv.Itoa(*upConns), "--upstream-conns", strconv.Itoa(*upConns), "--h2c="+strconv.FormatBool(*heldH2C))
-		cmd.Env = append(os.Environ(), "BENCH_UPSTREAM_KEY=k", "RETRYHOST_API_KEYS=")
-		cmd.Stdout, cmd.Stderr = logf, logf
-		done, err := startChild(cmd)
-		if err != nil {
-			return nil, err
-		}
-		if err := waitUp(ctx, addr); err != nil {
-			stopProc(cmd, done)
-			return nil, fmt.Errorf("%s: %w (see %s)", name, err, logf.Name())
-		}
-		return &target{name: name, url: "http://" + addr + "/v1/chat/completions", model: "bench", pid: cmd.Process.Pid,
-			note: fmt.Sprintf("access log (JSON, one line per request) on, to a file; --upstream-conns %d --max-concurrent %d --max-conns %d; upstream_json %s", *upConns, *upConns, *upConns, *upJSON),
-			stop: func() { stopProc(cmd, done); logf.Close() }}, nil
+		return startRetryhost(ctx, name, upstream, dir)
 	case "portkey":
-		if *pkDir == "" {
-			return nil, errSkip("no -portkey-dir (npm absent?)")
-		}
-		script := filepath.Join(*pkDir, "node_modules/@portkey-ai/gateway/build/start-server.js")
-		if _, err := os.Stat(script); err != nil {
-			return nil, errSkip(err.Error())
-		}
-		addr, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		_, port, _ := net.SplitHostPort(addr)
-		logf, err := os.Create(filepath.Join(dir, "portkey.log"))
-		if err != nil {
-			return nil, err
-		}
-		cmd := exec.Command("node", script, "--port="+port, "--headless")
-		cmd.Dir = *pkDir
-		cmd.Stdout, cmd.Stderr = logf, logf
-		done, err := startChild(cmd)
-		if err != nil {
-			return nil, err
-		}
-		if err := waitUp(ctx, addr); err != nil {
-			stopProc(cmd, done)
-			return nil, fmt.Errorf("portkey: %w (see %s)", err, logf.Name())
-		}
-		h := http.Header{}
-		h.Set("x-portkey-provider", "openai")
-		h.Set("x-portkey-custom-host", upstream+"/v1")
-		h.Set("Authorization", "Bearer k")
-		return &target{name: name, url: "http://" + addr + "/v1/chat/completions", model: "m", headers: h, pid: cmd.Process.Pid,
-			note: "its source waits 25 ms before forwarding a stream's first chunk",
-			stop: func() { stopProc(cmd, done); logf.Close() }}, nil
+		return startPortkey(ctx, name, upstream, dir)
 	}
 	return nil, fmt.Errorf("unknown target %q", name)
+}
+
+// startRevProxy starts this program as a bare reverse proxy to upstream.
+func startRevProxy(name, upstream string) (*target, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-serve-revproxy", upstream, "-held-h2c="+strconv.FormatBool(*heldH2C))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	done, err := startChild(cmd)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		stopProc(cmd, done)
+		return nil, fmt.Errorf("revproxy: %w", err)
+	}
+	return &target{name: name, url: "http://" + strings.TrimSpace(addr) + "/v1/chat/completions", model: "m", pid: cmd.Process.Pid,
+		stop: func() { stdin.Close(); stopProc(cmd, done) }}, nil
+}
+
+// startRetryhost starts `retryhost serve` (-retryhost, or -retryhost-b for
+// retryhost-b) over a policy of one model on upstream.
+func startRetryhost(ctx context.Context, name, upstream, dir string) (*target, error) {
+	bin := *rhBin
+	if name == "retryhost-b" {
+		bin = *rhBinB
+	}
+	if bin == "" {
+		return nil, errSkip("no -" + name + " binary")
+	}
+	pol, err := retryhostPolicy(name, upstream)
+	if err != nil {
+		return nil, err
+	}
+	pf := filepath.Join(dir, name+"-policy.json")
+	if err := os.WriteFile(pf, []byte(pol), 0o644); err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "serve", "--policy", pf, "--addr", addr, "--watch=false",
+		"--max-concurrent", strconv.Itoa(*upConns), "--max-conns", strconv.Itoa(*upConns), "--upstream-conns", strconv.Itoa(*upConns), "--h2c="+strconv.FormatBool(*heldH2C))
+	cmd.Env = append(os.Environ(), "BENCH_UPSTREAM_KEY=k", "RETRYHOST_API_KEYS=")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	done, err := startChild(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitUp(ctx, addr); err != nil {
+		stopProc(cmd, done)
+		return nil, fmt.Errorf("%s: %w (see %s)", name, err, logf.Name())
+	}
+	return &target{name: name, url: "http://" + addr + "/v1/chat/completions", model: "bench", pid: cmd.Process.Pid,
+		note: fmt.Sprintf("access log (JSON, one line per request) on, to a file; --upstream-conns %d --max-concurrent %d --max-conns %d; upstream_json %s", *upConns, *upConns, *upConns, *upJSON),
+		stop: func() { stopProc(cmd, done); logf.Close() }}, nil
+}
+
+// retryhostPolicy is the policy retryhost serves as target name: one model
+// on upstream, and for retryhost-wasm a Wasm condition.
+func retryhostPolicy(name, upstream string) (string, error) {
+	model := fmt.Sprintf(`{"name": "bench", "provider": "openai", "model": "m", "base_url": %q, "api_key_env": "BENCH_UPSTREAM_KEY"`, upstream+"/v1")
+	switch *upJSON {
+	case "true", "false":
+		model += `, "upstream_json": ` + *upJSON
+	case "default":
+	default:
+		return "", fmt.Errorf("-upstream-json %q: true, false or default", *upJSON)
+	}
+	pol := `{"models": [` + model + `}]}`
+	if name == "retryhost-wasm" {
+		// One Wasm condition, asked after a failed attempt only (none
+		// fails here): what a policy with a plugin costs a request.
+		pol = `{"models": [` + model + `}], "rules": [{"plugin": {"builtin": "errmatch", "config": {"rules": [{"status": ["500-599"], "retry": {"max_attempts": 2}}]}}}]}`
+	}
+	return pol, nil
+}
+
+// startPortkey starts Portkey's gateway from -portkey-dir, with the
+// headers that send a request to upstream.
+func startPortkey(ctx context.Context, name, upstream, dir string) (*target, error) {
+	if *pkDir == "" {
+		return nil, errSkip("no -portkey-dir (npm absent?)")
+	}
+	script := filepath.Join(*pkDir, "node_modules/@portkey-ai/gateway/build/start-server.js")
+	if _, err := os.Stat(script); err != nil {
+		return nil, errSkip(err.Error())
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	logf, err := os.Create(filepath.Join(dir, "portkey.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("node", script, "--port="+port, "--headless")
+	cmd.Dir = *pkDir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	done, err := startChild(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitUp(ctx, addr); err != nil {
+		stopProc(cmd, done)
+		return nil, fmt.Errorf("portkey: %w (see %s)", err, logf.Name())
+	}
+	h := http.Header{}
+	h.Set("x-portkey-provider", "openai")
+	h.Set("x-portkey-custom-host", upstream+"/v1")
+	h.Set("Authorization", "Bearer k")
+	return &target{name: name, url: "http://" + addr + "/v1/chat/completions", model: "m", headers: h, pid: cmd.Process.Pid,
+		note: "its source waits 25 ms before forwarding a stream's first chunk",
+		stop: func() { stopProc(cmd, done); logf.Close() }}, nil
 }
 
 type errSkip string
