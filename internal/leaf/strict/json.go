@@ -319,23 +319,12 @@ func (d *Doc) text(n *node) []byte {
 	return d.data[n.off:n.end]
 }
 
+// decode sets v from n, the value at path, recording n's position there.
 func (d *Doc) decode(n *node, v reflect.Value, path string) error {
 	d.pos[path] = n.at
-	wrong := func(want string) error { return d.Errorf(path, "want %s, got %s", want, kindName(n.kind)) }
 	switch v.Type() {
 	case durationType:
-		if n.kind != 's' {
-			return d.Errorf(path, "want a duration string such as \"250ms\", got %s", kindName(n.kind))
-		}
-		t, err := time.ParseDuration(n.str)
-		if err != nil {
-			return d.Errorf(path, "invalid duration %q (want a Go duration such as \"250ms\" or \"1m30s\")", n.str)
-		}
-		if t < 0 {
-			return d.Errorf(path, "negative duration %q", n.str)
-		}
-		v.SetInt(int64(t))
-		return nil
+		return d.decodeDuration(n, v, path)
 	case rawType:
 		v.SetBytes(bytes.Clone(d.text(n)))
 		return nil
@@ -359,19 +348,61 @@ func (d *Doc) decode(n *node, v reflect.Value, path string) error {
 		if x != nil {
 			v.Set(reflect.ValueOf(x))
 		}
+	case reflect.String, reflect.Bool,
+		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return d.decodeScalar(n, v, path)
+	case reflect.Slice:
+		return d.decodeSlice(n, v, path)
+	case reflect.Map:
+		return d.decodeMap(n, v, path)
+	case reflect.Struct:
+		return d.decodeStruct(n, v, path)
+	default:
+		return fmt.Errorf("strict: type %v is not supported", v.Type())
+	}
+	return nil
+}
+
+// wrong is the error of n at path when v wants something else.
+func (d *Doc) wrong(n *node, path, want string) error {
+	return d.Errorf(path, "want %s, got %s", want, kindName(n.kind))
+}
+
+// decodeDuration sets a time.Duration from a Go duration string, never a
+// negative one.
+func (d *Doc) decodeDuration(n *node, v reflect.Value, path string) error {
+	if n.kind != 's' {
+		return d.Errorf(path, "want a duration string such as \"250ms\", got %s", kindName(n.kind))
+	}
+	t, err := time.ParseDuration(n.str)
+	if err != nil {
+		return d.Errorf(path, "invalid duration %q (want a Go duration such as \"250ms\" or \"1m30s\")", n.str)
+	}
+	if t < 0 {
+		return d.Errorf(path, "negative duration %q", n.str)
+	}
+	v.SetInt(int64(t))
+	return nil
+}
+
+// decodeScalar sets a string, a bool, an integer or a float of v's kind.
+func (d *Doc) decodeScalar(n *node, v reflect.Value, path string) error {
+	switch v.Kind() {
 	case reflect.String:
 		if n.kind != 's' {
-			return wrong("a string")
+			return d.wrong(n, path, "a string")
 		}
 		v.SetString(n.str)
 	case reflect.Bool:
 		if n.kind != 'b' {
-			return wrong("true or false")
+			return d.wrong(n, path, "true or false")
 		}
 		v.SetBool(n.b)
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		if n.kind != 'n' {
-			return wrong("an integer")
+			return d.wrong(n, path, "an integer")
 		}
 		i, err := strconv.ParseInt(string(n.num), 10, 64)
 		if err != nil || v.OverflowInt(i) {
@@ -380,7 +411,7 @@ func (d *Doc) decode(n *node, v reflect.Value, path string) error {
 		v.SetInt(i)
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		if n.kind != 'n' {
-			return wrong("a non-negative integer")
+			return d.wrong(n, path, "a non-negative integer")
 		}
 		i, err := strconv.ParseUint(string(n.num), 10, 64)
 		if err != nil || v.OverflowUint(i) {
@@ -389,62 +420,73 @@ func (d *Doc) decode(n *node, v reflect.Value, path string) error {
 		v.SetUint(i)
 	case reflect.Float32, reflect.Float64:
 		if n.kind != 'n' {
-			return wrong("a number")
+			return d.wrong(n, path, "a number")
 		}
 		f, err := n.num.Float64()
 		if err != nil || math.IsInf(f, 0) {
 			return d.Errorf(path, "want a number, got %s", n.num)
 		}
 		v.SetFloat(f)
-	case reflect.Slice:
-		if n.kind == 'z' {
-			v.SetZero()
-			return nil
+	}
+	return nil
+}
+
+// decodeSlice sets a slice from an array (null: nil).
+func (d *Doc) decodeSlice(n *node, v reflect.Value, path string) error {
+	if n.kind == 'z' {
+		v.SetZero()
+		return nil
+	}
+	if n.kind != '[' {
+		return d.wrong(n, path, "an array")
+	}
+	s := reflect.MakeSlice(v.Type(), len(n.vals), len(n.vals))
+	for i, e := range n.vals {
+		if err := d.decode(e, s.Index(i), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			return err
 		}
-		if n.kind != '[' {
-			return wrong("an array")
+	}
+	v.Set(s)
+	return nil
+}
+
+// decodeMap sets a map with string keys from an object.
+func (d *Doc) decodeMap(n *node, v reflect.Value, path string) error {
+	if n.kind != '{' {
+		return d.wrong(n, path, "an object")
+	}
+	if v.Type().Key().Kind() != reflect.String {
+		return fmt.Errorf("strict: map key type %v is not supported", v.Type().Key())
+	}
+	m := reflect.MakeMapWithSize(v.Type(), len(n.keys))
+	for i, k := range n.keys {
+		e := reflect.New(v.Type().Elem()).Elem()
+		if err := d.decode(n.vals[i], e, join(path, k)); err != nil {
+			return err
 		}
-		s := reflect.MakeSlice(v.Type(), len(n.vals), len(n.vals))
-		for i, e := range n.vals {
-			if err := d.decode(e, s.Index(i), fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
+		m.SetMapIndex(reflect.ValueOf(k).Convert(v.Type().Key()), e)
+	}
+	v.Set(m)
+	return nil
+}
+
+// decodeStruct sets a struct's fields from an object, refusing a key that
+// names no field.
+func (d *Doc) decodeStruct(n *node, v reflect.Value, path string) error {
+	if n.kind != '{' {
+		return d.wrong(n, path, "an object")
+	}
+	fields := fieldsOf(v.Type())
+	for i, k := range n.keys {
+		idx, ok := fields.index[k]
+		if !ok {
+			kp := join(path, k)
+			d.pos[kp] = n.keyAt[i]
+			return d.Errorf(kp, "unknown field (want one of %s)", strings.Join(fields.names, ", "))
 		}
-		v.Set(s)
-	case reflect.Map:
-		if n.kind != '{' {
-			return wrong("an object")
+		if err := d.decode(n.vals[i], v.Field(idx), join(path, k)); err != nil {
+			return err
 		}
-		if v.Type().Key().Kind() != reflect.String {
-			return fmt.Errorf("strict: map key type %v is not supported", v.Type().Key())
-		}
-		m := reflect.MakeMapWithSize(v.Type(), len(n.keys))
-		for i, k := range n.keys {
-			e := reflect.New(v.Type().Elem()).Elem()
-			if err := d.decode(n.vals[i], e, join(path, k)); err != nil {
-				return err
-			}
-			m.SetMapIndex(reflect.ValueOf(k).Convert(v.Type().Key()), e)
-		}
-		v.Set(m)
-	case reflect.Struct:
-		if n.kind != '{' {
-			return wrong("an object")
-		}
-		fields := fieldsOf(v.Type())
-		for i, k := range n.keys {
-			idx, ok := fields.index[k]
-			if !ok {
-				kp := join(path, k)
-				d.pos[kp] = n.keyAt[i]
-				return d.Errorf(kp, "unknown field (want one of %s)", strings.Join(fields.names, ", "))
-			}
-			if err := d.decode(n.vals[i], v.Field(idx), join(path, k)); err != nil {
-				return err
-			}
-		}
-	default:
-		return fmt.Errorf("strict: type %v is not supported", v.Type())
 	}
 	return nil
 }
