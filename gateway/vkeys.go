@@ -157,11 +157,16 @@ func (g *Gateway) admitKey(ctx context.Context, w http.ResponseWriter, d door, c
 		e.msg = "retryhost gateway: API key " + strconv.Quote(k.ID) + " is over its " + strconv.FormatInt(k.RPM, 10) + " requests per minute"
 	case vkey.OverTPM:
 		e.msg = "retryhost gateway: API key " + strconv.Quote(k.ID) + " is over its " + strconv.FormatInt(k.TPM, 10) + " tokens per minute"
-	case vkey.OverBudget:
+	case vkey.OverBudget, vkey.OverSpend:
 		// As OpenAI answers an exhausted quota: 429, insufficient_quota,
 		// and no retry (x-should-retry: false, which both SDKs obey).
 		e.typ, e.code = "insufficient_quota", "insufficient_quota"
-		e.msg = "retryhost gateway: API key " + strconv.Quote(k.ID) + " has used its token budget"
+		what := "token"
+		if dec.Reason == vkey.OverSpend {
+			what = "spend"
+		}
+		e.msg = "retryhost gateway: API key " + strconv.Quote(k.ID) + " has used its " + what + " budget until " +
+			now.Add(dec.RetryAfter).UTC().Format(time.RFC3339)
 		h.Set("X-Should-Retry", "false")
 	case vkey.StoreDown:
 		e = apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "limits_unavailable",
@@ -177,18 +182,24 @@ func (g *Gateway) admitKey(ctx context.Context, w http.ResponseWriter, d door, c
 func (g *Gateway) limiter() vkey.Limiter { return g.cfg.limiter }
 
 // settleKey charges a request's key what it used beyond its estimate
-// (the upstream's reported usage), once it is over.
+// (the upstream's reported usage) and, for a key with a spend budget, what
+// every attempt of it cost at the policy's prices, once it is over.
 func (g *Gateway) settleKey(c *call) {
 	if !c.keyCharged {
 		return
 	}
 	c.keyCharged = false
 	used := c.l.inputToks + c.l.outputToks
+	delta := used - c.est
 	if used == 0 && c.l.status == http.StatusOK {
-		return // answered without a usage (a forwarded door's): the estimate stands
+		delta = 0 // answered without a usage (a forwarded door's): the estimate stands
 	}
-	if delta := used - c.est; delta != 0 {
-		g.limiter().Settle(context.Background(), c.key, delta, time.Now())
+	var cost float64
+	if c.key.Budget.Spends() {
+		cost = c.st.acct.sum().cost
+	}
+	if delta != 0 || cost > 0 {
+		g.limiter().Settle(context.Background(), c.key, delta, cost, time.Now())
 	}
 }
 

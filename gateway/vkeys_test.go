@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -288,4 +289,97 @@ func TestSetKeySetSwapsKeys(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, oaiErr(t, err).StatusCode)
 	_, err = r.oc("secret-second").Chat.Completions.New(context.Background(), params("primary"))
 	require.NoError(t, err)
+}
+
+// shiftedLimiter is a Limiter whose clock runs ahead of the wall's by
+// shift, counting its settlements, so that a test can wait for a
+// request's and move to the next UTC day.
+type shiftedLimiter struct {
+	vkey.Limiter
+	mu      sync.Mutex
+	shift   time.Duration
+	settled int
+}
+
+func (s *shiftedLimiter) Admit(ctx context.Context, k *vkey.Key, est int64, now time.Time) vkey.Decision {
+	s.mu.Lock()
+	now = now.Add(s.shift)
+	s.mu.Unlock()
+	return s.Limiter.Admit(ctx, k, est, now)
+}
+
+func (s *shiftedLimiter) Settle(ctx context.Context, k *vkey.Key, delta int64, cost float64, now time.Time) {
+	s.mu.Lock()
+	now = now.Add(s.shift)
+	s.mu.Unlock()
+	s.Limiter.Settle(ctx, k, delta, cost, now)
+	s.mu.Lock()
+	s.settled++
+	s.mu.Unlock()
+}
+
+func (s *shiftedLimiter) settlements() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.settled
+}
+
+// TestVirtualKeySpendBudget: a key's spend is what its requests cost at
+// the policy's prices, settled when each ends. The request that crosses
+// the day's spend budget is served and counted; the next is refused as
+// OpenAI refuses an exhausted quota, on both doors, before any upstream
+// call; the next UTC day serves the key again.
+func TestVirtualKeySpendBudget(t *testing.T) {
+	// Each request to primary costs 11 input and 1 output tokens at 2
+	// and 8 a million: 0.00003. Two cross 0.00005.
+	k := &vkey.Key{ID: "spender", Hash: vkey.Hash("secret-spender"), Budget: vkey.Budget{CostPerDay: 0.00005}}
+	set, err := (&vkey.File{Keys: []*vkey.Key{k}}).Set()
+	require.NoError(t, err)
+	lim := &shiftedLimiter{Limiter: vkey.NewLocal()}
+	var sink lockedBuffer
+	r := newPricedRig(t, []string{"third"}, `"rules": []`, WithKeySet(set), WithLimiter(lim), WithRequestLog(&sink))
+	c := r.oc("secret-spender")
+	for i := range 2 {
+		_, err := c.Chat.Completions.New(context.Background(), params("primary"))
+		require.NoError(t, err, "request %d: %v spent of 0.00005", i, float64(i)*0.00003)
+		require.Eventually(t, func() bool { return lim.settlements() == i+1 }, 5*time.Second, time.Millisecond)
+	}
+	_, err = c.Chat.Completions.New(context.Background(), params("primary"))
+	e := oaiErr(t, err)
+	require.Equal(t, http.StatusTooManyRequests, e.StatusCode)
+	require.Equal(t, "insufficient_quota", e.Type)
+	require.Equal(t, "insufficient_quota", e.Code)
+	require.Contains(t, e.Message, "spend budget until ")
+	require.Equal(t, "false", e.Response.Header.Get("X-Should-Retry"))
+	_, _, dayEnd, _ := vkey.Period(time.Now())
+	require.Contains(t, e.Message, dayEnd.Format(time.RFC3339))
+	require.Equal(t, "60", e.Response.Header.Get("Retry-After"), "the gateway's longest Retry-After; the message says when")
+	_, err = r.ac("secret-spender").Messages.New(context.Background(), messageParams("third", 64))
+	ae := anthErr(t, err)
+	require.Equal(t, http.StatusTooManyRequests, ae.StatusCode)
+	require.Contains(t, ae.RawJSON(), `"type":"rate_limit_error"`)
+	require.Contains(t, ae.RawJSON(), "spend budget")
+	require.Len(t, r.up["primary"].requests(), 2, "a refused request reaches no upstream")
+	require.Empty(t, r.up["third"].requests())
+
+	lim.mu.Lock()
+	lim.shift = time.Until(dayEnd) + time.Second
+	lim.mu.Unlock()
+	_, err = c.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err, "a new UTC day, a new budget")
+	require.Len(t, r.up["primary"].requests(), 3)
+
+	var spent []float64
+	require.Eventually(t, func() bool {
+		spent = spent[:0]
+		for _, l := range sink.lines(t) {
+			if l["status"] == float64(http.StatusOK) {
+				spent = append(spent, l["cost"].(float64))
+			}
+		}
+		return len(spent) == 3
+	}, 5*time.Second, time.Millisecond)
+	for _, c := range spent {
+		require.InDelta(t, 0.00003, c, 1e-12, "the request log's cost is the price the key was charged")
+	}
 }

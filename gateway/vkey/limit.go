@@ -20,6 +20,8 @@ const (
 	// StoreDown: the fleet-wide store is unreachable and the key set says
 	// StoreDownRefuse.
 	StoreDown
+	// OverSpend: the key has spent its day's or month's cost budget.
+	OverSpend
 )
 
 // Decision is a Limiter's answer to one request, with what the
@@ -38,17 +40,21 @@ type Decision struct {
 // A Limiter keeps keys' rates and budgets. Admit charges one request and
 // est tokens (an estimate of its input and output) when every limit of the
 // key has room for them, atomically, and charges nothing otherwise;
-// Settle charges what the request used beyond est (negative: gives back
-// what it did not use) once its usage is known. Keys are told apart by
-// id, so a key's counters outlive a reload and a rotation of its secret.
+// Settle charges what the request used beyond est (delta; negative: gives
+// back what it did not use) and what it cost, once its usage is known. A
+// request's cost is not known before it runs: Admit refuses a key whose
+// spend has reached its budget, so the request that crosses a budget is
+// served and counted in full, and the next is refused. Keys are told apart
+// by id, so a key's counters outlive a reload and a rotation of its secret.
 type Limiter interface {
 	Admit(ctx context.Context, k *Key, est int64, now time.Time) Decision
-	Settle(ctx context.Context, k *Key, delta int64, now time.Time)
+	Settle(ctx context.Context, k *Key, delta int64, cost float64, now time.Time)
 }
 
 // Local is a Limiter in process: GCRA for the rates (a key may spend a
 // whole minute's requests or tokens at once, then at the rate), counters
-// per UTC day and month for the budgets.
+// per UTC day and month for the token and spend budgets. It is safe for
+// concurrent use.
 type Local struct {
 	mu sync.Mutex
 	m  map[string]*local
@@ -60,6 +66,18 @@ type local struct {
 	day, month int64 // the period of dayUsed and monthUsed (Period)
 	dayUsed    int64
 	monthUsed  int64
+	daySpent   float64
+	monthSpent float64
+}
+
+// roll starts the counters of a new day or month.
+func (s *local) roll(day, month int64) {
+	if s.day != day {
+		s.day, s.dayUsed, s.daySpent = day, 0, 0
+	}
+	if s.month != month {
+		s.month, s.monthUsed, s.monthSpent = month, 0, 0
+	}
 }
 
 // NewLocal returns an empty Local.
@@ -134,21 +152,24 @@ func (l *Local) Admit(_ context.Context, k *Key, est int64, now time.Time) Decis
 	day, month, dayEnd, monthEnd := Period(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.day != day {
-		s.day, s.dayUsed = day, 0
-	}
-	if s.month != month {
-		s.month, s.monthUsed = month, 0
-	}
-	switch b := k.Budget; {
+	s.roll(day, month)
+	b := k.Budget
+	// A spent budget refuses until its period ends: the month's, when it
+	// is spent too.
+	switch overMonth := b.TokensPerMonth > 0 && s.monthUsed >= b.TokensPerMonth; {
+	case overMonth:
+		d.Reason, d.RetryAfter = OverBudget, monthEnd.Sub(now)
+		return d
 	case b.TokensPerDay > 0 && s.dayUsed >= b.TokensPerDay:
 		d.Reason, d.RetryAfter = OverBudget, dayEnd.Sub(now)
-		if b.TokensPerMonth > 0 && s.monthUsed >= b.TokensPerMonth {
-			d.RetryAfter = monthEnd.Sub(now)
-		}
 		return d
-	case b.TokensPerMonth > 0 && s.monthUsed >= b.TokensPerMonth:
-		d.Reason, d.RetryAfter = OverBudget, monthEnd.Sub(now)
+	}
+	switch {
+	case b.CostPerMonth > 0 && s.monthSpent >= b.CostPerMonth:
+		d.Reason, d.RetryAfter = OverSpend, monthEnd.Sub(now)
+		return d
+	case b.CostPerDay > 0 && s.daySpent >= b.CostPerDay:
+		d.Reason, d.RetryAfter = OverSpend, dayEnd.Sub(now)
 		return d
 	}
 	req, tok := s.req, s.tok
@@ -175,22 +196,30 @@ func (l *Local) Admit(_ context.Context, k *Key, est int64, now time.Time) Decis
 	return d
 }
 
-func (l *Local) Settle(_ context.Context, k *Key, delta int64, now time.Time) {
-	if !k.Limited() || delta == 0 {
+func (l *Local) Settle(_ context.Context, k *Key, delta int64, cost float64, now time.Time) {
+	if !k.Limited() || delta == 0 && !(cost > 0 && k.Budget.Spends()) {
 		return
 	}
 	s := l.get(k.ID)
 	day, month, _, _ := Period(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The tokens' delta settles the estimate of the period that charged
+	// it, if still current; the spend is the period's the request ended in.
+	sameDay, sameMonth := s.day == day, s.month == month
+	if cost > 0 && k.Budget.Spends() {
+		s.roll(day, month)
+		s.daySpent += cost
+		s.monthSpent += cost
+	}
 	if k.TPM > 0 {
 		t := max(int64(Window)/k.TPM, 1)
 		s.tok += delta * t // below now is a whole minute's tokens: gcra reads it as now
 	}
-	if s.day == day {
+	if sameDay {
 		s.dayUsed = max(0, s.dayUsed+delta)
 	}
-	if s.month == month {
+	if sameMonth {
 		s.monthUsed = max(0, s.monthUsed+delta)
 	}
 }

@@ -39,10 +39,12 @@ func (f *Fleet) Close() { f.wg.Wait() }
 var reasons = map[redisstate.Refusal]Reason{
 	redisstate.NotRefused: Admitted, redisstate.RefusedRPM: OverRPM,
 	redisstate.RefusedTPM: OverTPM, redisstate.RefusedBudget: OverBudget,
+	redisstate.RefusedSpend: OverSpend,
 }
 
 func limitsOf(k *Key) redisstate.Limits {
-	return redisstate.Limits{RPM: k.RPM, TPM: k.TPM, TokensPerDay: k.Budget.TokensPerDay, TokensPerMonth: k.Budget.TokensPerMonth}
+	return redisstate.Limits{RPM: k.RPM, TPM: k.TPM, TokensPerDay: k.Budget.TokensPerDay, TokensPerMonth: k.Budget.TokensPerMonth,
+		CostPerDay: k.Budget.CostPerDay, CostPerMonth: k.Budget.CostPerMonth}
 }
 
 func periodOf(now time.Time) redisstate.Period {
@@ -61,7 +63,7 @@ func (f *Fleet) Admit(ctx context.Context, k *Key, est int64, now time.Time) Dec
 		d := Decision{Reason: reasons[a.Refused], Requests: k.RPM, Tokens: k.TPM, RetryAfter: a.Wait,
 			RemainingRequests: a.RemainingRequests, ResetRequests: a.ResetRequests,
 			RemainingTokens: a.RemainingTokens, ResetTokens: a.ResetTokens}
-		if a.Refused == redisstate.RefusedBudget {
+		if a.Refused == redisstate.RefusedBudget || a.Refused == redisstate.RefusedSpend {
 			d.RetryAfter = p.DayEnd.Sub(now)
 			if a.Month {
 				d.RetryAfter = p.MonthEnd.Sub(now)
@@ -78,15 +80,18 @@ func (f *Fleet) Admit(ctx context.Context, k *Key, est int64, now time.Time) Dec
 // Settle implements [Limiter]: the script runs after the request, in a
 // goroutine of its own (Close waits for it), and in process while Redis
 // does not answer.
-func (f *Fleet) Settle(ctx context.Context, k *Key, delta int64, now time.Time) {
-	if !k.Limited() || delta == 0 {
+func (f *Fleet) Settle(ctx context.Context, k *Key, delta int64, cost float64, now time.Time) {
+	if !k.Budget.Spends() {
+		cost = 0
+	}
+	if !k.Limited() || delta == 0 && !(cost > 0) {
 		return
 	}
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		if f.r.Settle(context.WithoutCancel(ctx), k.ID, limitsOf(k), delta, periodOf(now), now) != nil {
-			f.local.Settle(ctx, k, delta, now)
+		if f.r.Settle(context.WithoutCancel(ctx), k.ID, limitsOf(k), delta, cost, periodOf(now), now) != nil {
+			f.local.Settle(ctx, k, delta, cost, now)
 		}
 	}()
 }

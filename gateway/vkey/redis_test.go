@@ -57,3 +57,32 @@ func TestFleetWhileRedisIsDown(t *testing.T) {
 	require.Equal(t, OverRPM, local.Admit(ctx, k, 0, now).Reason, "the local limiter holds the key's rate")
 	require.Equal(t, Admitted, refuse.Admit(ctx, &Key{ID: "free"}, 0, now).Reason, "an unlimited key needs no store")
 }
+
+// TestFleetSumsSpendAcrossReplicas: the costs two replicas settle add up
+// on Redis; once they cross the key's day's spend budget each replica
+// refuses the key until the UTC day ends. A spend settled while Redis is
+// down is kept in process.
+func TestFleetSumsSpendAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := fleet(t, srv, StoreDownLocal), fleet(t, srv, StoreDownLocal)
+	ctx := context.Background()
+	now := time.Now()
+	k := &Key{ID: "team", Budget: Budget{CostPerDay: 0.05}}
+	for _, f := range []*Fleet{a, b} {
+		require.Equal(t, Admitted, f.Admit(ctx, k, 10, now).Reason)
+		f.Settle(ctx, k, 0, 0.03, now)
+		f.Close() // the settlement is off the request's path: wait for it
+	}
+	_, _, dayEnd, _ := Period(now)
+	for _, f := range []*Fleet{a, b} {
+		d := f.Admit(ctx, k, 10, now)
+		require.Equal(t, OverSpend, d.Reason, "0.06 spent of 0.05 by two replicas")
+		require.Equal(t, dayEnd.Sub(now), d.RetryAfter)
+	}
+
+	srv.Kill()
+	other := &Key{ID: "other", Budget: Budget{CostPerDay: 0.05}}
+	a.Settle(ctx, other, 0, 0.06, now)
+	a.Close()
+	require.Equal(t, OverSpend, a.local.Admit(ctx, other, 0, now).Reason, "the spend went to the local limiter")
+}

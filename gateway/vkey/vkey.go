@@ -1,5 +1,6 @@
 // Package vkey is the gateway's virtual keys: client API keys, each with
-// its own id, routes, rate limits, token budget, expiry and metadata, kept
+// its own id, routes, rate limits, token and spend budgets, expiry and
+// metadata, kept
 // in a key file whose secrets are stored only as SHA-256 hashes.
 //
 // A key file is JSON:
@@ -9,7 +10,7 @@
 //	  "keys": [
 //	    {"id": "team-a-ci", "hash": "sha256:9f86d0…", "routes": ["gpt-4o", "claude-*"],
 //	     "rpm": 600, "tpm": 200000, "max_concurrent": 16,
-//	     "budget": {"tokens_per_day": 5000000, "tokens_per_month": 100000000},
+//	     "budget": {"tokens_per_day": 5000000, "tokens_per_month": 100000000, "cost_per_month": 250},
 //	     "expires": "2027-06-30T00:00:00Z", "metadata": {"team": "a", "owner": "ana@example.com"}}
 //	  ]
 //	}
@@ -76,6 +77,9 @@ const (
 	MaxMetadataLen = 256
 	// MaxRoutes bounds the route patterns of a key.
 	MaxRoutes = 256
+	// MaxCost bounds a spend budget (cost_per_day, cost_per_month), well
+	// within the exact range of the float Redis counts spend in.
+	MaxCost = 1e12
 )
 
 // On a fleet-wide store's outage ("on_store_down").
@@ -126,18 +130,24 @@ type Key struct {
 }
 
 // Budget is what a key may spend per UTC day and per calendar month (UTC).
+// A spent budget refuses the key's requests until its period ends; the
+// request that crosses it is served and counted in full.
 type Budget struct {
 	TokensPerDay   int64 `json:"tokens_per_day,omitempty"`
 	TokensPerMonth int64 `json:"tokens_per_month,omitempty"`
-	// CostPerDay and CostPerMonth (in the price table's currency) are
-	// read and kept, not enforced: the gateway does not price tokens yet.
+	// CostPerDay and CostPerMonth are spend budgets, in the currency of
+	// the policy's price table: every attempt's cost at its model's price
+	// (an unpriced model costs nothing), counted when the request ends.
 	CostPerDay   float64 `json:"cost_per_day,omitempty"`
 	CostPerMonth float64 `json:"cost_per_month,omitempty"`
 }
 
+// Spends reports whether b has a spend (cost) budget.
+func (b Budget) Spends() bool { return b.CostPerDay > 0 || b.CostPerMonth > 0 }
+
 // Limited reports whether k has a rate or budget for a Limiter to keep.
 func (k *Key) Limited() bool {
-	return k.RPM > 0 || k.TPM > 0 || k.Budget.TokensPerDay > 0 || k.Budget.TokensPerMonth > 0
+	return k.RPM > 0 || k.TPM > 0 || k.Budget.TokensPerDay > 0 || k.Budget.TokensPerMonth > 0 || k.Budget.Spends()
 }
 
 // Status is why a key is not served now.
@@ -264,6 +274,8 @@ func (k *Key) check() error {
 		return errors.New("rpm, tpm and max_concurrent must not be negative")
 	case k.Budget.TokensPerDay < 0 || k.Budget.TokensPerMonth < 0 || k.Budget.CostPerDay < 0 || k.Budget.CostPerMonth < 0:
 		return errors.New("a budget must not be negative")
+	case !(k.Budget.CostPerDay <= MaxCost && k.Budget.CostPerMonth <= MaxCost): // NaN too
+		return fmt.Errorf("a cost budget over %g", float64(MaxCost))
 	case len(k.Routes) > MaxRoutes:
 		return fmt.Errorf("%d routes, more than %d", len(k.Routes), MaxRoutes)
 	case len(k.Metadata) > MaxMetadata:

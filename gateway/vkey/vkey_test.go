@@ -44,6 +44,8 @@ func TestParseRefusesBadFiles(t *testing.T) {
 		"negative rpm":   `{"keys": [{"id": "a", "hash": "` + h + `", "rpm": -1}]}`,
 		"star inside":    `{"keys": [{"id": "a", "hash": "` + h + `", "routes": ["g*t"]}]}`,
 		"store down":     `{"on_store_down": "maybe", "keys": []}`,
+		"cost over max":  `{"keys": [{"id": "a", "hash": "` + h + `", "budget": {"cost_per_month": 1e13}}]}`,
+		"negative cost":  `{"keys": [{"id": "a", "hash": "` + h + `", "budget": {"cost_per_day": -0.5}}]}`,
 	} {
 		_, err := Parse([]byte(f))
 		require.ErrorIs(t, err, ErrKeyFile, name)
@@ -104,11 +106,11 @@ func TestLocalTPMSettles(t *testing.T) {
 	d := l.Admit(context.Background(), k, 30, now)
 	require.Equal(t, OverTPM, d.Reason)
 	require.Equal(t, int64(20), d.RemainingTokens)
-	l.Settle(context.Background(), k, -70, now) // used 10 of 80
+	l.Settle(context.Background(), k, -70, 0, now) // used 10 of 80
 	d = l.Admit(context.Background(), k, 30, now)
 	require.Equal(t, Admitted, d.Reason)
 	require.Equal(t, int64(60), d.RemainingTokens)
-	l.Settle(context.Background(), k, 60, now) // used 90 of 30
+	l.Settle(context.Background(), k, 60, 0, now) // used 90 of 30
 	require.Equal(t, OverTPM, l.Admit(context.Background(), k, 1, now).Reason)
 	require.Equal(t, Admitted, l.Admit(context.Background(), k, 500, now.Add(time.Minute)).Reason, "an estimate over the TPM is charged the TPM")
 }
@@ -120,7 +122,7 @@ func TestLocalBudgetPerDayAndMonth(t *testing.T) {
 	k := &Key{ID: "a", Budget: Budget{TokensPerDay: 100, TokensPerMonth: 150}}
 	day1 := time.Date(2027, 3, 30, 23, 0, 0, 0, time.UTC)
 	require.Equal(t, Admitted, l.Admit(context.Background(), k, 10, day1).Reason)
-	l.Settle(context.Background(), k, 90, day1)
+	l.Settle(context.Background(), k, 90, 0, day1)
 	d := l.Admit(context.Background(), k, 10, day1)
 	require.Equal(t, OverBudget, d.Reason)
 	require.Equal(t, time.Hour, d.RetryAfter)
@@ -130,6 +132,52 @@ func TestLocalBudgetPerDayAndMonth(t *testing.T) {
 	require.Equal(t, OverBudget, d.Reason, "150 a month")
 	require.Equal(t, time.Date(2027, 4, 1, 0, 0, 0, 0, time.UTC).Sub(day2), d.RetryAfter)
 	require.Equal(t, Admitted, l.Admit(context.Background(), k, 1, time.Date(2027, 4, 1, 0, 0, 0, 0, time.UTC)).Reason)
+}
+
+// TestLocalSpendBudget: a request's cost is settled after it; the
+// admission after the request that crossed a day's spend budget is
+// refused until the UTC day ends, the month's until the month ends, and a
+// new period starts from nothing.
+func TestLocalSpendBudget(t *testing.T) {
+	ctx := context.Background()
+	l := NewLocal()
+	k := &Key{ID: "a", Budget: Budget{CostPerDay: 0.001, CostPerMonth: 0.0025}}
+	require.True(t, k.Limited(), "a spend budget alone is a limit")
+	day1 := time.Date(2027, 3, 30, 23, 0, 0, 0, time.UTC)
+	for range 2 { // 0, then 0.0006 spent
+		require.Equal(t, Admitted, l.Admit(ctx, k, 100, day1).Reason)
+		l.Settle(ctx, k, 0, 0.0006, day1)
+	}
+	d := l.Admit(ctx, k, 1, day1)
+	require.Equal(t, OverSpend, d.Reason, "0.0012 spent of 0.001")
+	require.Equal(t, time.Hour, d.RetryAfter, "until the day ends")
+
+	day2 := day1.Add(2 * time.Hour)
+	require.Equal(t, Admitted, l.Admit(ctx, k, 1, day2).Reason, "a new day")
+	l.Settle(ctx, k, 0, 0.0009, day2) // the month: 0.0021
+	require.Equal(t, Admitted, l.Admit(ctx, k, 1, day2).Reason)
+	l.Settle(ctx, k, 0, 0.0005, day2) // the month: 0.0026
+	d = l.Admit(ctx, k, 1, day2)
+	require.Equal(t, OverSpend, d.Reason)
+	require.Equal(t, time.Date(2027, 4, 1, 0, 0, 0, 0, time.UTC).Sub(day2), d.RetryAfter, "until the month ends")
+	require.Equal(t, Admitted, l.Admit(ctx, k, 1, time.Date(2027, 4, 1, 0, 0, 0, 0, time.UTC)).Reason, "a new month")
+
+	free := &Key{ID: "free", RPM: 1000}
+	l.Settle(ctx, free, 0, 5, day1)
+	require.Equal(t, Admitted, l.Admit(ctx, free, 0, day1).Reason, "a key without a spend budget is not held to one")
+}
+
+// TestLocalSpendSettledInANewDay: a request admitted late on a day and
+// ending on the next charges its cost to the next day.
+func TestLocalSpendSettledInANewDay(t *testing.T) {
+	ctx := context.Background()
+	l := NewLocal()
+	k := &Key{ID: "a", Budget: Budget{CostPerDay: 1}}
+	late := time.Date(2027, 3, 30, 23, 59, 59, 0, time.UTC)
+	require.Equal(t, Admitted, l.Admit(ctx, k, 0, late).Reason)
+	next := late.Add(2 * time.Second)
+	l.Settle(ctx, k, 0, 1, next)
+	require.Equal(t, OverSpend, l.Admit(ctx, k, 0, next).Reason)
 }
 
 func writeKeys(b testing.TB, n int) string {
@@ -188,7 +236,7 @@ func BenchmarkLocalAdmit(b *testing.B) {
 		for pb.Next() {
 			now := time.Now()
 			l.Admit(context.Background(), k, 100, now)
-			l.Settle(context.Background(), k, -50, now)
+			l.Settle(context.Background(), k, -50, 0, now)
 		}
 	})
 }
