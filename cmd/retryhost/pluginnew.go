@@ -95,96 +95,26 @@ func newCommand() *command {
 
 // projectFiles returns a new project's files by their paths in it.
 func projectFiles(lang, kind, name, sdkDir string) (map[string][]byte, error) {
-	tmpl := func(p string) string {
-		b, err := newProject.ReadFile("newproject/" + p + ".tmpl")
-		if err != nil {
-			panic("retryhost: a project template is missing: " + p)
-		}
-		return string(b)
-	}
-	sdk := plugins.SDKFiles()
-	read := func(p string) (string, error) {
-		b, err := fs.ReadFile(sdk, p)
-		return string(b), err
-	}
 	files := map[string]string{}
 	vars := map[string]string{"__NAME__": name, "__CRATE__": strings.ReplaceAll(name, "-", "_"), "__KIND__": kind,
 		"__CONFIG__": `{"fallback": "openai/gpt-4o-mini"}`}
+	var err error
 	switch lang {
 	case "go":
-		vars["__LANG__"], vars["__SOURCE__"], vars["__BUILD__"] = "Go", "main.go", "GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared"
-		files["main.go"] = tmpl("go/" + kind + ".go")
-		files["go.mod"] = tmpl("go/go.mod")
-		files["Makefile"] = tmpl("go/Makefile")
-		vars["__GOVERSION__"] = goDirective()
-		vars["__REQUIRE__"] = goRequire(sdkDir)
+		goProject(files, vars, kind, sdkDir)
 	case "c":
-		vars["__LANG__"], vars["__SOURCE__"], vars["__BUILD__"] = "C", name+".c", "clang --target=wasm32 -nostdlib"
-		vars["__CONFIG__"] = `"openai/gpt-4o-mini"`
-		files[name+".c"] = tmpl("c/" + kind + ".c")
-		files["Makefile"] = tmpl("c/Makefile")
-		for _, h := range []string{"retryhost.h", "attempt.h"} {
-			s, err := read("c/" + h)
-			if err != nil {
-				return nil, err
-			}
-			files[h] = s
-		}
+		err = cProject(files, vars, kind, name)
 	case "assemblyscript":
-		vars["__LANG__"], vars["__SOURCE__"], vars["__BUILD__"] = "AssemblyScript", "index.ts", "npm ci once, then asc"
-		src, err := read("sdk/assemblyscript/examples/" + kind + "/index.ts")
-		if err != nil {
-			return nil, err
-		}
-		files["index.ts"] = strings.ReplaceAll(src, `"../../assembly`, `"./retryhost`)
-		files["Makefile"] = tmpl("assemblyscript/Makefile")
-		for _, p := range []string{"package.json", "package-lock.json"} {
-			s, err := read("sdk/assemblyscript/" + p)
-			if err != nil {
-				return nil, err
-			}
-			files[p] = strings.ReplaceAll(s, `"@retryhost/sdk"`, `"`+name+`"`)
-		}
-		if err := fs.WalkDir(sdk, "sdk/assemblyscript/assembly", func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			s, err := read(p)
-			files["retryhost/"+strings.TrimPrefix(p, "sdk/assemblyscript/assembly/")] = s
-			return err
-		}); err != nil {
-			return nil, err
-		}
+		err = assemblyScriptProject(files, vars, kind, name)
 	case "rust":
-		vars["__LANG__"], vars["__SOURCE__"], vars["__BUILD__"] = "Rust", "src/lib.rs", "rustc --target wasm32-unknown-unknown"
-		src, err := read("sdk/rust/examples/" + kind + "/main.rs")
-		if err != nil {
-			return nil, err
-		}
-		files["src/lib.rs"] = src
-		files["Makefile"] = tmpl("rust/Makefile")
-		files["Cargo.toml"] = tmpl("rust/Cargo.toml")
-		files[".cargo/config.toml"] = tmpl("rust/cargo-config.toml")
-		manifest, err := read("sdk/rust/Cargo.toml")
-		if err != nil {
-			return nil, err
-		}
-		// The SDK's examples stay behind: the crate alone.
-		if i := strings.Index(manifest, "\n[[example]]"); i >= 0 {
-			manifest = manifest[:i+1]
-		}
-		files["retryhost/Cargo.toml"] = manifest
-		for _, f := range []string{"lib.rs", "json.rs"} {
-			s, err := read("sdk/rust/src/" + f)
-			if err != nil {
-				return nil, err
-			}
-			files["retryhost/src/"+f] = s
-		}
+		err = rustProject(files, vars, kind)
 	}
-	files["vectors.json"] = tmpl(kind + ".vectors.json")
-	files["README.md"] = tmpl("README.md")
-	files[".gitignore"] = tmpl("gitignore")
+	if err != nil {
+		return nil, err
+	}
+	files["vectors.json"] = projectTemplate(kind + ".vectors.json")
+	files["README.md"] = projectTemplate("README.md")
+	files[".gitignore"] = projectTemplate("gitignore")
 	out := make(map[string][]byte, len(files))
 	for p, s := range files {
 		if strings.HasSuffix(p, ".tmpl") {
@@ -196,6 +126,107 @@ func projectFiles(lang, kind, name, sdkDir string) (map[string][]byte, error) {
 		out[p] = []byte(s)
 	}
 	return out, nil
+}
+
+// projectTemplate is the template p of newproject/; one missing is a bug
+// of this binary.
+func projectTemplate(p string) string {
+	b, err := newProject.ReadFile("newproject/" + p + ".tmpl")
+	if err != nil {
+		panic("retryhost: a project template is missing: " + p)
+	}
+	return string(b)
+}
+
+// sdkFile is the file p of the guest SDKs.
+func sdkFile(p string) (string, error) {
+	b, err := fs.ReadFile(plugins.SDKFiles(), p)
+	return string(b), err
+}
+
+// goProject adds a Go project's files and variables.
+func goProject(files, vars map[string]string, kind, sdkDir string) {
+	vars["__LANG__"], vars["__SOURCE__"], vars["__BUILD__"] = "Go", "main.go", "GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared"
+	files["main.go"] = projectTemplate("go/" + kind + ".go")
+	files["go.mod"] = projectTemplate("go/go.mod")
+	files["Makefile"] = projectTemplate("go/Makefile")
+	vars["__GOVERSION__"] = goDirective()
+	vars["__REQUIRE__"] = goRequire(sdkDir)
+}
+
+// cProject adds a C project's files, with the SDK's headers.
+func cProject(files, vars map[string]string, kind, name string) error {
+	vars["__LANG__"], vars["__SOURCE__"], vars["__BUILD__"] = "C", name+".c", "clang --target=wasm32 -nostdlib"
+	vars["__CONFIG__"] = `"openai/gpt-4o-mini"`
+	files[name+".c"] = projectTemplate("c/" + kind + ".c")
+	files["Makefile"] = projectTemplate("c/Makefile")
+	for _, h := range []string{"retryhost.h", "attempt.h"} {
+		s, err := sdkFile("c/" + h)
+		if err != nil {
+			return err
+		}
+		files[h] = s
+	}
+	return nil
+}
+
+// assemblyScriptProject adds an AssemblyScript project's files: the SDK's
+// example of kind, its package files named after the project, and the
+// SDK's sources under retryhost/.
+func assemblyScriptProject(files, vars map[string]string, kind, name string) error {
+	vars["__LANG__"], vars["__SOURCE__"], vars["__BUILD__"] = "AssemblyScript", "index.ts", "npm ci once, then asc"
+	src, err := sdkFile("sdk/assemblyscript/examples/" + kind + "/index.ts")
+	if err != nil {
+		return err
+	}
+	files["index.ts"] = strings.ReplaceAll(src, `"../../assembly`, `"./retryhost`)
+	files["Makefile"] = projectTemplate("assemblyscript/Makefile")
+	for _, p := range []string{"package.json", "package-lock.json"} {
+		s, err := sdkFile("sdk/assemblyscript/" + p)
+		if err != nil {
+			return err
+		}
+		files[p] = strings.ReplaceAll(s, `"@retryhost/sdk"`, `"`+name+`"`)
+	}
+	return fs.WalkDir(plugins.SDKFiles(), "sdk/assemblyscript/assembly", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		s, err := sdkFile(p)
+		files["retryhost/"+strings.TrimPrefix(p, "sdk/assemblyscript/assembly/")] = s
+		return err
+	})
+}
+
+// rustProject adds a Rust project's files: the SDK's example of kind as
+// its library, and the SDK's crate under retryhost/.
+func rustProject(files, vars map[string]string, kind string) error {
+	vars["__LANG__"], vars["__SOURCE__"], vars["__BUILD__"] = "Rust", "src/lib.rs", "rustc --target wasm32-unknown-unknown"
+	src, err := sdkFile("sdk/rust/examples/" + kind + "/main.rs")
+	if err != nil {
+		return err
+	}
+	files["src/lib.rs"] = src
+	files["Makefile"] = projectTemplate("rust/Makefile")
+	files["Cargo.toml"] = projectTemplate("rust/Cargo.toml")
+	files[".cargo/config.toml"] = projectTemplate("rust/cargo-config.toml")
+	manifest, err := sdkFile("sdk/rust/Cargo.toml")
+	if err != nil {
+		return err
+	}
+	// The SDK's examples stay behind: the crate alone.
+	if i := strings.Index(manifest, "\n[[example]]"); i >= 0 {
+		manifest = manifest[:i+1]
+	}
+	files["retryhost/Cargo.toml"] = manifest
+	for _, f := range []string{"lib.rs", "json.rs"} {
+		s, err := sdkFile("sdk/rust/src/" + f)
+		if err != nil {
+			return err
+		}
+		files["retryhost/src/"+f] = s
+	}
+	return nil
 }
 
 // goDirective is the go line of a Go project: this module's language

@@ -285,28 +285,12 @@ func testPlugin(ctx context.Context, e *env, file string, wasm []byte, vf vector
 		return nil, err
 	}
 	logs := &logCapture{}
-	opts := append(e.hostOptions(ctx), host.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug,
-		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		}}))))
-	rt, err := host.New(ctx, opts...)
+	rt, err := host.New(ctx, append(e.hostOptions(ctx), host.WithLogger(testLogger(logs)))...)
 	if err != nil {
 		return nil, err
 	}
 	defer rt.Close(ctx)
-	add := func(c testCheck) {
-		if !c.Pass {
-			c.Logs = logs.take()
-			r.Failed++
-		} else {
-			logs.take()
-			r.Passed++
-		}
-		r.Checks = append(r.Checks, c)
-	}
+	add := func(c testCheck) { r.add(c, logs) }
 	p, err := rt.Load(ctx, filepath.Base(file), wasm, host.WithConfig(config), host.WithInstances(1))
 	if err != nil {
 		add(testCheck{Kind: "load", Name: "the host loads it", Detail: err.Error()})
@@ -314,6 +298,47 @@ func testPlugin(ctx context.Context, e *env, file string, wasm []byte, vf vector
 	}
 	defer p.Close(ctx)
 	r.SHA256 = p.SHA256()
+	add(r.loadCheck(p))
+	for _, c := range edgeChecks(ctx, p) {
+		add(c)
+	}
+	for i, v := range vf.Vectors {
+		c, err := vectorCheck(ctx, p, i, v)
+		if err != nil {
+			return nil, err
+		}
+		add(c)
+	}
+	return r, nil
+}
+
+// testLogger logs the plugin's lines, at every level and with no time,
+// to logs, from which a failing check takes them.
+func testLogger(logs *logCapture) *slog.Logger {
+	return slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}}))
+}
+
+// add counts c and appends it; a failing check takes the plugin's log
+// lines since the last check, a passing one drops them.
+func (r *testReport) add(c testCheck, logs *logCapture) {
+	if !c.Pass {
+		c.Logs = logs.take()
+		r.Failed++
+	} else {
+		logs.take()
+		r.Passed++
+	}
+	r.Checks = append(r.Checks, c)
+}
+
+// loadCheck records what p is and passes the load check.
+func (r *testReport) loadCheck(p *host.Plugin) testCheck {
 	what := []string{}
 	if p.IsCondition() {
 		r.Kinds = append(r.Kinds, "condition")
@@ -322,13 +347,17 @@ func testPlugin(ctx context.Context, e *env, file string, wasm []byte, vf vector
 		r.Kinds = append(r.Kinds, "transform")
 		what = append(what, p.FailPolicy().String())
 	}
-	add(testCheck{Kind: "load", Name: "the host loads it", Pass: true,
-		Detail: strings.Join(append(slices.Clone(r.Kinds), what...), ", ")})
+	return testCheck{Kind: "load", Name: "the host loads it", Pass: true,
+		Detail: strings.Join(append(slices.Clone(r.Kinds), what...), ", ")}
+}
 
+// edgeChecks runs p through the ABI's edge cases of its kinds.
+func edgeChecks(ctx context.Context, p *host.Plugin) []testCheck {
+	var out []testCheck
 	if p.IsCondition() {
 		for _, c := range conditionEdges() {
 			_, err := p.Decide(ctx, &c.a)
-			add(testCheck{Kind: "abi", Name: "decide: " + c.name, Pass: err == nil, Detail: errText(err)})
+			out = append(out, testCheck{Kind: "abi", Name: "decide: " + c.name, Pass: err == nil, Detail: errText(err)})
 		}
 	}
 	if p.IsTransform() {
@@ -337,60 +366,63 @@ func testPlugin(ctx context.Context, e *env, file string, wasm []byte, vf vector
 			if err == nil && res.err != nil && c.noError {
 				err = fmt.Errorf("failed the attempt: %w", res.err)
 			}
-			add(testCheck{Kind: "abi", Name: "stream: " + c.name, Pass: err == nil, Detail: errText(err)})
+			out = append(out, testCheck{Kind: "abi", Name: "stream: " + c.name, Pass: err == nil, Detail: errText(err)})
 		}
 	}
-	for i, v := range vf.Vectors {
-		name := v.Name
-		if name == "" {
-			name = fmt.Sprintf("vector %d", i+1)
-		}
-		c := testCheck{Kind: "vector", Name: name}
-		switch {
-		case v.Attempt != nil:
-			if !p.IsCondition() {
-				return nil, fmt.Errorf("%s: an attempt, but the plugin is not a condition", name)
-			}
-			a, err := v.Attempt.attempt()
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-			var want decisionWant
-			if err := strictJSON(v.Want, &want); err != nil {
-				return nil, fmt.Errorf("%s: want: %w", name, err)
-			}
-			d, err := p.Decide(ctx, &a)
-			if err != nil {
-				c.Detail = "the decide failed: " + err.Error()
-			} else {
-				c.Detail = want.check(d)
-				c.Pass = c.Detail == ""
-			}
-		case v.Text != nil || v.Parts != nil:
-			if !p.IsTransform() {
-				return nil, fmt.Errorf("%s: parts, but the plugin is not a transform", name)
-			}
-			parts, err := v.parts()
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-			var want streamWant
-			if err := strictJSON(v.Want, &want); err != nil {
-				return nil, fmt.Errorf("%s: want: %w", name, err)
-			}
-			res, err := streamThrough(ctx, p, parts)
-			if err != nil {
-				c.Detail = "the transform failed: " + err.Error()
-			} else {
-				c.Detail = want.check(res)
-				c.Pass = c.Detail == ""
-			}
-		default:
-			return nil, fmt.Errorf("%s: neither an attempt nor text or parts", name)
-		}
-		add(c)
+	return out
+}
+
+// vectorCheck runs the i-th vector, v, through p. The error is for a
+// vector that cannot be used.
+func vectorCheck(ctx context.Context, p *host.Plugin, i int, v vector) (testCheck, error) {
+	name := v.Name
+	if name == "" {
+		name = fmt.Sprintf("vector %d", i+1)
 	}
-	return r, nil
+	c := testCheck{Kind: "vector", Name: name}
+	switch {
+	case v.Attempt != nil:
+		if !p.IsCondition() {
+			return c, fmt.Errorf("%s: an attempt, but the plugin is not a condition", name)
+		}
+		a, err := v.Attempt.attempt()
+		if err != nil {
+			return c, fmt.Errorf("%s: %w", name, err)
+		}
+		var want decisionWant
+		if err := strictJSON(v.Want, &want); err != nil {
+			return c, fmt.Errorf("%s: want: %w", name, err)
+		}
+		d, err := p.Decide(ctx, &a)
+		if err != nil {
+			c.Detail = "the decide failed: " + err.Error()
+		} else {
+			c.Detail = want.check(d)
+			c.Pass = c.Detail == ""
+		}
+	case v.Text != nil || v.Parts != nil:
+		if !p.IsTransform() {
+			return c, fmt.Errorf("%s: parts, but the plugin is not a transform", name)
+		}
+		parts, err := v.parts()
+		if err != nil {
+			return c, fmt.Errorf("%s: %w", name, err)
+		}
+		var want streamWant
+		if err := strictJSON(v.Want, &want); err != nil {
+			return c, fmt.Errorf("%s: want: %w", name, err)
+		}
+		res, err := streamThrough(ctx, p, parts)
+		if err != nil {
+			c.Detail = "the transform failed: " + err.Error()
+		} else {
+			c.Detail = want.check(res)
+			c.Pass = c.Detail == ""
+		}
+	default:
+		return c, fmt.Errorf("%s: neither an attempt nor text or parts", name)
+	}
+	return c, nil
 }
 
 func errText(err error) string {
