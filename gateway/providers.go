@@ -5,5 +5,6 @@ package gateway
 // serves whatever its policy file declares, as it did before.
 import (
 	_ "github.com/retryhost/retryhost/provider/anthropic"
+	_ "github.com/retryhost/retryhost/provider/bedrock"
 	_ "github.com/retryhost/retryhost/provider/gemini"
 )

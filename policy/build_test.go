@@ -19,6 +19,7 @@ import (
 	"github.com/retryhost/retryhost/plugins"
 	"github.com/retryhost/retryhost/policy"
 	_ "github.com/retryhost/retryhost/provider/anthropic" // policy files name it
+	_ "github.com/retryhost/retryhost/provider/bedrock"
 	_ "github.com/retryhost/retryhost/provider/openai"
 )
 
@@ -61,11 +62,14 @@ func TestParseErrors(t *testing.T) {
 		{"no models", `{}`, "models: at least one model is required"},
 		{"model name missing", `{"models": [{"provider": "scripted"}]}`, "models[0].name: required"},
 		{"duplicate model", `{"models": [{"name": "a", "provider": "scripted"}, {"name": "a", "provider": "scripted"}]}`, `models[1].name: duplicate model name "a"`},
-		{"unknown provider", `{"models": [{"name": "z", "provider": "bedrock-x"}]}`, `models[0].provider: unknown provider "bedrock-x" (want openai, azure, openrouter, vllm, ollama, anthropic, gemini or scripted)`},
+		{"unknown provider", `{"models": [{"name": "z", "provider": "bedrock-x"}]}`, `models[0].provider: unknown provider "bedrock-x" (want openai, azure, openrouter, vllm, ollama, anthropic, gemini, bedrock or scripted)`},
+		{"bedrock without region", `{"models": [{"name": "z", "provider": "bedrock", "model": "amazon.nova-lite-v1:0"}]}`, "models[0].region: required for provider bedrock: set the model's region (such as us-east-1) or the environment variable AWS_REGION"},
+		{"bedrock bad region", `{"models": [{"name": "z", "provider": "bedrock", "model": "amazon.nova-lite-v1:0", "region": "US East"}]}`, `models[0].region: "US East" is not an AWS region`},
+		{"region not for openai", `{"models": [{"name": "z", "provider": "openai", "model": "m", "api_key_env": "SET_KEY", "region": "us-east-1"}]}`, "models[0].region: only for provider bedrock"},
 		{"unbound scripted", `{"models": [{"name": "z", "provider": "scripted"}]}`, `models[0].provider: scripted model "z" has no script bound`},
 		{"openai without model", `{"models": [{"name": "z", "provider": "openai", "api_key_env": "SET_KEY"}]}`, "models[0].model: required for provider openai"},
 		{"key env unset", `{"models": [{"name": "z", "provider": "anthropic", "model": "m", "api_key_env": "NOPE"}]}`, "models[0].api_key_env: environment variable NOPE is not set"},
-		{"unknown model field", `{"models": [{"name": "a", "provider": "scripted", "key": "x"}]}`, "line 1:51: models[0].key: unknown field (want one of name, provider, model, base_url, api_key_env, deployment, api_version, api, upstream_json, headers, params, after_commit, embedding, price)"},
+		{"unknown model field", `{"models": [{"name": "a", "provider": "scripted", "key": "x"}]}`, "line 1:51: models[0].key: unknown field (want one of name, provider, model, base_url, api_key_env, region, deployment, api_version, api, upstream_json, headers, params, after_commit, embedding, price)"},
 		{"wrong type", `{"models": [{"name": 7}]}`, "line 1:22: models[0].name: want a string, got a number"},
 		{"rule needs when or plugin", `{` + models + `, "rules": [{"action": "retry"}]}`, "rules[0]: give exactly one of when"},
 		{"rule unknown action", `{` + models + `, "rules": [{"when": {"any": true}, "action": "swtich"}]}`, `rules[0].action: unknown action "swtich" (want switch, retry or give-up)`},
@@ -143,6 +147,38 @@ func TestParseErrors(t *testing.T) {
 				require.ErrorAs(t, err, &pe, "a typed error with the place")
 				require.Positive(t, pe.Line, "every error names its line")
 			}
+		})
+	}
+}
+
+// A bedrock model takes its region from the file, else from AWS_REGION,
+// and its key (a Bedrock API key) is optional.
+func TestParseBuildsBedrockModel(t *testing.T) {
+	for name, c := range map[string]struct{ doc, env, want string }{
+		"file's region": {`{"models": [{"name": "nova", "provider": "bedrock", "model": "amazon.nova-lite-v1:0", "region": "eu-west-3", "api_key_env": "SET_KEY"}]}`, "", "eu-west-3"},
+		"AWS_REGION":    {`{"models": [{"name": "nova", "provider": "bedrock", "model": "amazon.nova-lite-v1:0", "api_key_env": "SET_KEY"}]}`, "ap-south-1", "ap-south-1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			opts := bound()
+			opts.Getenv = func(k string) string {
+				switch k {
+				case "SET_KEY":
+					return "ABSK-test"
+				case "AWS_REGION":
+					return c.env
+				}
+				return ""
+			}
+			p, err := policy.Parse(context.Background(), []byte(c.doc), opts)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = p.Close(context.Background()) })
+			m := p.Models["nova"]
+			prov, id := driver.Describe(m)
+			require.Equal(t, "bedrock", prov)
+			require.Equal(t, "amazon.nova-lite-v1:0", id)
+			scoper, ok := m.(driver.RateLimitScoper)
+			require.True(t, ok)
+			require.Contains(t, scoper.RateLimitScope(), "https://bedrock-runtime."+c.want+".amazonaws.com")
 		})
 	}
 }

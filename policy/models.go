@@ -18,6 +18,7 @@ var (
 	envPattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	headerPattern = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 	paramPattern  = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+	regionPattern = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`)
 )
 
 // providerKind is what the file requires of a provider's models, known
@@ -29,13 +30,15 @@ type providerKind struct {
 	needsURL   bool
 	defaultURL string
 	azure      bool
+	aws        bool // Amazon Bedrock: a region, and credentials from the AWS chain
 }
 
 const (
 	openaiPkg    = "github.com/retryhost/retryhost/provider/openai"
 	anthropicPkg = "github.com/retryhost/retryhost/provider/anthropic"
 	geminiPkg    = "github.com/retryhost/retryhost/provider/gemini"
-	providerList = "openai, azure, openrouter, vllm, ollama, anthropic, gemini or scripted"
+	bedrockPkg   = "github.com/retryhost/retryhost/provider/bedrock"
+	providerList = "openai, azure, openrouter, vllm, ollama, anthropic, gemini, bedrock or scripted"
 )
 
 var providerKinds = map[string]providerKind{
@@ -46,6 +49,7 @@ var providerKinds = map[string]providerKind{
 	"ollama":     {adapter: openaiPkg, needsModel: true, defaultURL: "http://localhost:11434/v1"},
 	"anthropic":  {adapter: anthropicPkg, needsModel: true, needsKey: true},
 	"gemini":     {adapter: geminiPkg, needsModel: true, needsKey: true},
+	"bedrock":    {adapter: bedrockPkg, needsModel: true, aws: true},
 }
 
 func (b *builder) model(i int, m *ModelSpec) error {
@@ -94,13 +98,19 @@ func (b *builder) model(i int, m *ModelSpec) error {
 			return b.errf(at+".api_key_env", "environment variable %s is not set", m.APIKeyEnv)
 		}
 	}
+	region := m.Region
+	if kind.aws && region == "" {
+		if region = b.opts.Getenv("AWS_REGION"); region == "" {
+			return b.errf(at+".region", "required for provider bedrock: set the model's region (such as us-east-1) or the environment variable AWS_REGION")
+		}
+	}
 	factory := lookupProvider(m.Provider)
 	if factory == nil {
 		return b.errf(at+".provider", "provider %s is not linked into this program: import _ %q", m.Provider, kind.adapter)
 	}
 	model, err := factory(providers.Spec{
 		Key: m.Name, Provider: m.Provider, Model: m.Model, BaseURL: baseURL, APIKey: key,
-		Headers: m.Headers, Params: m.Params, Deployment: m.Deployment, APIVersion: m.APIVersion,
+		Headers: m.Headers, Params: m.Params, Deployment: m.Deployment, APIVersion: m.APIVersion, Region: region,
 		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient, RawChunks: b.raw,
 		UpstreamJSON: m.UpstreamJSON || b.defaultUpstreamJSON(at, m, kind),
 	})
@@ -136,6 +146,12 @@ func (b *builder) checkProvider(at string, m *ModelSpec, kind providerKind, know
 		if !kind.azure && b.doc.Has(b.path(at+"."+f.name)) {
 			return b.errf(at+"."+f.name, "only for provider azure")
 		}
+	}
+	switch {
+	case m.Region != "" && !kind.aws:
+		return b.errf(at+".region", "only for provider bedrock")
+	case m.Region != "" && !regionPattern.MatchString(m.Region):
+		return b.errf(at+".region", "%q is not an AWS region (such as us-east-1)", m.Region)
 	}
 	switch {
 	case m.API == "" || m.API == "chat":

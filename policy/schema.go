@@ -150,7 +150,9 @@ type ModelSpec struct {
 	Name string `json:"name"`
 	// Provider is required: openai, azure (Azure OpenAI), openrouter, vllm,
 	// ollama (all through the OpenAI adapter), anthropic, gemini (Google
-	// AI's Gemini API), or scripted (bound in code; scenarios).
+	// AI's Gemini API), bedrock (Amazon Bedrock's Converse API: credentials
+	// from the AWS default chain, or a Bedrock API key in api_key_env; a
+	// region), or scripted (bound in code; scenarios).
 	Provider string `json:"provider"`
 	// Model is the provider's model id, required except for azure (where
 	// it defaults to the deployment) and scripted. "*" sends the id each
@@ -165,8 +167,13 @@ type ModelSpec struct {
 	BaseURL string `json:"base_url"`
 	// APIKeyEnv is the NAME of the environment variable holding the key,
 	// never the key: required for openai, azure, openrouter, anthropic and gemini,
-	// optional for vllm and ollama.
+	// optional for vllm, ollama and bedrock (an Amazon Bedrock API key, sent
+	// as a bearer token instead of signing with AWS credentials).
 	APIKeyEnv string `json:"api_key_env"`
+	// Region is the AWS region of a bedrock model (such as us-east-1):
+	// default the environment variable AWS_REGION, and one of the two is
+	// required. Only for bedrock.
+	Region string `json:"region"`
 	// Deployment and APIVersion are Azure OpenAI's, both required for
 	// azure and only for it: requests go to
 	// {base_url}/openai/deployments/{deployment}/chat/completions?api-version={api_version}.
@@ -194,7 +201,8 @@ type ModelSpec struct {
 	// Params set top-level fields of every request body, overriding the
 	// request's own: temperature, max_completion_tokens (openai) or
 	// max_tokens (anthropic), top_p, reasoning_effort, a server's
-	// extension. Any JSON value.
+	// extension; for bedrock, fields of additionalModelRequestFields (the
+	// model's own parameters, such as top_k). Any JSON value.
 	Params map[string]any `json:"params"`
 	// AfterCommit is the policy's after_commit for the requests that
 	// start on this model: "error" or "continue". Default: the policy's.

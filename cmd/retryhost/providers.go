@@ -5,6 +5,7 @@ package main
 // ("state": {"redis": …}).
 import (
 	_ "github.com/retryhost/retryhost/provider/anthropic"
+	_ "github.com/retryhost/retryhost/provider/bedrock"
 	_ "github.com/retryhost/retryhost/provider/gemini"
 	_ "github.com/retryhost/retryhost/provider/openai"
 	_ "github.com/retryhost/retryhost/state/redis"
