@@ -57,7 +57,8 @@ import (
 // or a leaner optional text-delta entry point in the SDK.
 
 // loadBench loads the refusal plugin in the test host. Guarded, its calls
-// get a 1 s deadline instead of the default 50 ms: the guard's cost per
+// (and the product host's guarded rows') get a 1 s deadline instead of the
+// default 50 ms: the guard's cost per
 // call (wazero's goroutine and the context) does not depend on the
 // deadline's length, and on a loaded machine (other jobs on the 2 cores)
 // a call of a well-behaved guest now and then took over 50 ms of wall
@@ -106,7 +107,7 @@ func benchCases() []benchCase {
 			case "host-trusted":
 				tr = viaHost(g.bin, host.WithTrusted())
 			default:
-				tr = viaHost(g.bin)
+				tr = viaHost(g.bin, host.WithCallTimeout(time.Second))
 			}
 			cases = append(cases, benchCase{g.name + "/" + mode, tr})
 		}
@@ -117,7 +118,7 @@ func benchCases() []benchCase {
 				benchCase{"go-baseline/trusted", wasm(base, false)},
 				benchCase{"go-baseline/guarded", wasm(base, true)},
 				benchCase{"go-baseline/host-trusted", viaHost(base, host.WithTrusted())},
-				benchCase{"go-baseline/host-guarded", viaHost(base)})
+				benchCase{"go-baseline/host-guarded", viaHost(base, host.WithCallTimeout(time.Second))})
 		} else {
 			cases = append(cases, benchCase{"go-baseline", func(b *testing.B) abi.Transformer {
 				b.Fatalf("REFUSAL_BASELINE_WASM: %v", err)
@@ -147,6 +148,9 @@ func decide(ctx context.Context, b *testing.B, tr abi.Transformer, parts []abi.P
 	for i := range parts {
 		v, err := s.Part(ctx, &parts[i])
 		if err != nil {
+			// Closed first: the runtime's Close (a cleanup) waits for
+			// every open stream, so a failed run would hang, not fail.
+			s.Close()
 			b.Fatal(err)
 		}
 		n++
