@@ -24,7 +24,8 @@ fi
 # Stream1000): BenchmarkX becomes label/X.
 sets=(
 	"driver|BenchmarkDo\$|StreamPipeline|StreamAfterCommit|RetryableModelStream|RetryableModelFailover|200ms"
-	"driver|BenchmarkContinuation\$|StreamContinueOn|200ms"
+	"driver|BenchmarkContinuation\$|StreamContinueOn|GroupPick|200ms"
+	"driver|BenchmarkHedge\$|2000x"
 	"host|Condition|TransformPart|StreamCalls|200ms"
 	"host|BenchmarkLoad\$|GoGuest/load|3x"
 	"plugins|RefusalPart|RefusalStream|200ms"
@@ -32,7 +33,9 @@ sets=(
 	"plugins/e2e|Pipeline\$|200ms"
 	"provider/openai@openai|BenchmarkStream1000\$|20x"
 	"provider/anthropic@anthropic|BenchmarkStream1000\$|20x"
+	"gateway|BenchmarkRequest\$|2000x"
 	"gateway|HeldStreams/(direct|gateway)|1x"
+	"state/redis|BenchmarkState\$|1s"
 )
 work=$(mktemp -d "${TMPDIR:-/tmp}/benchdoc.XXXXXX")
 trap 'rm -rf "$work"' EXIT
