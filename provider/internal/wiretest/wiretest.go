@@ -220,6 +220,13 @@ func ServeFileFramed(t testing.TB, path string, frame Framer) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ServeFramed(t, tr, frame)
+}
+
+// ServeFramed is Serve for a stream that is not SSE: frame renders every
+// event (nil: SSE).
+func ServeFramed(t testing.TB, tr *Transcript, frame Framer) *Server {
+	t.Helper()
 	return serve(t, tr, frame)
 }
 

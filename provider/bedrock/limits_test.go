@@ -1,0 +1,63 @@
+package bedrock_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/abi"
+	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/provider/internal/adapter"
+	"github.com/retryhost/retryhost/provider/internal/conformance"
+	"github.com/retryhost/retryhost/provider/internal/wiretest"
+)
+
+func event(t *testing.T, typ string, v any) wiretest.Event {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return wiretest.Event{Event: typ, Data: b}
+}
+
+// A provider cannot make a stream hold more than MaxHeld bytes of tool
+// input, nor open more than MaxOpen blocks.
+func TestStreamLimits(t *testing.T) {
+	start := func(i int) wiretest.Event {
+		return event(t, "contentBlockStart", map[string]any{"contentBlockIndex": i,
+			"start": map[string]any{"toolUse": map[string]any{"toolUseId": "tooluse_1", "name": "f"}}})
+	}
+	mib := strings.Repeat("a", 1<<20)
+	for name, tr := range map[string]*wiretest.Transcript{
+		"held": func() *wiretest.Transcript {
+			tr := &wiretest.Transcript{Events: []wiretest.Event{start(0)}}
+			for i := 0; i <= adapter.MaxHeld>>20; i++ {
+				tr.Events = append(tr.Events, event(t, "contentBlockDelta", map[string]any{"contentBlockIndex": 0,
+					"delta": map[string]any{"toolUse": map[string]any{"input": mib}}}))
+			}
+			return tr
+		}(),
+		"open": func() *wiretest.Transcript {
+			tr := &wiretest.Transcript{}
+			for i := 0; i <= adapter.MaxOpen; i++ {
+				tr.Events = append(tr.Events, start(i))
+			}
+			return tr
+		}(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			tr.Headers = map[string]string{"Content-Type": "application/vnd.amazon.eventstream"}
+			srv := wiretest.ServeFramed(t, tr, frame)
+			st, err := model(t, srv.Server).Stream(context.Background(), conformance.Request())
+			require.NoError(t, err)
+			_, err = wiretest.Collect(st, 10*adapter.MaxOpen)
+			var pe *driver.ProviderError
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, adapter.LimitType, pe.Type)
+			require.Equal(t, abi.ClassServer, pe.Class)
+			require.False(t, pe.Retryable)
+		})
+	}
+}
