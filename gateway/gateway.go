@@ -79,28 +79,57 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	}, stats: &stats{}, openers: newOpeners(defaultMaxIdleOpeners())}
 	g.stats.cur = g.cur.Load
 	g.metrics = newMetrics(g.stats, &g.budget)
+	if err := g.configure(opts); err != nil {
+		return nil, err
+	}
+	if err := g.connectUpstream(src); err != nil {
+		return nil, err
+	}
+	g.admission()
+	g.stopCtx, g.stop = context.WithCancelCause(context.Background())
+	gen, err := g.load(ctx)
+	if err != nil {
+		g.stop(err)
+		g.closeClient()
+		return nil, err
+	}
+	g.cur.Store(gen)
+	g.startPoll(gen)
+	g.routes()
+	return g, nil
+}
+
+// configure applies opts over the defaults New set, checks what they
+// cannot mean together, and registers the metrics they bring.
+func (g *Gateway) configure(opts []Option) error {
 	for _, o := range opts {
 		if o == nil {
-			return nil, errors.New("gateway: nil option")
+			return errors.New("gateway: nil option")
 		}
 		if err := o(&g.cfg); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if g.cfg.logger == nil {
 		g.cfg.logger = slog.New(slog.DiscardHandler)
 	}
 	if g.cfg.bodyBudget < bodyByteCost*g.cfg.maxBody {
-		return nil, fmt.Errorf("gateway: a body budget of %d bytes holds no body of the largest size (%d bytes, charged %d)",
+		return fmt.Errorf("gateway: a body budget of %d bytes holds no body of the largest size (%d bytes, charged %d)",
 			g.cfg.bodyBudget, g.cfg.maxBody, bodyByteCost*g.cfg.maxBody)
 	}
 	g.budget.limit = g.cfg.bodyBudget
 	g.accounting = newAccounting(g.metrics.reg, g.cfg.keyLabels)
 	for _, c := range g.cfg.collectors {
 		if err := g.metrics.reg.Register(c); err != nil {
-			return nil, fmt.Errorf("gateway: WithMetrics: %w", err)
+			return fmt.Errorf("gateway: WithMetrics: %w", err)
 		}
 	}
+	return nil
+}
+
+// connectUpstream makes the HTTP client the policy's providers use, unless
+// src's options bring one, traced when a tracer provider is set.
+func (g *Gateway) connectUpstream(src Source) error {
 	if src.opts.HTTPClient == nil {
 		g.client = &http.Client{Transport: &http.Transport{
 			Proxy:                  http.ProxyFromEnvironment,
@@ -125,10 +154,16 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		t, err := newTracing(g.cfg.tracerProvider)
 		if err != nil {
 			g.closeClient()
-			return nil, fmt.Errorf("gateway: tracing: %w", err)
+			return fmt.Errorf("gateway: tracing: %w", err)
 		}
 		g.tracing, g.upstream = t, withTraceparent(g.upstream)
 	}
+	return nil
+}
+
+// admission sets up what admits a request: the client keys, the virtual
+// keys and their limiter, the concurrency limits.
+func (g *Gateway) admission() {
 	if len(g.cfg.keys) > 0 {
 		g.keys.Store(&g.cfg.keys)
 	}
@@ -143,15 +178,11 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	if g.cfg.maxPerClient == 0 {
 		g.cfg.maxPerClient = max(1, g.cfg.maxConcurrent/defaultPerClientShare)
 	}
-	g.stopCtx, g.stop = context.WithCancelCause(context.Background())
-	gen, err := g.load(ctx)
-	if err != nil {
-		g.stop(err)
-		g.closeClient()
-		return nil, err
-	}
-	g.cur.Store(gen)
-	g.startPoll(gen)
+}
+
+// routes makes the mux: the front doors, the models, the metrics and the
+// probes; any other path answers not found in the client's format.
+func (g *Gateway) routes() {
 	g.mux = http.NewServeMux()
 	g.door("/v1/chat/completions", g.authed(chatDoor{}, g.chat))
 	g.door("/v1/messages", g.authed(messagesDoor{}, g.messages))
@@ -172,7 +203,6 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 		writeErr(w, modelsDoor(r), e)
 		g.logRefused(r, e.status, "not_found")
 	}))
-	return g, nil
 }
 
 // door serves a front door's route, in a server span when tracing.

@@ -228,7 +228,46 @@ func (gen *generation) implicitRoute(name string) *route {
 	return &rt
 }
 
+// load loads the source's policy, with the gateway's hooks and defaults,
+// into a new generation.
 func (g *Gateway) load(ctx context.Context) (*generation, error) {
+	o := g.loadOptions()
+	p, err := g.src.load(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}, created: time.Now().Unix(),
+		hooked: map[driver.Model]bool{}, any: map[driver.Model]bool{}}
+	// A provider name whose models all speak Chat Completions gets the
+	// forwarded fields; one shared with a Responses API model does not
+	// (ProviderOptions are keyed by provider name, not by model).
+	chat, anth := map[string]bool{}, map[string]bool{}
+	for name, m := range p.Models {
+		g.addRoute(gen, name, m, chat, anth)
+	}
+	for prov, ok := range chat {
+		if ok && !anth[prov] {
+			gen.providers = append(gen.providers, prov)
+		}
+	}
+	for prov := range anth {
+		if _, shared := chat[prov]; !shared { // one name for two APIs: neither gets raw fields
+			gen.anthropic = append(gen.anthropic, prov)
+		}
+	}
+	if base := p.Runner.Base(); gen.any[base] {
+		gen.implicit = gen.routes[gen.byKey[base]]
+	}
+	slices.Sort(gen.names)
+	slices.Sort(gen.providers)
+	slices.Sort(gen.anthropic)
+	gen.refs.Store(1)
+	return gen, nil
+}
+
+// loadOptions are the source's policy options with the gateway's hooks
+// (commit, answer size, observers, upstream client) and its defaults.
+func (g *Gateway) loadOptions() policy.Options {
 	o := g.src.opts
 	o.StreamOptions = append(slices.Clip(o.StreamOptions), driver.WithOnCommit(onCommit))
 	if g.cfg.maxAnswer > 0 {
@@ -245,6 +284,20 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	}
 	o.HTTPClient = g.upstream
 	o.RawChunks = true // logprobs, system_fingerprint, service_tier (rawfields.go); thinking signatures (messages_encode.go)
+	g.gatewayDefaults(&o)
+	// A non-streaming client's request is non-streamed upstream when the
+	// policy needs no stream for it (policy.Options.DefaultUpstreamJSON):
+	// a streamed answer collected costs the upstream and the gateway more
+	// than the JSON answer a plain proxy relays. Stream options given in
+	// code (transforms among them) are not the file's to judge: with
+	// them, the models say for themselves.
+	o.DefaultUpstreamJSON = len(g.src.opts.StreamOptions) == 0
+	return o
+}
+
+// gatewayDefaults fills what the policy's file leaves unset with the
+// gateway's defaults, their durations scaled by defaultsScale (tests).
+func (g *Gateway) gatewayDefaults(o *policy.Options) {
 	sc := g.cfg.defaultsScale
 	if sc == 0 {
 		sc = 1
@@ -275,72 +328,40 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	if o.DefaultHedge == 0 {
 		o.DefaultHedge = scale(defaultHedge)
 	}
-	// A non-streaming client's request is non-streamed upstream when the
-	// policy needs no stream for it (policy.Options.DefaultUpstreamJSON):
-	// a streamed answer collected costs the upstream and the gateway more
-	// than the JSON answer a plain proxy relays. Stream options given in
-	// code (transforms among them) are not the file's to judge: with
-	// them, the models say for themselves.
-	o.DefaultUpstreamJSON = len(g.src.opts.StreamOptions) == 0
-	p, err := g.src.load(ctx, o)
-	if err != nil {
-		return nil, err
+}
+
+// addRoute adds the route name of model m to gen, and notes in chat and
+// anth which API m's provider speaks.
+func (g *Gateway) addRoute(gen *generation, name string, m driver.Model, chat, anth map[string]bool) {
+	if bound := g.src.opts.Models[name]; bound == nil && g.client != nil {
+		gen.hooked[m] = true
 	}
-	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}, created: time.Now().Unix(),
-		hooked: map[driver.Model]bool{}, any: map[driver.Model]bool{}}
-	// A provider name whose models all speak Chat Completions gets the
-	// forwarded fields; one shared with a Responses API model does not
-	// (ProviderOptions are keyed by provider name, not by model).
-	chat, anth := map[string]bool{}, map[string]bool{}
-	for name, m := range p.Models {
-		if bound := g.src.opts.Models[name]; bound == nil && g.client != nil {
-			gen.hooked[m] = true
+	inner := m
+	for {
+		u, ok := inner.(interface{ Unwrap() driver.Model })
+		if !ok {
+			break
 		}
-		inner := m
-		for {
-			u, ok := inner.(interface{ Unwrap() driver.Model })
-			if !ok {
-				break
-			}
-			inner = u.Unwrap()
-		}
-		owner := "retryhost" // a group, or a model bound in code without a provider
-		if _, ok := inner.(driver.Described); ok {
-			var id string
-			owner, id = driver.Describe(inner)
-			if id == driver.AnyModelID {
-				gen.any[m] = true
-			}
-		}
-		gen.routes[name] = &route{name: name, model: m, ownedBy: owner, id: name}
-		gen.byKey[m] = name
-		gen.names = append(gen.names, name)
-		if om, ok := inner.(*openai.Model); ok {
-			ok, seen := chat[om.Provider()]
-			chat[om.Provider()] = (ok || !seen) && !om.ResponsesAPI()
-		}
-		if am, ok := inner.(*anthropic.Model); ok {
-			anth[am.Provider()] = true
+		inner = u.Unwrap()
+	}
+	owner := "retryhost" // a group, or a model bound in code without a provider
+	if _, ok := inner.(driver.Described); ok {
+		var id string
+		owner, id = driver.Describe(inner)
+		if id == driver.AnyModelID {
+			gen.any[m] = true
 		}
 	}
-	for prov, ok := range chat {
-		if ok && !anth[prov] {
-			gen.providers = append(gen.providers, prov)
-		}
+	gen.routes[name] = &route{name: name, model: m, ownedBy: owner, id: name}
+	gen.byKey[m] = name
+	gen.names = append(gen.names, name)
+	if om, ok := inner.(*openai.Model); ok {
+		ok, seen := chat[om.Provider()]
+		chat[om.Provider()] = (ok || !seen) && !om.ResponsesAPI()
 	}
-	for prov := range anth {
-		if _, shared := chat[prov]; !shared { // one name for two APIs: neither gets raw fields
-			gen.anthropic = append(gen.anthropic, prov)
-		}
+	if am, ok := inner.(*anthropic.Model); ok {
+		anth[am.Provider()] = true
 	}
-	if base := p.Runner.Base(); gen.any[base] {
-		gen.implicit = gen.routes[gen.byKey[base]]
-	}
-	slices.Sort(gen.names)
-	slices.Sort(gen.providers)
-	slices.Sort(gen.anthropic)
-	gen.refs.Store(1)
-	return gen, nil
 }
 
 // acquire returns the current generation with a reference held, or nil

@@ -101,65 +101,19 @@ func appendRequestLine(b []byte, r *http.Request, l *accessLog, keyID string, t 
 	if t != nil {
 		t.mu.Lock()
 		for i := range t.attempts {
-			a := &t.attempts[i]
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, `{"n":`...)
-			b = strconv.AppendInt(b, int64(a.number), 10)
-			b = appendStrField(b, "model", a.model)
-			if a.respModel != "" {
-				b = appendStrField(b, "response_model", a.respModel)
-			}
-			outcome := "unfinished" // a hedge's loser still running as the request ends
-			if a.ended {
-				outcome = a.outcome.String()
-			}
-			b = appendStrField(b, "outcome", outcome)
-			if a.class != "" {
-				b = appendStrField(b, "class", a.class)
-			}
-			if a.status != 0 {
-				b = appendIntField(b, "status", int64(a.status))
-			}
-			b = appendField(b, "start_ms")
-			b = appendMs(b, a.start)
-			b = appendField(b, "duration_ms")
-			b = appendMs(b, a.duration)
-			if a.ttfc > 0 {
-				b = appendField(b, "time_to_first_content_ms")
-				b = appendMs(b, a.ttfc)
-			}
-			if a.failOver {
-				b = append(b, `,"failover":true`...)
-			}
-			if a.continuation {
-				b = append(b, `,"continuation":true`...)
-			}
-			b = appendUsageFields(b, a.usage.InputTokens, a.usage.OutputTokens, a.usage.CacheReadTokens, a.usage.CacheWriteTokens)
-			b = appendField(b, "cost")
-			b = appendCost(b, a.cost)
-			b = append(b, '}')
+			b = appendAttempt(b, &t.attempts[i])
 		}
 		b = append(b, ']')
 		if len(t.plugins) > 0 {
 			b = append(b, `,"plugins":[`...)
 			for i := range t.plugins {
-				p := &t.plugins[i]
 				if i > 0 {
 					b = append(b, ',')
 				}
-				b = append(b, `{"plugin":`...)
-				b = appendJSONString(b, p.plugin)
-				b = appendStrField(b, "op", p.op)
-				b = appendIntField(b, "calls", int64(p.calls))
-				b = appendIntField(b, "failures", int64(p.failures))
-				if p.failure != "" {
-					b = appendStrField(b, "failure", p.failure)
-				}
-				b = appendField(b, "duration_ms")
-				b = appendMs(b, p.duration)
-				b = append(b, '}')
+				b = appendPluginRec(b, &t.plugins[i])
 			}
 			b = append(b, ']')
 		}
@@ -168,6 +122,60 @@ func appendRequestLine(b []byte, r *http.Request, l *accessLog, keyID string, t 
 		b = append(b, ']')
 	}
 	return append(b, "}\n"...)
+}
+
+// appendAttempt appends one attempt of a request's trail, as an object.
+func appendAttempt(b []byte, a *acctAttempt) []byte {
+	b = append(b, `{"n":`...)
+	b = strconv.AppendInt(b, int64(a.number), 10)
+	b = appendStrField(b, "model", a.model)
+	if a.respModel != "" {
+		b = appendStrField(b, "response_model", a.respModel)
+	}
+	outcome := "unfinished" // a hedge's loser still running as the request ends
+	if a.ended {
+		outcome = a.outcome.String()
+	}
+	b = appendStrField(b, "outcome", outcome)
+	if a.class != "" {
+		b = appendStrField(b, "class", a.class)
+	}
+	if a.status != 0 {
+		b = appendIntField(b, "status", int64(a.status))
+	}
+	b = appendField(b, "start_ms")
+	b = appendMs(b, a.start)
+	b = appendField(b, "duration_ms")
+	b = appendMs(b, a.duration)
+	if a.ttfc > 0 {
+		b = appendField(b, "time_to_first_content_ms")
+		b = appendMs(b, a.ttfc)
+	}
+	if a.failOver {
+		b = append(b, `,"failover":true`...)
+	}
+	if a.continuation {
+		b = append(b, `,"continuation":true`...)
+	}
+	b = appendUsageFields(b, a.usage.InputTokens, a.usage.OutputTokens, a.usage.CacheReadTokens, a.usage.CacheWriteTokens)
+	b = appendField(b, "cost")
+	b = appendCost(b, a.cost)
+	return append(b, '}')
+}
+
+// appendPluginRec appends one plugin's calls in a request, as an object.
+func appendPluginRec(b []byte, p *pluginRec) []byte {
+	b = append(b, `{"plugin":`...)
+	b = appendJSONString(b, p.plugin)
+	b = appendStrField(b, "op", p.op)
+	b = appendIntField(b, "calls", int64(p.calls))
+	b = appendIntField(b, "failures", int64(p.failures))
+	if p.failure != "" {
+		b = appendStrField(b, "failure", p.failure)
+	}
+	b = appendField(b, "duration_ms")
+	b = appendMs(b, p.duration)
+	return append(b, '}')
 }
 
 func appendUsageFields(b []byte, in, out, cached, written int64) []byte {
