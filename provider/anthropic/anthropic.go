@@ -412,6 +412,36 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 	if req.System != "" {
 		p.System = []ant.TextBlockParam{{Text: req.System}}
 	}
+	if err := addMessages(&p, req); err != nil {
+		return p, nil, nil, err
+	}
+	if req.Continue != nil {
+		if err := prefill(&p, req, provider); err != nil { // the entry params reads below
+			return p, nil, nil, err
+		}
+	}
+	for _, t := range req.Tools {
+		tp, err := toolParam(t)
+		if err != nil {
+			return p, nil, nil, err
+		}
+		p.Tools = append(p.Tools, ant.ToolUnionParam{OfTool: tp})
+	}
+	p.StopSequences = req.StopSequences
+	var warnings []abi.Warning
+	if req.Seed != nil {
+		warnings = append(warnings, abi.Warning{Type: "unsupported", Feature: "seed", Message: "the Messages API has no seed; it was not sent"})
+	}
+	fields, err := forwardedFields(req)
+	if err != nil {
+		return p, nil, nil, err
+	}
+	return p, m.requestOptions(req, fields), warnings, nil
+}
+
+// addMessages adds req's messages to p: a system message's text to the
+// system prompt, the others as turns.
+func addMessages(p *ant.MessageNewParams, req *driver.Request) error {
 	for i := range req.Messages {
 		msg := &req.Messages[i]
 		if msg.Role == driver.RoleSystem {
@@ -422,7 +452,7 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 		}
 		mp, err := message(msg)
 		if err != nil {
-			return p, nil, nil, fmt.Errorf("anthropic: message %d: %w", i, err)
+			return fmt.Errorf("anthropic: message %d: %w", i, err)
 		}
 		// The results of parallel tool calls (one RoleTool message each, as
 		// Chat Completions sends them) go in one user message, as the API
@@ -436,58 +466,66 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 		}
 		p.Messages = append(p.Messages, mp)
 	}
-	if req.Continue != nil {
-		if err := prefill(&p, req, provider); err != nil { // the entry params reads below
-			return p, nil, nil, err
-		}
+	return nil
+}
+
+// toolParam translates a tool, its JSON schema split into the fields the
+// SDK names and the rest.
+func toolParam(t driver.Tool) (*ant.ToolParam, error) {
+	tp := ant.ToolParam{Name: t.Name, InputSchema: ant.ToolInputSchemaParam{}}
+	if t.Description != "" {
+		tp.Description = param.NewOpt(t.Description)
 	}
-	for _, t := range req.Tools {
-		tp := ant.ToolParam{Name: t.Name, InputSchema: ant.ToolInputSchemaParam{}}
-		if t.Description != "" {
-			tp.Description = param.NewOpt(t.Description)
-		}
-		if t.Schema != "" {
-			var schema map[string]any
-			if err := json.Unmarshal([]byte(t.Schema), &schema); err != nil {
-				return p, nil, nil, fmt.Errorf("anthropic: tool %q: schema: %w", t.Name, err)
-			}
-			tp.InputSchema.Properties = schema["properties"]
-			if req, ok := schema["required"].([]any); ok {
-				for _, r := range req {
-					if s, ok := r.(string); ok {
-						tp.InputSchema.Required = append(tp.InputSchema.Required, s)
-					}
-				}
-			}
-			for k, v := range schema {
-				if k != "properties" && k != "required" && k != "type" {
-					if tp.InputSchema.ExtraFields == nil {
-						tp.InputSchema.ExtraFields = map[string]any{}
-					}
-					tp.InputSchema.ExtraFields[k] = v
-				}
+	if t.Schema == "" {
+		return &tp, nil
+	}
+	var schema map[string]any
+	if err := json.Unmarshal([]byte(t.Schema), &schema); err != nil {
+		return nil, fmt.Errorf("anthropic: tool %q: schema: %w", t.Name, err)
+	}
+	tp.InputSchema.Properties = schema["properties"]
+	if req, ok := schema["required"].([]any); ok {
+		for _, r := range req {
+			if s, ok := r.(string); ok {
+				tp.InputSchema.Required = append(tp.InputSchema.Required, s)
 			}
 		}
-		p.Tools = append(p.Tools, ant.ToolUnionParam{OfTool: &tp})
 	}
-	p.StopSequences = req.StopSequences
-	var warnings []abi.Warning
-	if req.Seed != nil {
-		warnings = append(warnings, abi.Warning{Type: "unsupported", Feature: "seed", Message: "the Messages API has no seed; it was not sent"})
+	for k, v := range schema {
+		if k != "properties" && k != "required" && k != "type" {
+			if tp.InputSchema.ExtraFields == nil {
+				tp.InputSchema.ExtraFields = map[string]any{}
+			}
+			tp.InputSchema.ExtraFields[k] = v
+		}
 	}
+	return &tp, nil
+}
+
+// forwardedFields are the request's ProviderOptions for this provider:
+// the body fields a gateway forwards, with a continuation's prefill after
+// the client's messages.
+func forwardedFields(req *driver.Request) (map[string]any, error) {
 	var fields map[string]any
 	if po, ok := req.ProviderOptions[provider]; ok {
 		if fields, ok = po.(map[string]any); !ok {
-			return p, nil, nil, fmt.Errorf("anthropic: ProviderOptions[%q] is %T, want map[string]any", provider, po)
+			return nil, fmt.Errorf("anthropic: ProviderOptions[%q] is %T, want map[string]any", provider, po)
 		}
 	}
 	if req.Continue != nil && fields["messages"] != nil {
 		// A gateway forwards the client's messages: the prefill goes after them.
 		var err error
 		if fields, err = prefillRaw(fields, req.Continue); err != nil {
-			return p, nil, nil, err
+			return nil, err
 		}
 	}
+	return fields, nil
+}
+
+// requestOptions are the request's options beside its params: sampling
+// settings the SDK has no field for, headers, forwarded fields (in key
+// order), then the model's own.
+func (m *Model) requestOptions(req *driver.Request, fields map[string]any) []option.RequestOption {
 	// One allocation for every option of the request, with room for what
 	// Generate and Stream append (the response's address, the SSE middleware).
 	n := 2 + len(fields) + len(m.params2) + 2
@@ -518,7 +556,7 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 			opts = append(opts, option.WithJSONSet(adapter.JSONKey(k), fields[k]))
 		}
 	}
-	return p, append(opts, m.params2...), warnings, nil
+	return append(opts, m.params2...)
 }
 
 // normalizeSSE is the SSE middleware every stream installs, made once.

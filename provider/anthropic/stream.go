@@ -212,6 +212,8 @@ func (s *source) noteContent(parts []abi.Part) {
 	}
 }
 
+// event maps one event of the stream to parts appended to q; io.EOF with
+// the finish part at the message's stop.
 func (s *source) event(q []abi.Part, ev *ant.MessageStreamEventUnion) ([]abi.Part, error) {
 	switch ev.Type {
 	case "message_start":
@@ -221,111 +223,141 @@ func (s *source) event(q []abi.Part, ev *ant.MessageStreamEventUnion) ([]abi.Par
 		s.cacheRead, s.cacheWrite = u.CacheReadInputTokens, u.CacheCreationInputTokens
 		q = append(q, abi.Part{Kind: abi.KindResponseMeta, ID: m.ID, Meta: &abi.ResponseMeta{ID: m.ID, ModelID: m.Model}})
 	case "content_block_start":
-		cb := &ev.ContentBlock
-		if _, ok := s.blocks[ev.Index]; !ok && len(s.blocks) >= adapter.MaxOpen {
-			return q, adapter.LimitError(provider, "open blocks", adapter.MaxOpen)
-		}
-		b := &block{id: strconv.FormatInt(ev.Index, 10)}
-		s.blocks[ev.Index] = b
-		switch cb.Type {
-		case "text":
-			b.kind = blockText
-			q = append(q, abi.Part{Kind: abi.KindTextStart, ID: b.id})
-			if cb.Text != "" {
-				q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: b.id, Delta: cb.Text})
-			}
-		case "thinking", "redacted_thinking":
-			b.kind, b.redacted = blockReasoning, cb.Type == "redacted_thinking"
-			q = append(q, abi.Part{Kind: abi.KindReasoningStart, ID: b.id})
-			if cb.Thinking != "" {
-				q = append(q, abi.Part{Kind: abi.KindReasoningDelta, ID: b.id, Delta: cb.Thinking})
-			}
-		case "tool_use", "server_tool_use":
-			b.kind, b.id, b.name, b.server = blockTool, cb.ID, cb.Name, cb.Type == "server_tool_use"
-			if b.server {
-				if s.servers == nil {
-					s.servers = map[string]string{}
-				}
-				s.servers[b.id] = b.name
-			}
-			q = append(q, abi.Part{Kind: abi.KindToolInputStart, ID: b.id, Tool: &abi.ToolInfo{Name: b.name, ProviderExecuted: b.server}})
-		default:
-			if !strings.HasSuffix(cb.Type, "_tool_result") || cb.ToolUseID == "" {
-				return q, nil // container uploads and blocks newer than this adapter
-			}
-			q = s.serverResult(q, cb)
-		}
+		return s.blockStart(q, ev)
 	case "content_block_delta":
-		b := s.blocks[ev.Index]
-		if b == nil {
-			return q, nil
-		}
-		d := &ev.Delta
-		switch {
-		case d.Type == "text_delta" && b.kind == blockText && d.Text != "":
-			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: b.id, Delta: d.Text})
-		case d.Type == "thinking_delta" && b.kind == blockReasoning && d.Thinking != "":
-			q = append(q, abi.Part{Kind: abi.KindReasoningDelta, ID: b.id, Delta: d.Thinking})
-		case d.Type == "input_json_delta" && b.kind == blockTool && d.PartialJSON != "":
-			if err := s.held.Add(provider, len(d.PartialJSON)); err != nil {
-				return q, err
-			}
-			b.input.WriteString(d.PartialJSON)
-			q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: b.id, Delta: d.PartialJSON})
-		case d.Type == "citations_delta" && b.kind == blockText:
-			c := &d.Citation
-			if src := citedSource(c.Type, c.URL, c.Title, c.Source, c.DocumentTitle); src != nil {
-				q = append(q, abi.Part{Kind: abi.KindSource, ID: b.id, Source: src})
-			}
-		}
+		return s.blockDelta(q, ev)
 	case "content_block_stop":
-		b := s.blocks[ev.Index]
-		if b == nil {
-			return q, nil
-		}
-		delete(s.blocks, ev.Index)
-		switch b.kind {
-		case blockText:
-			q = append(q, abi.Part{Kind: abi.KindTextEnd, ID: b.id})
-		case blockReasoning:
-			q = append(q, abi.Part{Kind: abi.KindReasoningEnd, ID: b.id})
-		case blockTool:
-			q = append(q,
-				abi.Part{Kind: abi.KindToolInputEnd, ID: b.id},
-				abi.Part{Kind: abi.KindToolCall, ID: b.id, Tool: &abi.ToolInfo{
-					Name: b.name, Input: orEmptyObject(b.input.String()), ProviderExecuted: b.server}})
-		}
+		return s.blockStop(q, ev), nil
 	case "message_delta":
-		if r := ev.Delta.StopReason; r != "" {
-			s.stop = string(r)
-		}
-		if e := ev.Delta.StopDetails.Explanation; e != "" {
-			s.explanation = e
-		}
-		u := &ev.Usage
-		s.output = max(s.output, u.OutputTokens)
-		if u.InputTokens > 0 {
-			s.input = u.InputTokens
-		}
-		if u.CacheReadInputTokens > 0 {
-			s.cacheRead = u.CacheReadInputTokens
-		}
-		if u.CacheCreationInputTokens > 0 {
-			s.cacheWrite = u.CacheCreationInputTokens
-		}
-		if t := u.OutputTokensDetails.ThinkingTokens; t > 0 {
-			s.thinking = t
-		}
+		s.messageDelta(ev)
 	case "message_stop":
-		if s.stop == "refusal" && !s.content {
-			// A declared refusal before any content: fail now, the driver
-			// can still switch models.
-			return q, adapter.Refusal(provider, s.stop, s.explanation)
-		}
-		f := &abi.Finish{Reason: stopReason(s.stop), Usage: usage(s.input, s.output, s.cacheRead, s.cacheWrite, s.thinking)}
-		return append(q, abi.Part{Kind: abi.KindFinish, Finish: f}), io.EOF
+		return s.messageStop(q)
 	}
 	return q, nil
+}
+
+// blockStart opens a block: text, thinking, a tool's input, or a server
+// tool's result, which arrives whole.
+func (s *source) blockStart(q []abi.Part, ev *ant.MessageStreamEventUnion) ([]abi.Part, error) {
+	cb := &ev.ContentBlock
+	if _, ok := s.blocks[ev.Index]; !ok && len(s.blocks) >= adapter.MaxOpen {
+		return q, adapter.LimitError(provider, "open blocks", adapter.MaxOpen)
+	}
+	b := &block{id: strconv.FormatInt(ev.Index, 10)}
+	s.blocks[ev.Index] = b
+	switch cb.Type {
+	case "text":
+		b.kind = blockText
+		q = append(q, abi.Part{Kind: abi.KindTextStart, ID: b.id})
+		if cb.Text != "" {
+			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: b.id, Delta: cb.Text})
+		}
+	case "thinking", "redacted_thinking":
+		b.kind, b.redacted = blockReasoning, cb.Type == "redacted_thinking"
+		q = append(q, abi.Part{Kind: abi.KindReasoningStart, ID: b.id})
+		if cb.Thinking != "" {
+			q = append(q, abi.Part{Kind: abi.KindReasoningDelta, ID: b.id, Delta: cb.Thinking})
+		}
+	case "tool_use", "server_tool_use":
+		b.kind, b.id, b.name, b.server = blockTool, cb.ID, cb.Name, cb.Type == "server_tool_use"
+		if b.server {
+			if s.servers == nil {
+				s.servers = map[string]string{}
+			}
+			s.servers[b.id] = b.name
+		}
+		q = append(q, abi.Part{Kind: abi.KindToolInputStart, ID: b.id, Tool: &abi.ToolInfo{Name: b.name, ProviderExecuted: b.server}})
+	default:
+		if !strings.HasSuffix(cb.Type, "_tool_result") || cb.ToolUseID == "" {
+			return q, nil // container uploads and blocks newer than this adapter
+		}
+		q = s.serverResult(q, cb)
+	}
+	return q, nil
+}
+
+// blockDelta maps a delta of an open block's own kind; others are dropped.
+func (s *source) blockDelta(q []abi.Part, ev *ant.MessageStreamEventUnion) ([]abi.Part, error) {
+	b := s.blocks[ev.Index]
+	if b == nil {
+		return q, nil
+	}
+	d := &ev.Delta
+	switch {
+	case d.Type == "text_delta" && b.kind == blockText && d.Text != "":
+		q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: b.id, Delta: d.Text})
+	case d.Type == "thinking_delta" && b.kind == blockReasoning && d.Thinking != "":
+		q = append(q, abi.Part{Kind: abi.KindReasoningDelta, ID: b.id, Delta: d.Thinking})
+	case d.Type == "input_json_delta" && b.kind == blockTool && d.PartialJSON != "":
+		if err := s.held.Add(provider, len(d.PartialJSON)); err != nil {
+			return q, err
+		}
+		b.input.WriteString(d.PartialJSON)
+		q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: b.id, Delta: d.PartialJSON})
+	case d.Type == "citations_delta" && b.kind == blockText:
+		c := &d.Citation
+		if src := citedSource(c.Type, c.URL, c.Title, c.Source, c.DocumentTitle); src != nil {
+			q = append(q, abi.Part{Kind: abi.KindSource, ID: b.id, Source: src})
+		}
+	}
+	return q, nil
+}
+
+// blockStop ends an open block; a tool's ends with its call.
+func (s *source) blockStop(q []abi.Part, ev *ant.MessageStreamEventUnion) []abi.Part {
+	b := s.blocks[ev.Index]
+	if b == nil {
+		return q
+	}
+	delete(s.blocks, ev.Index)
+	switch b.kind {
+	case blockText:
+		q = append(q, abi.Part{Kind: abi.KindTextEnd, ID: b.id})
+	case blockReasoning:
+		q = append(q, abi.Part{Kind: abi.KindReasoningEnd, ID: b.id})
+	case blockTool:
+		q = append(q,
+			abi.Part{Kind: abi.KindToolInputEnd, ID: b.id},
+			abi.Part{Kind: abi.KindToolCall, ID: b.id, Tool: &abi.ToolInfo{
+				Name: b.name, Input: orEmptyObject(b.input.String()), ProviderExecuted: b.server}})
+	}
+	return q
+}
+
+// messageDelta records the stop reason and the usage so far.
+func (s *source) messageDelta(ev *ant.MessageStreamEventUnion) {
+	if r := ev.Delta.StopReason; r != "" {
+		s.stop = string(r)
+	}
+	if e := ev.Delta.StopDetails.Explanation; e != "" {
+		s.explanation = e
+	}
+	u := &ev.Usage
+	s.output = max(s.output, u.OutputTokens)
+	if u.InputTokens > 0 {
+		s.input = u.InputTokens
+	}
+	if u.CacheReadInputTokens > 0 {
+		s.cacheRead = u.CacheReadInputTokens
+	}
+	if u.CacheCreationInputTokens > 0 {
+		s.cacheWrite = u.CacheCreationInputTokens
+	}
+	if t := u.OutputTokensDetails.ThinkingTokens; t > 0 {
+		s.thinking = t
+	}
+}
+
+// messageStop ends the stream: with a refusal before any content, an
+// error the driver can still fail over; otherwise the finish part.
+func (s *source) messageStop(q []abi.Part) ([]abi.Part, error) {
+	if s.stop == "refusal" && !s.content {
+		// A declared refusal before any content: fail now, the driver
+		// can still switch models.
+		return q, adapter.Refusal(provider, s.stop, s.explanation)
+	}
+	f := &abi.Finish{Reason: stopReason(s.stop), Usage: usage(s.input, s.output, s.cacheRead, s.cacheWrite, s.thinking)}
+	return append(q, abi.Part{Kind: abi.KindFinish, Finish: f}), io.EOF
 }
 
 // serverResult maps the result of a tool the provider ran itself (web

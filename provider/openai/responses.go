@@ -434,6 +434,8 @@ func (e *responseEvents) sdk(typ string, data []byte, cur *responses.ResponseStr
 	return false, e.err
 }
 
+// event maps one event of the stream to parts appended to q; io.EOF with
+// the finish part at the response's end.
 func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventUnion) (_ []abi.Part, err error) {
 	if s.refusal.Len() > 0 && startsOutput(ev) {
 		// Content after a held refusal: the refusal cannot fail over any
@@ -471,21 +473,7 @@ func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventU
 		if ev.Delta == "" {
 			break
 		}
-		if s.content || s.refused {
-			// After content a refusal cannot fail over any more: deliver
-			// it as text and finish with ReasonRefusal.
-			s.refusalItem = ev.ItemID
-			if q, err = s.flushRefusal(q); err != nil {
-				return q, err
-			}
-			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: ev.Delta})
-		} else {
-			if err := s.held.Add(s.provider, len(ev.Delta)); err != nil {
-				return q, err
-			}
-			s.refusalItem = ev.ItemID
-			s.refusal.WriteString(ev.Delta)
-		}
+		return s.refusalDelta(q, ev)
 	case "response.output_text.annotation.added":
 		if a := &ev.Annotation; a.Type == "url_citation" {
 			q = append(q, abi.Part{Kind: abi.KindSource, ID: ev.ItemID, Source: &abi.Source{URL: a.URL, Title: a.Title}})
@@ -508,32 +496,58 @@ func (s *responsesSource) event(q []abi.Part, ev *responses.ResponseStreamEventU
 			return s.endTool(q, it)
 		}
 	case "response.completed", "response.incomplete":
-		r := &ev.Response
-		if s.refusal.Len() > 0 && !s.content {
-			// A declared refusal before any content: fail now, the driver
-			// can still switch models.
-			return q, adapter.Refusal(s.provider, "refusal", s.refusal.String())
-		}
-		if s.refusal.Len() > 0 { // content came after it: text, never dropped
-			if q, err = s.flushRefusal(q); err != nil {
-				return q, err
-			}
-		}
-		for len(s.open) > 0 {
-			q = s.closeBlock(q, s.open[0].id)
-		}
-		reason := responsesFinish(r, s.called)
-		if s.refused {
-			reason = abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"}
-		}
-		f := &abi.Finish{Reason: reason, Usage: responsesUsage(&r.Usage)}
-		return append(q, abi.Part{Kind: abi.KindFinish, Finish: f}), io.EOF
+		return s.completed(q, &ev.Response)
 	case "response.failed":
 		return q, responseFailed(s.provider, &ev.Response.Error, []byte(ev.RawJSON()))
 	case "error":
 		return q, adapter.EventError(s.provider, "", ev.Code, ev.Message, []byte(ev.RawJSON()), nil)
 	}
 	return q, nil
+}
+
+// refusalDelta delivers a refusal after content as text, or holds it
+// while no content has come, so that it can still fail over.
+func (s *responsesSource) refusalDelta(q []abi.Part, ev *responses.ResponseStreamEventUnion) (_ []abi.Part, err error) {
+	if s.content || s.refused {
+		// After content a refusal cannot fail over any more: deliver
+		// it as text and finish with ReasonRefusal.
+		s.refusalItem = ev.ItemID
+		if q, err = s.flushRefusal(q); err != nil {
+			return q, err
+		}
+		q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: ev.Delta})
+	} else {
+		if err := s.held.Add(s.provider, len(ev.Delta)); err != nil {
+			return q, err
+		}
+		s.refusalItem = ev.ItemID
+		s.refusal.WriteString(ev.Delta)
+	}
+	return q, nil
+}
+
+// completed ends the answer: a refusal before any content fails;
+// otherwise every open block closes and the finish part follows.
+func (s *responsesSource) completed(q []abi.Part, r *responses.Response) (_ []abi.Part, err error) {
+	if s.refusal.Len() > 0 && !s.content {
+		// A declared refusal before any content: fail now, the driver
+		// can still switch models.
+		return q, adapter.Refusal(s.provider, "refusal", s.refusal.String())
+	}
+	if s.refusal.Len() > 0 { // content came after it: text, never dropped
+		if q, err = s.flushRefusal(q); err != nil {
+			return q, err
+		}
+	}
+	for len(s.open) > 0 {
+		q = s.closeBlock(q, s.open[0].id)
+	}
+	reason := responsesFinish(r, s.called)
+	if s.refused {
+		reason = abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"}
+	}
+	f := &abi.Finish{Reason: reason, Usage: responsesUsage(&r.Usage)}
+	return append(q, abi.Part{Kind: abi.KindFinish, Finish: f}), io.EOF
 }
 
 // startsOutput reports whether ev carries output that commits a stream.

@@ -127,23 +127,10 @@ func (s *source) end(q []abi.Part) ([]abi.Part, error) {
 	return append(q, abi.Part{Kind: abi.KindFinish, Finish: &abi.Finish{Reason: s.reason, Usage: s.usage}}), io.EOF
 }
 
+// chunk maps one chunk of the stream to parts appended to q.
 func (s *source) chunk(q []abi.Part, c *chunk) ([]abi.Part, error) {
 	if s.fields {
-		f := ChunkFields{SystemFingerprint: c.fingerprint, ServiceTier: c.tier}
-		for i := range c.choices { // a later choice 0 (never sent) overrides what it has
-			ch := &c.choices[i]
-			f.Content, f.Refusal = ch.content, ch.refusal
-			if ch.lp != "" {
-				f.Logprobs = ch.lp
-				if ch.lpContent != "" {
-					f.LogprobsContent = ch.lpContent
-				}
-				if ch.lpRefusal != "" {
-					f.LogprobsRefusal = ch.lpRefusal
-				}
-			}
-		}
-		q = append(q, abi.Part{Kind: abi.KindRaw, Raw: f})
+		q = append(q, abi.Part{Kind: abi.KindRaw, Raw: chunkFields(c)})
 	}
 	if !s.metaSent && (c.id != "" || c.model != "") {
 		s.metaSent = true
@@ -154,92 +141,145 @@ func (s *source) chunk(q []abi.Part, c *chunk) ([]abi.Part, error) {
 		s.usage = c.usage
 	}
 	for i := range c.choices { // index 0 only: n > 1 is not part of the driver's model
-		d := &c.choices[i]
-		r := d.reasoning
-		if s.refusal.Len() > 0 && (r != "" || d.content != "" || len(d.tools) > 0) {
-			// Content after a held refusal: the refusal cannot fail over
-			// any more; it goes out first, as text, in the order it came.
-			q = s.flushRefusal(q)
-		}
-		if r != "" {
-			if !s.reasoningOpen {
-				s.reasoningOpen = true
-				q = append(q, abi.Part{Kind: abi.KindReasoningStart, ID: reasoningID})
-			}
-			s.content = true
-			q = append(q, abi.Part{Kind: abi.KindReasoningDelta, ID: reasoningID, Delta: r})
-		}
-		if d.content != "" {
-			q = s.closeReasoning(q)
-			if !s.textOpen {
-				s.textOpen = true
-				q = append(q, abi.Part{Kind: abi.KindTextStart, ID: textID})
-			}
-			s.content = true
-			q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: textID, Delta: d.content})
-		}
-		if d.refusal != "" {
-			if s.content || s.refusalOpen {
-				// A refusal after content cannot be failed over any more:
-				// deliver it as text and finish with ReasonRefusal.
-				q = s.flushRefusal(q)
-				q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: d.refusal})
-			} else {
-				if err := s.held.Add(s.provider, len(d.refusal)); err != nil {
-					return q, err
-				}
-				s.refusal.WriteString(d.refusal)
-			}
-		}
-		for j := range d.tools {
-			tc := &d.tools[j]
-			t, ok := s.tools[tc.index]
-			if !ok {
-				if len(s.tools) >= adapter.MaxOpen {
-					return q, adapter.LimitError(s.provider, "tool calls", adapter.MaxOpen)
-				}
-				t = &toolCall{id: toolCallID(tc.id, tc.index, func(id string) bool {
-					for _, o := range s.tools {
-						if o.id == id {
-							return true
-						}
-					}
-					return false
-				}), name: tc.name}
-				if s.tools == nil {
-					s.tools = map[int64]*toolCall{}
-				}
-				s.tools[tc.index] = t
-				s.order = append(s.order, tc.index)
-				q = s.closeReasoning(q)
-				s.content = true
-				q = append(q, abi.Part{Kind: abi.KindToolInputStart, ID: t.id, Tool: &abi.ToolInfo{Name: t.name}})
-			}
-			if a := tc.args; a != "" {
-				if err := s.held.Add(s.provider, len(a)); err != nil {
-					return q, err
-				}
-				t.args.WriteString(a)
-				q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: t.id, Delta: a})
-			}
-		}
-		if d.finish != "" && !s.finished {
-			s.finished = true
-			s.reason = finishReason(d.finish)
-			if s.refusal.Len() > 0 && !s.content {
-				// Declared refusal before any content: fail now, the driver
-				// can still switch models.
-				return q, adapter.Refusal(s.provider, d.finish, s.refusal.String())
-			}
-			if s.refusal.Len() > 0 {
-				q = s.flushRefusal(q) // held, then content came: text, never dropped
-			}
-			if s.refusalOpen {
-				s.reason = abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"}
-			}
-			q = s.closeAll(q)
+		var err error
+		if q, err = s.choice(q, &c.choices[i]); err != nil {
+			return q, err
 		}
 	}
+	return q, nil
+}
+
+// chunkFields are the chunk's fields a gateway forwards (WithChunkFields).
+func chunkFields(c *chunk) ChunkFields {
+	f := ChunkFields{SystemFingerprint: c.fingerprint, ServiceTier: c.tier}
+	for i := range c.choices { // a later choice 0 (never sent) overrides what it has
+		ch := &c.choices[i]
+		f.Content, f.Refusal = ch.content, ch.refusal
+		if ch.lp != "" {
+			f.Logprobs = ch.lp
+			if ch.lpContent != "" {
+				f.LogprobsContent = ch.lpContent
+			}
+			if ch.lpRefusal != "" {
+				f.LogprobsRefusal = ch.lpRefusal
+			}
+		}
+	}
+	return f
+}
+
+// choice maps a choice's deltas: reasoning, text, a refusal (held while no
+// content has come, so that it can still fail over), tool calls, and its
+// finish.
+func (s *source) choice(q []abi.Part, d *choice) ([]abi.Part, error) {
+	r := d.reasoning
+	if s.refusal.Len() > 0 && (r != "" || d.content != "" || len(d.tools) > 0) {
+		// Content after a held refusal: the refusal cannot fail over
+		// any more; it goes out first, as text, in the order it came.
+		q = s.flushRefusal(q)
+	}
+	if r != "" {
+		if !s.reasoningOpen {
+			s.reasoningOpen = true
+			q = append(q, abi.Part{Kind: abi.KindReasoningStart, ID: reasoningID})
+		}
+		s.content = true
+		q = append(q, abi.Part{Kind: abi.KindReasoningDelta, ID: reasoningID, Delta: r})
+	}
+	if d.content != "" {
+		q = s.closeReasoning(q)
+		if !s.textOpen {
+			s.textOpen = true
+			q = append(q, abi.Part{Kind: abi.KindTextStart, ID: textID})
+		}
+		s.content = true
+		q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: textID, Delta: d.content})
+	}
+	if d.refusal != "" {
+		var err error
+		if q, err = s.refusalDelta(q, d.refusal); err != nil {
+			return q, err
+		}
+	}
+	for j := range d.tools {
+		var err error
+		if q, err = s.toolDelta(q, &d.tools[j]); err != nil {
+			return q, err
+		}
+	}
+	if d.finish != "" && !s.finished {
+		return s.finish(q, d.finish)
+	}
+	return q, nil
+}
+
+// refusalDelta delivers a refusal after content as text, or holds it.
+func (s *source) refusalDelta(q []abi.Part, refusal string) ([]abi.Part, error) {
+	if s.content || s.refusalOpen {
+		// A refusal after content cannot be failed over any more:
+		// deliver it as text and finish with ReasonRefusal.
+		q = s.flushRefusal(q)
+		q = append(q, abi.Part{Kind: abi.KindTextDelta, ID: refusalID, Delta: refusal})
+	} else {
+		if err := s.held.Add(s.provider, len(refusal)); err != nil {
+			return q, err
+		}
+		s.refusal.WriteString(refusal)
+	}
+	return q, nil
+}
+
+// toolDelta opens a tool call at its first delta and adds its arguments.
+func (s *source) toolDelta(q []abi.Part, tc *toolDelta) ([]abi.Part, error) {
+	t, ok := s.tools[tc.index]
+	if !ok {
+		if len(s.tools) >= adapter.MaxOpen {
+			return q, adapter.LimitError(s.provider, "tool calls", adapter.MaxOpen)
+		}
+		t = &toolCall{id: toolCallID(tc.id, tc.index, func(id string) bool {
+			for _, o := range s.tools {
+				if o.id == id {
+					return true
+				}
+			}
+			return false
+		}), name: tc.name}
+		if s.tools == nil {
+			s.tools = map[int64]*toolCall{}
+		}
+		s.tools[tc.index] = t
+		s.order = append(s.order, tc.index)
+		q = s.closeReasoning(q)
+		s.content = true
+		q = append(q, abi.Part{Kind: abi.KindToolInputStart, ID: t.id, Tool: &abi.ToolInfo{Name: t.name}})
+	}
+	if a := tc.args; a != "" {
+		if err := s.held.Add(s.provider, len(a)); err != nil {
+			return q, err
+		}
+		t.args.WriteString(a)
+		q = append(q, abi.Part{Kind: abi.KindToolInputDelta, ID: t.id, Delta: a})
+	}
+	return q, nil
+}
+
+// finish ends the answer at the first finish reason: a refusal before any
+// content fails; otherwise every open block closes.
+func (s *source) finish(q []abi.Part, reason string) ([]abi.Part, error) {
+	s.finished = true
+	s.reason = finishReason(reason)
+	if s.refusal.Len() > 0 && !s.content {
+		// Declared refusal before any content: fail now, the driver
+		// can still switch models.
+		return q, adapter.Refusal(s.provider, reason, s.refusal.String())
+	}
+	if s.refusal.Len() > 0 {
+		q = s.flushRefusal(q) // held, then content came: text, never dropped
+	}
+	if s.refusalOpen {
+		s.reason = abi.FinishReason{Unified: abi.ReasonRefusal, Raw: "refusal"}
+	}
+	q = s.closeAll(q)
 	return q, nil
 }
 
