@@ -293,56 +293,21 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 	r := q.r
 	var unknown *UnknownModelError
 	for i, c := range r.cfg.rules {
-		// Native rules and foreign conditions alike run under a panic
-		// guard: a user's predicate must not take the request down.
-		d, err := safeDecide(ctx, c, q.a)
-		if err == nil && d.Action == abi.ActionSwitch && r.models[d.Model] == nil {
-			// Native rules' keys were checked by New; a foreign
-			// condition's may be unknown: a failure of the condition,
-			// never a silent skip.
-			err = &UnknownModelError{Condition: i, Model: d.Model}
-		}
+		d, err := q.decide(ctx, i, c)
 		if err != nil {
-			if fp, ok := c.(FailPolicyer); ok && fp.FailPolicy() == abi.FailClosed {
-				return step{}, false, fmt.Errorf("retryhost: condition %d failed (fail-closed): %w", i, err)
+			if stop := q.conditionFailed(ctx, i, c, err, &unknown); stop != nil {
+				return step{}, false, stop
 			}
-			var ue *UnknownModelError
-			if errors.As(err, &ue) {
-				r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: condition named an unknown model; treated as no opinion",
-					slog.Int("condition", i), slog.String("model", ue.Model))
-				if unknown == nil {
-					unknown = ue
-				}
-			} else {
-				r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: condition failed; treated as no opinion",
-					slog.Int("condition", i), slog.String("error", err.Error()))
-			}
-			q.condErrs = append(q.condErrs, err)
+			continue
+		}
+		target, maxAttempts, match, stop := q.target(ctx, i, &d)
+		if stop != nil {
+			return step{}, false, stop
+		}
+		if !match {
 			continue
 		}
 		rule := r.rules[i] // non-nil for a native rule: its overrides apply
-		var target Model
-		maxAttempts := d.MaxAttempts
-		switch d.Action {
-		case abi.ActionNone:
-			continue
-		case abi.ActionGiveUp:
-			return step{}, false, ErrGaveUp
-		case abi.ActionRetry:
-			target = q.cur.logical()
-			if maxAttempts <= 0 {
-				maxAttempts = 2
-			}
-		case abi.ActionSwitch:
-			target = r.models[d.Model] // known: checked above
-			if maxAttempts <= 0 {
-				maxAttempts = 1
-			}
-		default:
-			r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: condition answered an unknown action; skipped",
-				slog.Int("condition", i), slog.Int("action", int(d.Action)))
-			continue
-		}
 		if rejectedAsIs(q.a) && sameModel(target, q.cur.logical()) && (rule == nil || rule.overrides.IsZero()) {
 			// A rejected request is never resent unchanged: as if the rule did not match.
 			r.cfg.logger.LogAttrs(ctx, slog.LevelDebug, "retryhost: the model rejected the request; a rule that would resend it unchanged is skipped",
@@ -358,31 +323,7 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 				continue // cooling down: as if exhausted
 			}
 		}
-		if len(q.records) >= r.cfg.maxAttempts {
-			return step{}, false, ErrMaxAttempts
-		}
-		next = step{number: len(q.records) + 1, timeout: r.cfg.attemptTimeout}
-		q.aim(&next, target, false)
-		if d.Timeout > 0 {
-			next.timeout = d.Timeout
-		}
-		if rule != nil && rule.overrides != nil {
-			next.overrides = *rule.overrides
-		}
-		next.delay = q.r.delay(&d, kc, q.a.RetryAfter)
-		now := r.cfg.now()
-		if !q.budgetAt.IsZero() && !now.Add(next.delay).Before(q.budgetAt) {
-			return step{}, false, &DeadlineError{Deadline: abi.DeadlineTotal, Limit: r.cfg.budget}
-		}
-		// ctx deadlines are on the real clock, whatever r.cfg.now is.
-		if dl, ok := ctx.Deadline(); ok && next.delay > 0 && time.Until(dl) <= next.delay {
-			return step{}, false, fmt.Errorf("retryhost: a backoff of %v would outlive the caller's deadline: %w",
-				next.delay, context.DeadlineExceeded)
-		}
-		if !q.budgetTake() {
-			return step{}, false, ErrBudgetExhausted
-		}
-		return next, true, nil
+		return q.plan(ctx, &d, rule, target, kc)
 	}
 	if unknown != nil {
 		// Nothing else matched: the request stops because a condition's
@@ -390,6 +331,102 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 		return step{}, false, unknown
 	}
 	return step{}, false, nil
+}
+
+// decide asks condition i, c, about the attempt. Native rules and foreign
+// conditions alike run under a panic guard: a user's predicate must not
+// take the request down.
+func (q *request) decide(ctx context.Context, i int, c Condition) (abi.Decision, error) {
+	d, err := safeDecide(ctx, c, q.a)
+	if err == nil && d.Action == abi.ActionSwitch && q.r.models[d.Model] == nil {
+		// Native rules' keys were checked by New; a foreign
+		// condition's may be unknown: a failure of the condition,
+		// never a silent skip.
+		err = &UnknownModelError{Condition: i, Model: d.Model}
+	}
+	return d, err
+}
+
+// conditionFailed handles condition i's failure, err: the request's stop
+// when the condition fails closed; otherwise nil, the failure logged and
+// kept, and the first unknown model it named noted in *unknown.
+func (q *request) conditionFailed(ctx context.Context, i int, c Condition, err error, unknown **UnknownModelError) error {
+	if fp, ok := c.(FailPolicyer); ok && fp.FailPolicy() == abi.FailClosed {
+		return fmt.Errorf("retryhost: condition %d failed (fail-closed): %w", i, err)
+	}
+	var ue *UnknownModelError
+	if errors.As(err, &ue) {
+		q.r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: condition named an unknown model; treated as no opinion",
+			slog.Int("condition", i), slog.String("model", ue.Model))
+		if *unknown == nil {
+			*unknown = ue
+		}
+	} else {
+		q.r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: condition failed; treated as no opinion",
+			slog.Int("condition", i), slog.String("error", err.Error()))
+	}
+	q.condErrs = append(q.condErrs, err)
+	return nil
+}
+
+// target is the model condition i's decision d aims at and the attempts
+// it allows there; match false for no opinion (or an unknown action), a
+// stop for a give-up.
+func (q *request) target(ctx context.Context, i int, d *abi.Decision) (target Model, maxAttempts int, match bool, stop error) {
+	maxAttempts = d.MaxAttempts
+	switch d.Action {
+	case abi.ActionNone:
+		return nil, 0, false, nil
+	case abi.ActionGiveUp:
+		return nil, 0, false, ErrGaveUp
+	case abi.ActionRetry:
+		target = q.cur.logical()
+		if maxAttempts <= 0 {
+			maxAttempts = 2
+		}
+	case abi.ActionSwitch:
+		target = q.r.models[d.Model] // known: checked by decide
+		if maxAttempts <= 0 {
+			maxAttempts = 1
+		}
+	default:
+		q.r.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "retryhost: condition answered an unknown action; skipped",
+			slog.Int("condition", i), slog.Int("action", int(d.Action)))
+		return nil, 0, false, nil
+	}
+	return target, maxAttempts, true, nil
+}
+
+// plan is the next step to target, as the decision d and its rule (nil: a
+// foreign condition) say: unless the request's attempts, its total budget,
+// the caller's deadline or the retry budget stop it.
+func (q *request) plan(ctx context.Context, d *abi.Decision, rule *Rule, target Model, kc *keyCount) (next step, ok bool, stop error) {
+	r := q.r
+	if len(q.records) >= r.cfg.maxAttempts {
+		return step{}, false, ErrMaxAttempts
+	}
+	next = step{number: len(q.records) + 1, timeout: r.cfg.attemptTimeout}
+	q.aim(&next, target, false)
+	if d.Timeout > 0 {
+		next.timeout = d.Timeout
+	}
+	if rule != nil && rule.overrides != nil {
+		next.overrides = *rule.overrides
+	}
+	next.delay = q.r.delay(d, kc, q.a.RetryAfter)
+	now := r.cfg.now()
+	if !q.budgetAt.IsZero() && !now.Add(next.delay).Before(q.budgetAt) {
+		return step{}, false, &DeadlineError{Deadline: abi.DeadlineTotal, Limit: r.cfg.budget}
+	}
+	// ctx deadlines are on the real clock, whatever r.cfg.now is.
+	if dl, ok := ctx.Deadline(); ok && next.delay > 0 && time.Until(dl) <= next.delay {
+		return step{}, false, fmt.Errorf("retryhost: a backoff of %v would outlive the caller's deadline: %w",
+			next.delay, context.DeadlineExceeded)
+	}
+	if !q.budgetTake() {
+		return step{}, false, ErrBudgetExhausted
+	}
+	return next, true, nil
 }
 
 // rejectedAsIs reports whether a is a failure the model will repeat for
