@@ -78,32 +78,15 @@ func run(ctx context.Context, w io.Writer) error {
 
 	// Traffic while the swap happens: every stream must be all one version.
 	const streams = 64
-	var wg sync.WaitGroup
-	texts := make([]string, streams)
-	errs := make([]error, streams)
-	for i := range streams {
-		wg.Go(func() {
-			s, err := m.Stream(ctx, &driver.Request{})
-			if err == nil {
-				texts[i], err = fake.ReadText(s)
-			}
-			errs[i] = err
-		})
-	}
-	if _, err := load("upper"); err != nil {
+	texts, errs, err := swapUnderTraffic(ctx, m, streams, func() error { _, err := load("upper"); return err })
+	if err != nil {
 		return err
 	}
-	wg.Wait()
 	v2 := style.Version()
 	fmt.Fprintf(w, "style v2 (upper-case) swapped in, sha256 %s…\n", v2[:12])
-	whole := 0
-	for i, t := range texts {
-		if errs[i] != nil {
-			return errs[i]
-		}
-		if t == "hello from the model" || t == "HELLO FROM THE MODEL" {
-			whole++
-		}
+	whole, err := wholeOnOneVersion(texts, errs)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(w, "%d/%d streams during the swap ran whole on one version\n", whole, streams)
 
@@ -124,7 +107,49 @@ func run(ctx context.Context, w io.Writer) error {
 	fmt.Fprintf(w, "stream opened after the swap: %q (v2)\n", text)
 
 	// A bad version is refused at load; v2 keeps serving.
-	if _, err := load("forbidden_sock"); err == nil {
+	return refuseBadVersion(w, style, v2, func() error { _, err := load("forbidden_sock"); return err })
+}
+
+// swapUnderTraffic opens n streams through m, swaps the transform with
+// swap while they run, and returns each stream's text and error.
+func swapUnderTraffic(ctx context.Context, m driver.Model, n int, swap func() error) (texts []string, errs []error, err error) {
+	var wg sync.WaitGroup
+	texts = make([]string, n)
+	errs = make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			s, err := m.Stream(ctx, &driver.Request{})
+			if err == nil {
+				texts[i], err = fake.ReadText(s)
+			}
+			errs[i] = err
+		})
+	}
+	if err := swap(); err != nil {
+		return nil, nil, err
+	}
+	wg.Wait()
+	return texts, errs, nil
+}
+
+// wholeOnOneVersion counts the texts all of one version: all v1's
+// (passed through) or all v2's (upper-cased).
+func wholeOnOneVersion(texts []string, errs []error) (whole int, err error) {
+	for i, t := range texts {
+		if errs[i] != nil {
+			return 0, errs[i]
+		}
+		if t == "hello from the model" || t == "HELLO FROM THE MODEL" {
+			whole++
+		}
+	}
+	return whole, nil
+}
+
+// refuseBadVersion loads a version the host must refuse, and checks that
+// style still serves v2.
+func refuseBadVersion(w io.Writer, style *host.Named, v2 string, loadBad func() error) error {
+	if err := loadBad(); err == nil {
 		return fmt.Errorf("forbidden_sock loaded")
 	} else {
 		fmt.Fprintf(w, "v3 refused: %v\n", err)
