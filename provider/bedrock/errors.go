@@ -1,9 +1,11 @@
 package bedrock
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 
@@ -43,6 +45,22 @@ func recording(hc *http.Client) *http.Client {
 }
 
 func (t *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	// The SDK closes the request body as soon as the response is in, and
+	// the transport may still be reading it then (the one byte past
+	// Content-Length it reads to check the length): its read fails, it
+	// closes the connection, and the response body being read fails with
+	// "use of closed network connection". The transport gets a copy the
+	// SDK cannot close; request bodies are small JSON.
+	if req.Body != nil && req.Body != http.NoBody {
+		b, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		req = req.Clone(req.Context())
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	}
 	resp, err := t.base.RoundTrip(req)
 	if err != nil {
 		return nil, err

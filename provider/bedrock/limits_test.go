@@ -55,7 +55,7 @@ func TestStreamLimits(t *testing.T) {
 			_, err = wiretest.Collect(st, 10*adapter.MaxOpen)
 			var pe *driver.ProviderError
 			require.ErrorAs(t, err, &pe)
-			require.Equal(t, adapter.LimitType, pe.Type)
+			require.Equal(t, adapter.LimitType, pe.Type, "%v", err)
 			require.Equal(t, abi.ClassServer, pe.Class)
 			require.False(t, pe.Retryable)
 		})
