@@ -324,6 +324,27 @@ func (m *Model) request(req *driver.Request) (*bedrockruntime.ConverseStreamInpu
 	if req.System != "" {
 		in.System = append(in.System, &types.SystemContentBlockMemberText{Value: req.System})
 	}
+	in.InferenceConfig = inferenceConfig(req)
+	if len(req.Tools) > 0 {
+		tc, err := toolConfig(req.Tools)
+		if err != nil {
+			return nil, err
+		}
+		in.ToolConfig = tc
+	}
+	if extra := m.extraFields(req); len(extra) > 0 {
+		in.AdditionalModelRequestFields = document.NewLazyDocument(extra)
+	}
+	for _, msg := range req.Messages {
+		if err := addMessage(in, &msg); err != nil {
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+// inferenceConfig is the request's sampling settings; nil with none set.
+func inferenceConfig(req *driver.Request) *types.InferenceConfiguration {
 	ic := &types.InferenceConfiguration{StopSequences: req.StopSequences}
 	if req.MaxOutputTokens > 0 {
 		ic.MaxTokens = aws.Int32(int32(min(req.MaxOutputTokens, 1<<31-1)))
@@ -335,27 +356,36 @@ func (m *Model) request(req *driver.Request) (*bedrockruntime.ConverseStreamInpu
 		ic.TopP = aws.Float32(float32(*req.TopP))
 	}
 	if ic.MaxTokens != nil || ic.Temperature != nil || ic.TopP != nil || len(ic.StopSequences) > 0 {
-		in.InferenceConfig = ic
+		return ic
 	}
-	if len(req.Tools) > 0 {
-		tc := &types.ToolConfiguration{}
-		for _, t := range req.Tools {
-			schema := map[string]any{"type": "object", "properties": map[string]any{}}
-			if t.Schema != "" {
-				schema = nil
-				if err := json.Unmarshal([]byte(t.Schema), &schema); err != nil || schema == nil {
-					return nil, fmt.Errorf("bedrock: tool %q: schema is not a JSON object", t.Name)
-				}
+	return nil
+}
+
+// toolConfig is the tools' specifications; a tool with no schema takes
+// any object.
+func toolConfig(tools []driver.Tool) (*types.ToolConfiguration, error) {
+	tc := &types.ToolConfiguration{}
+	for _, t := range tools {
+		schema := map[string]any{"type": "object", "properties": map[string]any{}}
+		if t.Schema != "" {
+			schema = nil
+			if err := json.Unmarshal([]byte(t.Schema), &schema); err != nil || schema == nil {
+				return nil, fmt.Errorf("bedrock: tool %q: schema is not a JSON object", t.Name)
 			}
-			spec := types.ToolSpecification{Name: aws.String(t.Name),
-				InputSchema: &types.ToolInputSchemaMemberJson{Value: document.NewLazyDocument(schema)}}
-			if t.Description != "" {
-				spec.Description = aws.String(t.Description)
-			}
-			tc.Tools = append(tc.Tools, &types.ToolMemberToolSpec{Value: spec})
 		}
-		in.ToolConfig = tc
+		spec := types.ToolSpecification{Name: aws.String(t.Name),
+			InputSchema: &types.ToolInputSchemaMemberJson{Value: document.NewLazyDocument(schema)}}
+		if t.Description != "" {
+			spec.Description = aws.String(t.Description)
+		}
+		tc.Tools = append(tc.Tools, &types.ToolMemberToolSpec{Value: spec})
 	}
+	return tc, nil
+}
+
+// extraFields are the model's own request fields, then the request's
+// ProviderOptions for what they leave unset.
+func (m *Model) extraFields(req *driver.Request) map[string]any {
 	extra := maps.Clone(m.params)
 	if po, ok := req.ProviderOptions[m.provider].(map[string]any); ok {
 		if extra == nil {
@@ -367,57 +397,68 @@ func (m *Model) request(req *driver.Request) (*bedrockruntime.ConverseStreamInpu
 			}
 		}
 	}
-	if len(extra) > 0 {
-		in.AdditionalModelRequestFields = document.NewLazyDocument(extra)
-	}
-	for _, msg := range req.Messages {
-		var role types.ConversationRole
-		switch msg.Role {
-		case driver.RoleUser, driver.RoleTool:
-			role = types.ConversationRoleUser
-		case driver.RoleAssistant:
-			role = types.ConversationRoleAssistant
-		case driver.RoleSystem:
-			for _, x := range msg.Content {
-				if x.Text != "" {
-					in.System = append(in.System, &types.SystemContentBlockMemberText{Value: x.Text})
-				}
-			}
-			continue
-		default:
-			return nil, fmt.Errorf("bedrock: unknown role %q", msg.Role)
-		}
-		var blocks []types.ContentBlock
+	return extra
+}
+
+// addMessage adds msg to in: a system message's text to the system
+// prompt, the others as turns, a turn of the last one's role joining it.
+func addMessage(in *bedrockruntime.ConverseStreamInput, msg *driver.Message) error {
+	var role types.ConversationRole
+	switch msg.Role {
+	case driver.RoleUser, driver.RoleTool:
+		role = types.ConversationRoleUser
+	case driver.RoleAssistant:
+		role = types.ConversationRoleAssistant
+	case driver.RoleSystem:
 		for _, x := range msg.Content {
-			switch {
-			case msg.Role == driver.RoleAssistant && x.ToolName != "":
-				args := map[string]any{}
-				if x.ToolInput != "" {
-					if err := json.Unmarshal([]byte(x.ToolInput), &args); err != nil {
-						return nil, fmt.Errorf("bedrock: tool call %q: input is not a JSON object: %w", x.ToolCallID, err)
-					}
-				}
-				blocks = append(blocks, &types.ContentBlockMemberToolUse{Value: types.ToolUseBlock{
-					ToolUseId: aws.String(x.ToolCallID), Name: aws.String(x.ToolName), Input: document.NewLazyDocument(args)}})
-			case msg.Role == driver.RoleTool:
-				blocks = append(blocks, &types.ContentBlockMemberToolResult{Value: types.ToolResultBlock{
-					ToolUseId: aws.String(x.ToolCallID), Content: []types.ToolResultContentBlock{toolResult(x.ToolResult)}}})
-			case x.Text != "":
-				blocks = append(blocks, &types.ContentBlockMemberText{Value: x.Text})
+			if x.Text != "" {
+				in.System = append(in.System, &types.SystemContentBlockMemberText{Value: x.Text})
 			}
 		}
-		if len(blocks) == 0 {
-			continue
-		}
-		// Converse wants the roles to alternate: a tool result and the
-		// user's next words are one user turn.
-		if n := len(in.Messages); n > 0 && in.Messages[n-1].Role == role {
-			in.Messages[n-1].Content = append(in.Messages[n-1].Content, blocks...)
-			continue
-		}
-		in.Messages = append(in.Messages, types.Message{Role: role, Content: blocks})
+		return nil
+	default:
+		return fmt.Errorf("bedrock: unknown role %q", msg.Role)
 	}
-	return in, nil
+	blocks, err := contentBlocks(msg)
+	if err != nil {
+		return err
+	}
+	if len(blocks) == 0 {
+		return nil
+	}
+	// Converse wants the roles to alternate: a tool result and the
+	// user's next words are one user turn.
+	if n := len(in.Messages); n > 0 && in.Messages[n-1].Role == role {
+		in.Messages[n-1].Content = append(in.Messages[n-1].Content, blocks...)
+		return nil
+	}
+	in.Messages = append(in.Messages, types.Message{Role: role, Content: blocks})
+	return nil
+}
+
+// contentBlocks are msg's contents as Converse's blocks: tool calls, tool
+// results and text.
+func contentBlocks(msg *driver.Message) ([]types.ContentBlock, error) {
+	var blocks []types.ContentBlock
+	for _, x := range msg.Content {
+		switch {
+		case msg.Role == driver.RoleAssistant && x.ToolName != "":
+			args := map[string]any{}
+			if x.ToolInput != "" {
+				if err := json.Unmarshal([]byte(x.ToolInput), &args); err != nil {
+					return nil, fmt.Errorf("bedrock: tool call %q: input is not a JSON object: %w", x.ToolCallID, err)
+				}
+			}
+			blocks = append(blocks, &types.ContentBlockMemberToolUse{Value: types.ToolUseBlock{
+				ToolUseId: aws.String(x.ToolCallID), Name: aws.String(x.ToolName), Input: document.NewLazyDocument(args)}})
+		case msg.Role == driver.RoleTool:
+			blocks = append(blocks, &types.ContentBlockMemberToolResult{Value: types.ToolResultBlock{
+				ToolUseId: aws.String(x.ToolCallID), Content: []types.ToolResultContentBlock{toolResult(x.ToolResult)}}})
+		case x.Text != "":
+			blocks = append(blocks, &types.ContentBlockMemberText{Value: x.Text})
+		}
+	}
+	return blocks, nil
 }
 
 // toolResult is a tool's result as Converse takes it: a JSON object as
