@@ -70,10 +70,17 @@ func bedrockUpstream(t *testing.T, transcript string) (*httptest.Server, chan st
 }
 
 // bedrockRig serves a policy whose route name is a Bedrock model
-// answering transcript, beside the OpenAI-compatible primary and backup.
-// The adapter signs with the AWS default chain's credentials: static ones
-// from the environment here.
+// answering transcript, beside the OpenAI-compatible primary and backup,
+// under the default rules.
 func bedrockRig(t *testing.T, name, transcript string) (*rig, chan string) {
+	t.Helper()
+	return bedrockRigOf(t, name, transcript, "openai", defaultRules)
+}
+
+// bedrockRigOf is bedrockRig with the other model of provider other
+// (openai or anthropic) and rules. The adapter signs with the AWS default
+// chain's credentials: static ones from the environment here.
+func bedrockRigOf(t *testing.T, name, transcript, other, rules string) (*rig, chan string) {
 	t.Helper()
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
@@ -93,9 +100,13 @@ func bedrockRig(t *testing.T, name, transcript string) (*rig, chan string) {
 		}
 		u := newUpstream(n)
 		r.up[n] = u
-		models = append(models, fmt.Sprintf(`{"name": %q, "provider": "openai", "model": "up-%s", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}`, n, n, u.url()))
+		base := u.url()
+		if other == "anthropic" {
+			base = u.srv.URL
+		}
+		models = append(models, fmt.Sprintf(`{"name": %q, "provider": %q, "model": "up-%s", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}`, n, other, n, base))
 	}
-	r.serve(fmt.Sprintf(`{"models": [%s], %s}`, strings.Join(models, ", "), defaultRules))
+	r.serve(fmt.Sprintf(`{"models": [%s], %s}`, strings.Join(models, ", "), rules))
 	return r, paths
 }
 
@@ -147,6 +158,32 @@ func TestOpenAIFailsOverToBedrock(t *testing.T) {
 	require.Equal(t, map[string]bool{"backup": true}, got.models)
 
 	r.up["primary"].play(act{status: 503})
+	m, err := r.anth.Messages.New(context.Background(), msgParams("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "backup", string(m.Model))
+	require.Equal(t, "Hello, world.", m.Content[0].Text)
+}
+
+// switchOnRateLimit moves a throttled or overloaded request to the other
+// model at once.
+const switchOnRateLimit = `"rules": [{"when": {"class": ["rate-limit", "overloaded"]}, "action": "switch", "model": "backup"}]`
+
+// A throttled Bedrock model (ThrottlingException, 429) fails over to an
+// Anthropic model, for an OpenAI client.
+func TestBedrockThrottlingFailsOverToAnthropic(t *testing.T) {
+	r, _ := bedrockRigOf(t, "primary", "throttling_429", "anthropic", switchOnRateLimit)
+	r.up["backup"].play(act{chunks: []string{"Paris", "."}})
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "Paris.", got.text)
+	require.Equal(t, map[string]bool{"backup": true}, got.models)
+}
+
+// An overloaded Anthropic model fails over to a Bedrock model, for an
+// Anthropic client.
+func TestAnthropicFailsOverToBedrock(t *testing.T) {
+	r, _ := bedrockRigOf(t, "backup", "text", "anthropic", switchOnRateLimit)
+	r.up["primary"].play(act{status: 529})
 	m, err := r.anth.Messages.New(context.Background(), msgParams("primary"))
 	require.NoError(t, err)
 	require.Equal(t, "backup", string(m.Model))
