@@ -4,13 +4,35 @@ import (
 	"encoding/json"
 
 	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/provider/anthropic"
 )
 
 // A request that fails over to an upstream of the other API gets, besides
 // the driver's fields (messages, system, tools, max tokens, temperature,
 // top_p, stop), the few request fields that have a faithful translation:
-// the tool choice, parallel tool use, and the end-user id. The rest of the
-// other format's fields have no meaning there and are not sent.
+// the tool choice, parallel tool use, the end-user id, and from Chat
+// Completions the reasoning effort (as a thinking budget) and, for Gemini,
+// the response format. The rest of the other format's fields have no
+// meaning there and are not sent.
+
+// effortBudget is the thinking budget, in tokens, that a Chat Completions
+// reasoning_effort becomes: Anthropic's thinking.budget_tokens (0: no
+// thinking block; the API's floor is 1024) and Gemini's
+// generationConfig.thinkingConfig.thinkingBudget (0 turns thinking off
+// where the model allows it; 2.5 Flash takes at most 24,576, 2.5 Pro
+// 32,768).
+var effortBudget = map[string]struct{ anthropic, gemini int }{
+	"none":    {0, 0},
+	"minimal": {0, 512},
+	"low":     {1024, 1024},
+	"medium":  {8192, 8192},
+	"high":    {24576, 24576},
+	"xhigh":   {32768, 24576},
+	"max":     {32768, 24576},
+}
+
+// minThinkingBudget is the smallest thinking budget Anthropic's API takes.
+const minThinkingBudget = 1024
 
 // toOpenAIFields translates a Messages request's tool_choice and
 // metadata.user_id (as `user`, the end-user id OpenAI's API takes) for the
@@ -51,10 +73,11 @@ func toOpenAIFields(r *driver.Request, fields map[string]json.RawMessage, provid
 }
 
 // toAnthropicFields translates a Chat Completions request's tool_choice,
-// parallel_tool_calls and user for the Anthropic upstreams named by
-// providers. Values it cannot translate are left out (an OpenAI upstream
-// judges them). It reads them from the fields parseChat decoded, not the
-// body again; a value of the wrong type is left out too.
+// parallel_tool_calls, user and reasoning_effort (anthropicThinking) for
+// the Anthropic upstreams named by providers. Values it cannot translate
+// are left out (an OpenAI upstream judges them). It reads them from the
+// fields parseChat decoded, not the body again; a value of the wrong type
+// is left out too.
 func toAnthropicFields(r *driver.Request, fields map[string]json.RawMessage, providers []string) {
 	var f struct {
 		ToolChoice        json.RawMessage
@@ -99,7 +122,139 @@ func toAnthropicFields(r *driver.Request, fields map[string]json.RawMessage, pro
 	if f.User != "" {
 		out["metadata"] = map[string]any{"user_id": f.User}
 	}
+	var effort string
+	if field(fields, "reasoning_effort", &effort) == nil && effort != "" {
+		forced := tc != nil && (tc["type"] == "any" || tc["type"] == "tool")
+		if thinking, maxTokens, ok := anthropicThinking(r, effort, forced); ok && thinking != nil {
+			out["thinking"] = thinking
+			if maxTokens > 0 {
+				out["max_tokens"] = maxTokens
+			}
+		}
+	}
 	setProviderOptions(r, providers, out)
+}
+
+// anthropicThinking is the thinking block a reasoning_effort becomes on
+// the Messages API, and the max_tokens to send with it when the request
+// set none (the API counts thinking in max_tokens, as OpenAI counts
+// reasoning in max_completion_tokens, and wants the budget below it): the
+// effort's budget (effortBudget) plus anthropic.DefaultMaxTokens for the
+// answer. A request that set max tokens keeps them, and the budget is at
+// most half of them (at least 1024). ok is false when the effort cannot
+// be honoured there: an unknown effort, max tokens of 1024 or fewer, a
+// temperature other than 1, a top_p below 0.95, or a forced tool choice
+// (the API refuses thinking with those). "none" and "minimal" are
+// honoured by sending no thinking block (nil, ok).
+func anthropicThinking(r *driver.Request, effort string, forcedTool bool) (thinking map[string]any, maxTokens int, ok bool) {
+	b, known := effortBudget[effort]
+	switch {
+	case !known:
+		return nil, 0, false
+	case b.anthropic == 0:
+		return nil, 0, true
+	case (r.Temperature != nil && *r.Temperature != 1) || (r.TopP != nil && *r.TopP < 0.95) || forcedTool:
+		return nil, 0, false
+	}
+	budget := b.anthropic
+	if m := r.MaxOutputTokens; m > 0 {
+		if m <= minThinkingBudget {
+			return nil, 0, false
+		}
+		budget = min(budget, max(minThinkingBudget, m/2))
+	} else {
+		maxTokens = budget + anthropic.DefaultMaxTokens
+	}
+	return map[string]any{"type": "enabled", "budget_tokens": budget}, maxTokens, true
+}
+
+// toGeminiFields translates a Chat Completions request's response_format
+// (json_object: generationConfig.responseMimeType application/json;
+// json_schema: that and its schema as responseJsonSchema, which takes JSON
+// Schema as OpenAI's API does), reasoning_effort (thinkingConfig's
+// thinkingBudget, effortBudget) and, when the request has tools,
+// tool_choice (toolConfig.functionCallingConfig: auto AUTO, none NONE,
+// required ANY, a named function ANY allowing only it) for the Gemini
+// upstreams named by providers. Values it cannot translate are left out.
+func toGeminiFields(r *driver.Request, fields map[string]json.RawMessage, providers []string) {
+	gc := map[string]any{}
+	if mime, schema, ok := geminiResponseFormat(fields["response_format"]); ok && mime != "" {
+		gc["responseMimeType"] = mime
+		if schema != nil {
+			gc["responseJsonSchema"] = schema
+		}
+	}
+	var effort string
+	if field(fields, "reasoning_effort", &effort) == nil {
+		if b, ok := effortBudget[effort]; ok {
+			gc["thinkingConfig"] = map[string]any{"thinkingBudget": b.gemini}
+		}
+	}
+	out := map[string]any{}
+	if len(gc) > 0 {
+		out["generationConfig"] = gc
+	}
+	if fc := geminiToolChoice(fields["tool_choice"]); fc != nil && len(r.Tools) > 0 {
+		out["toolConfig"] = map[string]any{"functionCallingConfig": fc}
+	}
+	setProviderOptions(r, providers, out)
+}
+
+// geminiResponseFormat is the response MIME type and JSON schema a Chat
+// Completions response_format asks of Gemini: "" for none (absent, null,
+// or text), ok false for one it cannot translate (an unknown type, a
+// json_schema without an object schema).
+func geminiResponseFormat(raw json.RawMessage) (mime string, schema map[string]any, ok bool) {
+	if len(raw) == 0 || isNull(raw) {
+		return "", nil, true
+	}
+	var rf struct {
+		Type       string `json:"type"`
+		JSONSchema struct {
+			Schema map[string]any `json:"schema"`
+		} `json:"json_schema"`
+	}
+	if json.Unmarshal(raw, &rf) != nil {
+		return "", nil, false
+	}
+	switch rf.Type {
+	case "text":
+		return "", nil, true
+	case "json_object":
+		return "application/json", nil, true
+	case "json_schema":
+		if rf.JSONSchema.Schema == nil {
+			return "", nil, false
+		}
+		return "application/json", rf.JSONSchema.Schema, true
+	}
+	return "", nil, false
+}
+
+// geminiToolChoice is Gemini's functionCallingConfig for a Chat
+// Completions tool_choice, nil for none or one it cannot translate.
+func geminiToolChoice(raw json.RawMessage) map[string]any {
+	if len(raw) == 0 || isNull(raw) {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		mode := map[string]string{"auto": "AUTO", "none": "NONE", "required": "ANY"}[s]
+		if mode == "" {
+			return nil
+		}
+		return map[string]any{"mode": mode}
+	}
+	var fn struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(raw, &fn) == nil && fn.Type == "function" && fn.Function.Name != "" {
+		return map[string]any{"mode": "ANY", "allowedFunctionNames": []string{fn.Function.Name}}
+	}
+	return nil
 }
 
 func setProviderOptions(r *driver.Request, providers []string, fields map[string]any) {

@@ -21,6 +21,18 @@ import (
 // Gemini transcript.
 func geminiUpstream(t *testing.T, transcript string) *httptest.Server {
 	t.Helper()
+	body := geminiSSE(t, transcript)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// geminiSSE is the SSE body of a recorded Gemini transcript.
+func geminiSSE(t *testing.T, transcript string) string {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "testdata", "wire", "gemini", transcript+".json"))
 	require.NoError(t, err)
 	var tr struct {
@@ -35,12 +47,7 @@ func geminiUpstream(t *testing.T, transcript string) *httptest.Server {
 		require.NoError(t, json.Compact(&c, e.Data))
 		fmt.Fprintf(&body, "data: %s\r\n\r\n", c.String())
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = w.Write([]byte(body.String()))
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	return body.String()
 }
 
 // geminiRig serves a policy whose route name is a Gemini model answering

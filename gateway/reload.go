@@ -14,6 +14,7 @@ import (
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/policy"
 	"github.com/retryhost/retryhost/provider/anthropic"
+	"github.com/retryhost/retryhost/provider/gemini"
 	"github.com/retryhost/retryhost/provider/openai"
 )
 
@@ -189,7 +190,10 @@ type generation struct {
 	// anthropic are those of its Anthropic models, which get the
 	// Messages door's fields.
 	anthropic []string
-	created   int64 // when the policy was loaded (Unix seconds), for /v1/models
+	// gemini are those of its Gemini models, which get the fields that
+	// have a translation there (toGeminiFields).
+	gemini  []string
+	created int64 // when the policy was loaded (Unix seconds), for /v1/models
 	// hooked are the models the file built over the gateway's own upstream
 	// client, whose streams wait only in bodies that run a flushHook.
 	hooked map[driver.Model]bool
@@ -241,9 +245,9 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	// A provider name whose models all speak Chat Completions gets the
 	// forwarded fields; one shared with a Responses API model does not
 	// (ProviderOptions are keyed by provider name, not by model).
-	chat, anth := map[string]bool{}, map[string]bool{}
+	chat, anth, gem := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for name, m := range p.Models {
-		g.addRoute(gen, name, m, chat, anth)
+		g.addRoute(gen, name, m, chat, anth, gem)
 	}
 	for prov, ok := range chat {
 		if ok && !anth[prov] {
@@ -255,12 +259,18 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 			gen.anthropic = append(gen.anthropic, prov)
 		}
 	}
+	for prov := range gem {
+		if _, shared := chat[prov]; !shared && !anth[prov] {
+			gen.gemini = append(gen.gemini, prov)
+		}
+	}
 	if base := p.Runner.Base(); gen.any[base] {
 		gen.implicit = gen.routes[gen.byKey[base]]
 	}
 	slices.Sort(gen.names)
 	slices.Sort(gen.providers)
 	slices.Sort(gen.anthropic)
+	slices.Sort(gen.gemini)
 	gen.refs.Store(1)
 	return gen, nil
 }
@@ -330,9 +340,9 @@ func (g *Gateway) gatewayDefaults(o *policy.Options) {
 	}
 }
 
-// addRoute adds the route name of model m to gen, and notes in chat and
-// anth which API m's provider speaks.
-func (g *Gateway) addRoute(gen *generation, name string, m driver.Model, chat, anth map[string]bool) {
+// addRoute adds the route name of model m to gen, and notes in chat, anth
+// and gem which API m's provider speaks.
+func (g *Gateway) addRoute(gen *generation, name string, m driver.Model, chat, anth, gem map[string]bool) {
 	if bound := g.src.opts.Models[name]; bound == nil && g.client != nil {
 		gen.hooked[m] = true
 	}
@@ -361,6 +371,9 @@ func (g *Gateway) addRoute(gen *generation, name string, m driver.Model, chat, a
 	}
 	if am, ok := inner.(*anthropic.Model); ok {
 		anth[am.Provider()] = true
+	}
+	if gm, ok := inner.(*gemini.Model); ok {
+		gem[gm.Provider()] = true
 	}
 }
 

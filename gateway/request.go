@@ -46,9 +46,10 @@ var gatewayFields = map[string]bool{"model": true, "stream": true, "fallbacks": 
 // parseChat reads the body into the driver's request (the fields it
 // models, for every provider) and keeps every other field, and the
 // original messages and tools, raw for OpenAI-compatible upstreams
-// (forward), and translates the fields the Anthropic upstreams named by
-// anthropic understand differently (toAnthropicFields).
-func parseChat(body []byte, providers, anthropic []string) (*chatRequest, error) {
+// (forward), and translates the fields the Anthropic and Gemini upstreams
+// named by anthropic and gemini understand differently (toAnthropicFields,
+// toGeminiFields).
+func parseChat(body []byte, providers, anthropic, gemini []string) (*chatRequest, error) {
 	fields, c, err := parseCommon(body)
 	if err != nil {
 		return nil, err
@@ -143,6 +144,9 @@ func parseChat(body []byte, providers, anthropic []string) (*chatRequest, error)
 	forward(r, fields, providers)
 	if len(anthropic) > 0 {
 		toAnthropicFields(r, fields, anthropic)
+	}
+	if len(gemini) > 0 {
+		toGeminiFields(r, fields, gemini)
 	}
 	return c, nil
 }

@@ -27,6 +27,10 @@ import (
 // and the Request.ProviderOptions entry it reads.
 const provider = "anthropic"
 
+// MaxTemperature is the Messages API's highest temperature: a request's
+// Temperature above it is sent as it, with a Warning.
+const MaxTemperature = 1.0
+
 // DefaultMaxTokens is sent as max_tokens when the request sets no
 // MaxOutputTokens: the Messages API requires one.
 const DefaultMaxTokens = 4096
@@ -432,6 +436,12 @@ func (m *Model) params(req *driver.Request) (ant.MessageNewParams, []option.Requ
 	if req.Seed != nil {
 		warnings = append(warnings, abi.Warning{Type: "unsupported", Feature: "seed", Message: "the Messages API has no seed; it was not sent"})
 	}
+	if t := req.Temperature; t != nil && *t > MaxTemperature {
+		// OpenAI's and Gemini's range goes to 2: a request written for them
+		// gets the Messages API's most random setting (requestOptions), not a 400.
+		warnings = append(warnings, abi.Warning{Type: "compatibility", Feature: "temperature",
+			Message: fmt.Sprintf("temperature %g is above the Messages API's maximum of 1; 1 was sent", *t)})
+	}
 	fields, err := forwardedFields(req)
 	if err != nil {
 		return p, nil, nil, err
@@ -535,7 +545,7 @@ func (m *Model) requestOptions(req *driver.Request, fields map[string]any) []opt
 	opts := make([]option.RequestOption, 0, n)
 	// SDK v2 has no fields for these sampling settings; the API still takes them.
 	if req.Temperature != nil {
-		opts = append(opts, option.WithJSONSet("temperature", *req.Temperature))
+		opts = append(opts, option.WithJSONSet("temperature", min(*req.Temperature, MaxTemperature)))
 	}
 	if req.TopP != nil {
 		opts = append(opts, option.WithJSONSet("top_p", *req.TopP))

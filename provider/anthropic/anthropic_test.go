@@ -770,3 +770,37 @@ func TestStreamUnmappedEvents(t *testing.T) {
 		"reasoning-start:6", "reasoning-end:6",
 		"text-start:7", "text-delta:7", "text-end:7", "finish:"}, kinds)
 }
+
+// A temperature in OpenAI's range but above the Messages API's is sent as
+// the API's maximum, with a warning; one in range goes as it is, unwarned.
+func TestTemperatureAboveRangeIsClamped(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		in, sent float64
+		warned   bool
+	}{
+		{"above", 1.5, 1, true},
+		{"at the maximum", 1, 1, false},
+		{"in range", 0.7, 0.7, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := wiretest.ServeFile(t, wire("text"))
+			temp := tc.in
+			req := &driver.Request{Messages: []driver.Message{{Role: driver.RoleUser, Content: []driver.Content{{Text: "hi"}}}},
+				Temperature: &temp}
+			st, err := model(t, srv).Stream(context.Background(), req)
+			require.NoError(t, err)
+			parts, err := wiretest.Collect(st, 100)
+			require.NoError(t, err)
+			var body map[string]any
+			require.NoError(t, json.Unmarshal(srv.Requests()[0].Body, &body))
+			require.Equal(t, tc.sent, body["temperature"])
+			if tc.warned {
+				require.Equal(t, []abi.Warning{{Type: "compatibility", Feature: "temperature",
+					Message: "temperature 1.5 is above the Messages API's maximum of 1; 1 was sent"}}, parts[0].Warnings)
+			} else {
+				require.Empty(t, parts[0].Warnings)
+			}
+		})
+	}
+}

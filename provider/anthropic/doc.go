@@ -97,8 +97,9 @@
 // results (RoleTool) become a user message of tool_result blocks, one
 // message for consecutive RoleTool messages (parallel calls' results);
 // MaxOutputTokens is max_tokens (DefaultMaxTokens when zero: the API
-// requires it). Seed is not supported and yields a Warning on stream-start
-// and in Response.Warnings. Request.ProviderOptions["anthropic"], a
+// requires it). Temperature above 1 (OpenAI's and Gemini's range goes to
+// 2) is sent as 1 (MaxTemperature), and seed is not supported: each yields
+// a Warning on stream-start and in Response.Warnings. Request.ProviderOptions["anthropic"], a
 // map[string]any, is merged into the request body as is (for example
 // {"thinking": {"type": "enabled", "budget_tokens": 1024}}).
 //

@@ -1,0 +1,249 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/shared"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhost/retryhost/internal/testkit"
+)
+
+// bodyLog keeps the JSON bodies a loopback upstream received.
+type bodyLog struct {
+	mu     sync.Mutex
+	bodies []map[string]any
+}
+
+func (l *bodyLog) add(b []byte) {
+	var body map[string]any
+	_ = json.Unmarshal(b, &body)
+	l.mu.Lock()
+	l.bodies = append(l.bodies, body)
+	l.mu.Unlock()
+}
+
+func (l *bodyLog) last(t *testing.T) map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	require.NotEmpty(t, l.bodies, "the fall-back upstream got no request")
+	return l.bodies[len(l.bodies)-1]
+}
+
+// recordingGemini answers every call with the SSE events of a recorded
+// Gemini transcript and keeps the bodies it received.
+func recordingGemini(t *testing.T, transcript string) (*httptest.Server, *bodyLog) {
+	t.Helper()
+	sse, log := geminiSSE(t, transcript), &bodyLog{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		log.add(b)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(sse))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, log
+}
+
+// crossRig serves a policy whose primary is an OpenAI-compatible model and
+// whose backup (the fall-back of defaultRules) is of provider fallback,
+// "anthropic" or "gemini"; backupSpec is added to the backup's model
+// entry. received returns the body the backup got last.
+func crossRig(t *testing.T, fallback, backupSpec string) (r *rig, received func() map[string]any) {
+	t.Helper()
+	r = &rig{t: t, up: map[string]*upstream{}, logs: &testkit.LogBuffer{}}
+	primary := newUpstream("primary")
+	r.up["primary"] = primary
+	var backup string
+	switch fallback {
+	case "anthropic":
+		u := newUpstream("backup")
+		r.up["backup"] = u
+		backup = fmt.Sprintf(`{"name": "backup", "provider": "anthropic", "model": "up-backup", "base_url": %q, "api_key_env": "UPSTREAM_KEY"%s}`, u.srv.URL, backupSpec)
+		received = func() map[string]any {
+			hits := u.requests()
+			require.NotEmpty(t, hits, "the fall-back upstream got no request")
+			var body map[string]any
+			require.NoError(t, json.Unmarshal(hits[len(hits)-1].raw, &body))
+			return body
+		}
+	case "gemini":
+		srv, log := recordingGemini(t, "text")
+		backup = fmt.Sprintf(`{"name": "backup", "provider": "gemini", "model": "gemini-2.5-flash", "base_url": %q, "api_key_env": "UPSTREAM_KEY"%s}`, srv.URL, backupSpec)
+		received = func() map[string]any { return log.last(t) }
+	default:
+		t.Fatalf("no fall-back provider %q", fallback)
+	}
+	r.serve(fmt.Sprintf(`{"models": [{"name": "primary", "provider": "openai", "model": "up-primary", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}, %s], %s}`,
+		primary.url(), backup, defaultRules))
+	return r, received
+}
+
+// at returns the value at the path of keys in a decoded JSON body (nil
+// when absent).
+func at(body map[string]any, path ...string) any {
+	var v any = body
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+var weatherTool = oai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: "get_weather",
+	Description: oai.String("Weather now"),
+	Parameters: shared.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}},
+		"required": []string{"city"}}})
+
+var citySchema = map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}},
+	"required": []any{"city"}, "additionalProperties": false}
+
+// Each parameter a Chat Completions client sets reaches the fall-back
+// model in that provider's own name and shape: the OpenAI-compatible
+// primary answers 503, the request fails over to an Anthropic or Gemini
+// model, and the fall-back upstream's body is checked.
+func TestParametersCrossAFallBack(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fallback string
+		set      func(p *oai.ChatCompletionNewParams)
+		check    func(t *testing.T, body map[string]any)
+	}{
+		{"max_completion_tokens as max_tokens", "anthropic",
+			func(p *oai.ChatCompletionNewParams) { p.MaxCompletionTokens = oai.Int(300) },
+			func(t *testing.T, b map[string]any) { require.EqualValues(t, 300, b["max_tokens"]) }},
+		{"max_completion_tokens as maxOutputTokens", "gemini",
+			func(p *oai.ChatCompletionNewParams) { p.MaxCompletionTokens = oai.Int(300) },
+			func(t *testing.T, b map[string]any) {
+				require.EqualValues(t, 300, at(b, "generationConfig", "maxOutputTokens"))
+			}},
+		{"max_tokens as max_tokens", "anthropic",
+			func(p *oai.ChatCompletionNewParams) { p.MaxTokens = oai.Int(200) },
+			func(t *testing.T, b map[string]any) { require.EqualValues(t, 200, b["max_tokens"]) }},
+		{"max_tokens as maxOutputTokens", "gemini",
+			func(p *oai.ChatCompletionNewParams) { p.MaxTokens = oai.Int(200) },
+			func(t *testing.T, b map[string]any) {
+				require.EqualValues(t, 200, at(b, "generationConfig", "maxOutputTokens"))
+			}},
+		{"temperature above Anthropic's range is clamped to 1", "anthropic",
+			func(p *oai.ChatCompletionNewParams) { p.Temperature = oai.Float(1.5) },
+			func(t *testing.T, b map[string]any) { require.Equal(t, 1.0, b["temperature"]) }},
+		{"temperature in Anthropic's range", "anthropic",
+			func(p *oai.ChatCompletionNewParams) { p.Temperature = oai.Float(0.25) },
+			func(t *testing.T, b map[string]any) { require.Equal(t, 0.25, b["temperature"]) }},
+		{"temperature in Gemini's range, as is", "gemini",
+			func(p *oai.ChatCompletionNewParams) { p.Temperature = oai.Float(1.5) },
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, 1.5, at(b, "generationConfig", "temperature"))
+			}},
+		{"top_p", "anthropic",
+			func(p *oai.ChatCompletionNewParams) { p.TopP = oai.Float(0.5) },
+			func(t *testing.T, b map[string]any) { require.Equal(t, 0.5, b["top_p"]) }},
+		{"top_p as topP", "gemini",
+			func(p *oai.ChatCompletionNewParams) { p.TopP = oai.Float(0.5) },
+			func(t *testing.T, b map[string]any) { require.Equal(t, 0.5, at(b, "generationConfig", "topP")) }},
+		{"stop as stop_sequences", "anthropic",
+			func(p *oai.ChatCompletionNewParams) {
+				p.Stop = oai.ChatCompletionNewParamsStopUnion{OfStringArray: []string{"END", "STOP"}}
+			},
+			func(t *testing.T, b map[string]any) { require.Equal(t, []any{"END", "STOP"}, b["stop_sequences"]) }},
+		{"stop as stopSequences", "gemini",
+			func(p *oai.ChatCompletionNewParams) {
+				p.Stop = oai.ChatCompletionNewParamsStopUnion{OfString: oai.String("END")}
+			},
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, []any{"END"}, at(b, "generationConfig", "stopSequences"))
+			}},
+		{"tools as input_schema, tool_choice required as any", "anthropic",
+			func(p *oai.ChatCompletionNewParams) {
+				p.Tools = []oai.ChatCompletionToolUnionParam{weatherTool}
+				p.ToolChoice = oai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: oai.String("required")}
+			},
+			func(t *testing.T, b map[string]any) {
+				tools := b["tools"].([]any)
+				require.Len(t, tools, 1)
+				require.Equal(t, "get_weather", at(tools[0].(map[string]any), "name"))
+				require.Equal(t, map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}},
+					"required": []any{"city"}}, at(tools[0].(map[string]any), "input_schema"))
+				require.Equal(t, map[string]any{"type": "any"}, b["tool_choice"])
+			}},
+		{"tools as functionDeclarations, tool_choice as functionCallingConfig", "gemini",
+			func(p *oai.ChatCompletionNewParams) {
+				p.Tools = []oai.ChatCompletionToolUnionParam{weatherTool}
+				p.ToolChoice = oai.ToolChoiceOptionFunctionToolChoice(oai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"})
+			},
+			func(t *testing.T, b map[string]any) {
+				decls := at(b["tools"].([]any)[0].(map[string]any), "functionDeclarations").([]any)
+				require.Len(t, decls, 1)
+				d := decls[0].(map[string]any)
+				require.Equal(t, "get_weather", d["name"])
+				require.Equal(t, map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}},
+					"required": []any{"city"}}, d["parametersJsonSchema"])
+				require.Equal(t, map[string]any{"mode": "ANY", "allowedFunctionNames": []any{"get_weather"}},
+					at(b, "toolConfig", "functionCallingConfig"))
+			}},
+		{"response_format json_schema as responseMimeType and responseJsonSchema", "gemini",
+			func(p *oai.ChatCompletionNewParams) {
+				p.ResponseFormat = oai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+					JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "city", Schema: citySchema, Strict: oai.Bool(true)}}}
+				p.MaxCompletionTokens = oai.Int(300)
+			},
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, "application/json", at(b, "generationConfig", "responseMimeType"))
+				require.Equal(t, citySchema, at(b, "generationConfig", "responseJsonSchema"))
+				// merged into the driver's generationConfig, not over it
+				require.EqualValues(t, 300, at(b, "generationConfig", "maxOutputTokens"))
+			}},
+		{"response_format json_object as responseMimeType", "gemini",
+			func(p *oai.ChatCompletionNewParams) {
+				p.ResponseFormat = oai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}
+			},
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, "application/json", at(b, "generationConfig", "responseMimeType"))
+				require.Nil(t, at(b, "generationConfig", "responseJsonSchema"))
+			}},
+		{"reasoning_effort as a thinking budget, max_tokens above it", "anthropic",
+			func(p *oai.ChatCompletionNewParams) { p.ReasoningEffort = shared.ReasoningEffortMedium },
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, map[string]any{"type": "enabled", "budget_tokens": 8192.0}, b["thinking"])
+				require.EqualValues(t, 8192+4096, b["max_tokens"])
+			}},
+		{"reasoning_effort as a thinking budget within the client's max tokens", "anthropic",
+			func(p *oai.ChatCompletionNewParams) {
+				p.ReasoningEffort = shared.ReasoningEffortHigh
+				p.MaxCompletionTokens = oai.Int(10000)
+			},
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, map[string]any{"type": "enabled", "budget_tokens": 5000.0}, b["thinking"])
+				require.EqualValues(t, 10000, b["max_tokens"])
+			}},
+		{"reasoning_effort as thinkingBudget", "gemini",
+			func(p *oai.ChatCompletionNewParams) { p.ReasoningEffort = shared.ReasoningEffortLow },
+			func(t *testing.T, b map[string]any) {
+				require.EqualValues(t, 1024, at(b, "generationConfig", "thinkingConfig", "thinkingBudget"))
+			}},
+	} {
+		t.Run(tc.fallback+"/"+tc.name, func(t *testing.T) {
+			r, received := crossRig(t, tc.fallback, "")
+			r.up["primary"].play(act{status: 503})
+			p := params("primary")
+			tc.set(&p)
+			cc, err := r.client.Chat.Completions.New(context.Background(), p)
+			require.NoError(t, err)
+			require.Equal(t, "backup", cc.Model)
+			tc.check(t, received())
+		})
+	}
+}
