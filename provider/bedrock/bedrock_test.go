@@ -329,3 +329,22 @@ func TestRegionFromTheEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, m.RateLimitScope(), "https://bedrock-runtime.ap-northeast-1.amazonaws.com")
 }
+
+// A model declared as "*" calls the model each request names, and refuses
+// a request that names none.
+func TestAnyModelSendsTheRequestsModel(t *testing.T) {
+	srv := serve(t, "text")
+	m, err := bedrock.New(driver.AnyModelID, bedrock.WithBaseURL(srv.URL), bedrock.WithRegion("us-east-1"),
+		bedrock.WithCredentials(creds), bedrock.WithHTTPClient(srv.Client()))
+	require.NoError(t, err)
+	req := conformance.Request()
+	req.ModelID = "us.amazon.nova-pro-v1:0"
+	st, err := m.Stream(context.Background(), req)
+	require.NoError(t, err)
+	_, err = wiretest.Collect(st, 100)
+	require.NoError(t, err)
+	require.Equal(t, "/model/us.amazon.nova-pro-v1:0/converse-stream", srv.Requests()[0].Path)
+
+	_, err = m.Stream(context.Background(), conformance.Request())
+	require.ErrorContains(t, err, "names no model")
+}
