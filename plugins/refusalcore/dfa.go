@@ -61,6 +61,27 @@ type dfa struct {
 
 // compile builds the table for the normalised phrases.
 func (d *dfa) compile(phrases []string) error {
+	d.classes(phrases)
+	total := 1
+	for _, p := range phrases {
+		total += len(p)
+	}
+	if total >= math.MaxInt32/4 || 2*total > maxTable/d.ncls {
+		return fmt.Errorf("%w: %d bytes of phrases over %d distinct bytes need up to %d table entries, over %d",
+			ErrTooLarge, total-1, d.ncls-2, 2*total*d.ncls, maxTable)
+	}
+	t := d.trie(phrases)
+	t.settle()
+	d.next = t.transitions()
+	return nil
+}
+
+// noPhrase is a trie's "no phrase": above every phrase's index.
+const noPhrase = math.MaxInt32
+
+// classes gives each byte of the phrases a class, and each input byte the
+// class of its normalised form.
+func (d *dfa) classes(phrases []string) {
 	d.class[' '] = classSpace
 	d.ncls = 2
 	for _, p := range phrases {
@@ -83,79 +104,98 @@ func (d *dfa) compile(phrases []string) error {
 			d.raw[c] = d.class[c]
 		}
 	}
+}
 
-	// The trie: children by class (0 = none: the root is no one's child),
-	// and end[node] the first phrase in list order ending at node.
-	const none = math.MaxInt32
-	total := 1
-	for _, p := range phrases {
-		total += len(p)
-	}
-	if total >= math.MaxInt32/4 || 2*total > maxTable/d.ncls {
-		return fmt.Errorf("%w: %d bytes of phrases over %d distinct bytes need up to %d table entries, over %d",
-			ErrTooLarge, total-1, d.ncls-2, 2*total*d.ncls, maxTable)
-	}
+// A phraseTrie is the phrases' trie, from which the table is built.
+type phraseTrie struct {
+	w int // the classes, a node's row width
+	// child holds the children by class (0 = none: the root is no one's
+	// child), w to a node; end[node] is the first phrase in list order
+	// ending at node.
+	child, end []int32
+	// match[n] is the first phrase ending at n or above it; below[n] the
+	// first ending strictly under it (settle).
+	match, below []int32
+}
+
+// trie builds the phrases' trie over d's classes.
+func (d *dfa) trie(phrases []string) *phraseTrie {
 	w := d.ncls
-	child := make([]int32, w, 64*w)
-	end := []int32{none}
+	t := &phraseTrie{w: w, child: make([]int32, w, 64*w), end: []int32{noPhrase}}
 	for k, p := range phrases {
 		n := 0
 		for i := 0; i < len(p); i++ {
 			at := n*w + int(d.class[p[i]])
-			if child[at] == 0 {
-				child[at] = int32(len(end))
-				end = append(end, none)
-				child = append(child, make([]int32, w)...)
+			if t.child[at] == 0 {
+				t.child[at] = int32(len(t.end))
+				t.end = append(t.end, noPhrase)
+				t.child = append(t.child, make([]int32, w)...)
 			}
-			n = int(child[at])
+			n = int(t.child[at])
 		}
-		end[n] = min(end[n], int32(k))
+		t.end[n] = min(t.end[n], int32(k))
 	}
-	nodes := len(end)
-	// A child's id is above its parent's: match flows down in id order,
-	// below (the first phrase ending strictly under a node) up in reverse.
-	match := make([]int32, nodes)
-	below := make([]int32, nodes)
-	match[0] = none
+	return t
+}
+
+// children is node n's row of children by class.
+func (t *phraseTrie) children(n int) []int32 { return t.child[n*t.w : (n+1)*t.w] }
+
+// settle computes match and below. A child's id is above its parent's:
+// match flows down in id order, below up in reverse.
+func (t *phraseTrie) settle() {
+	nodes := len(t.end)
+	t.match = make([]int32, nodes)
+	t.below = make([]int32, nodes)
+	t.match[0] = noPhrase
 	for n := range nodes {
-		for _, ch := range child[n*w : (n+1)*w] {
+		for _, ch := range t.children(n) {
 			if ch != 0 {
-				match[ch] = min(match[n], end[ch])
+				t.match[ch] = min(t.match[n], t.end[ch])
 			}
 		}
 	}
 	for n := nodes - 1; n >= 0; n-- {
-		below[n] = none
-		for _, ch := range child[n*w : (n+1)*w] {
+		t.below[n] = noPhrase
+		for _, ch := range t.children(n) {
 			if ch != 0 {
-				below[n] = min(below[n], end[ch], below[ch])
+				t.below[n] = min(t.below[n], t.end[ch], t.below[ch])
 			}
 		}
 	}
-	// enter is the state for entering trie node n: n itself, or its final
-	// decision once the text starts with a phrase k and no phrase before k
-	// can complete further down (the outcome is then Match k for good).
-	enter := func(n int32) int32 {
-		if match[n] != none && below[n] > match[n] {
-			return -2 - match[n]
-		}
-		return n
+}
+
+// enter is the state for entering trie node n: n itself, or its final
+// decision once the text starts with a phrase k and no phrase before k
+// can complete further down (the outcome is then Match k for good).
+func (t *phraseTrie) enter(n int32) int32 {
+	if t.match[n] != noPhrase && t.below[n] > t.match[n] {
+		return -2 - t.match[n]
 	}
-	// fall is the decision when the text leaves the trie after node n.
-	fall := func(n int) int32 {
-		if match[n] != none {
-			return -2 - match[n]
-		}
-		return decDiverge
+	return n
+}
+
+// fall is the decision when the text leaves the trie after node n.
+func (t *phraseTrie) fall(n int) int32 {
+	if t.match[n] != noPhrase {
+		return -2 - t.match[n]
 	}
+	return decDiverge
+}
+
+// transitions is the table: a row per node, then a row per node with a
+// space pending, each state stored as the offset of its row
+// (state*ncls), so that a step is one add and one load.
+func (t *phraseTrie) transitions() []int32 {
+	nodes, w, child := len(t.end), t.w, t.child
 	next := make([]int32, 2*nodes*w)
 	for n := range nodes {
 		row, pend := next[n*w:(n+1)*w], next[(nodes+n)*w:(nodes+n+1)*w]
-		for c, ch := range child[n*w : (n+1)*w] {
+		for c, ch := range t.children(n) {
 			if ch == 0 {
-				row[c] = fall(n)
+				row[c] = t.fall(n)
 			} else {
-				row[c] = enter(ch)
+				row[c] = t.enter(ch)
 			}
 		}
 		row[classSpace] = int32(nodes + n) // the space waits for the next rune
@@ -168,23 +208,20 @@ func (d *dfa) compile(phrases []string) error {
 			case c == classSpace:
 				pend[c] = int32(nodes + n)
 			case sp == 0:
-				pend[c] = fall(n)
-			case enter(sp) != sp:
-				pend[c] = enter(sp)
+				pend[c] = t.fall(n)
+			case t.enter(sp) != sp:
+				pend[c] = t.enter(sp)
 			case child[int(sp)*w+c] == 0:
-				pend[c] = fall(int(sp))
+				pend[c] = t.fall(int(sp))
 			default:
-				pend[c] = enter(child[int(sp)*w+c])
+				pend[c] = t.enter(child[int(sp)*w+c])
 			}
 		}
 	}
-	// States are stored as the offset of their row (state*ncls): a step is
-	// then one add and one load.
 	for i, v := range next {
 		if v >= 0 {
 			next[i] = v * int32(w)
 		}
 	}
-	d.next = next
-	return nil
+	return next
 }

@@ -245,105 +245,19 @@ func (c *Patterns) count() (int, bool) {
 	return x, true
 }
 
+// piece parses an atom and the repetition after it, if any.
 func (c *Patterns) piece(depth int) bool {
 	a := c.prog
-	anchor := false
-	switch b := c.p[c.i]; b {
-	case '(':
-		c.i++
-		if !c.end() && c.p[c.i] == '?' {
-			if c.i+1 < len(c.p) && c.p[c.i+1] == ':' {
-				c.i += 2
-			} else {
-				return c.fail("(? groups other than (?: and a leading (?i) are not in the subset")
-			}
-		}
-		if depth+1 > MaxDepth {
-			return c.fail("groups nest over 32 deep")
-		}
-		if !c.alt(depth + 1) {
-			return false
-		}
-		if c.end() || c.p[c.i] != ')' {
-			return c.fail("missing )")
-		}
-		c.i++
-	case '.':
-		c.i++
-		if !c.emit() {
-			return false
-		}
-	case '^', '$':
-		c.i++
-		anchor = true
-		if !c.emit() {
-			return false
-		}
-	case '[':
-		if !c.class() {
-			return false
-		}
-	case '*', '+', '?', '{':
-		return c.fail("missing argument to repetition operator")
-	case '\\':
-		if c.i+1 >= len(c.p) {
-			return c.fail("trailing \\")
-		}
-		e := c.p[c.i+1]
-		c.i += 2
-		switch {
-		case isPerl(e):
-			if !c.item() || !c.emit() {
-				return false
-			}
-		case isCtrl(e), isPunct(e):
-			if !c.emit() {
-				return false
-			}
-		default:
-			return c.fail("an escape not in the subset")
-		}
-	default:
-		if !c.literal(c.rune()) || !c.emit() {
-			return false
-		}
+	anchor, ok := c.atom(depth)
+	if !ok {
+		return false
 	}
 	if c.end() {
 		return true
 	}
-	var lo, hi int
-	switch c.p[c.i] {
-	case '*':
-		lo, hi = 0, none
-		c.i++
-	case '+':
-		lo, hi = 1, none
-		c.i++
-	case '?':
-		lo, hi = 0, 1
-		c.i++
-	case '{':
-		c.i++
-		var ok bool
-		if lo, ok = c.count(); !ok {
-			return c.fail("bad repetition {n,m}")
-		}
-		hi = lo
-		if !c.end() && c.p[c.i] == ',' {
-			c.i++
-			hi = none
-			if !c.end() && c.p[c.i] != '}' {
-				if hi, ok = c.count(); !ok {
-					return c.fail("bad repetition {n,m}")
-				}
-			}
-		}
-		if c.end() || c.p[c.i] != '}' || hi != none && hi < lo {
-			return c.fail("bad repetition {n,m}")
-		}
-		c.i++
-	default:
-		return true
+	lo, hi, rep, ok := c.repetition()
+	if !ok || !rep {
+		return ok
 	}
 	if anchor {
 		return c.fail("repetition of ^ or $ is not in the subset")
@@ -361,6 +275,109 @@ func (c *Patterns) piece(depth int) bool {
 		return c.emit()
 	}
 	return c.repeat(a, lo, hi)
+}
+
+// atom parses a group, a dot, an anchor (anchor true), a class, an escape
+// or a literal.
+func (c *Patterns) atom(depth int) (anchor, ok bool) {
+	switch c.p[c.i] {
+	case '(':
+		return false, c.group(depth)
+	case '.':
+		c.i++
+		return false, c.emit()
+	case '^', '$':
+		c.i++
+		return true, c.emit()
+	case '[':
+		return false, c.class()
+	case '*', '+', '?', '{':
+		return false, c.fail("missing argument to repetition operator")
+	case '\\':
+		return false, c.escape()
+	default:
+		return false, c.literal(c.rune()) && c.emit()
+	}
+}
+
+// group parses a group, ( or (?:, and what it holds.
+func (c *Patterns) group(depth int) bool {
+	c.i++
+	if !c.end() && c.p[c.i] == '?' {
+		if c.i+1 < len(c.p) && c.p[c.i+1] == ':' {
+			c.i += 2
+		} else {
+			return c.fail("(? groups other than (?: and a leading (?i) are not in the subset")
+		}
+	}
+	if depth+1 > MaxDepth {
+		return c.fail("groups nest over 32 deep")
+	}
+	if !c.alt(depth + 1) {
+		return false
+	}
+	if c.end() || c.p[c.i] != ')' {
+		return c.fail("missing )")
+	}
+	c.i++
+	return true
+}
+
+// escape parses a backslash escape: a Perl class, a control character or
+// an escaped punctuation mark.
+func (c *Patterns) escape() bool {
+	if c.i+1 >= len(c.p) {
+		return c.fail("trailing \\")
+	}
+	e := c.p[c.i+1]
+	c.i += 2
+	switch {
+	case isPerl(e):
+		return c.item() && c.emit()
+	case isCtrl(e), isPunct(e):
+		return c.emit()
+	default:
+		return c.fail("an escape not in the subset")
+	}
+}
+
+// repetition parses a repetition operator: *, +, ? or {n}, {n,} or
+// {n,m}, as lo and hi (none: no bound); rep false when none follows.
+func (c *Patterns) repetition() (lo, hi int, rep, ok bool) {
+	switch c.p[c.i] {
+	case '*':
+		lo, hi = 0, none
+		c.i++
+	case '+':
+		lo, hi = 1, none
+		c.i++
+	case '?':
+		lo, hi = 0, 1
+		c.i++
+	case '{':
+		c.i++
+		var ok bool
+		if lo, ok = c.count(); !ok {
+			return 0, 0, false, c.fail("bad repetition {n,m}")
+		}
+		hi = lo
+		if !c.end() && c.p[c.i] == ',' {
+			c.i++
+			hi = none
+			if !c.end() && c.p[c.i] != '}' {
+				if hi, ok = c.count(); !ok {
+					return 0, 0, false, c.fail("bad repetition {n,m}")
+				}
+			}
+		}
+		if c.end() || c.p[c.i] != '}' || hi != none && hi < lo {
+			return 0, 0, false, c.fail("bad repetition {n,m}")
+		}
+		c.i++
+	default:
+		return 0, 0, false, true
+	}
+	return lo, hi, true, true
 }
 
 // emitAfterGrow counts the SPLIT regex.h's shift inserts (grow checked).
