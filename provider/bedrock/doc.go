@@ -81,7 +81,9 @@
 // ResourceNotFoundException and ConflictException → ClassClient. An
 // exception event inside the stream ends it with a ProviderError of
 // Status 0 classed the same way. A cut connection, or a stream that ends
-// before messageStop, is a retryable ClassNetwork error.
+// before messageStop, is a retryable ClassNetwork error; a stream that
+// breaks Converse's rules (tool input for a block that is no tool call, a
+// call whose input is not JSON) a retryable ClassServer one.
 //
 // The stream is bound to the context passed to Stream; Close may be
 // called at any time, also during a blocked Recv, which then returns

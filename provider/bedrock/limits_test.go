@@ -61,3 +61,33 @@ func TestStreamLimits(t *testing.T) {
 		})
 	}
 }
+
+// A stream that breaks Converse's rules (tool input for a block that is no
+// tool call, a call whose input is not JSON) fails as the provider's
+// fault, retryable, not as a cut connection.
+func TestMalformedStreamIsServerFault(t *testing.T) {
+	for name, events := range map[string][]wiretest.Event{
+		"input without a call": {event(t, "contentBlockDelta", map[string]any{"contentBlockIndex": 0,
+			"delta": map[string]any{"toolUse": map[string]any{"input": "{}"}}})},
+		"input not JSON": {
+			event(t, "contentBlockStart", map[string]any{"contentBlockIndex": 0,
+				"start": map[string]any{"toolUse": map[string]any{"toolUseId": "tooluse_1", "name": "f"}}}),
+			event(t, "contentBlockDelta", map[string]any{"contentBlockIndex": 0,
+				"delta": map[string]any{"toolUse": map[string]any{"input": "{\"city\":"}}}),
+			event(t, "contentBlockStop", map[string]any{"contentBlockIndex": 0}),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tr := &wiretest.Transcript{Headers: map[string]string{"Content-Type": "application/vnd.amazon.eventstream"}, Events: events}
+			srv := wiretest.ServeFramed(t, tr, frame)
+			st, err := model(t, srv.Server).Stream(context.Background(), conformance.Request())
+			require.NoError(t, err)
+			_, err = wiretest.Collect(st, 100)
+			var pe *driver.ProviderError
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, abi.ClassServer, pe.Class, "%v", err)
+			require.True(t, pe.Retryable)
+			require.Contains(t, pe.Message, "malformed stream")
+		})
+	}
+}

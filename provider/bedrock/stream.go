@@ -177,7 +177,7 @@ func (d *decoder) delta(q []abi.Part, idx int32, delta types.ContentBlockDelta) 
 	case *types.ContentBlockDeltaMemberToolUse:
 		b := d.open[idx]
 		if b == nil || b.kind != abi.KindToolInputStart {
-			return q, fmt.Errorf("bedrock: tool input for block %d, which is no tool call", idx)
+			return q, d.malformed(fmt.Sprintf("tool input for block %d, which is no tool call", idx))
 		}
 		in := aws.ToString(v.Value.Input)
 		if err := d.held.Add(d.provider, len(in)); err != nil {
@@ -207,12 +207,19 @@ func (d *decoder) stopBlock(q []abi.Part, idx int32) ([]abi.Part, error) {
 			input = "{}"
 		}
 		if !json.Valid([]byte(input)) {
-			return q, fmt.Errorf("bedrock: tool call %q: input is not JSON", b.id)
+			return q, d.malformed(fmt.Sprintf("tool call %q: input is not JSON", b.id))
 		}
 		q = append(q, abi.Part{Kind: abi.KindToolInputEnd, ID: b.id},
 			abi.Part{Kind: abi.KindToolCall, ID: b.id, Tool: &abi.ToolInfo{Name: b.name, Input: input}})
 	}
 	return q, nil
+}
+
+// malformed is the error of a stream that breaks Converse's own rules: the
+// provider's fault, classed ClassServer and retryable, as an error event
+// that names no error is.
+func (d *decoder) malformed(what string) error {
+	return adapter.EventError(d.provider, "", "", "malformed stream: "+what, nil, nil)
 }
 
 // closeAll ends the blocks still open, in index order.
