@@ -168,6 +168,8 @@ type eventReader struct {
 	src     io.ReadCloser
 	lr      sseline.Reader
 	skipped *atomic.Int64
+	hook    *flushHook  // nil: none
+	tail    atomic.Bool // Release came before the body's end (see Close)
 
 	// Read's state.
 	event    []byte // the event being read, its lines as they came; released: event[off:] is not read yet
@@ -184,24 +186,51 @@ type eventReader struct {
 }
 
 func newEventReader(body io.ReadCloser, skipped *atomic.Int64, hook *flushHook) *eventReader {
-	e := &eventReader{src: body, lr: sseline.Reader{Src: body, Size: eventBufSize, MaxLead: maxLeadBytes}, skipped: skipped}
+	e := &eventReader{src: body, lr: sseline.Reader{Src: body, Size: eventBufSize, MaxLead: maxLeadBytes}, skipped: skipped, hook: hook}
 	if hook != nil {
 		e.lr.Hook = hook
 	}
 	return e
 }
 
-func (e *eventReader) Close() error { return e.src.Close() }
+// Close closes the body. When its consumer saw the end marker before the
+// body's end (an upstream's chunked body ends in a write of its own after
+// [DONE], which can come a moment later), it first reads the rest, up to
+// maxTailBytes and for at most tailWait: net/http keeps a connection
+// whose body was read to its end, and drops one closed before it, which
+// would have the next request dial (and, over TLS, shake hands) again.
+// What the relay has encoded is flushed before the wait (the flush hook):
+// only the answer's finish and end marker, which the adapter hands out
+// once the body is closed, come after it.
+func (e *eventReader) Close() error {
+	if e.tail.Swap(false) {
+		e.hook.flush()
+		t := time.AfterFunc(tailWait, func() { _ = e.src.Close() })
+		_, _ = io.CopyN(io.Discard, e.src, maxTailBytes)
+		t.Stop()
+	}
+	return e.src.Close()
+}
+
+// tailWait is the longest an upstream body's Close waits for the body's
+// end after the end marker; maxTailBytes, the most it reads of it. An
+// upstream that sends more, or ends later, has its connection closed, as
+// without the wait.
+var tailWait = 2 * time.Millisecond
+
+const maxTailBytes = 4 << 10
 
 // Release gives the line reader's buffer back to its pool once its
 // consumer, which reads with ReadEvent, has seen the stream's end marker
 // (sseline.Reader.Release). The data ReadEvent returned last is invalid
 // afterwards. Nothing is released while Read, the other way of reading,
-// has an event under way.
+// has an event under way. A body not at its end yet is noted: its Close
+// reads the rest.
 func (e *eventReader) Release() {
 	if len(e.event) == e.off && len(e.partial) == 0 {
 		e.lr.Release()
 	}
+	e.tail.Store(!e.lr.Ended())
 }
 
 // maxLeadBytes is the most of a JSON body in place of events that an

@@ -46,6 +46,10 @@ type Reader struct {
 // bytes); Lead returns what it read, nil for any other stream.
 func (l *Reader) Lead() []byte { return l.lead }
 
+// Ended reports whether Src has ended (its end, an error or Fail): no
+// later call reads from it.
+func (l *Reader) Ended() bool { return l.err != nil }
+
 // Buffered reports whether a whole line is buffered, that is, whether the
 // next call to Line leaves the slices it handed out before intact.
 func (l *Reader) Buffered() bool { return bytes.IndexByte(l.buf[l.r:l.w], '\n') >= 0 }
