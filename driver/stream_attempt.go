@@ -107,6 +107,32 @@ func emptyFinish(f *abi.Finish) bool {
 // deadlines are causes of it); the first-content and gap deadlines are
 // added here.
 func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
+	s := newAttemptStream(ctx, sp)
+	if err := s.openUp(sp); err != nil {
+		return s.fail(err)
+	}
+	var g gateScan
+	for {
+		if err := s.advance(sp); err != nil {
+			return s.fail(err)
+		}
+		if r, done := s.scanGate(sp, &g); done {
+			return r
+		}
+		if s.upDone {
+			return s.endOfStream(sp, &g)
+		}
+		if sp.atEnd && len(s.out) == cap(s.out) {
+			s.held = append(s.held, s.out)
+			s.out = make([]Part, 0, min(2*cap(s.out), atEndSegment))
+			g.scanned = 0
+		}
+	}
+}
+
+// newAttemptStream is an attempt's stream under its own context, a child
+// of ctx, with the first-content deadline armed.
+func newAttemptStream(ctx context.Context, sp *attemptSpec) *attemptStream {
 	actx, cancel := context.WithCancelCause(ctx)
 	s := &attemptStream{
 		ctx:    actx,
@@ -120,28 +146,34 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		s.firstV.arm(sp.clock, sp.firstContent, cancel)
 		s.first = &s.firstV
 	}
+	return s
+}
 
-	fail := func(err error) attemptResult {
-		if actx.Err() != nil {
-			err = s.cause()
-		}
-		s.release()
-		return attemptResult{err: err}
+// fail ends an attempt that failed before its commit with err, or with
+// the cause of its context's end, and releases what it holds.
+func (s *attemptStream) fail(err error) attemptResult {
+	if s.ctx.Err() != nil {
+		err = s.cause()
 	}
+	s.release()
+	return attemptResult{err: err}
+}
 
+// openUp opens the transform chain and the model's stream.
+func (s *attemptStream) openUp(sp *attemptSpec) error {
 	info := abi.StreamInfo{ID: streamIDs.Add(1), Model: sp.model.Key(), Attempt: sp.number}
 	ch := &s.chainV
-	if err := ch.open(actx, sp.clock, sp.transformers, info); err != nil {
-		return fail(err)
+	if err := ch.open(s.ctx, sp.clock, sp.transformers, info); err != nil {
+		return err
 	}
 	s.ch = ch
 	ch.commit = sp.commit
-	up, err := openStream(actx, sp.model, sp.req)
+	up, err := openStream(s.ctx, sp.model, sp.req)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	s.up = up
-	s.stopAF = context.AfterFunc(actx, s.closeUp)
+	s.stopAF = context.AfterFunc(s.ctx, s.closeUp)
 	// What the gate holds before commit, usually a preamble (stream start,
 	// response metadata, a text start, and with chunk fields on, as a
 	// gateway has them, the first chunk's raw part) and the first content:
@@ -153,81 +185,95 @@ func runAttempt(ctx context.Context, sp *attemptSpec) attemptResult {
 		gateParts = atEndParts
 	}
 	s.out = make([]Part, 0, gateParts)
+	return nil
+}
 
-	scanned, content := 0, false
-	var finish *abi.Finish // the last finish part scanned
-	var held int64         // what the attempt holds, committing at its end
-	for {
-		p, expired, err := s.next()
-		if expired {
-			if err := ch.expire(sp.clock.Now(), &s.out); err != nil {
-				return fail(err)
-			}
-		} else if err != nil {
-			if err != io.EOF {
-				return fail(err)
-			}
-			if err := ch.end(&s.out); err != nil {
-				return fail(err)
-			}
-			s.upDone = true
-		} else if ch.active == 0 {
-			s.out = append(s.out, p)
-		} else if err := ch.push(0, p, &s.out); err != nil {
-			return fail(err)
+// advance takes the next part from upstream (or a transform's expiry, or
+// the upstream's end) through the chain into s.out.
+func (s *attemptStream) advance(sp *attemptSpec) error {
+	ch := s.ch
+	p, expired, err := s.next()
+	switch {
+	case expired:
+		return ch.expire(sp.clock.Now(), &s.out)
+	case err == io.EOF:
+		if err := ch.end(&s.out); err != nil {
+			return err
 		}
-		for ; scanned < len(s.out); scanned++ {
-			q := &s.out[scanned]
-			if q.Kind == abi.KindError {
-				return fail(partError(q))
+		s.upDone = true
+		return nil
+	case err != nil:
+		return err
+	case ch.active == 0:
+		s.out = append(s.out, p)
+		return nil
+	default:
+		return ch.push(0, p, &s.out)
+	}
+}
+
+// gateScan is what the gate has seen of an attempt's parts so far.
+type gateScan struct {
+	scanned int         // the parts of s.out scanned
+	content bool        // a content part was seen (committing at the end)
+	finish  *abi.Finish // the last finish part scanned
+	held    int64       // what the attempt holds, committing at its end
+}
+
+// scanGate scans the parts added to s.out: done with a failure (an error
+// part, too much held) or, at the first content part, the commit.
+func (s *attemptStream) scanGate(sp *attemptSpec, g *gateScan) (r attemptResult, done bool) {
+	for ; g.scanned < len(s.out); g.scanned++ {
+		q := &s.out[g.scanned]
+		if q.Kind == abi.KindError {
+			return s.fail(partError(q)), true
+		}
+		if q.Kind == abi.KindFinish {
+			g.finish = q.Finish
+		}
+		if sp.atEnd {
+			if g.held += int64(q.Size()) + partOverhead; g.held > sp.maxAnswer {
+				return s.fail(fmt.Errorf("%w: more than %d bytes held before the end of the stream", ErrAnswerTooLarge, sp.maxAnswer)), true
 			}
-			if q.Kind == abi.KindFinish {
-				finish = q.Finish
-			}
+		}
+		if sp.commit.IsContent(q) {
 			if sp.atEnd {
-				if held += int64(q.Size()) + partOverhead; held > sp.maxAnswer {
-					return fail(fmt.Errorf("%w: more than %d bytes held before the end of the stream", ErrAnswerTooLarge, sp.maxAnswer))
-				}
-			}
-			if sp.commit.IsContent(q) {
-				if sp.atEnd {
-					if !content {
-						content = true
-						if err := s.firstContent(); err != nil {
-							return fail(err)
-						}
+				if !g.content {
+					g.content = true
+					if err := s.firstContent(); err != nil {
+						return s.fail(err), true
 					}
-					continue
 				}
-				if err := s.commitNow(); err != nil {
-					return fail(err)
-				}
-				return attemptResult{stream: s}
+				continue
 			}
-		}
-		if s.upDone {
-			if !content && sp.emptyFails && emptyFinish(finish) {
-				p, _ := Describe(sp.model)
-				return fail(&ProviderError{Provider: p, Message: ErrEmptyAnswer.Error(), Retryable: true,
-					Class: abi.ClassServer, Err: ErrEmptyAnswer})
-			}
-			r := attemptResult{stream: s, empty: !content, whole: sp.atEnd, finish: finish}
 			if err := s.commitNow(); err != nil {
-				return fail(err)
+				return s.fail(err), true
 			}
-			if len(s.held) > 0 { // the replay starts at the first segment
-				s.held = append(s.held, s.out)
-				s.out, s.held[0] = s.held[0], nil
-				s.held = s.held[1:]
-			}
-			return r
-		}
-		if sp.atEnd && len(s.out) == cap(s.out) {
-			s.held = append(s.held, s.out)
-			s.out = make([]Part, 0, min(2*cap(s.out), atEndSegment))
-			scanned = 0
+			return attemptResult{stream: s}, true
 		}
 	}
+	return attemptResult{}, false
+}
+
+// endOfStream commits an attempt whose upstream ended before any content
+// (or, committing at the end, after it), unless it is an empty answer
+// that fails.
+func (s *attemptStream) endOfStream(sp *attemptSpec, g *gateScan) attemptResult {
+	if !g.content && sp.emptyFails && emptyFinish(g.finish) {
+		p, _ := Describe(sp.model)
+		return s.fail(&ProviderError{Provider: p, Message: ErrEmptyAnswer.Error(), Retryable: true,
+			Class: abi.ClassServer, Err: ErrEmptyAnswer})
+	}
+	r := attemptResult{stream: s, empty: !g.content, whole: sp.atEnd, finish: g.finish}
+	if err := s.commitNow(); err != nil {
+		return s.fail(err)
+	}
+	if len(s.held) > 0 { // the replay starts at the first segment
+		s.held = append(s.held, s.out)
+		s.out, s.held[0] = s.held[0], nil
+		s.held = s.held[1:]
+	}
+	return r
 }
 
 func openStream(ctx context.Context, m Model, req *Request) (st Stream, err error) {
