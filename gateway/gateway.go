@@ -96,6 +96,7 @@ func New(ctx context.Context, src Source, opts ...Option) (*Gateway, error) {
 	g.cur.Store(gen)
 	g.startPoll(gen)
 	g.routes()
+	g.warnUnpricedSpend(ctx)
 	return g, nil
 }
 

@@ -158,6 +158,7 @@ func (g *Gateway) Reload(ctx context.Context) error {
 	g.stats.reloads.Add(1)
 	g.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "policy reloaded", slog.String("source", g.src.name),
 		slog.Int("routes", len(gen.names)))
+	g.warnUnpricedSpend(ctx)
 	return nil
 }
 

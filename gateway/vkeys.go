@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -50,7 +51,25 @@ func (g *Gateway) SetKeySet(s *vkey.Set) error {
 	if l, ok := g.cfg.limiter.(*vkey.Local); ok {
 		l.Forget(s)
 	}
+	g.warnUnpricedSpend(context.Background())
 	return nil
+}
+
+// warnUnpricedSpend logs a warning when a virtual key has a spend budget
+// and the policy prices no model: every request would cost 0, and the
+// budget never be reached.
+func (g *Gateway) warnUnpricedSpend(ctx context.Context) {
+	s, gen := g.keySet.Load(), g.cur.Load()
+	if s == nil || gen == nil || len(gen.pol.Prices) > 0 {
+		return
+	}
+	for _, k := range s.Keys() {
+		if k.Budget.Spends() {
+			g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "a virtual key has a spend budget but the policy prices no model: its spend stays 0",
+				slog.String("key", k.ID))
+			return
+		}
+	}
 }
 
 type keyCtxKey struct{}

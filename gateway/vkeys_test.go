@@ -383,3 +383,22 @@ func TestVirtualKeySpendBudget(t *testing.T) {
 		require.InDelta(t, 0.00003, c, 1e-12, "the request log's cost is the price the key was charged")
 	}
 }
+
+// TestSpendBudgetUnderAnUnpricedPolicyWarns: a key with a spend budget
+// under a policy that prices no model is logged, since its spend stays
+// 0; under a priced policy it is not.
+func TestSpendBudgetUnderAnUnpricedPolicyWarns(t *testing.T) {
+	const warning = "spend budget but the policy prices no model"
+	r := keyRig(t, nil, &vkey.Key{ID: "plain-budget", Budget: vkey.Budget{TokensPerDay: 10}})
+	require.NotContains(t, r.logs.String(), warning, "a token budget needs no price")
+	set, err := (&vkey.File{Keys: []*vkey.Key{{ID: "spender", Hash: vkey.Hash("s"), Budget: vkey.Budget{CostPerMonth: 5}}}}).Set()
+	require.NoError(t, err)
+	require.NoError(t, r.gw.SetKeySet(set))
+	require.Contains(t, r.logs.String(), warning)
+	require.Contains(t, r.logs.String(), `"key":"spender"`)
+
+	priced := newPricedRig(t, nil, `"rules": []`, WithKeySet(set))
+	require.NotContains(t, priced.logs.String(), warning)
+	unpriced := keyRig(t, nil, &vkey.Key{ID: "at-start", Budget: vkey.Budget{CostPerDay: 1}})
+	require.Contains(t, unpriced.logs.String(), warning, "at the start too")
+}
