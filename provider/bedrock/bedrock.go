@@ -174,7 +174,7 @@ func New(id string, opts ...Option) (*Model, error) {
 	if region == "" {
 		return nil, ErrNoRegion
 	}
-	hc := recording(adapter.SameOriginRedirects("bedrock", c.httpClient))
+	hc := adapter.Recording(ownBody(adapter.SameOriginRedirects("bedrock", c.httpClient)))
 	client := bedrockruntime.NewFromConfig(cfg, func(o *bedrockruntime.Options) {
 		o.Region = region
 		o.HTTPClient = hc
@@ -222,7 +222,7 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 	if g := m.guardrail; g != nil {
 		guard = &types.GuardrailConfiguration{GuardrailIdentifier: g.GuardrailIdentifier, GuardrailVersion: g.GuardrailVersion}
 	}
-	ctx, rec := withRecord(ctx)
+	ctx, rec := adapter.WithRecord(ctx)
 	out, err := m.client.Converse(ctx, &bedrockruntime.ConverseInput{
 		ModelId: in.ModelId, Messages: in.Messages, System: in.System, InferenceConfig: in.InferenceConfig,
 		ToolConfig: in.ToolConfig, AdditionalModelRequestFields: in.AdditionalModelRequestFields, GuardrailConfig: guard,
@@ -243,8 +243,8 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 	if err := d.stop(out.StopReason, true); err != nil {
 		return nil, err
 	}
-	return &driver.Response{Content: collect(parts), Finish: d.finish, Usage: d.usage, Headers: rec.header,
-		Meta: abi.ResponseMeta{ID: rec.header.Get("X-Amzn-Requestid"), ModelID: m.id}}, nil
+	return &driver.Response{Content: collect(parts), Finish: d.finish, Usage: d.usage, Headers: rec.Header,
+		Meta: abi.ResponseMeta{ID: rec.Header.Get("X-Amzn-Requestid"), ModelID: m.id}}, nil
 }
 
 // collect folds decoded parts into a Response's content: one delta per
@@ -276,7 +276,7 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 	}
 	in.GuardrailConfig = m.guardrail
 	sctx, cancel := context.WithCancel(ctx)
-	sctx, rec := withRecord(sctx)
+	sctx, rec := adapter.WithRecord(sctx)
 	out, err := m.client.ConverseStream(sctx, in, m.callOptions(req))
 	if err != nil {
 		cancel()
@@ -284,7 +284,7 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 	}
 	src := newSource(cancel, m.provider, out.GetStream())
 	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart})
-	s.SetHeader(rec.header)
+	s.SetHeader(rec.Header)
 	return s, nil
 }
 

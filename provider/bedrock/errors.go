@@ -16,35 +16,23 @@ import (
 	"github.com/retryhost/retryhost/provider/internal/adapter"
 )
 
-// record is what the HTTP client saw of one call: the SDK's errors keep
-// neither the body nor, inside a stream, the headers.
-type record struct {
-	status int
-	header http.Header
-	body   []byte // an error response's, up to adapter.MaxBody
-}
-
-type recordKey struct{}
-
-func withRecord(ctx context.Context) (context.Context, *record) {
-	r := &record{}
-	return context.WithValue(ctx, recordKey{}, r), r
-}
-
-// recorder is the transport that fills a call's record.
-type recorder struct{ base http.RoundTripper }
-
-func recording(hc *http.Client) *http.Client {
+// ownBody returns a copy of hc whose transport (hc's, or
+// http.DefaultTransport when it has none) sends a copy of the request body
+// the SDK cannot close.
+func ownBody(hc *http.Client) *http.Client {
 	c := *hc
 	base := hc.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	c.Transport = &recorder{base: base}
+	c.Transport = &ownedBody{base: base}
 	return &c
 }
 
-func (t *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+// ownedBody is the transport ownBody sets.
+type ownedBody struct{ base http.RoundTripper }
+
+func (t *ownedBody) RoundTrip(req *http.Request) (*http.Response, error) {
 	// The SDK closes the request body as soon as the response is in, and
 	// the transport may still be reading it then (the one byte past
 	// Content-Length it reads to check the length): its read fails, it
@@ -61,28 +49,18 @@ func (t *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Body = io.NopCloser(bytes.NewReader(b))
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 	}
-	resp, err := t.base.RoundTrip(req)
-	if err != nil {
-		return nil, err
-	}
-	if r, ok := req.Context().Value(recordKey{}).(*record); ok {
-		r.status, r.header = resp.StatusCode, resp.Header
-		if resp.StatusCode >= 400 {
-			r.body = adapter.ReadBody(resp)
-		}
-	}
-	return resp, nil
+	return t.base.RoundTrip(req)
 }
 
 // callError turns the SDK's error for a call into the driver's.
-func (m *Model) callError(ctx context.Context, rec *record, err error) error {
+func (m *Model) callError(ctx context.Context, rec *adapter.Record, err error) error {
 	if ctx.Err() != nil {
 		return adapter.CtxError(ctx)
 	}
 	var ae smithy.APIError
-	if errors.As(err, &ae) && rec.status >= 400 {
-		pe := adapter.HTTPError(m.provider, rec.status, rec.header, rec.body, ae.ErrorCode(), "", ae.ErrorMessage(), err)
-		pe.Class, pe.Retryable = classify(rec.status, ae.ErrorCode(), ae.ErrorMessage())
+	if errors.As(err, &ae) && rec.Status >= 400 {
+		pe := adapter.HTTPError(m.provider, rec.Status, rec.Header, rec.Body, ae.ErrorCode(), "", ae.ErrorMessage(), err)
+		pe.Class, pe.Retryable = classify(rec.Status, ae.ErrorCode(), ae.ErrorMessage())
 		return pe
 	}
 	var pe *driver.ProviderError

@@ -1,7 +1,6 @@
 package gemini
 
 import (
-	"context"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -15,51 +14,6 @@ import (
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/provider/internal/adapter"
 )
-
-// record is what the HTTP client saw of one call: the SDK's errors keep
-// neither the headers nor the body.
-type record struct {
-	status int
-	header http.Header
-	body   []byte // an error response's, up to adapter.MaxBody
-}
-
-type recordKey struct{}
-
-func withRecord(ctx context.Context) (context.Context, *record) {
-	r := &record{}
-	return context.WithValue(ctx, recordKey{}, r), r
-}
-
-// recorder is the transport that fills a call's record.
-type recorder struct{ base http.RoundTripper }
-
-func recording(hc *http.Client) *http.Client {
-	c := *hc
-	c.Transport = &recorder{base: cmpTransport(hc.Transport)}
-	return &c
-}
-
-func cmpTransport(t http.RoundTripper) http.RoundTripper {
-	if t == nil {
-		return http.DefaultTransport
-	}
-	return t
-}
-
-func (t *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.base.RoundTrip(req)
-	if err != nil {
-		return nil, err
-	}
-	if r, ok := req.Context().Value(recordKey{}).(*record); ok {
-		r.status, r.header = resp.StatusCode, resp.Header
-		if resp.StatusCode >= 400 {
-			r.body = adapter.ReadBody(resp)
-		}
-	}
-	return resp, nil
-}
 
 // apiError maps the API's error (google.rpc.Status: code, status,
 // message, details) to a ProviderError. status, header and body are the

@@ -182,7 +182,7 @@ func New(id string, opts ...Option) (*Model, error) {
 		return nil, errors.New("gemini: Google AI needs an API key (WithAPIKey)")
 	}
 	cc.HTTPOptions.BaseURL = base
-	cc.HTTPClient = recording(adapter.SameOriginRedirects("gemini", hc))
+	cc.HTTPClient = adapter.Recording(adapter.SameOriginRedirects("gemini", hc))
 	client, err := genai.NewClient(context.Background(), cc)
 	if err != nil {
 		return nil, fmt.Errorf("gemini: %w", err)
@@ -226,7 +226,7 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 	if err != nil {
 		return nil, err
 	}
-	ctx, rec := withRecord(ctx)
+	ctx, rec := adapter.WithRecord(ctx)
 	resp, err := m.client.Models.GenerateContent(ctx, m.path, contents, cfg)
 	if err != nil {
 		return nil, m.callError(ctx, rec, err)
@@ -240,7 +240,7 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 	if err != nil {
 		return nil, err
 	}
-	out := &driver.Response{Warnings: warnings, Headers: rec.header, Finish: d.finish, Usage: d.usage,
+	out := &driver.Response{Warnings: warnings, Headers: rec.Header, Finish: d.finish, Usage: d.usage,
 		Meta: abi.ResponseMeta{ID: resp.ResponseID, ModelID: resp.ModelVersion}}
 	out.Content = collect(parts)
 	return out, nil
@@ -274,7 +274,7 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	sctx, rec := withRecord(sctx)
+	sctx, rec := adapter.WithRecord(sctx)
 	src := newSource(sctx, cancel, m.provider, m.client.Models.GenerateContentStream(sctx, m.path, contents, cfg))
 	first := []abi.Part{{Kind: abi.KindStreamStart, Warnings: warnings}}
 	q, _ := src.Next(first)
@@ -283,18 +283,18 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		return nil, m.callError(ctx, rec, err)
 	}
 	s := adapter.NewStream(ctx, m.provider, src, q...)
-	s.SetHeader(rec.header)
+	s.SetHeader(rec.Header)
 	return s, nil
 }
 
 // callError turns the SDK's error for a call into the driver's.
-func (m *Model) callError(ctx context.Context, rec *record, err error) error {
+func (m *Model) callError(ctx context.Context, rec *adapter.Record, err error) error {
 	if ctx.Err() != nil {
 		return adapter.CtxError(ctx)
 	}
 	var ae genai.APIError
 	if errors.As(err, &ae) {
-		return apiError(m.provider, rec.status, rec.header, rec.body, ae)
+		return apiError(m.provider, rec.Status, rec.Header, rec.Body, ae)
 	}
 	var pe *driver.ProviderError
 	if errors.As(err, &pe) {

@@ -32,9 +32,9 @@ func (c *closable) Close() error { c.closed = true; return nil }
 
 // The SDK closes the request body once the response is in, while the
 // transport may still read it: the transport reads a copy, whole.
-func TestRecorderTransportReadsTheBodyAfterTheCallerClosedIt(t *testing.T) {
+func TestOwnedBodyTransportReadsTheBodyAfterTheCallerClosedIt(t *testing.T) {
 	sent := make(chan *http.Request, 1)
-	rt := &recorder{base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	rt := &ownedBody{base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		sent <- r // read later, after the caller closed its body
 		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody}, nil
 	})}
