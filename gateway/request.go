@@ -54,92 +54,22 @@ func parseChat(body []byte, providers, anthropic, gemini []string) (*chatRequest
 	if err != nil {
 		return nil, err
 	}
-	var so *struct {
-		IncludeUsage bool `json:"include_usage"`
-	}
-	if err := field(fields, "stream_options", &so); err != nil {
-		return nil, badRequest("stream_options", "%s", mismatch("stream_options", err))
-	}
-	if so != nil {
-		if !c.stream {
-			// OpenAI's API refuses it the same way (a non-null
-			// stream_options without stream), and a client that sends it
-			// expects a usage chunk no answer of this request has.
-			return nil, badRequest("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
-		}
-		c.includeUsage = so.IncludeUsage
-		fields["stream_options"] = usageOptions(fields["stream_options"], so.IncludeUsage)
-	} else {
-		delete(fields, "stream_options") // null: as if absent
+	if err := streamOptions(fields, c); err != nil {
+		return nil, err
 	}
 	var n *int
 	if err := field(fields, "n", &n); err != nil || (n != nil && *n != 1) {
 		return nil, badRequest("n", "n: only 1 is supported (the gateway follows one choice)")
 	}
 	r := &c.req
-	msgs, ok := decodeMessages(fields["messages"])
-	if !ok {
-		if err := field(fields, "messages", &msgs); err != nil {
-			return nil, listError[wireMessage]("messages", fields["messages"], err)
-		}
-	}
-	if len(msgs) == 0 {
-		return nil, badRequest("messages", "messages: at least one message is required")
-	}
-	r.Messages = make([]driver.Message, 0, len(msgs))
-	for i := range msgs {
-		m, err := msgs[i].driver()
-		if err != nil {
-			return nil, badRequest(fmt.Sprintf("messages[%d]", i), "messages[%d]: %v", i, err)
-		}
-		r.Messages = append(r.Messages, m)
-	}
-	var tools []struct {
-		Type     string `json:"type"`
-		Function *struct {
-			Name        string          `json:"name"`
-			Description string          `json:"description"`
-			Parameters  json.RawMessage `json:"parameters"`
-		} `json:"function"`
-	}
-	if err := field(fields, "tools", &tools); err != nil {
-		return nil, listError[struct {
-			Function *struct {
-				Name        string `json:"name"`
-				Description string `json:"description"`
-			} `json:"function"`
-		}]("tools", fields["tools"], err)
-	}
-	for i, t := range tools {
-		if t.Function == nil || t.Function.Name == "" {
-			continue // not a function tool: forwarded raw only
-		}
-		_ = i
-		r.Tools = append(r.Tools, driver.Tool{Name: t.Function.Name, Description: t.Function.Description,
-			Schema: string(t.Function.Parameters)})
-	}
-	for _, k := range [...]string{"max_completion_tokens", "max_tokens"} {
-		var v *int
-		if err := field(fields, k, &v); err != nil || (v != nil && *v < 0) {
-			return nil, badRequest(k, "%s: want a non-negative integer", k)
-		}
-		if v != nil && r.MaxOutputTokens == 0 {
-			r.MaxOutputTokens = *v
-		}
-	}
-	if err := sampling(fields, r); err != nil {
+	if err := chatMessages(fields, r); err != nil {
 		return nil, err
 	}
-	if err := field(fields, "seed", &r.Seed); err != nil {
-		return nil, badRequest("seed", "seed: want an integer")
+	if err := chatTools(fields, r); err != nil {
+		return nil, err
 	}
-	if raw, ok := fields["stop"]; ok && !isNull(raw) {
-		var one string
-		if json.Unmarshal(raw, &one) == nil {
-			r.StopSequences = []string{one}
-		} else if err := json.Unmarshal(raw, &r.StopSequences); err != nil {
-			return nil, badRequest("stop", "stop: want a string or a list of strings")
-		}
+	if err := chatLimits(fields, r); err != nil {
+		return nil, err
 	}
 	forward(r, fields, providers)
 	if len(anthropic) > 0 {
@@ -149,6 +79,109 @@ func parseChat(body []byte, providers, anthropic, gemini []string) (*chatRequest
 		toGeminiFields(r, fields, gemini)
 	}
 	return c, nil
+}
+
+// streamOptions reads stream_options, which only a streamed request may
+// send, and keeps it for the upstreams when it is not null.
+func streamOptions(fields map[string]json.RawMessage, c *chatRequest) error {
+	var so *struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
+	if err := field(fields, "stream_options", &so); err != nil {
+		return badRequest("stream_options", "%s", mismatch("stream_options", err))
+	}
+	if so != nil {
+		if !c.stream {
+			// OpenAI's API refuses it the same way (a non-null
+			// stream_options without stream), and a client that sends it
+			// expects a usage chunk no answer of this request has.
+			return badRequest("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
+		}
+		c.includeUsage = so.IncludeUsage
+		fields["stream_options"] = usageOptions(fields["stream_options"], so.IncludeUsage)
+	} else {
+		delete(fields, "stream_options") // null: as if absent
+	}
+	return nil
+}
+
+// chatMessages reads the messages, at least one.
+func chatMessages(fields map[string]json.RawMessage, r *driver.Request) error {
+	msgs, ok := decodeMessages(fields["messages"])
+	if !ok {
+		if err := field(fields, "messages", &msgs); err != nil {
+			return listError[wireMessage]("messages", fields["messages"], err)
+		}
+	}
+	if len(msgs) == 0 {
+		return badRequest("messages", "messages: at least one message is required")
+	}
+	r.Messages = make([]driver.Message, 0, len(msgs))
+	for i := range msgs {
+		m, err := msgs[i].driver()
+		if err != nil {
+			return badRequest(fmt.Sprintf("messages[%d]", i), "messages[%d]: %v", i, err)
+		}
+		r.Messages = append(r.Messages, m)
+	}
+	return nil
+}
+
+// chatTools reads the function tools; others are forwarded raw only.
+func chatTools(fields map[string]json.RawMessage, r *driver.Request) error {
+	var tools []struct {
+		Type     string `json:"type"`
+		Function *struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+		} `json:"function"`
+	}
+	if err := field(fields, "tools", &tools); err != nil {
+		return listError[struct {
+			Function *struct {
+				Name        string `json:"name"`
+				Description string `json:"description"`
+			} `json:"function"`
+		}]("tools", fields["tools"], err)
+	}
+	for _, t := range tools {
+		if t.Function == nil || t.Function.Name == "" {
+			continue // not a function tool: forwarded raw only
+		}
+		r.Tools = append(r.Tools, driver.Tool{Name: t.Function.Name, Description: t.Function.Description,
+			Schema: string(t.Function.Parameters)})
+	}
+	return nil
+}
+
+// chatLimits reads the output limit, the sampling settings, the seed and
+// the stop sequences.
+func chatLimits(fields map[string]json.RawMessage, r *driver.Request) error {
+	for _, k := range [...]string{"max_completion_tokens", "max_tokens"} {
+		var v *int
+		if err := field(fields, k, &v); err != nil || (v != nil && *v < 0) {
+			return badRequest(k, "%s: want a non-negative integer", k)
+		}
+		if v != nil && r.MaxOutputTokens == 0 {
+			r.MaxOutputTokens = *v
+		}
+	}
+	if err := sampling(fields, r); err != nil {
+		return err
+	}
+	if err := field(fields, "seed", &r.Seed); err != nil {
+		return badRequest("seed", "seed: want an integer")
+	}
+	if raw, ok := fields["stop"]; ok && !isNull(raw) {
+		var one string
+		if json.Unmarshal(raw, &one) == nil {
+			r.StopSequences = []string{one}
+		} else if err := json.Unmarshal(raw, &r.StopSequences); err != nil {
+			return badRequest("stop", "stop: want a string or a list of strings")
+		}
+	}
+	return nil
 }
 
 // parseCommon decodes a body that must be one JSON object, and the fields
