@@ -62,24 +62,24 @@ func yamlSyntax(err error) error {
 
 type yamlConv struct{ budget int }
 
+// node converts y, its aliases expanded within the budget, into a node
+// with its JSON text.
 func (c *yamlConv) node(y *yaml.Node) (*node, error) {
 	if c.budget--; c.budget < 0 {
 		return nil, &Error{Line: y.Line, Col: y.Column, Msg: fmt.Sprintf("the document has more than %d values once its aliases are expanded", MaxYAMLNodes)}
 	}
 	at := where{line: y.Line, col: y.Column}
-	fail := func(format string, args ...any) error {
-		return &Error{Line: y.Line, Col: y.Column, Msg: fmt.Sprintf(format, args...)}
-	}
 	n := &node{at: at}
+	var err error
 	switch y.Kind {
 	case yaml.DocumentNode:
 		if len(y.Content) == 0 {
-			return nil, fail("empty document")
+			return nil, yamlFail(y, "empty document")
 		}
 		return c.node(y.Content[0])
 	case yaml.AliasNode:
 		if y.Alias == nil {
-			return nil, fail("unknown alias %q", y.Value)
+			return nil, yamlFail(y, "unknown alias %q", y.Value)
 		}
 		a, err := c.node(y.Alias)
 		if err != nil {
@@ -89,26 +89,7 @@ func (c *yamlConv) node(y *yaml.Node) (*node, error) {
 		cp.at = at // errors point at the alias, where the value is used
 		return &cp, nil
 	case yaml.MappingNode:
-		n.kind = '{'
-		for i := 0; i+1 < len(y.Content); i += 2 {
-			k, v := y.Content[i], y.Content[i+1]
-			if k.Kind != yaml.ScalarNode || (k.Tag != "!!str" && k.Tag != "!!int" && k.Tag != "!!bool" && k.Tag != "!!float") {
-				if k.Tag == "!!merge" {
-					return nil, &Error{Line: k.Line, Col: k.Column, Msg: "merge keys (<<) are not supported: repeat the fields, or use an alias for a whole value"}
-				}
-				return nil, &Error{Line: k.Line, Col: k.Column, Msg: "a mapping key must be a plain scalar"}
-			}
-			if slicesContains(n.keys, k.Value) {
-				return nil, &Error{Line: k.Line, Col: k.Column, Msg: fmt.Sprintf("duplicate key %q", k.Value)}
-			}
-			vn, err := c.node(v)
-			if err != nil {
-				return nil, err
-			}
-			n.keys = append(n.keys, k.Value)
-			n.keyAt = append(n.keyAt, where{line: k.Line, col: k.Column})
-			n.vals = append(n.vals, vn)
-		}
+		err = c.mapping(n, y)
 	case yaml.SequenceNode:
 		n.kind = '['
 		for _, e := range y.Content {
@@ -119,43 +100,83 @@ func (c *yamlConv) node(y *yaml.Node) (*node, error) {
 			n.vals = append(n.vals, vn)
 		}
 	case yaml.ScalarNode:
-		switch y.Tag {
-		case "!!str", "!!timestamp":
-			n.kind, n.str = 's', y.Value
-		case "!!bool":
-			b, err := strconv.ParseBool(y.Value)
-			if err != nil {
-				return nil, fail("invalid boolean %q", y.Value)
-			}
-			n.kind, n.b = 'b', b
-		case "!!null":
-			n.kind = 'z'
-		case "!!int":
-			v := strings.ReplaceAll(y.Value, "_", "")
-			if i, err := strconv.ParseInt(v, 0, 64); err == nil {
-				n.kind, n.num = 'n', json.Number(strconv.FormatInt(i, 10))
-			} else if u, err := strconv.ParseUint(v, 0, 64); err == nil {
-				n.kind, n.num = 'n', json.Number(strconv.FormatUint(u, 10))
-			} else {
-				return nil, fail("invalid integer %q", y.Value)
-			}
-		case "!!float":
-			f, err := strconv.ParseFloat(strings.ReplaceAll(y.Value, "_", ""), 64)
-			if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-				return nil, fail("want a finite number, got %s", y.Value)
-			}
-			n.kind, n.num = 'n', json.Number(strconv.FormatFloat(f, 'g', -1, 64))
-		default:
-			return nil, fail("unsupported tag %s", y.Tag)
-		}
+		err = scalar(n, y)
 	default:
-		return nil, fail("unsupported YAML node")
+		return nil, yamlFail(y, "unsupported YAML node")
 	}
-	var err error
+	if err != nil {
+		return nil, err
+	}
 	if n.raw, err = n.json(nil); err != nil {
 		return nil, err
 	}
 	return n, nil
+}
+
+// yamlFail is an error at y.
+func yamlFail(y *yaml.Node, format string, args ...any) error {
+	return &Error{Line: y.Line, Col: y.Column, Msg: fmt.Sprintf(format, args...)}
+}
+
+// mapping converts a mapping's pairs into n: keys plain scalars, each
+// once, no merge keys.
+func (c *yamlConv) mapping(n *node, y *yaml.Node) error {
+	n.kind = '{'
+	for i := 0; i+1 < len(y.Content); i += 2 {
+		k, v := y.Content[i], y.Content[i+1]
+		if k.Kind != yaml.ScalarNode || (k.Tag != "!!str" && k.Tag != "!!int" && k.Tag != "!!bool" && k.Tag != "!!float") {
+			if k.Tag == "!!merge" {
+				return &Error{Line: k.Line, Col: k.Column, Msg: "merge keys (<<) are not supported: repeat the fields, or use an alias for a whole value"}
+			}
+			return &Error{Line: k.Line, Col: k.Column, Msg: "a mapping key must be a plain scalar"}
+		}
+		if slicesContains(n.keys, k.Value) {
+			return &Error{Line: k.Line, Col: k.Column, Msg: fmt.Sprintf("duplicate key %q", k.Value)}
+		}
+		vn, err := c.node(v)
+		if err != nil {
+			return err
+		}
+		n.keys = append(n.keys, k.Value)
+		n.keyAt = append(n.keyAt, where{line: k.Line, col: k.Column})
+		n.vals = append(n.vals, vn)
+	}
+	return nil
+}
+
+// scalar converts a scalar by its tag: a string, a boolean, null, or a
+// finite number.
+func scalar(n *node, y *yaml.Node) error {
+	switch y.Tag {
+	case "!!str", "!!timestamp":
+		n.kind, n.str = 's', y.Value
+	case "!!bool":
+		b, err := strconv.ParseBool(y.Value)
+		if err != nil {
+			return yamlFail(y, "invalid boolean %q", y.Value)
+		}
+		n.kind, n.b = 'b', b
+	case "!!null":
+		n.kind = 'z'
+	case "!!int":
+		v := strings.ReplaceAll(y.Value, "_", "")
+		if i, err := strconv.ParseInt(v, 0, 64); err == nil {
+			n.kind, n.num = 'n', json.Number(strconv.FormatInt(i, 10))
+		} else if u, err := strconv.ParseUint(v, 0, 64); err == nil {
+			n.kind, n.num = 'n', json.Number(strconv.FormatUint(u, 10))
+		} else {
+			return yamlFail(y, "invalid integer %q", y.Value)
+		}
+	case "!!float":
+		f, err := strconv.ParseFloat(strings.ReplaceAll(y.Value, "_", ""), 64)
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+			return yamlFail(y, "want a finite number, got %s", y.Value)
+		}
+		n.kind, n.num = 'n', json.Number(strconv.FormatFloat(f, 'g', -1, 64))
+	default:
+		return yamlFail(y, "unsupported tag %s", y.Tag)
+	}
+	return nil
 }
 
 // json appends n as JSON text (what a RawMessage or an any field gets).
