@@ -194,17 +194,13 @@ func New(id string, opts ...Option) (*Model, error) {
 	if c.maxRetries < 0 {
 		return nil, fmt.Errorf("anthropic: negative max retries %d", c.maxRetries)
 	}
-	if !c.providerSet {
-		c.provider = provider
-	} else if strings.TrimSpace(c.provider) == "" {
-		return nil, errors.New("anthropic: empty provider name")
+	var err error
+	if c.provider, err = adapter.ProviderName(provider, provider, c.provider, c.providerSet); err != nil {
+		return nil, err
 	}
-	key := c.provider + "/" + id
-	if c.keySet {
-		if err := adapter.CheckKey("anthropic", c.key); err != nil {
-			return nil, err
-		}
-		key = c.key
+	key, err := adapter.ModelKey(provider, c.provider, id, c.key, c.keySet)
+	if err != nil {
+		return nil, err
 	}
 	if c.maxTokens <= 0 {
 		return nil, fmt.Errorf("anthropic: default max tokens %d must be positive", c.maxTokens)

@@ -136,17 +136,13 @@ func New(id string, opts ...Option) (*Model, error) {
 	if strings.TrimSpace(id) == "" {
 		return nil, errors.New("bedrock: empty model id")
 	}
-	if !c.providerSet {
-		c.provider = provider
-	} else if strings.TrimSpace(c.provider) == "" {
-		return nil, errors.New("bedrock: empty provider name")
+	var err error
+	if c.provider, err = adapter.ProviderName(provider, provider, c.provider, c.providerSet); err != nil {
+		return nil, err
 	}
-	key := c.provider + "/" + id
-	if c.keySet {
-		if err := adapter.CheckKey("bedrock", c.key); err != nil {
-			return nil, err
-		}
-		key = c.key
+	key, err := adapter.ModelKey(provider, c.provider, id, c.key, c.keySet)
+	if err != nil {
+		return nil, err
 	}
 	if c.baseURL != "" {
 		if err := adapter.CheckBaseURL("bedrock", c.baseURL); err != nil {

@@ -60,12 +60,9 @@ func New(id string, opts ...Option) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := c.provider + "/" + id
-	if c.keySet {
-		if err := adapter.CheckKey("openai", c.key); err != nil {
-			return nil, err
-		}
-		key = c.key
+	key, err := adapter.ModelKey("openai", c.provider, id, c.key, c.keySet)
+	if err != nil {
+		return nil, err
 	}
 	host, port, scope := c.server(id)
 	usage := c.azure != nil || host == "api.openai.com" || strings.HasSuffix(host, ".openai.azure.com")

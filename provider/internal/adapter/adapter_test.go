@@ -235,3 +235,37 @@ func TestEventError(t *testing.T) {
 		})
 	}
 }
+
+func TestProviderNameAndModelKey(t *testing.T) {
+	tests := []struct {
+		name, provider string
+		providerSet    bool
+		key            string
+		keySet         bool
+		wantProvider   string
+		wantKey        string
+		wantErr        string
+	}{
+		{name: "defaults", wantProvider: "gemini", wantKey: "gemini/m"},
+		{name: "provider set", provider: "vertex", providerSet: true, wantProvider: "vertex", wantKey: "vertex/m"},
+		{name: "key set", key: "fast", keySet: true, wantProvider: "gemini", wantKey: "fast"},
+		{name: "blank provider", provider: " ", providerSet: true, wantErr: "gemini: empty provider name"},
+		{name: "blank key", key: " ", keySet: true, wantErr: "gemini: empty model key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			prov, err := ProviderName("gemini", "gemini", tt.provider, tt.providerSet)
+			if err == nil {
+				var key string
+				key, err = ModelKey("gemini", prov, "m", tt.key, tt.keySet)
+				if err == nil {
+					require.Empty(t, tt.wantErr)
+					require.Equal(t, tt.wantProvider, prov)
+					require.Equal(t, tt.wantKey, key)
+					return
+				}
+			}
+			require.EqualError(t, err, tt.wantErr)
+		})
+	}
+}

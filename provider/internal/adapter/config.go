@@ -27,6 +27,32 @@ func CheckKey(provider, key string) error {
 	return nil
 }
 
+// ProviderName returns the provider name a model's New settles on: def
+// unless WithProvider set one (set), which may not be blank. provider
+// prefixes the error ("gemini").
+func ProviderName(provider, def, name string, set bool) (string, error) {
+	if !set {
+		return def, nil
+	}
+	if strings.TrimSpace(name) == "" {
+		return "", fmt.Errorf("%s: empty provider name", provider)
+	}
+	return name, nil
+}
+
+// ModelKey returns the key a model's New settles on, by which the driver
+// tells models apart: "<name>/<id>" (name the provider name) unless
+// WithKey set one (set), which CheckKey holds.
+func ModelKey(provider, name, id, key string, set bool) (string, error) {
+	if !set {
+		return name + "/" + id, nil
+	}
+	if err := CheckKey(provider, key); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
 // CheckHeader rejects a header that could not be sent.
 func CheckHeader(provider, name string) error {
 	if name == "" || strings.ContainsFunc(name, func(r rune) bool {
