@@ -306,6 +306,35 @@ func (m *Model) request(req *driver.Request) ([]*genai.Content, *genai.GenerateC
 	if req.System != "" {
 		cfg.SystemInstruction = &genai.Content{Parts: []*genai.Part{{Text: req.System}}}
 	}
+	sampling(cfg, req)
+	if len(req.Tools) > 0 {
+		tools, err := functionTools(req.Tools)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		cfg.Tools = tools
+	}
+	opts := http.Header{}
+	maps.Copy(opts, req.Headers)
+	if extra := m.extraBody(req); len(opts) > 0 || len(extra) > 0 {
+		cfg.HTTPOptions = &genai.HTTPOptions{Headers: opts, ExtraBody: extra}
+	}
+	names := map[string]string{} // call id → function name, for the results
+	contents := make([]*genai.Content, 0, len(req.Messages))
+	for _, msg := range req.Messages {
+		c, err := content(cfg, &msg, names)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if c != nil && len(c.Parts) > 0 {
+			contents = append(contents, c)
+		}
+	}
+	return contents, cfg, warnings, nil
+}
+
+// sampling sets the request's output limit and sampling settings.
+func sampling(cfg *genai.GenerateContentConfig, req *driver.Request) {
 	if req.MaxOutputTokens > 0 {
 		cfg.MaxOutputTokens = int32(min(req.MaxOutputTokens, 1<<31-1))
 	}
@@ -321,23 +350,28 @@ func (m *Model) request(req *driver.Request) ([]*genai.Content, *genai.GenerateC
 		s := int32(*req.Seed)
 		cfg.Seed = &s
 	}
-	if len(req.Tools) > 0 {
-		decls := make([]*genai.FunctionDeclaration, 0, len(req.Tools))
-		for _, t := range req.Tools {
-			d := &genai.FunctionDeclaration{Name: t.Name, Description: t.Description}
-			if t.Schema != "" {
-				var schema any
-				if err := json.Unmarshal([]byte(t.Schema), &schema); err != nil {
-					return nil, nil, nil, fmt.Errorf("gemini: tool %q: schema is not JSON: %w", t.Name, err)
-				}
-				d.ParametersJsonSchema = schema
+}
+
+// functionTools declares the tools, each schema as JSON.
+func functionTools(tools []driver.Tool) ([]*genai.Tool, error) {
+	decls := make([]*genai.FunctionDeclaration, 0, len(tools))
+	for _, t := range tools {
+		d := &genai.FunctionDeclaration{Name: t.Name, Description: t.Description}
+		if t.Schema != "" {
+			var schema any
+			if err := json.Unmarshal([]byte(t.Schema), &schema); err != nil {
+				return nil, fmt.Errorf("gemini: tool %q: schema is not JSON: %w", t.Name, err)
 			}
-			decls = append(decls, d)
+			d.ParametersJsonSchema = schema
 		}
-		cfg.Tools = []*genai.Tool{{FunctionDeclarations: decls}}
+		decls = append(decls, d)
 	}
-	opts := http.Header{}
-	maps.Copy(opts, req.Headers)
+	return []*genai.Tool{{FunctionDeclarations: decls}}, nil
+}
+
+// extraBody is the model's own body fields, then the request's
+// ProviderOptions for what they leave unset.
+func (m *Model) extraBody(req *driver.Request) map[string]any {
 	extra := maps.Clone(m.params)
 	if po, ok := req.ProviderOptions[m.provider].(map[string]any); ok {
 		if extra == nil {
@@ -349,55 +383,52 @@ func (m *Model) request(req *driver.Request) ([]*genai.Content, *genai.GenerateC
 			}
 		}
 	}
-	if len(opts) > 0 || len(extra) > 0 {
-		cfg.HTTPOptions = &genai.HTTPOptions{Headers: opts, ExtraBody: extra}
-	}
-	names := map[string]string{} // call id → function name, for the results
-	contents := make([]*genai.Content, 0, len(req.Messages))
-	for _, msg := range req.Messages {
-		var c *genai.Content
-		switch msg.Role {
-		case driver.RoleUser:
-			c = &genai.Content{Role: genai.RoleUser}
-		case driver.RoleAssistant:
-			c = &genai.Content{Role: genai.RoleModel}
-		case driver.RoleTool:
-			c = &genai.Content{Role: genai.RoleUser}
-		case driver.RoleSystem:
-			for _, x := range msg.Content {
-				if cfg.SystemInstruction == nil {
-					cfg.SystemInstruction = &genai.Content{}
-				}
-				cfg.SystemInstruction.Parts = append(cfg.SystemInstruction.Parts, &genai.Part{Text: x.Text})
-			}
-			continue
-		default:
-			return nil, nil, nil, fmt.Errorf("gemini: unknown role %q", msg.Role)
-		}
+	return extra
+}
+
+// content translates a message: nil for a system message, whose text
+// joins cfg's system instruction. names maps the calls seen so far to
+// their functions, for the results that name none.
+func content(cfg *genai.GenerateContentConfig, msg *driver.Message, names map[string]string) (*genai.Content, error) {
+	var c *genai.Content
+	switch msg.Role {
+	case driver.RoleUser:
+		c = &genai.Content{Role: genai.RoleUser}
+	case driver.RoleAssistant:
+		c = &genai.Content{Role: genai.RoleModel}
+	case driver.RoleTool:
+		c = &genai.Content{Role: genai.RoleUser}
+	case driver.RoleSystem:
 		for _, x := range msg.Content {
-			switch {
-			case msg.Role == driver.RoleAssistant && x.ToolName != "":
-				args := map[string]any{}
-				if x.ToolInput != "" {
-					if err := json.Unmarshal([]byte(x.ToolInput), &args); err != nil {
-						return nil, nil, nil, fmt.Errorf("gemini: tool call %q: input is not a JSON object: %w", x.ToolCallID, err)
-					}
-				}
-				names[x.ToolCallID] = x.ToolName
-				c.Parts = append(c.Parts, &genai.Part{FunctionCall: &genai.FunctionCall{ID: callID(x.ToolCallID), Name: x.ToolName, Args: args}})
-			case msg.Role == driver.RoleTool:
-				name := cmp.Or(x.ToolName, names[x.ToolCallID])
-				c.Parts = append(c.Parts, &genai.Part{FunctionResponse: &genai.FunctionResponse{
-					ID: callID(x.ToolCallID), Name: name, Response: toolResult(x.ToolResult)}})
-			case x.Text != "":
-				c.Parts = append(c.Parts, &genai.Part{Text: x.Text})
+			if cfg.SystemInstruction == nil {
+				cfg.SystemInstruction = &genai.Content{}
 			}
+			cfg.SystemInstruction.Parts = append(cfg.SystemInstruction.Parts, &genai.Part{Text: x.Text})
 		}
-		if len(c.Parts) > 0 {
-			contents = append(contents, c)
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("gemini: unknown role %q", msg.Role)
+	}
+	for _, x := range msg.Content {
+		switch {
+		case msg.Role == driver.RoleAssistant && x.ToolName != "":
+			args := map[string]any{}
+			if x.ToolInput != "" {
+				if err := json.Unmarshal([]byte(x.ToolInput), &args); err != nil {
+					return nil, fmt.Errorf("gemini: tool call %q: input is not a JSON object: %w", x.ToolCallID, err)
+				}
+			}
+			names[x.ToolCallID] = x.ToolName
+			c.Parts = append(c.Parts, &genai.Part{FunctionCall: &genai.FunctionCall{ID: callID(x.ToolCallID), Name: x.ToolName, Args: args}})
+		case msg.Role == driver.RoleTool:
+			name := cmp.Or(x.ToolName, names[x.ToolCallID])
+			c.Parts = append(c.Parts, &genai.Part{FunctionResponse: &genai.FunctionResponse{
+				ID: callID(x.ToolCallID), Name: name, Response: toolResult(x.ToolResult)}})
+		case x.Text != "":
+			c.Parts = append(c.Parts, &genai.Part{Text: x.Text})
 		}
 	}
-	return contents, cfg, warnings, nil
+	return c, nil
 }
 
 // callID is the id a call is sent back with: the ones this adapter made
