@@ -127,82 +127,26 @@ func (b *builder) action(at string, rs *RuleSpec, m driver.Match) (*driver.Rule,
 	return r, nil
 }
 
+// match builds a rule's match: the criteria ms sets, all of which must
+// hold, in a fixed order.
 func (b *builder) match(at string, ms *MatchSpec) (driver.Match, error) {
 	var ms2 []driver.Match
 	if ms.Any {
 		ms2 = append(ms2, driver.AnyError())
 	}
-	if ms.Status != nil {
-		if len(ms.Status) == 0 {
-			return driver.Match{}, b.errf(at+".status", "empty list")
-		}
-		for j, s := range ms.Status {
-			if s < 100 || s > 599 {
-				return driver.Match{}, b.errf(fmt.Sprintf("%s.status[%d]", at, j), "%d is not an HTTP status (100-599)", s)
-			}
-		}
-		ms2 = append(ms2, driver.OnStatus(ms.Status...))
+	var err error
+	if ms2, err = b.matchStatus(at, ms, ms2); err != nil {
+		return driver.Match{}, err
 	}
-	if ms.StatusRange != nil {
-		r := ms.StatusRange
-		if len(r) != 2 || r[0] < 100 || r[1] > 599 || r[0] > r[1] {
-			return driver.Match{}, b.errf(at+".status_range", "want [lo, hi] with 100 <= lo <= hi <= 599, got %v", r)
-		}
-		ms2 = append(ms2, driver.OnStatusRange(r[0], r[1]))
+	if ms2, err = b.matchClass(at, ms, ms2); err != nil {
+		return driver.Match{}, err
 	}
-	if ms.Class != nil {
-		if len(ms.Class) == 0 {
-			return driver.Match{}, b.errf(at+".class", "empty list")
-		}
-		cs := make([]abi.ErrorClass, len(ms.Class))
-		for j, s := range ms.Class {
-			c, ok := abi.ParseErrorClass(s)
-			if !ok || c == abi.ClassNone {
-				return driver.Match{}, b.errf(fmt.Sprintf("%s.class[%d]", at, j), "unknown error class %q (want one of %s)", s, classList())
-			}
-			cs[j] = c
-		}
-		ms2 = append(ms2, driver.OnClass(cs...))
+	if ms2, err = b.matchMessage(at, ms, ms2); err != nil {
+		return driver.Match{}, err
 	}
-	if ms.Message != nil {
-		for j, s := range ms.Message {
-			if s == "" {
-				return driver.Match{}, b.errf(fmt.Sprintf("%s.message[%d]", at, j), "empty substring (it would match every message)")
-			}
-		}
-		if len(ms.Message) == 0 {
-			return driver.Match{}, b.errf(at+".message", "empty list")
-		}
-		ms2 = append(ms2, driver.OnMessage(ms.Message...))
-	}
-	flag := func(p *bool, m driver.Match) {
-		if p == nil {
-			return
-		}
-		if *p {
-			ms2 = append(ms2, m)
-		} else {
-			ms2 = append(ms2, driver.Not(m))
-		}
-	}
-	flag(ms.Timeout, driver.Timeout())
-	flag(ms.Canceled, driver.Canceled())
-	if ms.Retryable != nil {
-		ms2 = append(ms2, driver.Retryable(*ms.Retryable))
-	}
-	if ms.Finish != nil {
-		if len(ms.Finish) == 0 {
-			return driver.Match{}, b.errf(at+".finish", "empty list")
-		}
-		rs := make([]abi.Reason, len(ms.Finish))
-		for j, s := range ms.Finish {
-			r, ok := abi.ParseReason(s)
-			if !ok {
-				return driver.Match{}, b.errf(fmt.Sprintf("%s.finish[%d]", at, j), "unknown finish reason %q", s)
-			}
-			rs[j] = r
-		}
-		ms2 = append(ms2, driver.OnFinish(rs...))
+	ms2 = matchFlags(ms, ms2)
+	if ms2, err = b.matchFinish(at, ms, ms2); err != nil {
+		return driver.Match{}, err
 	}
 	switch len(ms2) {
 	case 0:
@@ -211,6 +155,104 @@ func (b *builder) match(at string, ms *MatchSpec) (driver.Match, error) {
 		return ms2[0], nil
 	}
 	return driver.And(ms2...), nil
+}
+
+// matchStatus adds the status list's and the status range's criteria.
+func (b *builder) matchStatus(at string, ms *MatchSpec, out []driver.Match) ([]driver.Match, error) {
+	if ms.Status != nil {
+		if len(ms.Status) == 0 {
+			return nil, b.errf(at+".status", "empty list")
+		}
+		for j, s := range ms.Status {
+			if s < 100 || s > 599 {
+				return nil, b.errf(fmt.Sprintf("%s.status[%d]", at, j), "%d is not an HTTP status (100-599)", s)
+			}
+		}
+		out = append(out, driver.OnStatus(ms.Status...))
+	}
+	if ms.StatusRange != nil {
+		r := ms.StatusRange
+		if len(r) != 2 || r[0] < 100 || r[1] > 599 || r[0] > r[1] {
+			return nil, b.errf(at+".status_range", "want [lo, hi] with 100 <= lo <= hi <= 599, got %v", r)
+		}
+		out = append(out, driver.OnStatusRange(r[0], r[1]))
+	}
+	return out, nil
+}
+
+// matchClass adds the error classes' criterion.
+func (b *builder) matchClass(at string, ms *MatchSpec, out []driver.Match) ([]driver.Match, error) {
+	if ms.Class == nil {
+		return out, nil
+	}
+	if len(ms.Class) == 0 {
+		return nil, b.errf(at+".class", "empty list")
+	}
+	cs := make([]abi.ErrorClass, len(ms.Class))
+	for j, s := range ms.Class {
+		c, ok := abi.ParseErrorClass(s)
+		if !ok || c == abi.ClassNone {
+			return nil, b.errf(fmt.Sprintf("%s.class[%d]", at, j), "unknown error class %q (want one of %s)", s, classList())
+		}
+		cs[j] = c
+	}
+	return append(out, driver.OnClass(cs...)), nil
+}
+
+// matchMessage adds the message substrings' criterion.
+func (b *builder) matchMessage(at string, ms *MatchSpec, out []driver.Match) ([]driver.Match, error) {
+	if ms.Message == nil {
+		return out, nil
+	}
+	for j, s := range ms.Message {
+		if s == "" {
+			return nil, b.errf(fmt.Sprintf("%s.message[%d]", at, j), "empty substring (it would match every message)")
+		}
+	}
+	if len(ms.Message) == 0 {
+		return nil, b.errf(at+".message", "empty list")
+	}
+	return append(out, driver.OnMessage(ms.Message...)), nil
+}
+
+// matchFlags adds the timeout, canceled and retryable criteria; false
+// asks for the error not to be one.
+func matchFlags(ms *MatchSpec, out []driver.Match) []driver.Match {
+	flag := func(p *bool, m driver.Match) {
+		if p == nil {
+			return
+		}
+		if *p {
+			out = append(out, m)
+		} else {
+			out = append(out, driver.Not(m))
+		}
+	}
+	flag(ms.Timeout, driver.Timeout())
+	flag(ms.Canceled, driver.Canceled())
+	if ms.Retryable != nil {
+		out = append(out, driver.Retryable(*ms.Retryable))
+	}
+	return out
+}
+
+// matchFinish adds the finish reasons' criterion.
+func (b *builder) matchFinish(at string, ms *MatchSpec, out []driver.Match) ([]driver.Match, error) {
+	if ms.Finish == nil {
+		return out, nil
+	}
+	if len(ms.Finish) == 0 {
+		return nil, b.errf(at+".finish", "empty list")
+	}
+	rs := make([]abi.Reason, len(ms.Finish))
+	for j, s := range ms.Finish {
+		r, ok := abi.ParseReason(s)
+		if !ok {
+			return nil, b.errf(fmt.Sprintf("%s.finish[%d]", at, j), "unknown finish reason %q", s)
+		}
+		rs[j] = r
+	}
+	return append(out, driver.OnFinish(rs...)), nil
 }
 
 func classList() string {
