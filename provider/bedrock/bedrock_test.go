@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -217,7 +216,7 @@ func TestGenerate(t *testing.T) {
 }
 
 // capture answers every request with the text transcript and records it.
-func capture(t *testing.T, tls bool) (*httptest.Server, chan *http.Request, chan []byte) {
+func capture(t *testing.T, tls bool) (*httptest.Server, <-chan *http.Request, <-chan []byte) {
 	t.Helper()
 	tr, err := wiretest.Load(wire("text"))
 	require.NoError(t, err)
@@ -229,21 +228,7 @@ func capture(t *testing.T, tls bool) (*httptest.Server, chan *http.Request, chan
 		require.NoError(t, err)
 		body.Write(b)
 	}
-	reqs, bodies := make(chan *http.Request, 4), make(chan []byte, 4)
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		reqs <- r
-		bodies <- b
-		w.Header().Set("Content-Type", "application/vnd.amazon.eventstream")
-		_, _ = w.Write(body.Bytes())
-	}))
-	if tls {
-		srv.StartTLS()
-	} else {
-		srv.Start()
-	}
-	t.Cleanup(srv.Close)
-	return srv, reqs, bodies
+	return wiretest.Capture(t, "application/vnd.amazon.eventstream", body.Bytes(), tls)
 }
 
 func TestRequestTranslation(t *testing.T) {

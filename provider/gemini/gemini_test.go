@@ -2,7 +2,6 @@ package gemini_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -155,20 +154,11 @@ func TestGenerate(t *testing.T) {
 }
 
 // capture answers every request with the text transcript and records it.
-func capture(t *testing.T) (*httptest.Server, chan *http.Request, chan []byte) {
+func capture(t *testing.T) (*httptest.Server, <-chan *http.Request, <-chan []byte) {
 	t.Helper()
 	tr, err := wiretest.Load(wire("text"))
 	require.NoError(t, err)
-	reqs, bodies := make(chan *http.Request, 4), make(chan []byte, 4)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		reqs <- r
-		bodies <- b
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, wiretest.SSE(tr))
-	}))
-	t.Cleanup(srv.Close)
-	return srv, reqs, bodies
+	return wiretest.Capture(t, "text/event-stream", []byte(wiretest.SSE(tr)), false)
 }
 
 func TestRequestTranslation(t *testing.T) {

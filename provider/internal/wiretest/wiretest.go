@@ -405,3 +405,26 @@ func SSE(tr *Transcript) string {
 	}
 	return b.String()
 }
+
+// Capture starts a loopback server (over TLS when tls) that answers every
+// request 200 with body as contentType, and hands over each request and
+// its body (up to 4 unread ones before a handler waits); the server closes
+// when the test ends. It is for tests of what an adapter sends.
+func Capture(t testing.TB, contentType string, body []byte, tls bool) (*httptest.Server, <-chan *http.Request, <-chan []byte) {
+	t.Helper()
+	reqs, bodies := make(chan *http.Request, 4), make(chan []byte, 4)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		reqs <- r
+		bodies <- b
+		w.Header().Set("Content-Type", contentType)
+		_, _ = w.Write(body)
+	}))
+	if tls {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	return srv, reqs, bodies
+}
