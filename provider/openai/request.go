@@ -82,26 +82,49 @@ func (m *Model) prepare(req *driver.Request, stream bool) (oai.ChatCompletionNew
 	_, rawMessages := fields["messages"]
 	_, rawTools := fields["tools"]
 	lean := m.leanable(req, fields)
-	if req.System != "" && !rawMessages {
+	if !rawMessages {
+		if err := m.addMessages(&p, req); err != nil {
+			return p, nil, false, err
+		}
+	}
+	if !rawTools {
+		if err := addTools(&p, req.Tools); err != nil {
+			return p, nil, false, err
+		}
+	}
+	m.sampling(&p, req)
+	if _, ok := fields["max_tokens"]; (ok || m.paramSet["max_tokens"]) && !m.legacy {
+		// The caller's own max_tokens replaces MaxOutputTokens: never both.
+		p.MaxCompletionTokens = param.Opt[int64]{}
+	}
+	if stream && m.usage {
+		p.StreamOptions.IncludeUsage = param.NewOpt(true)
+	}
+	return p, fields, lean, nil
+}
+
+// addMessages adds the system prompt, the messages and a continuation's
+// prefill to p.
+func (m *Model) addMessages(p *oai.ChatCompletionNewParams, req *driver.Request) error {
+	if req.System != "" {
 		p.Messages = append(p.Messages, oai.SystemMessage(req.System))
 	}
 	for i := range req.Messages {
-		if rawMessages {
-			break
-		}
 		msgs, err := messages(&req.Messages[i])
 		if err != nil {
-			return p, nil, false, fmt.Errorf("openai: message %d: %w", i, err)
+			return fmt.Errorf("openai: message %d: %w", i, err)
 		}
 		p.Messages = append(p.Messages, msgs...)
 	}
-	if req.Continue != nil && !rawMessages {
+	if req.Continue != nil {
 		p.Messages = append(p.Messages, m.continuation(req.Continue)...)
 	}
-	for _, t := range req.Tools {
-		if rawTools {
-			break
-		}
+	return nil
+}
+
+// addTools adds the tools as function tools, each schema as JSON.
+func addTools(p *oai.ChatCompletionNewParams, tools []driver.Tool) error {
+	for _, t := range tools {
 		def := oai.FunctionDefinitionParam{Name: t.Name}
 		if t.Description != "" {
 			def.Description = param.NewOpt(t.Description)
@@ -109,12 +132,18 @@ func (m *Model) prepare(req *driver.Request, stream bool) (oai.ChatCompletionNew
 		if t.Schema != "" {
 			var schema map[string]any
 			if err := json.Unmarshal([]byte(t.Schema), &schema); err != nil {
-				return p, nil, false, fmt.Errorf("openai: tool %q: schema: %w", t.Name, err)
+				return fmt.Errorf("openai: tool %q: schema: %w", t.Name, err)
 			}
 			def.Parameters = schema
 		}
 		p.Tools = append(p.Tools, oai.ChatCompletionFunctionTool(def))
 	}
+	return nil
+}
+
+// sampling sets the output limit (max_tokens for a legacy server), the
+// sampling settings and the stop sequences.
+func (m *Model) sampling(p *oai.ChatCompletionNewParams, req *driver.Request) {
 	if req.MaxOutputTokens > 0 {
 		if m.legacy {
 			p.MaxTokens = param.NewOpt(int64(req.MaxOutputTokens))
@@ -134,14 +163,6 @@ func (m *Model) prepare(req *driver.Request, stream bool) (oai.ChatCompletionNew
 	if len(req.StopSequences) > 0 {
 		p.Stop.OfStringArray = req.StopSequences
 	}
-	if _, ok := fields["max_tokens"]; (ok || m.paramSet["max_tokens"]) && !m.legacy {
-		// The caller's own max_tokens replaces MaxOutputTokens: never both.
-		p.MaxCompletionTokens = param.Opt[int64]{}
-	}
-	if stream && m.usage {
-		p.StreamOptions.IncludeUsage = param.NewOpt(true)
-	}
-	return p, fields, lean, nil
 }
 
 // passThrough returns the request options for req's Headers and its
