@@ -323,6 +323,9 @@ func (q *request) choose(ctx context.Context) (next step, ok bool, stop error) {
 				continue // cooling down: as if exhausted
 			}
 		}
+		if skip := skipFrom(ctx); skip != nil && skip(target) {
+			continue // ineligible for this request (SkipModels): as if exhausted
+		}
 		return q.plan(ctx, &d, rule, target, kc)
 	}
 	if unknown != nil {

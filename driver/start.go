@@ -28,6 +28,30 @@ func startFrom(ctx context.Context) Model {
 	return m
 }
 
+type skipKey struct{}
+
+// SkipModels returns a copy of ctx that makes the request run with it pass
+// over the models skip reports true for, as it passes over a model that
+// cools down: a rule that would retry such a model or switch to it is
+// skipped as if it did not match, and the next rule decides. It is for a
+// caller that knows a model cannot serve this request (a gateway whose
+// policy makes a model ineligible for a parameter it cannot honour). The
+// start model is the caller's choice and is not skipped, nor is a group's
+// deployment (the group chooses it). A nil skip changes nothing; skip is
+// called from the request's goroutines and must be safe for that.
+func SkipModels(ctx context.Context, skip func(Model) bool) context.Context {
+	if skip == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, skipKey{}, skip)
+}
+
+// skipFrom returns the func SkipModels put in ctx, or nil.
+func skipFrom(ctx context.Context) func(Model) bool {
+	f, _ := ctx.Value(skipKey{}).(func(Model) bool)
+	return f
+}
+
 type atEndKey struct{}
 
 // CommitAtEnd returns a copy of ctx that makes a [RetryableModel.Stream]

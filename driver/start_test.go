@@ -39,3 +39,44 @@ func TestStartOn(t *testing.T) {
 		require.Equal(t, []string{"test/base"}, run(t, r2), "a named request's fail-over set no sticky")
 	})
 }
+
+// SkipModels passes over the models it names on a fall-back, as a
+// cooldown does: the next rule decides; the start model is still tried.
+func TestSkipModels(t *testing.T) {
+	r := mustNew(t, base, WithRules(AnyError().Switch(fb), AnyError().Switch(fb2)), WithModels(fb, fb2))
+	runSkipping := func(skip func(Model) bool, failOn ...Model) ([]string, error) {
+		var got []string
+		_, err := Do(SkipModels(context.Background(), skip), r, func(_ context.Context, c *Call) (string, error) {
+			got = append(got, c.Model.Key())
+			for _, m := range failOn {
+				if c.Model == m {
+					return "", errors.New("down")
+				}
+			}
+			return "ok", nil
+		})
+		return got, err
+	}
+	for _, tc := range []struct {
+		name   string
+		skip   func(Model) bool
+		failOn []Model
+		want   []string
+		fails  bool
+	}{
+		{"nil skips nothing", nil, []Model{base}, []string{"test/base", "test/fb"}, false},
+		{"a skipped fall-back is passed over", func(m Model) bool { return m == fb }, []Model{base}, []string{"test/base", "test/fb2"}, false},
+		{"the start model is not skipped", func(m Model) bool { return m == base }, nil, []string{"test/base"}, false},
+		{"every fall-back skipped: the request fails", func(m Model) bool { return m != base }, []Model{base}, []string{"test/base"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := runSkipping(tc.skip, tc.failOn...)
+			require.Equal(t, tc.want, got)
+			if tc.fails {
+				require.Error(t, err)
+			} else {
+				require.NoError(t, err)
+			}
+		})
+	}
+}

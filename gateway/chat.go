@@ -394,6 +394,9 @@ func (g *Gateway) commit(ctx context.Context, w http.ResponseWriter, d door, c *
 	if !cr.stream {
 		sctx = driver.CommitAtEnd(ctx)
 	}
+	if c.unhonoured = cr.unhonoured; c.unhonoured != nil {
+		sctx = driver.SkipModels(sctx, c.ineligible)
+	}
 	c.chain, c.ctx, c.sctx, c.req = chain, ctx, sctx, &cr.req
 	g.openers.run(c)
 	// A move on to the request's own fallbacks is a fail-over as much as a
@@ -473,6 +476,9 @@ type call struct {
 	s         driver.Stream
 	err       error
 	prior     int // the attempts of the chain's failed links
+	// unhonoured are the request's parameters that some providers'
+	// upstreams are not sent (chatRequest.unhonoured); nil when none.
+	unhonoured map[string][]string
 
 	// What serve needs after open, and what close releases.
 	enc        encoder
@@ -490,6 +496,14 @@ type call struct {
 	wmu        sync.Mutex // held while stopAfter's func sets w's deadlines
 	reading    bool       // the body is being read (under wmu)
 	wdone      bool       // close ran: w is not to be touched (under wmu)
+}
+
+// ineligible reports whether m may not serve the request as a fall-back:
+// its policy says "unsupported_params": "skip" and its provider is not
+// sent some parameter of the request.
+func (c *call) ineligible(m driver.Model) bool {
+	name := m.Key()
+	return c.gen.pol.SkipsUnsupported(name) && len(c.unhonoured[c.gen.provOf[name]]) > 0
 }
 
 // callCtx is a request's context below the gateway: its cancelable one,

@@ -5,6 +5,7 @@ import (
 
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/provider/anthropic"
+	"github.com/retryhost/retryhost/provider/gemini"
 )
 
 // A request that fails over to an upstream of the other API gets, besides
@@ -77,8 +78,11 @@ func toOpenAIFields(r *driver.Request, fields map[string]json.RawMessage, provid
 // the Anthropic upstreams named by providers. Values it cannot translate
 // are left out (an OpenAI upstream judges them). It reads them from the
 // fields parseChat decoded, not the body again; a value of the wrong type
-// is left out too.
-func toAnthropicFields(r *driver.Request, fields map[string]json.RawMessage, providers []string) {
+// is left out too. It returns the parameters of the fall-back mapping
+// (docs/gateway.md) that it could not translate: a response_format asking
+// for JSON (the Messages API has none), a reasoning_effort the API would
+// refuse.
+func toAnthropicFields(r *driver.Request, fields map[string]json.RawMessage, providers []string) (dropped []string) {
 	var f struct {
 		ToolChoice        json.RawMessage
 		ParallelToolCalls *bool
@@ -125,14 +129,21 @@ func toAnthropicFields(r *driver.Request, fields map[string]json.RawMessage, pro
 	var effort string
 	if field(fields, "reasoning_effort", &effort) == nil && effort != "" {
 		forced := tc != nil && (tc["type"] == "any" || tc["type"] == "tool")
-		if thinking, maxTokens, ok := anthropicThinking(r, effort, forced); ok && thinking != nil {
+		switch thinking, maxTokens, ok := anthropicThinking(r, effort, forced); {
+		case !ok:
+			dropped = append(dropped, "reasoning_effort")
+		case thinking != nil:
 			out["thinking"] = thinking
 			if maxTokens > 0 {
 				out["max_tokens"] = maxTokens
 			}
 		}
 	}
+	if mime, _, ok := geminiResponseFormat(fields["response_format"]); !ok || mime != "" {
+		dropped = append(dropped, "response_format")
+	}
 	setProviderOptions(r, providers, out)
+	return dropped
 }
 
 // anthropicThinking is the thinking block a reasoning_effort becomes on
@@ -175,20 +186,31 @@ func anthropicThinking(r *driver.Request, effort string, forcedTool bool) (think
 // thinkingBudget, effortBudget) and, when the request has tools,
 // tool_choice (toolConfig.functionCallingConfig: auto AUTO, none NONE,
 // required ANY, a named function ANY allowing only it) for the Gemini
-// upstreams named by providers. Values it cannot translate are left out.
-func toGeminiFields(r *driver.Request, fields map[string]json.RawMessage, providers []string) {
+// upstreams named by providers. Values it cannot translate are left out;
+// it returns those of the fall-back mapping (docs/gateway.md): a
+// response_format or reasoning_effort it does not know, and more stop
+// sequences than the API takes (the adapter sends none then).
+func toGeminiFields(r *driver.Request, fields map[string]json.RawMessage, providers []string) (dropped []string) {
 	gc := map[string]any{}
-	if mime, schema, ok := geminiResponseFormat(fields["response_format"]); ok && mime != "" {
+	switch mime, schema, ok := geminiResponseFormat(fields["response_format"]); {
+	case !ok:
+		dropped = append(dropped, "response_format")
+	case mime != "":
 		gc["responseMimeType"] = mime
 		if schema != nil {
 			gc["responseJsonSchema"] = schema
 		}
 	}
 	var effort string
-	if field(fields, "reasoning_effort", &effort) == nil {
+	if field(fields, "reasoning_effort", &effort) == nil && effort != "" {
 		if b, ok := effortBudget[effort]; ok {
 			gc["thinkingConfig"] = map[string]any{"thinkingBudget": b.gemini}
+		} else {
+			dropped = append(dropped, "reasoning_effort")
 		}
+	}
+	if len(r.StopSequences) > gemini.MaxStopSequences {
+		dropped = append(dropped, "stop")
 	}
 	out := map[string]any{}
 	if len(gc) > 0 {
@@ -198,6 +220,7 @@ func toGeminiFields(r *driver.Request, fields map[string]json.RawMessage, provid
 		out["toolConfig"] = map[string]any{"functionCallingConfig": fc}
 	}
 	setProviderOptions(r, providers, out)
+	return dropped
 }
 
 // geminiResponseFormat is the response MIME type and JSON schema a Chat

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -25,6 +26,7 @@ type metrics struct {
 	failovers *prometheus.CounterVec   // to
 	commits   *prometheus.CounterVec   // model
 	ttfc      *prometheus.HistogramVec // model: request start → first content (streams only)
+	dropped   *prometheus.CounterVec   // model, param
 	inflight  prometheus.Gauge         // chat requests being served
 	streams   prometheus.Gauge         // committed streams being relayed
 }
@@ -43,6 +45,8 @@ func newMetrics(st *stats, budget *bodyBudget) *metrics {
 	m.ttfc = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "time_to_first_content_seconds",
 		Help:    "From a streaming request's start to its commit (retries and fail-overs included), by the model that answered.",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"model"})
+	m.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "params_dropped_total",
+		Help: "Request parameters not sent to a fall-back model whose provider cannot honour them (docs/gateway.md, Parameters across a fall-back), by model and parameter."}, []string{"model", "param"})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "inflight_requests",
 		Help: "Chat requests being served."})
 	m.streams = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "inflight_streams",
@@ -51,7 +55,7 @@ func newMetrics(st *stats, budget *bodyBudget) *metrics {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help},
 			func() float64 { return float64(f()) })
 	}
-	m.reg.MustRegister(m.requests, m.attempts, m.failovers, m.commits, m.ttfc, m.inflight, m.streams,
+	m.reg.MustRegister(m.requests, m.attempts, m.failovers, m.commits, m.ttfc, m.dropped, m.inflight, m.streams,
 		counter("upstream_malformed_events_total", "Upstream SSE events skipped: not JSON objects, or too large.", st.malformed.Load),
 		counter("unauthorized_total", "Requests refused for a missing or wrong API key.", st.unauthorized.Load),
 		counter("client_busy_rejections_total", "Chat requests refused with 429 because their client had its most requests in flight (WithMaxConcurrentPerClient, serve's --max-per-client).", st.rejectedClient.Load),
@@ -97,8 +101,12 @@ func (m *metrics) route(l *accessLog) string {
 }
 
 // observer is the driver.Observer the gateway adds to every policy it
-// loads: attempts, fail-overs and commits by model.
-type observer struct{ m *metrics }
+// loads: attempts, fail-overs and commits by model, and the parameters an
+// attempt's model is not sent.
+type observer struct {
+	m   *metrics
+	log *slog.Logger
+}
 
 func (o observer) RequestStart(ctx context.Context, _ driver.RequestEvent) context.Context {
 	return ctx
@@ -110,6 +118,14 @@ func (o observer) AttemptStart(ctx context.Context, e driver.AttemptEvent) conte
 	}
 	if e.FailOver {
 		o.m.failovers.WithLabelValues(e.Model.Key()).Inc()
+	}
+	if c, ok := ctx.Value(callKey{}).(*call); ok && c.unhonoured != nil {
+		name := e.Model.Key()
+		for _, p := range c.unhonoured[c.gen.provOf[name]] {
+			o.log.LogAttrs(ctx, slog.LevelWarn, "gateway: a parameter the model cannot honour was not sent",
+				slog.String("model", name), slog.String("param", p), slog.Int("attempt", e.Number))
+			o.m.dropped.WithLabelValues(name, p).Inc()
+		}
 	}
 	return ctx
 }

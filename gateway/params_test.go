@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -246,4 +247,116 @@ func TestParametersCrossAFallBack(t *testing.T) {
 			tc.check(t, received())
 		})
 	}
+}
+
+// droppedLogs returns the (model, param) of each log line that says a
+// parameter was not sent to a model.
+func droppedLogs(t *testing.T, logs string) [][2]string {
+	t.Helper()
+	var out [][2]string
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+		var rec struct {
+			Msg   string `json:"msg"`
+			Level string `json:"level"`
+			Model string `json:"model"`
+			Param string `json:"param"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "gateway: a parameter the model cannot honour was not sent" {
+			require.Equal(t, "WARN", rec.Level)
+			out = append(out, [2]string{rec.Model, rec.Param})
+		}
+	}
+	return out
+}
+
+// A parameter the fall-back model's provider cannot honour is not sent
+// there: one warning naming the model and the parameter, and a count in
+// retryhost_gateway_params_dropped_total{model,param}. The primary, which
+// honours it, is neither logged nor counted.
+func TestParameterTheFallBackCannotHonourIsDropped(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fallback string
+		set      func(p *oai.ChatCompletionNewParams)
+		param    string
+		absent   func(body map[string]any) any
+	}{
+		{"response_format on Anthropic", "anthropic",
+			func(p *oai.ChatCompletionNewParams) {
+				p.ResponseFormat = oai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}
+			},
+			"response_format", func(b map[string]any) any { return b["response_format"] }},
+		{"reasoning_effort beside a temperature Anthropic refuses with thinking", "anthropic",
+			func(p *oai.ChatCompletionNewParams) {
+				p.ReasoningEffort = shared.ReasoningEffortHigh
+				p.Temperature = oai.Float(0.3)
+			},
+			"reasoning_effort", func(b map[string]any) any { return b["thinking"] }},
+		{"more stop sequences than Gemini takes", "gemini",
+			func(p *oai.ChatCompletionNewParams) {
+				p.Stop = oai.ChatCompletionNewParamsStopUnion{OfStringArray: []string{"a", "b", "c", "d", "e", "f"}}
+			},
+			"stop", func(b map[string]any) any { return at(b, "generationConfig", "stopSequences") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, received := crossRig(t, tc.fallback, "")
+			r.up["primary"].play(act{status: 503})
+			p := params("primary")
+			tc.set(&p)
+			cc, err := r.client.Chat.Completions.New(context.Background(), p)
+			require.NoError(t, err)
+			require.Equal(t, "backup", cc.Model)
+			require.Nil(t, tc.absent(received()))
+			require.Equal(t, [][2]string{{"backup", tc.param}}, droppedLogs(t, r.logs.String()))
+			require.Contains(t, r.metricsText(),
+				fmt.Sprintf(`retryhost_gateway_params_dropped_total{model="backup",param=%q} 1`, tc.param))
+		})
+	}
+}
+
+// A model whose policy says "unsupported_params": "skip" is passed over
+// for a request with a parameter it cannot honour: the rule that would
+// fall back to it does not, and the next rule's model answers. A request
+// it can honour still falls back to it.
+func TestModelThatSkipsUnsupportedParamsIsPassedOver(t *testing.T) {
+	r := &rig{t: t, up: map[string]*upstream{}, logs: &testkit.LogBuffer{}}
+	for _, n := range []string{"primary", "backup", "third"} {
+		r.up[n] = newUpstream(n)
+	}
+	r.serve(fmt.Sprintf(`{"models": [
+		{"name": "primary", "provider": "openai", "model": "up-primary", "base_url": %q, "api_key_env": "UPSTREAM_KEY"},
+		{"name": "backup", "provider": "anthropic", "model": "up-backup", "base_url": %q, "api_key_env": "UPSTREAM_KEY", "unsupported_params": "skip"},
+		{"name": "third", "provider": "openai", "model": "up-third", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}],
+		"rules": [
+			{"when": {"status_range": [500, 599]}, "action": "switch", "model": "backup"},
+			{"when": {"status_range": [500, 599]}, "action": "switch", "model": "third"}
+		]}`, r.up["primary"].url(), r.up["backup"].srv.URL, r.up["third"].url()))
+	for _, tc := range []struct {
+		name     string
+		set      func(p *oai.ChatCompletionNewParams)
+		answered string
+	}{
+		{"cannot honour response_format: skipped", func(p *oai.ChatCompletionNewParams) {
+			p.ResponseFormat = oai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}
+		}, "third"},
+		{"honours every parameter: falls back to it", func(p *oai.ChatCompletionNewParams) {
+			p.Temperature = oai.Float(0.5)
+		}, "backup"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, u := range r.up {
+				u.reset()
+			}
+			r.up["primary"].play(act{status: 503})
+			p := params("primary")
+			tc.set(&p)
+			cc, err := r.client.Chat.Completions.New(context.Background(), p)
+			require.NoError(t, err)
+			require.Equal(t, tc.answered, cc.Model)
+			for _, n := range []string{"backup", "third"} {
+				require.Equal(t, n == tc.answered, len(r.up[n].requests()) == 1, "%s was asked", n)
+			}
+		})
+	}
+	require.Empty(t, droppedLogs(t, r.logs.String()), "a skipped model drops nothing")
 }

@@ -193,7 +193,11 @@ type generation struct {
 	anthropic []string
 	// gemini are those of its Gemini models, which get the fields that
 	// have a translation there (toGeminiFields).
-	gemini  []string
+	gemini []string
+	// provOf names the provider (by ProviderOptions name) of each of its
+	// Anthropic and Gemini models, by model name: the attempts whose
+	// request may lack parameters they cannot honour (chatRequest.unhonoured).
+	provOf  map[string]string
 	created int64 // when the policy was loaded (Unix seconds), for /v1/models
 	// hooked are the models the file built over the gateway's own upstream
 	// client, whose streams wait only in bodies that run a flushHook.
@@ -242,7 +246,7 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 		return nil, err
 	}
 	gen := &generation{pol: p, routes: map[string]*route{}, byKey: map[driver.Model]string{}, created: time.Now().Unix(),
-		hooked: map[driver.Model]bool{}, any: map[driver.Model]bool{}}
+		hooked: map[driver.Model]bool{}, any: map[driver.Model]bool{}, provOf: map[string]string{}}
 	// A provider name whose models all speak Chat Completions gets the
 	// forwarded fields; one shared with a Responses API model does not
 	// (ProviderOptions are keyed by provider name, not by model).
@@ -284,7 +288,7 @@ func (g *Gateway) loadOptions() policy.Options {
 	if g.cfg.maxAnswer > 0 {
 		o.StreamOptions = append(o.StreamOptions, driver.WithMaxAnswerBytes(g.cfg.maxAnswer))
 	}
-	o.RunnerOptions = append(slices.Clip(o.RunnerOptions), driver.WithObserver(observer{g.metrics}))
+	o.RunnerOptions = append(slices.Clip(o.RunnerOptions), driver.WithObserver(observer{m: g.metrics, log: g.cfg.logger}))
 	o.PluginCalls = pluginCall
 	if g.tracing != nil {
 		o.RunnerOptions = append(o.RunnerOptions, driver.WithObserver(g.tracing.telemetry))
@@ -372,9 +376,11 @@ func (g *Gateway) addRoute(gen *generation, name string, m driver.Model, chat, a
 	}
 	if am, ok := inner.(*anthropic.Model); ok {
 		anth[am.Provider()] = true
+		gen.provOf[name] = am.Provider()
 	}
 	if gm, ok := inner.(*gemini.Model); ok {
 		gem[gm.Provider()] = true
+		gen.provOf[name] = gm.Provider()
 	}
 }
 

@@ -21,6 +21,10 @@ type chatRequest struct {
 	includeUsage bool
 	fallbacks    []string
 	req          driver.Request
+	// unhonoured are the parameters of the request that the upstreams of
+	// a provider (by ProviderOptions name) are not sent, having no
+	// faithful translation there; nil when none.
+	unhonoured map[string][]string
 }
 
 // requestError is a client mistake in the body: 400 with param named.
@@ -73,10 +77,10 @@ func parseChat(body []byte, providers, anthropic, gemini []string) (*chatRequest
 	}
 	forward(r, fields, providers)
 	if len(anthropic) > 0 {
-		toAnthropicFields(r, fields, anthropic)
+		c.unhonour(anthropic, toAnthropicFields(r, fields, anthropic))
 	}
 	if len(gemini) > 0 {
-		toGeminiFields(r, fields, gemini)
+		c.unhonour(gemini, toGeminiFields(r, fields, gemini))
 	}
 	return c, nil
 }
@@ -182,6 +186,19 @@ func chatLimits(fields map[string]json.RawMessage, r *driver.Request) error {
 		}
 	}
 	return nil
+}
+
+// unhonour notes that the upstreams of providers are not sent params.
+func (c *chatRequest) unhonour(providers, params []string) {
+	if len(params) == 0 {
+		return
+	}
+	if c.unhonoured == nil {
+		c.unhonoured = make(map[string][]string, len(providers))
+	}
+	for _, p := range providers {
+		c.unhonoured[p] = params
+	}
 }
 
 // parseCommon decodes a body that must be one JSON object, and the fields

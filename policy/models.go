@@ -66,6 +66,16 @@ func (b *builder) model(i int, m *ModelSpec) error {
 	if err := b.price(at, m); err != nil {
 		return err
 	}
+	switch m.UnsupportedParams {
+	case "", "drop":
+	case "skip":
+		if b.p.skips == nil {
+			b.p.skips = map[string]bool{}
+		}
+		b.p.skips[m.Name] = true
+	default:
+		return b.errf(at+".unsupported_params", "%q is not a choice (want drop, the default, or skip)", m.UnsupportedParams)
+	}
 	if bound, ok := b.opts.Models[m.Name]; ok && bound != nil {
 		if _, known := providerKinds[m.Provider]; !known && m.Provider != "scripted" {
 			return b.errf(at+".provider", "unknown provider %q (want %s)", m.Provider, providerList)

@@ -249,6 +249,7 @@ type Policy struct {
 	// name; nil when the file prices none.
 	Prices map[string]Price
 
+	skips      map[string]bool          // the models with "unsupported_params": "skip"
 	closers    []func() error           // the shared state's, released by Close
 	embeddings map[string]EmbeddingSpec // the models' and groups' embedding declarations (Embedding)
 	stats      func() stateplug.Stats
@@ -263,6 +264,11 @@ type fetched struct {
 	wasm []byte // kept during the build only
 	tag  bool   // followed ("follow_tag")
 }
+
+// SkipsUnsupported reports whether the model named model is ineligible
+// for a request with a parameter it cannot honour
+// (ModelSpec.UnsupportedParams "skip") rather than sent it without.
+func (p *Policy) SkipsUnsupported(model string) bool { return p.skips[model] }
 
 // Followed lists the "oci" references the policy follows by tag
 // ("follow_tag"), in the order the file names them; nil when it follows

@@ -204,6 +204,16 @@ type ModelSpec struct {
 	// extension; for bedrock, fields of additionalModelRequestFields (the
 	// model's own parameters, such as top_k). Any JSON value.
 	Params map[string]any `json:"params"`
+	// UnsupportedParams says what a gateway does when a request falls back
+	// to this model with a parameter its provider cannot honour (Anthropic
+	// has no response_format, a reasoning_effort its API would refuse
+	// beside the request's temperature…): "drop" sends the request without
+	// it, with a warning in the log and a count in
+	// retryhost_gateway_params_dropped_total; "skip" makes the model
+	// ineligible for that request, so a rule that would fall back to it is
+	// passed over and the next rule decides. The model a request starts on
+	// is never skipped (the client named it). Default "drop".
+	UnsupportedParams string `json:"unsupported_params"`
 	// AfterCommit is the policy's after_commit for the requests that
 	// start on this model: "error" or "continue". Default: the policy's.
 	AfterCommit string `json:"after_commit"`

@@ -17,7 +17,8 @@
 // "output". Tools become functionDeclarations with their schema as
 // parametersJsonSchema. MaxOutputTokens, Temperature, TopP, Seed and
 // StopSequences go in generationConfig (maxOutputTokens, temperature,
-// topP, seed, stopSequences). Request.ProviderOptions["gemini"], a
+// topP, seed, stopSequences; more than MaxStopSequences are not sent, with
+// a Warning on stream-start). Request.ProviderOptions["gemini"], a
 // map[string]any, is merged into the body's top level (for example
 // {"safetySettings": […]} or {"generationConfig": {"thinkingConfig": …}});
 // WithParam's fields win over it.

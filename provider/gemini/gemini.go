@@ -30,6 +30,10 @@ const (
 	vertexBase   = "https://aiplatform.googleapis.com/"
 )
 
+// MaxStopSequences is the most stop sequences the Gemini API takes: a
+// request with more is sent with none, and a Warning.
+const MaxStopSequences = 5
+
 // Option configures a Model.
 type Option func(*config)
 
@@ -303,6 +307,13 @@ func (m *Model) callError(ctx context.Context, rec *adapter.Record, err error) e
 func (m *Model) request(req *driver.Request) ([]*genai.Content, *genai.GenerateContentConfig, []abi.Warning, error) {
 	cfg := &genai.GenerateContentConfig{StopSequences: req.StopSequences}
 	var warnings []abi.Warning
+	if n := len(req.StopSequences); n > MaxStopSequences {
+		// The API refuses the request (400) with more: an answer that
+		// runs past a stop beats none.
+		cfg.StopSequences = nil
+		warnings = append(warnings, abi.Warning{Type: "unsupported", Feature: "stop",
+			Message: fmt.Sprintf("%d stop sequences are more than the Gemini API's %d; none were sent", n, MaxStopSequences)})
+	}
 	if req.System != "" {
 		cfg.SystemInstruction = &genai.Content{Parts: []*genai.Part{{Text: req.System}}}
 	}

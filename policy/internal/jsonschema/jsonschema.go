@@ -21,20 +21,21 @@ import (
 // enums are the closed sets of string values, by "Type.field" (the file's
 // names); the loader rejects anything else.
 var enums = map[string][]string{
-	"ModelSpec.provider":     {"openai", "azure", "openrouter", "vllm", "ollama", "anthropic", "gemini", "bedrock", "scripted"},
-	"RuleSpec.action":        {"switch", "retry", "give-up"},
-	"PluginSpec.fail":        {"open", "closed"},
-	"BackoffSpec.jitter":     {"none", "full", "equal"},
-	"File.commit":            {"output", "legacy"},
-	"File.after_commit":      {"error", "continue"},
-	"File.empty_answer":      {"accept", "fail"},
-	"ModelSpec.after_commit": {"error", "continue"},
-	"GroupSpec.after_commit": {"error", "continue"},
-	"RefusalSpec.reasoning":  {"detach", "hold"},
-	"MatchSpec.class":        {"unknown", "timeout", "canceled", "rate-limit", "overloaded", "server", "client", "auth", "context-length", "content-filter", "refusal", "network", "transform", "plugin"},
-	"MatchSpec.finish":       {"unknown", "stop", "length", "content-filter", "tool-calls", "error", "other", "refusal"},
-	"MatchSpec.status":       nil, // integers: see minimum/maximum below
-	"MatchSpec.status_range": nil,
+	"ModelSpec.provider":           {"openai", "azure", "openrouter", "vllm", "ollama", "anthropic", "gemini", "bedrock", "scripted"},
+	"RuleSpec.action":              {"switch", "retry", "give-up"},
+	"PluginSpec.fail":              {"open", "closed"},
+	"BackoffSpec.jitter":           {"none", "full", "equal"},
+	"File.commit":                  {"output", "legacy"},
+	"File.after_commit":            {"error", "continue"},
+	"File.empty_answer":            {"accept", "fail"},
+	"ModelSpec.after_commit":       {"error", "continue"},
+	"GroupSpec.after_commit":       {"error", "continue"},
+	"ModelSpec.unsupported_params": {"drop", "skip"},
+	"RefusalSpec.reasoning":        {"detach", "hold"},
+	"MatchSpec.class":              {"unknown", "timeout", "canceled", "rate-limit", "overloaded", "server", "client", "auth", "context-length", "content-filter", "refusal", "network", "transform", "plugin"},
+	"MatchSpec.finish":             {"unknown", "stop", "length", "content-filter", "tool-calls", "error", "other", "refusal"},
+	"MatchSpec.status":             nil, // integers: see minimum/maximum below
+	"MatchSpec.status_range":       nil,
 }
 
 // Generate returns the schema, with descriptions read from schemaGo (the
