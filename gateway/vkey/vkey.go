@@ -219,11 +219,11 @@ func (s *Set) Lookup(secret string) (*Key, bool) {
 
 // Parse reads a key file's content.
 func Parse(data []byte) (*Set, error) {
-	var f File
 	if len(data) > MaxFileBytes {
 		return nil, &FileError{Index: -1, Msg: fmt.Sprintf("%d bytes, more than %d", len(data), MaxFileBytes)}
 	}
-	if err := json.Unmarshal(data, &f); err != nil {
+	f, err := decodeFile(data)
+	if err != nil {
 		return nil, &FileError{Index: -1, Msg: err.Error()}
 	}
 	return f.Set()
@@ -333,11 +333,11 @@ func ReadFile(path string) (*File, error) {
 	if len(data) > MaxFileBytes { // grew since
 		return nil, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %d bytes, more than %d", path, len(data), MaxFileBytes)}
 	}
-	var f File
-	if err := json.Unmarshal(data, &f); err != nil {
+	f, err := decodeFile(data)
+	if err != nil {
 		return nil, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %v", path, err)}
 	}
-	return &f, nil
+	return f, nil
 }
 
 // WriteFile writes f to path atomically: a temporary file beside it,
