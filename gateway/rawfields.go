@@ -86,6 +86,12 @@ func (f *rawFields) raw(p *abi.Part) {
 // take returns the logprobs (JSON) that go with a text delta, "" for
 // none, and adds them to the whole answer's.
 func (f *rawFields) take(p *abi.Part) string {
+	if !f.seen {
+		// No chunk had logprobs yet: no delta has any to take, and a
+		// chunk without them may come with no fields (they would repeat
+		// the last ones), so its text is not there to compare.
+		return ""
+	}
 	refusal := p.ID == refusalBlock
 	want := f.content
 	if refusal {

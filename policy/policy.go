@@ -148,7 +148,8 @@ type Options struct {
 	// RawChunks makes the file's provider models stream, for every chunk,
 	// a KindRaw part with what the adapter does not map (an
 	// openai.ChunkFields from OpenAI-compatible models, with
-	// openai.WithChunkFields; the SDK's event from Anthropic's, but for
+	// openai.WithChunkFields, which leaves out those that would repeat
+	// the last; the SDK's event from Anthropic's, but for
 	// the text, thinking and tool-input deltas its parts carry whole, with
 	// anthropic.WithUnmappedEvents), for the fields the driver does not
 	// model: the gateway takes logprobs, system_fingerprint and

@@ -187,6 +187,35 @@ func TestChunkFields(t *testing.T) {
 	require.Equal(t, 2, n, "one per chunk: %q", parts)
 }
 
+// WithChunkFields leaves out the fields of a chunk that would repeat the
+// last ones sent (a server's fingerprint on every chunk), and sends every
+// chunk's once one had logprobs, so that each delta has its chunk's text
+// beside it.
+func TestChunkFieldsOnlyWhenTheyAreNew(t *testing.T) {
+	ev := func(fp, content, lp string) string {
+		return `data: {"id":"c","model":"m","system_fingerprint":"` + fp + `","choices":[{"index":0,"delta":{"content":"` + content + `"},"logprobs":` + lp + `,"finish_reason":null}]}` + "\n\n"
+	}
+	body := ev("fp_1", "a", "null") + ev("fp_1", "b", "null") + ev("fp_1", "c", "null") +
+		ev("fp_2", "d", "null") + ev("fp_2", "e", "null") +
+		ev("fp_2", "f", `{"content":[{"token":"f"}]}`) + ev("fp_2", "g", "null") +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
+	parts, err := streamParts(t, []byte(body), false)
+	require.NoError(t, err)
+	var sent []string
+	for _, p := range parts {
+		if _, f, ok := strings.Cut(p, "fields="); ok {
+			sent = append(sent, f)
+		}
+	}
+	require.Equal(t, []string{
+		"{SystemFingerprint:fp_1 ServiceTier: Content:a Refusal: Logprobs: LogprobsContent: LogprobsRefusal:}",
+		"{SystemFingerprint:fp_2 ServiceTier: Content:d Refusal: Logprobs: LogprobsContent: LogprobsRefusal:}",
+		`{SystemFingerprint:fp_2 ServiceTier: Content:f Refusal: Logprobs:{"content":[{"token":"f"}]} LogprobsContent:[{"token":"f"}] LogprobsRefusal:}`,
+		"{SystemFingerprint:fp_2 ServiceTier: Content:g Refusal: Logprobs: LogprobsContent: LogprobsRefusal:}",
+		"{SystemFingerprint: ServiceTier: Content: Refusal: Logprobs: LogprobsContent: LogprobsRefusal:}",
+	}, sent)
+}
+
 // skipBody is an event body that, like the gateway's upstream bodies,
 // has the decoder skip the events it cannot decode unless they are JSON
 // objects or [DONE], and counts them.

@@ -43,8 +43,9 @@
 //	[DONE] after a finish_reason      finish (reason, usage from the usage chunk)
 //	every chunk, with WithRawChunks   raw (Raw = the oai.ChatCompletionChunk), before
 //	                                  the parts mapped from it
-//	every chunk, with WithChunkFields raw (Raw = a ChunkFields: system_fingerprint,
-//	                                  service_tier, choice 0's logprobs), before them
+//	a chunk, with WithChunkFields     raw (Raw = a ChunkFields: system_fingerprint,
+//	                                  service_tier, choice 0's logprobs), before them,
+//	                                  unless it repeats the last (WithChunkFields)
 //
 // The chunks are decoded without the SDK's reflective decoder when they have
 // the shape every compatible server sends (the fields read well-typed, no

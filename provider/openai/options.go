@@ -143,11 +143,16 @@ func WithResponsesAPI() Option { return func(c *config) { c.responsesAPI = true 
 func WithRawChunks() Option { return func(c *config) { c.rawChunks = true } }
 
 // WithChunkFields makes Chat Completions streams also emit, before the
-// parts mapped from each chat.completion.chunk, a KindRaw part whose Raw
-// is a ChunkFields: the fields this adapter does not map (the system
+// parts mapped from a chat.completion.chunk, a KindRaw part whose Raw is a
+// ChunkFields: the fields this adapter does not map (the system
 // fingerprint, the service tier, choice 0's logprobs), read without the
-// SDK's decoding of the whole chunk, which WithRawChunks pays for. Raw
-// parts never commit a stream under the default commit rule. Default: off.
+// SDK's decoding of the whole chunk, which WithRawChunks pays for. It
+// comes for the first chunk, for a chunk whose system fingerprint or
+// service tier differ from the last ChunkFields', and for every chunk
+// from the first with logprobs on; a chunk that would only repeat the
+// last ChunkFields (a server's fingerprint, sent with every chunk) has
+// none. Raw parts never commit a stream under the default commit rule.
+// Default: off.
 func WithChunkFields() Option { return func(c *config) { c.chunkFields = true } }
 
 // WithUpstreamJSON makes a stream whose request commits at its end

@@ -22,7 +22,11 @@ type source struct {
 	// value and its line scanner) and ev's body is closed instead.
 	st     *ssestream.Stream[oai.ChatCompletionChunk]
 	raw    bool // emit each chunk as a KindRaw part too (WithRawChunks)
-	fields bool // emit each chunk's ChunkFields as a KindRaw part (WithChunkFields)
+	fields bool // emit the chunks' ChunkFields as KindRaw parts (WithChunkFields)
+	// What newFields last let through, and whether a chunk had logprobs.
+	fieldsSent     bool
+	lastFP, lastST string
+	logprobs       bool
 	// ev reads the events itself (nil with WithRawChunks, which needs the
 	// SDK's chunk type): lean-decoded, the SDK's decoding for the rest.
 	ev  *events
@@ -130,7 +134,9 @@ func (s *source) end(q []abi.Part) ([]abi.Part, error) {
 // chunk maps one chunk of the stream to parts appended to q.
 func (s *source) chunk(q []abi.Part, c *chunk) ([]abi.Part, error) {
 	if s.fields {
-		q = append(q, abi.Part{Kind: abi.KindRaw, Raw: chunkFields(c)})
+		if f := chunkFields(c); s.newFields(&f) {
+			q = append(q, abi.Part{Kind: abi.KindRaw, Raw: f})
+		}
 	}
 	if !s.metaSent && (c.id != "" || c.model != "") {
 		s.metaSent = true
@@ -147,6 +153,21 @@ func (s *source) chunk(q []abi.Part, c *chunk) ([]abi.Part, error) {
 		}
 	}
 	return q, nil
+}
+
+// newFields reports whether a chunk's ChunkFields go out (WithChunkFields):
+// the first chunk's, those whose system fingerprint or service tier
+// differ from the last sent, and from the first chunk with logprobs on,
+// every chunk's (a caller matches each delta to its chunk's text). The
+// others would repeat what the caller has: a compatible server sends its
+// fingerprint with every chunk.
+func (s *source) newFields(f *ChunkFields) bool {
+	s.logprobs = s.logprobs || f.Logprobs != ""
+	if s.fieldsSent && !s.logprobs && f.SystemFingerprint == s.lastFP && f.ServiceTier == s.lastST {
+		return false
+	}
+	s.fieldsSent, s.lastFP, s.lastST = true, f.SystemFingerprint, f.ServiceTier
+	return true
 }
 
 // chunkFields are the chunk's fields a gateway forwards (WithChunkFields).
