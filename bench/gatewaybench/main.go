@@ -33,7 +33,7 @@ var (
 	conc     = flag.Int("conc", 32, "concurrent clients for the closed-loop (throughput) phase")
 	closeDur = flag.Duration("closed", 3*time.Second, "length of the closed-loop phase per target and mode, in total over the rounds")
 	rounds   = flag.Int("rounds", 5, "cut the open- and closed-loop phases into this many rounds; in each every target runs its slice in turn, from a rotating start, so that a change of load during the run falls on all targets")
-	targets  = flag.String("targets", "direct,revproxy,retryhost,portkey", "targets to run, comma-separated")
+	targets  = flag.String("targets", "direct,revproxy,retryhost,portkey", "targets to run, comma-separated (also: retryhost-wasm, a Wasm condition in the policy; retryhost-keys, a virtual key with an rpm on every request; retryhost-b)")
 	rhBin    = flag.String("retryhost", "", "path of a built retryhost binary (empty: skip that row)")
 	rhBinB   = flag.String("retryhost-b", "", "path of a second retryhost binary, run as target retryhost-b beside retryhost with the same policy and flags: an A/B of two builds in one run (add retryhost-b to -targets)")
 	pkDir    = flag.String("portkey-dir", "", "folder with node_modules/@portkey-ai/gateway (empty: skip that row)")

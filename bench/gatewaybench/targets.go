@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/retryhost/retryhost/gateway/vkey"
 )
 
 type target struct {
@@ -79,7 +81,7 @@ func makeTarget(ctx context.Context, name, upstream, dir string) (*target, error
 		return &target{name: name, url: upstream + "/v1/chat/completions", model: "m", stop: func() {}}, nil
 	case "revproxy":
 		return startRevProxy(name, upstream)
-	case "retryhost", "retryhost-b", "retryhost-wasm":
+	case "retryhost", "retryhost-b", "retryhost-wasm", "retryhost-keys":
 		return startRetryhost(ctx, name, upstream, dir)
 	case "portkey":
 		return startPortkey(ctx, name, upstream, dir)
@@ -142,8 +144,25 @@ func startRetryhost(ctx context.Context, name, upstream, dir string) (*target, e
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "serve", "--policy", pf, "--addr", addr, "--watch=false",
-		"--max-concurrent", strconv.Itoa(*upConns), "--max-conns", strconv.Itoa(*upConns), "--upstream-conns", strconv.Itoa(*upConns), "--h2c="+strconv.FormatBool(*heldH2C))
+	args := []string{"serve", "--policy", pf, "--addr", addr, "--watch=false",
+		"--max-concurrent", strconv.Itoa(*upConns), "--max-conns", strconv.Itoa(*upConns), "--upstream-conns", strconv.Itoa(*upConns), "--h2c=" + strconv.FormatBool(*heldH2C)}
+	var headers http.Header
+	note := ""
+	if name == "retryhost-keys" {
+		// One virtual key with a request rate kept in process, far above
+		// what a run sends: every request pays the key's lookup, route
+		// check, admission, x-ratelimit-* headers and settlement, and
+		// none is refused.
+		secret, hash := vkey.NewSecret()
+		kf := filepath.Join(dir, name+"-keys.json")
+		if err := vkey.WriteFile(kf, &vkey.File{Keys: []*vkey.Key{{ID: "bench", Hash: hash, RPM: 1 << 40}}}); err != nil {
+			return nil, err
+		}
+		args = append(args, "--keys-file", kf)
+		headers = http.Header{"Authorization": {"Bearer " + secret}}
+		note = "a virtual key with an rpm (in process) on every request; "
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "BENCH_UPSTREAM_KEY=k", "RETRYHOST_API_KEYS=")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	done, err := startChild(cmd)
@@ -154,8 +173,8 @@ func startRetryhost(ctx context.Context, name, upstream, dir string) (*target, e
 		stopProc(cmd, done)
 		return nil, fmt.Errorf("%s: %w (see %s)", name, err, logf.Name())
 	}
-	return &target{name: name, url: "http://" + addr + "/v1/chat/completions", model: "bench", pid: cmd.Process.Pid,
-		note: fmt.Sprintf("access log (JSON, one line per request) on, to a file; --upstream-conns %d --max-concurrent %d --max-conns %d; upstream_json %s", *upConns, *upConns, *upConns, *upJSON),
+	return &target{name: name, url: "http://" + addr + "/v1/chat/completions", model: "bench", headers: headers, pid: cmd.Process.Pid,
+		note: note + fmt.Sprintf("access log (JSON, one line per request) on, to a file; --upstream-conns %d --max-concurrent %d --max-conns %d; upstream_json %s", *upConns, *upConns, *upConns, *upJSON),
 		stop: func() { stopProc(cmd, done); logf.Close() }}, nil
 }
 
