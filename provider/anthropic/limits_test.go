@@ -2,24 +2,19 @@ package anthropic_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/abi"
-	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/provider/internal/adapter"
+	"github.com/retryhost/retryhost/provider/internal/conformance"
 	"github.com/retryhost/retryhost/provider/internal/wiretest"
 )
 
 func event(t *testing.T, typ string, v map[string]any) wiretest.Event {
-	t.Helper()
 	v["type"] = typ
-	b, err := json.Marshal(v)
-	require.NoError(t, err)
-	return wiretest.Event{Event: typ, Data: b}
+	return wiretest.JSONEvent(t, typ, v)
 }
 
 // A provider cannot make a stream hold more than MaxHeld bytes of tool
@@ -52,11 +47,7 @@ func TestStreamLimits(t *testing.T) {
 			st, err := model(t, srv).Stream(context.Background(), request())
 			require.NoError(t, err)
 			_, err = wiretest.Collect(st, 10*adapter.MaxOpen)
-			var pe *driver.ProviderError
-			require.ErrorAs(t, err, &pe)
-			require.Equal(t, adapter.LimitType, pe.Type)
-			require.Equal(t, abi.ClassServer, pe.Class)
-			require.False(t, pe.Retryable)
+			conformance.RequireLimit(t, err)
 		})
 	}
 }

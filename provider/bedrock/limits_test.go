@@ -2,7 +2,6 @@ package bedrock_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -15,12 +14,7 @@ import (
 	"github.com/retryhost/retryhost/provider/internal/wiretest"
 )
 
-func event(t *testing.T, typ string, v any) wiretest.Event {
-	t.Helper()
-	b, err := json.Marshal(v)
-	require.NoError(t, err)
-	return wiretest.Event{Event: typ, Data: b}
-}
+func event(t *testing.T, typ string, v any) wiretest.Event { return wiretest.JSONEvent(t, typ, v) }
 
 // A provider cannot make a stream hold more than MaxHeld bytes of tool
 // input, nor open more than MaxOpen blocks.
@@ -53,11 +47,7 @@ func TestStreamLimits(t *testing.T) {
 			st, err := model(t, srv.Server).Stream(context.Background(), conformance.Request())
 			require.NoError(t, err)
 			_, err = wiretest.Collect(st, 10*adapter.MaxOpen)
-			var pe *driver.ProviderError
-			require.ErrorAs(t, err, &pe)
-			require.Equal(t, adapter.LimitType, pe.Type, "%v", err)
-			require.Equal(t, abi.ClassServer, pe.Class)
-			require.False(t, pe.Retryable)
+			conformance.RequireLimit(t, err)
 		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/provider/internal/adapter"
+	"github.com/retryhost/retryhost/provider/internal/conformance"
 )
 
 // fixedTransport answers every request with one response and keeps the
@@ -285,11 +286,7 @@ func TestUpstreamJSONCap(t *testing.T) {
 			body := &countingBody{r: io.LimitReader(zeros{}, MaxAnswer+10<<20)}
 			js := &fixedTransport{status: 200, header: jsonCT, body: func() io.ReadCloser { return body }, length: tc.length}
 			_, err := run(t, answerModel(t, js), true)
-			var pe *driver.ProviderError
-			require.ErrorAs(t, err, &pe)
-			require.Equal(t, adapter.LimitType, pe.Type)
-			require.Equal(t, abi.ClassServer, pe.Class)
-			require.False(t, pe.Retryable)
+			pe := conformance.RequireLimit(t, err)
 			require.Contains(t, pe.Message, "openai.MaxAnswer")
 			require.LessOrEqual(t, body.n, tc.read, "not read past the cap")
 		})

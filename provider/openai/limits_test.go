@@ -2,40 +2,23 @@ package openai_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retryhost/retryhost/abi"
-	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/provider/internal/adapter"
+	"github.com/retryhost/retryhost/provider/internal/conformance"
 	"github.com/retryhost/retryhost/provider/internal/wiretest"
 	"github.com/retryhost/retryhost/provider/openai"
 )
 
-func event(t *testing.T, typ string, v any) wiretest.Event {
-	t.Helper()
-	b, err := json.Marshal(v)
-	require.NoError(t, err)
-	return wiretest.Event{Event: typ, Data: b}
-}
+func event(t *testing.T, typ string, v any) wiretest.Event { return wiretest.JSONEvent(t, typ, v) }
 
 func chunk(t *testing.T, delta map[string]any) wiretest.Event {
 	return event(t, "", map[string]any{"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
 		"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": nil}}})
-}
-
-// requireLimit checks that a stream failed with the adapters' limit error.
-func requireLimit(t *testing.T, err error) {
-	t.Helper()
-	var pe *driver.ProviderError
-	require.ErrorAs(t, err, &pe)
-	require.Equal(t, adapter.LimitType, pe.Type)
-	require.Equal(t, abi.ClassServer, pe.Class)
-	require.False(t, pe.Retryable)
 }
 
 func collectLimited(t *testing.T, tr *wiretest.Transcript, opts ...openai.Option) error {
@@ -58,14 +41,14 @@ func TestStreamLimits(t *testing.T) {
 			tr.Events = append(tr.Events, chunk(t, map[string]any{"tool_calls": []any{
 				map[string]any{"index": 0, "function": map[string]any{"arguments": mib}}}}))
 		}
-		requireLimit(t, collectLimited(t, tr))
+		conformance.RequireLimit(t, collectLimited(t, tr))
 	})
 	t.Run("held refusal", func(t *testing.T) {
 		var tr wiretest.Transcript
 		for i := 0; i <= adapter.MaxHeld>>20; i++ {
 			tr.Events = append(tr.Events, chunk(t, map[string]any{"refusal": mib}))
 		}
-		requireLimit(t, collectLimited(t, &tr))
+		conformance.RequireLimit(t, collectLimited(t, &tr))
 	})
 	t.Run("open", func(t *testing.T) {
 		var calls []any
@@ -74,7 +57,7 @@ func TestStreamLimits(t *testing.T) {
 				"function": map[string]any{"name": "f", "arguments": ""}})
 		}
 		tr := &wiretest.Transcript{Events: []wiretest.Event{chunk(t, map[string]any{"tool_calls": calls})}}
-		requireLimit(t, collectLimited(t, tr))
+		conformance.RequireLimit(t, collectLimited(t, tr))
 	})
 }
 
@@ -90,7 +73,7 @@ func TestResponsesStreamLimits(t *testing.T) {
 			tr.Events = append(tr.Events, event(t, "response.function_call_arguments.delta",
 				map[string]any{"type": "response.function_call_arguments.delta", "item_id": "fc_0", "output_index": 0, "delta": mib}))
 		}
-		requireLimit(t, collectLimited(t, tr, openai.WithResponsesAPI()))
+		conformance.RequireLimit(t, collectLimited(t, tr, openai.WithResponsesAPI()))
 	})
 	t.Run("held refusal", func(t *testing.T) {
 		var tr wiretest.Transcript
@@ -98,13 +81,13 @@ func TestResponsesStreamLimits(t *testing.T) {
 			tr.Events = append(tr.Events, event(t, "response.refusal.delta",
 				map[string]any{"type": "response.refusal.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": mib}))
 		}
-		requireLimit(t, collectLimited(t, &tr, openai.WithResponsesAPI()))
+		conformance.RequireLimit(t, collectLimited(t, &tr, openai.WithResponsesAPI()))
 	})
 	t.Run("open", func(t *testing.T) {
 		var tr wiretest.Transcript
 		for i := 0; i <= adapter.MaxOpen; i++ {
 			tr.Events = append(tr.Events, added(i))
 		}
-		requireLimit(t, collectLimited(t, &tr, openai.WithResponsesAPI()))
+		conformance.RequireLimit(t, collectLimited(t, &tr, openai.WithResponsesAPI()))
 	})
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
+	"github.com/retryhost/retryhost/provider/internal/adapter"
 	"github.com/retryhost/retryhost/provider/internal/wiretest"
 )
 
@@ -282,4 +283,19 @@ func untilText(t *testing.T, st driver.Stream) {
 			return
 		}
 	}
+}
+
+// RequireLimit checks that err is the adapters' error for a stream that
+// crossed one of their limits (adapter.MaxHeld, adapter.MaxOpen, an
+// adapter's own): the provider's fault, ClassServer, and not retryable,
+// since the same request would cross it again. It returns the error for
+// the checks a test adds.
+func RequireLimit(t testing.TB, err error) *driver.ProviderError {
+	t.Helper()
+	var pe *driver.ProviderError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, adapter.LimitType, pe.Type, "%v", err)
+	require.Equal(t, abi.ClassServer, pe.Class)
+	require.False(t, pe.Retryable)
+	return pe
 }

@@ -1,10 +1,12 @@
 package wiretest
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"testing"
 
 	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
@@ -84,4 +86,15 @@ func Finish(parts []abi.Part) *abi.Finish {
 		}
 	}
 	return nil
+}
+
+// JSONEvent returns the event typ ("" for none) whose data is v as JSON;
+// it fails the test if v does not marshal.
+func JSONEvent(t testing.TB, typ string, v any) Event {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("wiretest: %v", err)
+	}
+	return Event{Event: typ, Data: b}
 }
