@@ -2,6 +2,8 @@ package gemini_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -225,4 +227,43 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 	_, err := gemini.New(" ", gemini.WithAPIKey("k"))
 	require.Error(t, err)
+}
+
+// Up to MaxStopSequences stop sequences are sent; more (which the API
+// refuses with a 400) are not sent at all, with a warning.
+func TestStopSequencesOverTheLimitAreNotSent(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		n      int
+		warned bool
+	}{{"at the limit", gemini.MaxStopSequences, false}, {"over it", gemini.MaxStopSequences + 1, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, _, bodies := capture(t)
+			m, err := gemini.New("gemini-2.5-flash", gemini.WithBaseURL(srv.URL), gemini.WithAPIKey("AIza-test"))
+			require.NoError(t, err)
+			stops := make([]string, tc.n)
+			for i := range stops {
+				stops[i] = fmt.Sprintf("S%d", i)
+			}
+			st, err := m.Stream(context.Background(), &driver.Request{StopSequences: stops,
+				Messages: []driver.Message{{Role: driver.RoleUser, Content: []driver.Content{{Text: "hi"}}}}})
+			require.NoError(t, err)
+			parts, err := wiretest.Collect(st, 100)
+			require.NoError(t, err)
+			var body struct {
+				GenerationConfig struct {
+					StopSequences []string `json:"stopSequences"`
+				} `json:"generationConfig"`
+			}
+			require.NoError(t, json.Unmarshal(<-bodies, &body))
+			if tc.warned {
+				require.Empty(t, body.GenerationConfig.StopSequences)
+				require.Equal(t, []abi.Warning{{Type: "unsupported", Feature: "stop",
+					Message: "6 stop sequences are more than the Gemini API's 5; none were sent"}}, parts[0].Warnings)
+			} else {
+				require.Equal(t, stops, body.GenerationConfig.StopSequences)
+				require.Empty(t, parts[0].Warnings)
+			}
+		})
+	}
 }
