@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/retryhost/retryhost/gateway/vkey"
+	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
 // keysCmd is `retryhost keys`: the virtual key file of `serve --keys-file`,
@@ -34,11 +36,11 @@ var keysCmd = &command{
 			"(a negative limit, a bad --expires); 3 when the file cannot be read or is not a valid key file.",
 		noFiles: true,
 		setup: func(fs *flag.FlagSet) runFunc {
-			path := keysFileFlag(fs)
+			h := keyHomeFlags(fs)
 			var kf keyFlags
 			kf.declare(fs)
 			return func(ctx context.Context, e *env, args []string) int {
-				return runKeysCreate(e, *path, args, &kf)
+				return runKeysCreate(ctx, e, h, args, &kf)
 			}
 		},
 	}, {
@@ -50,13 +52,13 @@ var keysCmd = &command{
 			"read or is not a valid key file.",
 		noFiles: true,
 		setup: func(fs *flag.FlagSet) runFunc {
-			path := keysFileFlag(fs)
+			h := keyHomeFlags(fs)
 			asJSON := fs.Bool("json", false, "print the keys as a JSON array")
 			return func(ctx context.Context, e *env, args []string) int {
 				if len(args) > 0 {
 					return e.usageError(keysSub("list"), "takes no argument")
 				}
-				return runKeysList(e, *path, *asJSON)
+				return runKeysList(ctx, e, h, *asJSON)
 			}
 		},
 	}, {
@@ -67,10 +69,10 @@ var keysCmd = &command{
 			"be read or is not a valid key file.",
 		noFiles: true,
 		setup: func(fs *flag.FlagSet) runFunc {
-			path := keysFileFlag(fs)
+			h := keyHomeFlags(fs)
 			asJSON := fs.Bool("json", false, "print the key as a JSON object")
 			return func(ctx context.Context, e *env, args []string) int {
-				return runKeysShow(e, *path, args, *asJSON)
+				return runKeysShow(ctx, e, h, args, *asJSON)
 			}
 		},
 	}, {
@@ -83,9 +85,9 @@ var keysCmd = &command{
 			"file cannot be read or is not a valid key file.",
 		noFiles: true,
 		setup: func(fs *flag.FlagSet) runFunc {
-			path := keysFileFlag(fs)
+			h := keyHomeFlags(fs)
 			return func(ctx context.Context, e *env, args []string) int {
-				return runKeysEdit(e, "revoke", *path, args, revokeKey)
+				return runKeysEdit(ctx, e, "revoke", h, args, revokeKey)
 			}
 		},
 	}, {
@@ -98,9 +100,9 @@ var keysCmd = &command{
 			"named ID or the key is revoked; 3 when the file cannot be read or is not a valid key file.",
 		noFiles: true,
 		setup: func(fs *flag.FlagSet) runFunc {
-			path := keysFileFlag(fs)
+			h := keyHomeFlags(fs)
 			return func(ctx context.Context, e *env, args []string) int {
-				return runKeysEdit(e, "rotate", *path, args, rotateKey)
+				return runKeysEdit(ctx, e, "rotate", h, args, rotateKey)
 			}
 		},
 	}},
@@ -117,8 +119,48 @@ func keysSub(name string) *command {
 	panic("no keys subcommand " + name)
 }
 
-func keysFileFlag(fs *flag.FlagSet) *string {
-	return fs.String("keys-file", "", "the virtual key `FILE` (JSON), as serve --keys-file reads it; required")
+// keyHome is where the keys live: a key file or a key set on Redis.
+type keyHome struct{ path, redis string }
+
+func keyHomeFlags(fs *flag.FlagSet) *keyHome {
+	h := &keyHome{}
+	fs.StringVar(&h.path, "keys-file", "", "the virtual key `FILE` (JSON), as serve --keys-file reads it; this or --keys-redis is required")
+	fs.StringVar(&h.redis, "keys-redis", "", "the virtual key set on the Redis at `URL`, as serve --keys-redis reads it; each edit one transaction")
+	return h
+}
+
+// where names the home in messages (a Redis URL without its password).
+func (h *keyHome) where() string {
+	if h.redis == "" {
+		return h.path
+	}
+	if u, err := url.Parse(h.redis); err == nil {
+		return "the key set on " + u.Redacted()
+	}
+	return "the key set on Redis"
+}
+
+// check refuses no home or two.
+func (h *keyHome) check(e *env, c *command) (int, bool) {
+	switch {
+	case h.path != "" && h.redis != "":
+		return e.usageError(c, "--keys-file and --keys-redis are two homes for the keys: give one, not both"), false
+	case h.path == "" && h.redis == "":
+		return e.usageError(c, "--keys-file or --keys-redis is required"), false
+	}
+	return exitOK, true
+}
+
+// store opens the Redis key set; the caller closes it.
+func (h *keyHome) store(e *env) (*vkey.Store, int) {
+	// A Redis that does not answer is this command's error, printed once;
+	// go-redis would print each failed dial too.
+	redisstate.QuietClientLogs()
+	st, err := vkey.OpenStore(h.redis)
+	if err != nil {
+		return nil, e.errorf(exitInput, "--keys-redis: %v", err)
+	}
+	return st, exitOK
 }
 
 // keyFlags are create's limits and metadata.
@@ -174,57 +216,90 @@ func (kf *keyFlags) key(id string, now time.Time) (*vkey.Key, error) {
 	return k, nil
 }
 
-// readKeys reads and checks the key file at path, as serve would load it:
-// the error, printed, is the exit code's.
-func readKeys(e *env, c *command, path string) (*vkey.File, int) {
-	if path == "" {
-		return nil, e.usageError(c, "--keys-file is required")
+// readKeys reads and checks the keys at h, as serve would load them: the
+// error, printed, is the exit code's.
+func readKeys(ctx context.Context, e *env, c *command, h *keyHome) (*vkey.File, int) {
+	if code, ok := h.check(e, c); !ok {
+		return nil, code
 	}
-	f, err := vkey.ReadFile(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, e.errorf(exitInput, "%s: no such key file (retryhost keys create makes one)", path)
-	case err != nil: // it names the file
-		return nil, e.errorf(exitInput, "%v", err)
+	var f *vkey.File
+	var err error
+	if h.redis != "" {
+		st, code := h.store(e)
+		if st == nil {
+			return nil, code
+		}
+		defer st.Close()
+		if f, _, err = st.Read(ctx); err != nil {
+			return nil, e.errorf(exitInput, "%s: %v", h.where(), err)
+		}
+	} else {
+		f, err = vkey.ReadFile(h.path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, e.errorf(exitInput, "%s: no such key file (retryhost keys create makes one)", h.path)
+		case err != nil: // it names the file
+			return nil, e.errorf(exitInput, "%v", err)
+		}
 	}
 	down := f.OnStoreDown
 	if _, err := f.Set(); err != nil {
-		return nil, e.errorf(exitInput, "%s: %v", path, err)
+		return nil, e.errorf(exitInput, "%s: %v", h.where(), err)
 	}
 	f.OnStoreDown = down // written back as it was
 	return f, exitOK
 }
 
-func runKeysCreate(e *env, path string, args []string, kf *keyFlags) int {
+func runKeysCreate(ctx context.Context, e *env, h *keyHome, args []string, kf *keyFlags) int {
+	c := keysSub("create")
 	if len(args) != 1 {
-		return e.usageError(keysSub("create"), "want one ID, the new key's name")
+		return e.usageError(c, "want one ID, the new key's name")
 	}
 	id := args[0]
 	if err := vkey.CheckID(id); err != nil {
-		return e.usageError(keysSub("create"), "%v", err)
+		return e.usageError(c, "%v", err)
 	}
 	k, err := kf.key(id, time.Now())
 	if err != nil {
-		return e.usageError(keysSub("create"), "%v", err)
+		return e.usageError(c, "%v", err)
 	}
-	f := &vkey.File{Keys: []*vkey.Key{}}
-	if _, serr := os.Stat(path); path == "" || !errors.Is(serr, fs.ErrNotExist) {
-		var code int
-		if f, code = readKeys(e, keysSub("create"), path); f == nil {
-			return code
-		}
-	}
-	if slices.ContainsFunc(f.Keys, func(o *vkey.Key) bool { return o.ID == id }) {
-		return e.errorf(exitFail, "%s already has a key named %q (retryhost keys rotate gives it a new secret)", path, id)
+	if code, ok := h.check(e, c); !ok {
+		return code
 	}
 	secret, hash := vkey.NewSecret()
 	k.Hash = hash
-	f.Keys = append(f.Keys, k)
-	if err := checkAndWrite(path, f); err != nil {
-		return e.errorf(exitFail, "%v", err)
+	if h.redis != "" {
+		st, code := h.store(e)
+		if st == nil {
+			return code
+		}
+		defer st.Close()
+		switch err := st.Create(ctx, k); {
+		case errors.Is(err, vkey.ErrExists):
+			return e.errorf(exitFail, "%s already has a key named %q (retryhost keys rotate gives it a new secret)", h.where(), id)
+		case errors.Is(err, vkey.ErrKeyFile):
+			return e.errorf(exitFail, "%v", err)
+		case err != nil:
+			return e.errorf(exitInput, "%s: %v", h.where(), err)
+		}
+	} else {
+		f := &vkey.File{Keys: []*vkey.Key{}}
+		if _, serr := os.Stat(h.path); !errors.Is(serr, fs.ErrNotExist) {
+			var code int
+			if f, code = readKeys(ctx, e, c, h); f == nil {
+				return code
+			}
+		}
+		if slices.ContainsFunc(f.Keys, func(o *vkey.Key) bool { return o.ID == id }) {
+			return e.errorf(exitFail, "%s already has a key named %q (retryhost keys rotate gives it a new secret)", h.path, id)
+		}
+		f.Keys = append(f.Keys, k)
+		if err := checkAndWrite(h.path, f); err != nil {
+			return e.errorf(exitFail, "%v", err)
+		}
 	}
 	fmt.Fprintln(e.stdout, secret)
-	fmt.Fprintf(e.stderr, "%s: key %q added to %s; its secret above is shown this once\n", e.path, id, path)
+	fmt.Fprintf(e.stderr, "%s: key %q added to %s; its secret above is shown this once\n", e.path, id, h.where())
 	return exitOK
 }
 
@@ -259,25 +334,56 @@ func rotateKey(k *vkey.Key) (string, string, bool, error) {
 	return "has a new secret, shown above this once; the old one is refused from serve's next reload", secret, true, nil
 }
 
-func runKeysEdit(e *env, name, path string, args []string, edit keyEdit) int {
+func runKeysEdit(ctx context.Context, e *env, name string, h *keyHome, args []string, edit keyEdit) int {
+	c := keysSub(name)
 	if len(args) != 1 {
-		return e.usageError(keysSub(name), "want one ID, the key's name")
+		return e.usageError(c, "want one ID, the key's name")
 	}
-	f, code := readKeys(e, keysSub(name), path)
-	if f == nil {
-		return code
-	}
-	i := slices.IndexFunc(f.Keys, func(k *vkey.Key) bool { return k.ID == args[0] })
-	if i < 0 {
-		return e.errorf(exitFail, "%s has no key named %q (retryhost keys list shows them)", path, args[0])
-	}
-	msg, secret, changed, err := edit(f.Keys[i])
-	if err != nil {
-		return e.errorf(exitFail, "%v", err)
-	}
-	if changed {
-		if err := checkAndWrite(path, f); err != nil {
+	var msg, secret string
+	if h.redis != "" {
+		if code, ok := h.check(e, c); !ok {
+			return code
+		}
+		st, code := h.store(e)
+		if st == nil {
+			return code
+		}
+		defer st.Close()
+		// The edit runs again when another changed the set meanwhile:
+		// the secret printed is the last run's, the one stored.
+		var editErr error
+		_, err := st.Update(ctx, args[0], func(k *vkey.Key) (changed bool, err error) {
+			msg, secret, changed, editErr = edit(k)
+			return changed, editErr
+		})
+		switch {
+		case err == nil:
+		case errors.Is(err, vkey.ErrNoKey):
+			return e.errorf(exitFail, "%s has no key named %q (retryhost keys list shows them)", h.where(), args[0])
+		case editErr != nil && errors.Is(err, editErr), errors.Is(err, vkey.ErrContended):
 			return e.errorf(exitFail, "%v", err)
+		default: // Redis does not answer, or the key's record is not valid
+			return e.errorf(exitInput, "%s: %v", h.where(), err)
+		}
+	} else {
+		f, code := readKeys(ctx, e, c, h)
+		if f == nil {
+			return code
+		}
+		i := slices.IndexFunc(f.Keys, func(k *vkey.Key) bool { return k.ID == args[0] })
+		if i < 0 {
+			return e.errorf(exitFail, "%s has no key named %q (retryhost keys list shows them)", h.path, args[0])
+		}
+		var changed bool
+		var err error
+		msg, secret, changed, err = edit(f.Keys[i])
+		if err != nil {
+			return e.errorf(exitFail, "%v", err)
+		}
+		if changed {
+			if err := checkAndWrite(h.path, f); err != nil {
+				return e.errorf(exitFail, "%v", err)
+			}
 		}
 	}
 	if secret != "" {
@@ -313,8 +419,8 @@ func viewOf(k *vkey.Key, now time.Time) keyView {
 		Budget: k.Budget, Expires: k.Expires, Created: k.Created, Metadata: k.Metadata}
 }
 
-func runKeysList(e *env, path string, asJSON bool) int {
-	f, code := readKeys(e, keysSub("list"), path)
+func runKeysList(ctx context.Context, e *env, h *keyHome, asJSON bool) int {
+	f, code := readKeys(ctx, e, keysSub("list"), h)
 	if f == nil {
 		return code
 	}
@@ -338,17 +444,17 @@ func runKeysList(e *env, path string, asJSON bool) int {
 	return exitOK
 }
 
-func runKeysShow(e *env, path string, args []string, asJSON bool) int {
+func runKeysShow(ctx context.Context, e *env, h *keyHome, args []string, asJSON bool) int {
 	if len(args) != 1 {
 		return e.usageError(keysSub("show"), "want one ID, the key's name")
 	}
-	f, code := readKeys(e, keysSub("show"), path)
+	f, code := readKeys(ctx, e, keysSub("show"), h)
 	if f == nil {
 		return code
 	}
 	i := slices.IndexFunc(f.Keys, func(k *vkey.Key) bool { return k.ID == args[0] })
 	if i < 0 {
-		return e.errorf(exitFail, "%s has no key named %q (retryhost keys list shows them)", path, args[0])
+		return e.errorf(exitFail, "%s has no key named %q (retryhost keys list shows them)", h.where(), args[0])
 	}
 	v := viewOf(f.Keys[i], time.Now())
 	if asJSON {

@@ -100,7 +100,7 @@ func TestKeys_Mistakes(t *testing.T) {
 		{[]string{"create", "team-c", "--keys-file", file, "--expires", "soon"}, exitUsage, "--expires"},
 		{[]string{"create", "team-c", "--keys-file", file, "--meta", "novalue"}, exitUsage, "NAME=VALUE"},
 		{[]string{"create", "team-c", "--keys-file", file, "--route", "g*t"}, exitFail, "a prefix ending in *"},
-		{[]string{"create", "team-c"}, exitUsage, "--keys-file is required"},
+		{[]string{"create", "team-c"}, exitUsage, "--keys-file or --keys-redis is required"},
 		{[]string{"create", "team-c", "--keys-file", corrupt}, exitInput, "unexpected end of JSON input"},
 		{[]string{"list", "--keys-file", missing}, exitInput, "no such key file"},
 		{[]string{"list", "--keys-file", corrupt}, exitInput, "unexpected end of JSON input"},

@@ -44,6 +44,7 @@ func init() {
 			fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on (`HOST:PORT`)")
 			fs.StringVar(&o.keysFile, "api-keys-file", "", "a `FILE` of client API keys, one per line (# starts a comment, at a line's start or after whitespace), read again on SIGHUP and when it changes; RETRYHOST_API_KEYS adds comma-separated keys")
 			fs.StringVar(&o.vkeysFile, "keys-file", "", "a virtual key `FILE` (JSON, written by retryhost keys: per-key routes, rates, budgets, expiry; see docs/multi-team.md), read again on SIGHUP and when it changes; beside --api-keys-file's keys")
+			fs.StringVar(&o.vkeysRedis, "keys-redis", "", "the virtual keys on this Redis (`URL`, as the policy's state.redis url), edited by retryhost keys --keys-redis and shared by a fleet: read at start and again within a second of each edit (see docs/multi-team.md); instead of --keys-file")
 			fs.StringVar(&o.limitsRedis, "limits-redis", "", "keep the virtual keys' rates and budgets fleet-wide on this Redis (`URL`, as the policy's state.redis url); none: in this process")
 			fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
 			fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "on SIGTERM or SIGINT, how long to keep accepting and serving with /readyz answering 503, so that a load balancer sees it and stops sending, before the drain (0: drain at once)")
@@ -75,6 +76,7 @@ func init() {
 type serveOpts struct {
 	file, addr, keysFile string
 	vkeysFile            string // --keys-file
+	vkeysRedis           string // --keys-redis
 	limitsRedis          string // --limits-redis
 	drain, shutdownDelay time.Duration
 	maxConc, maxConns    int
@@ -139,6 +141,9 @@ func (o *serveOpts) run(ctx context.Context, e *env, args []string) int {
 		return exitFail
 	}
 	policyChanged, keysChanged := o.watchChanges(ctx, e.log, &undo)
+	if g.keyStore != nil {
+		undo.push(g.keyStore.poll(g, e.log, serveWatchInterval))
+	}
 	return o.serveUntilStopped(ctx, e, g, srv, ln, policyChanged, keysChanged)
 }
 
@@ -182,6 +187,8 @@ func (o *serveOpts) checkFlags(e *env, args []string) (upPolicy []byte, code int
 		return usage("--max-per-client %d: a limit cannot be negative (0: a quarter of --max-concurrent)", o.maxPerClient)
 	case o.gcFloor < 0:
 		return usage("--gc-floor %d: a floor cannot be negative (0: Go's default)", o.gcFloor)
+	case o.vkeysFile != "" && o.vkeysRedis != "":
+		return usage("--keys-file and --keys-redis are two homes for the virtual keys: give one, not both")
 	case !o.passThrough():
 		return nil, 0, true
 	case o.file != "":
@@ -232,6 +239,8 @@ type serveGateway struct {
 	tr *traces // nil: no traces exported
 	// onDown is the key set's on_store_down, for the Redis limiter.
 	onDown atomic.Pointer[string]
+	// keyStore is --keys-redis's key set (nil: none).
+	keyStore *keyStore
 	// conns is the client connections' limit, which wraps the listener
 	// made after the gateway; its series are read through it then.
 	conns *connlimit.Listener
@@ -290,11 +299,19 @@ func (o *serveOpts) gatewayOptions(e *env, g *serveGateway, undo *undoStack) (op
 	if len(keys) > 0 {
 		opts = append(opts, gateway.WithAPIKeys(keys...))
 	}
-	if o.vkeysFile != "" {
-		set, err := vkey.Load(o.vkeysFile)
-		if err != nil {
+	var set *vkey.Set
+	switch {
+	case o.vkeysFile != "":
+		if set, err = vkey.Load(o.vkeysFile); err != nil {
 			return nil, e.errorf(exitInput, "--keys-file: %v", err), false
 		}
+	case o.vkeysRedis != "":
+		if g.keyStore, set, err = openKeyStore(o.vkeysRedis); err != nil {
+			return nil, e.errorf(exitInput, "--keys-redis: %v", err), false
+		}
+		undo.push(g.keyStore.close)
+	}
+	if set != nil {
 		opts = append(opts, gateway.WithKeySet(set))
 		if o.limitsRedis != "" {
 			g.onDown.Store(&set.OnStoreDown)
@@ -499,6 +516,9 @@ func (o *serveOpts) announce(stderr io.Writer, g *serveGateway, base string) {
 // reloadKeys reads the virtual key file and the API keys file again; one
 // that does not load keeps the keys in use.
 func (o *serveOpts) reloadKeys(g *serveGateway, logger *slog.Logger, why string) {
+	if g.keyStore != nil {
+		g.keyStore.reload(g, logger, why, true)
+	}
 	if o.vkeysFile != "" {
 		// A key file that does not load keeps the keys in use.
 		set, err := vkey.Load(o.vkeysFile)
