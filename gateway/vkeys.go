@@ -157,15 +157,22 @@ func (g *Gateway) admitKey(ctx context.Context, w http.ResponseWriter, d door, c
 	now := time.Now()
 	dec := g.limiter().Admit(ctx, k, est, now)
 	h := w.Header()
+	// The values share one array: one allocation, not one per header.
+	var vals []string
+	if k.RPM > 0 || k.TPM > 0 {
+		vals = make([]string, 6)
+	}
 	if k.RPM > 0 {
-		h["X-Ratelimit-Limit-Requests"] = []string{strconv.FormatInt(k.RPM, 10)}
-		h["X-Ratelimit-Remaining-Requests"] = []string{strconv.FormatInt(dec.RemainingRequests, 10)}
-		h["X-Ratelimit-Reset-Requests"] = []string{resetHeader(dec.ResetRequests)}
+		vals[0], vals[1], vals[2] = strconv.FormatInt(k.RPM, 10), strconv.FormatInt(dec.RemainingRequests, 10), resetHeader(dec.ResetRequests)
+		h["X-Ratelimit-Limit-Requests"] = vals[0:1:1]
+		h["X-Ratelimit-Remaining-Requests"] = vals[1:2:2]
+		h["X-Ratelimit-Reset-Requests"] = vals[2:3:3]
 	}
 	if k.TPM > 0 {
-		h["X-Ratelimit-Limit-Tokens"] = []string{strconv.FormatInt(k.TPM, 10)}
-		h["X-Ratelimit-Remaining-Tokens"] = []string{strconv.FormatInt(dec.RemainingTokens, 10)}
-		h["X-Ratelimit-Reset-Tokens"] = []string{resetHeader(dec.ResetTokens)}
+		vals[3], vals[4], vals[5] = strconv.FormatInt(k.TPM, 10), strconv.FormatInt(dec.RemainingTokens, 10), resetHeader(dec.ResetTokens)
+		h["X-Ratelimit-Limit-Tokens"] = vals[3:4:4]
+		h["X-Ratelimit-Remaining-Tokens"] = vals[4:5:5]
+		h["X-Ratelimit-Reset-Tokens"] = vals[5:6:6]
 	}
 	e := apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded"}
 	switch dec.Reason {
