@@ -5,6 +5,8 @@ import (
 	"net/http"
 
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/retryhost/retryhost/provider/internal/adapter"
 )
 
 // Post sends body, a JSON request of Anthropic's API, to path under the
@@ -24,24 +26,9 @@ import (
 // open returns it; a transport failure is the adapter's, and the context's
 // end its error.
 func (m *Model) Post(ctx context.Context, path string, body []byte, h http.Header) (*http.Response, error) {
-	var raw *http.Response
-	opts := make([]option.RequestOption, 0, 2+len(h))
-	opts = append(opts, option.WithRequestBody("application/json", body), option.WithResponseInto(&raw))
-	for k, vs := range h {
-		for _, v := range vs {
-			opts = append(opts, option.WithHeaderAdd(k, v))
-		}
-	}
-	var out *http.Response
-	if err := m.client.Post(ctx, path, nil, &out, opts...); err != nil {
-		if out != nil && out.Body != nil && out.StatusCode < 400 {
-			_ = out.Body.Close()
-		}
-		return nil, openError(ctx, err, raw)
-	}
-	if ctx.Err() != nil {
-		_ = out.Body.Close()
-		return nil, openError(ctx, ctx.Err(), nil)
-	}
-	return out, nil
+	var raw, out *http.Response
+	opts := append([]option.RequestOption{option.WithRequestBody("application/json", body), option.WithResponseInto(&raw)},
+		adapter.HeaderOptions(h, option.WithHeaderAdd)...)
+	err := m.client.Post(ctx, path, nil, &out, opts...)
+	return adapter.Posted(ctx, raw, out, err, openError)
 }
