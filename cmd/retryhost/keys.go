@@ -20,12 +20,13 @@ import (
 	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
-// keysCmd is `retryhost keys`: the virtual key file of `serve --keys-file`,
+// keysCmd is `retryhost keys`: the virtual key file of `serve --keys-file`
+// (or, with --keys-redis, the key set on Redis, each edit a transaction),
 // edited in place (each change written whole to a temporary file renamed
 // over it, so that a serve reading it sees the old file or the new).
 var keysCmd = &command{
 	name:    "keys",
-	summary: "create, list, show, revoke and rotate the virtual keys of a key file (serve --keys-file)",
+	summary: "create, list, show, revoke and rotate the virtual keys of a key file (serve --keys-file) or a key set on Redis (--keys-redis)",
 	subs: []*command{{
 		name: "create", args: "ID",
 		summary: "add a key to the file (made if missing) and print its secret, this once",
