@@ -3,6 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,8 +16,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/retryhost/retryhost/gateway/vkey"
 )
 
 type target struct {
@@ -153,9 +154,15 @@ func startRetryhost(ctx context.Context, name, upstream, dir string) (*target, e
 		// what a run sends: every request pays the key's lookup, route
 		// check, admission, x-ratelimit-* headers and settlement, and
 		// none is refused.
-		secret, hash := vkey.NewSecret()
+		// The key file is written here, not with package vkey: the bench
+		// drives serve from outside, as a user's file does.
+		var raw [32]byte
+		_, _ = rand.Read(raw[:])
+		secret := "rhk-" + hex.EncodeToString(raw[:])
+		sum := sha256.Sum256([]byte(secret))
 		kf := filepath.Join(dir, name+"-keys.json")
-		if err := vkey.WriteFile(kf, &vkey.File{Keys: []*vkey.Key{{ID: "bench", Hash: hash, RPM: 1 << 40}}}); err != nil {
+		keys := fmt.Sprintf(`{"keys": [{"id": "bench", "hash": "sha256:%x", "rpm": %d}]}`, sum, int64(1)<<40)
+		if err := os.WriteFile(kf, []byte(keys), 0o600); err != nil {
 			return nil, err
 		}
 		args = append(args, "--keys-file", kf)
