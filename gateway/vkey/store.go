@@ -6,16 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	redisstate "github.com/retryhost/retryhost/state/redis"
 )
 
-// A key set on Redis is three keys, in one hash tag (one Redis Cluster
-// slot, so that an edit is one transaction on every topology):
+// A key set on Redis is a state/redis VersionedHash named
+// "retryhost:keys": three keys in one hash tag (one Redis Cluster slot, so
+// that an edit is one transaction on every topology):
 //
 //	{retryhost:keys}records  a hash: key id → the key's JSON, as a key file holds it
 //	{retryhost:keys}settings a string: the set's own fields, {"on_store_down": "refuse"}
@@ -23,9 +21,9 @@ import (
 //
 // A reader polls the version and reads the set again when it moved.
 const (
+	storeName     = "retryhost:keys"
 	storeRecords  = "{retryhost:keys}records"
 	storeSettings = "{retryhost:keys}settings"
-	storeVersion  = "{retryhost:keys}version"
 )
 
 // Limits on a key set on Redis (beside a key file's, which apply too).
@@ -49,6 +47,27 @@ var (
 	ErrContended = errors.New("the key set kept changing under the edit")
 )
 
+// Backend keeps a [Store]'s set: records by key id, a settings string
+// and a version that every edit moves, each edit atomic.
+// state/redis's VersionedHash is the one [OpenStore] uses.
+type Backend interface {
+	// Version returns the version (0 for a set never edited).
+	Version(ctx context.Context) (int64, error)
+	// ReadAll reads the version, the records and the settings ("" when
+	// absent) as one snapshot. A version that is not a counter is an
+	// error that wraps state/redis's ErrNotCounter.
+	ReadAll(ctx context.Context) (version int64, records map[string]string, settings string, err error)
+	// Edit gives fn the record of field (found false when there is none)
+	// and, unless fn returns an error (returned as it is), writes the
+	// record fn returns and moves the version, atomically. applied is
+	// false, with nothing written, when another edit changed the records
+	// meanwhile.
+	Edit(ctx context.Context, field string, fn func(old string, found bool) (string, error)) (applied bool, err error)
+	// SetSettings sets the settings and moves the version, atomically.
+	SetSettings(ctx context.Context, settings string) error
+	Close() error
+}
+
 // Store is a key set kept on Redis and shared by a fleet: each key's
 // record is the JSON a key file holds for it (the secret only as its
 // SHA-256), checked as a key file is. Every edit is one transaction
@@ -56,40 +75,28 @@ var (
 // that two edits at once both land, and a reader that polls [Store.Version]
 // sees every one. A Store is safe for concurrent use.
 type Store struct {
-	c   goredis.UniversalClient
-	own bool
+	b Backend
 }
 
 // OpenStore connects to the Redis at url (the forms of state/redis's
 // Open); Close closes the connection. It does not wait for the server.
 func OpenStore(url string) (*Store, error) {
-	c, err := redisstate.NewClient(url, StoreOpTimeout)
+	h, err := redisstate.OpenVersionedHash(url, storeName, StoreOpTimeout)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{c: c, own: true}, nil
+	return NewStore(h), nil
 }
 
-// NewStore returns a Store on c, which its caller keeps and closes.
-func NewStore(c goredis.UniversalClient) *Store { return &Store{c: c} }
+// NewStore returns a Store on b; Close closes b.
+func NewStore(b Backend) *Store { return &Store{b: b} }
 
-// Close closes the connection OpenStore made.
-func (s *Store) Close() error {
-	if s.own {
-		return s.c.Close()
-	}
-	return nil
-}
+// Close closes the Store's backend.
+func (s *Store) Close() error { return s.b.Close() }
 
 // Version returns the set's version: it moves with every edit (0 for a
 // set never edited).
-func (s *Store) Version(ctx context.Context) (int64, error) {
-	v, err := s.c.Get(ctx, storeVersion).Int64()
-	if errors.Is(err, goredis.Nil) {
-		return 0, nil
-	}
-	return v, err
-}
+func (s *Store) Version(ctx context.Context) (int64, error) { return s.b.Version(ctx) }
 
 // Load reads the set, with its version, in one transaction (a snapshot
 // no edit is halfway through), and checks it as [Parse] checks a key
@@ -107,46 +114,35 @@ func (s *Store) Load(ctx context.Context) (*Set, int64, error) {
 // Read reads the set like Load, without checking the keys beyond their
 // records' JSON (for retryhost keys, which lists and edits them).
 func (s *Store) Read(ctx context.Context) (*File, int64, error) {
-	var ver *goredis.StringCmd
-	var recs *goredis.MapStringStringCmd
-	var settings *goredis.StringCmd
-	_, err := s.c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-		ver = p.Get(ctx, storeVersion)
-		recs = p.HGetAll(ctx, storeRecords)
-		settings = p.Get(ctx, storeSettings)
-		return nil
-	})
-	if err != nil && !errors.Is(err, goredis.Nil) {
+	v, recs, settings, err := s.b.ReadAll(ctx)
+	if errors.Is(err, redisstate.ErrNotCounter) {
+		return nil, 0, &FileError{Index: -1, Msg: err.Error()}
+	}
+	if err != nil {
 		return nil, 0, err
 	}
-	var v int64
-	if raw, err := ver.Result(); err == nil {
-		if v, err = strconv.ParseInt(raw, 10, 64); err != nil {
-			return nil, 0, &FileError{Index: -1, Msg: fmt.Sprintf("%s is %q, not a counter", storeVersion, raw)}
-		}
-	}
-	f := &File{Keys: make([]*Key, 0, len(recs.Val()))}
-	if raw, err := settings.Result(); err == nil {
+	f := &File{Keys: make([]*Key, 0, len(recs))}
+	if settings != "" {
 		var st struct {
 			OnStoreDown string `json:"on_store_down"`
 		}
-		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		if err := json.Unmarshal([]byte(settings), &st); err != nil {
 			return nil, v, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %v", storeSettings, err)}
 		}
 		f.OnStoreDown = st.OnStoreDown
 	}
-	ids := make([]string, 0, len(recs.Val()))
+	ids := make([]string, 0, len(recs))
 	total := 0
-	for id, rec := range recs.Val() {
+	for id, rec := range recs {
 		ids = append(ids, id)
 		total += len(id) + len(rec)
 	}
 	if total > MaxFileBytes {
-		return nil, v, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %d bytes of records, more than %d", storeRecords, total, MaxFileBytes)}
+		return nil, v, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %d bytes, more than %d", storeRecords, total, MaxFileBytes)}
 	}
 	slices.Sort(ids)
 	for i, id := range ids {
-		k, err := decodeRecord(id, recs.Val()[id])
+		k, err := decodeRecord(id, recs[id])
 		if err != nil {
 			return nil, v, &FileError{Index: i, ID: id, Msg: err.Error()}
 		}
@@ -221,54 +217,39 @@ type errUnchanged struct{ err error }
 
 func (e errUnchanged) Error() string { return "unchanged" }
 
-// edit is Create's and Update's transaction: WATCH the records, read the
-// one of id, MULTI, write it and increment the version, EXEC; an EXEC
-// that another edit made fail is tried again.
+// edit is Create's and Update's transaction: read the record of id, and
+// write the one fn returns with the version moved, atomically; an edit
+// that another edit got ahead of is tried again.
 func (s *Store) edit(ctx context.Context, id string, fn func(old *Key) (*Key, error)) (*Key, error) {
 	if err := CheckID(id); err != nil {
 		return nil, &FileError{Index: 0, ID: id, Msg: err.Error()}
 	}
 	var out *Key
 	for range maxEditTries {
-		err := s.c.Watch(ctx, func(tx *goredis.Tx) error {
+		applied, err := s.b.Edit(ctx, id, func(rec string, found bool) (string, error) {
 			var old *Key
-			rec, err := tx.HGet(ctx, storeRecords, id).Result()
-			switch {
-			case errors.Is(err, goredis.Nil):
-			case err != nil:
-				return err
-			default:
+			if found {
+				var err error
 				if old, err = decodeRecord(id, rec); err != nil {
-					return &FileError{Index: 0, ID: id, Msg: err.Error()}
+					return "", &FileError{Index: 0, ID: id, Msg: err.Error()}
 				}
 			}
 			k, err := fn(old)
-			if err != nil {
-				out = k
-				return err
-			}
-			rec, err = encodeRecord(k)
-			if err != nil {
-				return err
-			}
-			_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-				p.HSet(ctx, storeRecords, id, rec)
-				p.Incr(ctx, storeVersion)
-				return nil
-			})
 			out = k
-			return err
-		}, storeRecords)
+			if err != nil {
+				return "", err
+			}
+			return encodeRecord(k)
+		})
 		var u errUnchanged
 		switch {
 		case errors.As(err, &u):
 			return out, u.err
-		case errors.Is(err, goredis.TxFailedErr):
-			continue
 		case err != nil:
 			return nil, err
+		case applied:
+			return out, nil
 		}
-		return out, nil
 	}
 	return nil, fmt.Errorf("%w: %d tries", ErrContended, maxEditTries)
 }
@@ -280,10 +261,5 @@ func (s *Store) SetOnStoreDown(ctx context.Context, v string) error {
 		return &FileError{Index: -1, Msg: fmt.Sprintf("on_store_down is %q: want %q or %q", v, StoreDownLocal, StoreDownRefuse)}
 	}
 	b, _ := json.Marshal(map[string]string{"on_store_down": v})
-	_, err := s.c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-		p.Set(ctx, storeSettings, b, 0)
-		p.Incr(ctx, storeVersion)
-		return nil
-	})
-	return err
+	return s.b.SetSettings(ctx, string(b))
 }

@@ -143,10 +143,6 @@ func TestClientLayers(t *testing.T) {
 		client    []string // import path prefixes of the client
 		core      []string // module packages that must not depend on it
 		clientDep bool     // the core must not depend on the client either
-		// also are the packages besides pkg that may import the client:
-		// gateway/vkey's key set on Redis edits one hash in WATCH/MULTI
-		// transactions, which it opens on state/redis's client.
-		also []string
 	}{
 		{
 			pkg: "oci", base: "host",
@@ -160,7 +156,6 @@ func TestClientLayers(t *testing.T) {
 			client:    []string{"github.com/redis/"},
 			core:      []string{"abi", "host", "driver", "plugins", "policy"},
 			clientDep: true,
-			also:      []string{"gateway/vkey"},
 		},
 	} {
 		t.Run(l.pkg, func(t *testing.T) {
@@ -180,7 +175,7 @@ func TestClientLayers(t *testing.T) {
 					continue
 				}
 				for _, imp := range p.Imports {
-					require.Falsef(t, isClient(imp) && !slices.Contains(l.also, strings.TrimPrefix(path, module+"/")),
+					require.Falsef(t, isClient(imp),
 						"%s imports the client %s directly; go through package %s", path, imp, l.pkg)
 				}
 				if underAny(path, l.core) {

@@ -197,18 +197,6 @@ func Open(url string, o Options) (*State, error) {
 	return openOwned(t, o)
 }
 
-// NewClient returns a go-redis client for the Redis at url (see [Open]
-// for its forms), for a caller that talks to Redis itself: no retries,
-// and every dial, read, write and wait for a pooled connection bounded by
-// op. The caller closes it.
-func NewClient(url string, op time.Duration) (goredis.UniversalClient, error) {
-	t, err := parseURL(url)
-	if err != nil {
-		return nil, err
-	}
-	return t.client(op), nil
-}
-
 // target is a parsed URL: the options of exactly one of go-redis's
 // clients.
 type target struct {
