@@ -177,6 +177,19 @@ func TestKeysRedisCLI(t *testing.T) {
 	}
 	require.Contains(t, keysCLI(t, url, "show", "team-a"), "gpt-*")
 
+	// on-store-down reads and sets the set's settings, moving its version.
+	require.Equal(t, vkey.StoreDownLocal, keysCLI(t, url, "on-store-down"))
+	ver, err := srv.Query("GET", "{retryhost:keys}version")
+	require.NoError(t, err)
+	require.Empty(t, keysCLI(t, url, "on-store-down", vkey.StoreDownRefuse))
+	require.Equal(t, vkey.StoreDownRefuse, keysCLI(t, url, "on-store-down"))
+	raw, err = srv.Query("GET", "{retryhost:keys}settings")
+	require.NoError(t, err)
+	require.Equal(t, []string{`{"on_store_down":"refuse"}`}, raw)
+	ver2, err := srv.Query("GET", "{retryhost:keys}version")
+	require.NoError(t, err)
+	require.NotEqual(t, ver, ver2)
+
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -188,6 +201,7 @@ func TestKeysRedisCLI(t *testing.T) {
 		{[]string{"rotate", "nobody"}, exitFail, `no key named "nobody"`},
 		{[]string{"show", "nobody"}, exitFail, `no key named "nobody"`},
 		{[]string{"list", "--keys-file", "k.json"}, exitUsage, "give one, not both"},
+		{[]string{"on-store-down", "open"}, exitUsage, "local or refuse"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := run(t, append(append([]string{"keys"}, tc.args...), "--keys-redis", url)...)
@@ -203,7 +217,7 @@ func TestKeysRedisCLI(t *testing.T) {
 	require.Empty(t, stdout)
 
 	srv.Kill()
-	for _, args := range [][]string{{"list"}, {"create", "team-d"}, {"rotate", "team-a"}} {
+	for _, args := range [][]string{{"list"}, {"create", "team-d"}, {"rotate", "team-a"}, {"on-store-down", "local"}} {
 		code, stdout, stderr := run(t, append(append([]string{"keys"}, args...), "--keys-redis", url)...)
 		require.Equal(t, exitInput, code, stderr)
 		require.Empty(t, stdout)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,7 +27,7 @@ import (
 // over it, so that a serve reading it sees the old file or the new).
 var keysCmd = &command{
 	name:    "keys",
-	summary: "create, list, show, revoke and rotate the virtual keys of a key file (serve --keys-file) or a key set on Redis (--keys-redis)",
+	summary: "create, list, show, revoke and rotate the virtual keys of a key file (serve --keys-file) or a key set on Redis (--keys-redis), and set its on_store_down",
 	subs: []*command{{
 		name: "create", args: "ID",
 		summary: "add a key to the file (made if missing) and print its secret, this once",
@@ -34,7 +35,7 @@ var keysCmd = &command{
 			"and stored nowhere: the file keeps only its SHA-256. A serve reading the file takes the key at its " +
 			"next reload (at once with --watch, its default, or on SIGHUP). The file is made (0600) when it does " +
 			"not exist.\n\nExit 0 once written; 1 when the file already has a key named ID; 2 for a bad flag " +
-			"(a negative limit, a bad --expires); 3 when the file cannot be read or is not a valid key file.",
+			"(a negative limit, a bad --expires); 3 when the file cannot be read or is not a valid key file." + keysRedisEditHelp,
 		noFiles: true,
 		setup: func(fs *flag.FlagSet) runFunc {
 			h := keyHomeFlags(fs)
@@ -50,7 +51,7 @@ var keysCmd = &command{
 		help: "Prints a line per key of the --keys-file: its id, status (valid, expired or revoked), routes, " +
 			"requests and tokens per minute, budgets, expiry and metadata. No secret is stored, and the " +
 			"hashes are not printed. With --json, an array of the keys.\n\nExit 0; 3 when the file cannot be " +
-			"read or is not a valid key file.",
+			"read or is not a valid key file." + keysRedisReadHelp,
 		noFiles: true,
 		setup: func(fs *flag.FlagSet) runFunc {
 			h := keyHomeFlags(fs)
@@ -67,7 +68,7 @@ var keysCmd = &command{
 		summary: "print one key's fields (never its secret or hash)",
 		help: "Prints the key named ID of the --keys-file, a field a line, or with --json as an object: " +
 			"everything but its hash.\n\nExit 0; 1 when the file has no key named ID; 3 when the file cannot " +
-			"be read or is not a valid key file.",
+			"be read or is not a valid key file." + keysRedisReadHelp,
 		noFiles: true,
 		setup: func(fs *flag.FlagSet) runFunc {
 			h := keyHomeFlags(fs)
@@ -83,7 +84,7 @@ var keysCmd = &command{
 			"requests 401 from its next reload (at once with --watch, its default, or on SIGHUP); its " +
 			"counters stay, so that a key revoked by mistake and restored by hand keeps its spend. A key " +
 			"already revoked is left as it is.\n\nExit 0; 1 when the file has no key named ID; 3 when the " +
-			"file cannot be read or is not a valid key file.",
+			"file cannot be read or is not a valid key file." + keysRedisEditHelp,
 		noFiles: true,
 		setup: func(fs *flag.FlagSet) runFunc {
 			h := keyHomeFlags(fs)
@@ -98,7 +99,7 @@ var keysCmd = &command{
 			"stored nowhere, in place of the old one. A serve reading the file refuses the old secret and " +
 			"accepts the new from its next reload (at once with --watch, its default, or on SIGHUP). The key " +
 			"keeps its id, and with it its rate and budget counters.\n\nExit 0; 1 when the file has no key " +
-			"named ID or the key is revoked; 3 when the file cannot be read or is not a valid key file.",
+			"named ID or the key is revoked; 3 when the file cannot be read or is not a valid key file." + keysRedisEditHelp,
 		noFiles: true,
 		setup: func(fs *flag.FlagSet) runFunc {
 			h := keyHomeFlags(fs)
@@ -106,8 +107,35 @@ var keysCmd = &command{
 				return runKeysEdit(ctx, e, "rotate", h, args, rotateKey)
 			}
 		},
+	}, {
+		name: "on-store-down", args: "[local|refuse]",
+		summary: "print or set what limited keys get while the fleet's limit store (serve --limits-redis) is down",
+		help: "With no argument, prints the on_store_down of the --keys-file: what a serve on --limits-redis " +
+			"does with a limited key's request while that Redis does not answer. local (the default): each " +
+			"replica limits in process, so N replicas admit up to N times a key's limits; refuse: the request " +
+			"gets 503 limits_unavailable. With local or refuse, sets it, checked and written as the other " +
+			"edits are; a serve takes it at its next reload (at once with --watch, its default, or on " +
+			"SIGHUP).\n\nExit 0; 2 for a value other than local or refuse; 3 when the file cannot be read or " +
+			"is not a valid key file." + keysRedisEditHelp,
+		noFiles: true,
+		setup: func(fs *flag.FlagSet) runFunc {
+			h := keyHomeFlags(fs)
+			return func(ctx context.Context, e *env, args []string) int {
+				return runKeysOnStoreDown(ctx, e, h, args)
+			}
+		},
 	}},
 }
+
+// The subcommands' help on --keys-redis, after their help on --keys-file.
+const (
+	keysRedisReadHelp = "\n\nWith --keys-redis URL in place of --keys-file, it reads the key set on that Redis, " +
+		"as serve --keys-redis does; exit 3 also means Redis did not answer."
+	keysRedisEditHelp = "\n\nWith --keys-redis URL in place of --keys-file, it edits the key set on that Redis " +
+		"that serve --keys-redis reads: each edit is one transaction that moves the set's version, so that " +
+		"edits at once all land and every serve polling the set takes it within a second; the exit codes are " +
+		"the same, and 3 also means Redis did not answer."
+)
 
 func init() { register(keysCmd) }
 
@@ -391,6 +419,44 @@ func runKeysEdit(ctx context.Context, e *env, name string, h *keyHome, args []st
 		fmt.Fprintln(e.stdout, secret)
 	}
 	fmt.Fprintf(e.stderr, "%s: key %q %s\n", e.path, args[0], msg)
+	return exitOK
+}
+
+func runKeysOnStoreDown(ctx context.Context, e *env, h *keyHome, args []string) int {
+	c := keysSub("on-store-down")
+	switch {
+	case len(args) > 1:
+		return e.usageError(c, "want at most one value: %s or %s", vkey.StoreDownLocal, vkey.StoreDownRefuse)
+	case len(args) == 1 && args[0] != vkey.StoreDownLocal && args[0] != vkey.StoreDownRefuse:
+		return e.usageError(c, "%q: want %s or %s", args[0], vkey.StoreDownLocal, vkey.StoreDownRefuse)
+	}
+	if len(args) == 0 || h.redis == "" {
+		f, code := readKeys(ctx, e, c, h)
+		if f == nil {
+			return code
+		}
+		if len(args) == 0 {
+			fmt.Fprintln(e.stdout, cmp.Or(f.OnStoreDown, vkey.StoreDownLocal))
+			return exitOK
+		}
+		f.OnStoreDown = args[0]
+		if err := checkAndWrite(h.path, f); err != nil {
+			return e.errorf(exitFail, "%v", err)
+		}
+	} else {
+		if code, ok := h.check(e, c); !ok {
+			return code
+		}
+		st, code := h.store(e)
+		if st == nil {
+			return code
+		}
+		defer st.Close()
+		if err := st.SetOnStoreDown(ctx, args[0]); err != nil {
+			return e.errorf(exitInput, "%s: %v", h.where(), err)
+		}
+	}
+	fmt.Fprintf(e.stderr, "%s: on_store_down of %s is %s; serve takes it from its next reload\n", e.path, h.where(), args[0])
 	return exitOK
 }
 

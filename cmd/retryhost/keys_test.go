@@ -176,3 +176,38 @@ func TestKeys_RevokeAndRotateReachARunningServe(t *testing.T) {
 	require.Equal(t, http.StatusOK, modelsStatus(t, base, kept))
 	require.Equal(t, exitOK, stop())
 }
+
+// keys on-store-down prints a key file's on_store_down (local when the
+// file has none) and sets it, keeping the keys; a value other than local
+// or refuse is a usage error that leaves the file as it was.
+func TestKeys_OnStoreDownOfAFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "keys.json")
+	secret := createKey(t, file, "team-a", "--rpm", "5")
+	onStoreDown := func(args ...string) string {
+		t.Helper()
+		code, stdout, stderr := run(t, append([]string{"keys", "on-store-down", "--keys-file", file}, args...)...)
+		require.Equal(t, exitOK, code, stderr)
+		return strings.TrimSpace(stdout)
+	}
+	require.Equal(t, vkey.StoreDownLocal, onStoreDown())
+	require.Empty(t, onStoreDown(vkey.StoreDownRefuse))
+	require.Equal(t, vkey.StoreDownRefuse, onStoreDown())
+	set, err := vkey.Load(file)
+	require.NoError(t, err)
+	require.Equal(t, vkey.StoreDownRefuse, set.OnStoreDown)
+	k, ok := set.Lookup(secret)
+	require.True(t, ok, "the keys stay")
+	require.Equal(t, int64(5), k.RPM)
+
+	before, err := os.ReadFile(file)
+	require.NoError(t, err)
+	for _, args := range [][]string{{"open"}, {"local", "refuse"}} {
+		code, stdout, stderr := run(t, append([]string{"keys", "on-store-down", "--keys-file", file}, args...)...)
+		require.Equal(t, exitUsage, code, stderr)
+		require.Contains(t, stderr, "local or refuse")
+		require.Empty(t, stdout)
+	}
+	after, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.Equal(t, string(before), string(after))
+}
