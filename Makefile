@@ -23,7 +23,11 @@ test: ## tests with the race detector
 
 .PHONY: bench
 bench: ## host benchmarks, side by side with the native baseline
-	$(GO) test -run '^$$' -bench . -benchmem ./host/
+	$(GO) test -run '^$$' -bench . -skip CompileCurve -benchmem ./host/
+
+.PHONY: bench-compile
+bench-compile: ## wazero's compile cost by module shape, one process per row: the table of docs/security.md
+	bench/compilecurve.sh
 
 .PHONY: bench-compare
 bench-compare: ## per-part driver and plugin benchmarks of BASE against the work tree, interleaved (BASE=<rev>; ROUNDS, BENCHTIME, MAX)
