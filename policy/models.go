@@ -19,6 +19,11 @@ var (
 	headerPattern = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 	paramPattern  = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 	regionPattern = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`)
+	// A Google Cloud project id (or a legacy domain-scoped one,
+	// example.com:name) and a Vertex AI location (us-central1, global):
+	// both are segments of the request's path.
+	projectPattern  = regexp.MustCompile(`^[a-z][a-z0-9.:-]*[a-z0-9]$`)
+	locationPattern = regexp.MustCompile(`^(global|[a-z]+(-[a-z]+)+[0-9]+)$`)
 )
 
 // providerKind is what the file requires of a provider's models, known
@@ -31,6 +36,7 @@ type providerKind struct {
 	defaultURL string
 	azure      bool
 	aws        bool // Amazon Bedrock: a region, and credentials from the AWS chain
+	vertex     bool // Vertex AI: a project and a location, and Google's credentials
 }
 
 const (
@@ -38,7 +44,7 @@ const (
 	anthropicPkg = "github.com/retryhost/retryhost/provider/anthropic"
 	geminiPkg    = "github.com/retryhost/retryhost/provider/gemini"
 	bedrockPkg   = "github.com/retryhost/retryhost/provider/bedrock"
-	providerList = "openai, azure, openrouter, vllm, ollama, anthropic, gemini, bedrock or scripted"
+	providerList = "openai, azure, openrouter, vllm, ollama, anthropic, gemini, vertex, bedrock or scripted"
 )
 
 var providerKinds = map[string]providerKind{
@@ -49,6 +55,7 @@ var providerKinds = map[string]providerKind{
 	"ollama":     {adapter: openaiPkg, needsModel: true, defaultURL: "http://localhost:11434/v1"},
 	"anthropic":  {adapter: anthropicPkg, needsModel: true, needsKey: true},
 	"gemini":     {adapter: geminiPkg, needsModel: true, needsKey: true},
+	"vertex":     {adapter: geminiPkg, needsModel: true, vertex: true},
 	"bedrock":    {adapter: bedrockPkg, needsModel: true, aws: true},
 }
 
@@ -121,6 +128,7 @@ func (b *builder) model(i int, m *ModelSpec) error {
 	model, err := factory(providers.Spec{
 		Key: m.Name, Provider: m.Provider, Model: m.Model, BaseURL: baseURL, APIKey: key,
 		Headers: m.Headers, Params: m.Params, Deployment: m.Deployment, APIVersion: m.APIVersion, Region: region,
+		Project: m.Project, Location: m.Location,
 		Responses: m.API == "responses", HTTPClient: b.opts.HTTPClient, RawChunks: b.raw,
 		UpstreamJSON: m.UpstreamJSON || b.defaultUpstreamJSON(at, m, kind),
 	})
@@ -163,6 +171,9 @@ func (b *builder) checkProvider(at string, m *ModelSpec, kind providerKind, know
 	case m.Region != "" && !regionPattern.MatchString(m.Region):
 		return b.errf(at+".region", "%q is not an AWS region (such as us-east-1)", m.Region)
 	}
+	if err := b.checkVertex(at, m, kind); err != nil {
+		return err
+	}
 	switch {
 	case m.API == "" || m.API == "chat":
 	case m.API != "responses":
@@ -176,6 +187,30 @@ func (b *builder) checkProvider(at string, m *ModelSpec, kind providerKind, know
 		return b.errf(at+".upstream_json", "only for the OpenAI-compatible providers (openai, azure, openrouter, vllm, ollama): provider %s is always streamed", m.Provider)
 	case m.API == "responses":
 		return b.errf(at+".upstream_json", "only for api chat: the Responses API is always streamed")
+	}
+	return nil
+}
+
+// checkVertex checks a model's project and location: a vertex model's,
+// unless it has an express-mode key (which names the project), and no
+// other provider's.
+func (b *builder) checkVertex(at string, m *ModelSpec, kind providerKind) error {
+	for _, f := range [...]struct {
+		name, val, what string
+		re              *regexp.Regexp
+	}{
+		{"project", m.Project, "a Google Cloud project id (such as my-project)", projectPattern},
+		{"location", m.Location, "a Vertex AI location (such as us-central1, or global)", locationPattern},
+	} {
+		switch {
+		case !kind.vertex && b.doc.Has(b.path(at+"."+f.name)):
+			return b.errf(at+"."+f.name, "only for provider vertex")
+		case !kind.vertex:
+		case f.val == "" && m.APIKeyEnv == "":
+			return b.errf(at+"."+f.name, "required for provider vertex: %s, which the request's path names (or an express-mode key in api_key_env)", f.what)
+		case f.val != "" && !f.re.MatchString(f.val):
+			return b.errf(at+"."+f.name, "%q is not %s", f.val, f.what)
+		}
 	}
 	return nil
 }

@@ -150,9 +150,12 @@ type ModelSpec struct {
 	Name string `json:"name"`
 	// Provider is required: openai, azure (Azure OpenAI), openrouter, vllm,
 	// ollama (all through the OpenAI adapter), anthropic, gemini (Google
-	// AI's Gemini API), bedrock (Amazon Bedrock's Converse API: credentials
-	// from the AWS default chain, or a Bedrock API key in api_key_env; a
-	// region), or scripted (bound in code; scenarios).
+	// AI's Gemini API), vertex (Gemini on Google Cloud's Vertex AI: calls
+	// authorised by the Application Default Credentials, or an express-mode
+	// key in api_key_env; a project and a location), bedrock (Amazon
+	// Bedrock's Converse API: credentials from the AWS default chain, or a
+	// Bedrock API key in api_key_env; a region), or scripted (bound in
+	// code; scenarios).
 	Provider string `json:"provider"`
 	// Model is the provider's model id, required except for azure (where
 	// it defaults to the deployment) and scripted. "*" sends the id each
@@ -167,13 +170,24 @@ type ModelSpec struct {
 	BaseURL string `json:"base_url"`
 	// APIKeyEnv is the NAME of the environment variable holding the key,
 	// never the key: required for openai, azure, openrouter, anthropic and gemini,
-	// optional for vllm, ollama and bedrock (an Amazon Bedrock API key, sent
-	// as a bearer token instead of signing with AWS credentials).
+	// optional for vllm, ollama, bedrock (an Amazon Bedrock API key, sent
+	// as a bearer token instead of signing with AWS credentials) and vertex
+	// (an express-mode key, instead of the Application Default
+	// Credentials).
 	APIKeyEnv string `json:"api_key_env"`
 	// Region is the AWS region of a bedrock model (such as us-east-1):
 	// default the environment variable AWS_REGION, and one of the two is
 	// required. Only for bedrock.
 	Region string `json:"region"`
+	// Project and Location are Vertex AI's: the Google Cloud project and
+	// the location (such as us-central1, or global) a vertex model is
+	// served from, both required for vertex unless api_key_env names an
+	// express-mode key, and only for it. Requests go to
+	// {base_url}/v1beta1/projects/{project}/locations/{location}/publishers/google/models/{model}:generateContent
+	// (streamGenerateContent?alt=sse when streamed); base_url defaults to
+	// https://{location}-aiplatform.googleapis.com.
+	Project  string `json:"project"`
+	Location string `json:"location"`
 	// Deployment and APIVersion are Azure OpenAI's, both required for
 	// azure and only for it: requests go to
 	// {base_url}/openai/deployments/{deployment}/chat/completions?api-version={api_version}.

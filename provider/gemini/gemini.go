@@ -49,6 +49,7 @@ type config struct {
 	headers           [][2]string
 	params            map[string]any
 	httpClient        *http.Client
+	adcOver           bool // withCredentials
 }
 
 // WithAPIKey sets the API key, sent in the x-goog-api-key header (Google
@@ -78,6 +79,11 @@ func WithKey(key string) Option { return func(c *config) { c.key, c.keySet = key
 func WithVertex(project, location string) Option {
 	return func(c *config) { c.vertex, c.project, c.location = true, project, location }
 }
+
+// withCredentials makes a Vertex AI model without an API key add the
+// Application Default Credentials over WithHTTPClient's client, which
+// carries none: a policy's models share the program's client.
+func withCredentials() Option { return func(c *config) { c.adcOver = true } }
 
 // WithHeader adds a header to every request.
 func WithHeader(name, value string) Option {
@@ -172,9 +178,9 @@ func New(id string, opts ...Option) (*Model, error) {
 				base = "https://" + c.location + "-aiplatform.googleapis.com/"
 			}
 		}
-		if c.apiKey == "" && hc == nil {
+		if c.apiKey == "" && (hc == nil || c.adcOver) {
 			var err error
-			if hc, err = adcClient(); err != nil {
+			if hc, err = adcClient(hc); err != nil {
 				return nil, err
 			}
 		}
@@ -192,12 +198,20 @@ func New(id string, opts ...Option) (*Model, error) {
 }
 
 // adcClient is an HTTP client that authorises Vertex AI calls with the
-// Application Default Credentials, as the SDK builds it.
-func adcClient() (*http.Client, error) {
+// Application Default Credentials: as the SDK builds it, or over base's
+// transport (base itself is left as it is).
+func adcClient(base *http.Client) (*http.Client, error) {
 	creds, err := credentials.DetectDefault(&credentials.DetectOptions{
 		Scopes: []string{"https://www.googleapis.com/auth/cloud-platform"}})
 	if err != nil {
 		return nil, fmt.Errorf("gemini: Vertex AI without an API key needs Application Default Credentials: %w", err)
+	}
+	if base != nil {
+		hc := *base
+		if err := httptransport.AddAuthorizationMiddleware(&hc, creds); err != nil {
+			return nil, fmt.Errorf("gemini: %w", err)
+		}
+		return &hc, nil
 	}
 	hc, err := httptransport.NewClient(&httptransport.Options{Credentials: creds})
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 // environment, defaults applied.
 type Spec struct {
 	Key      string // the model's key: the policy's name for it
-	Provider string // as the file names it: openai, azure, openrouter, vllm, ollama, anthropic, gemini, bedrock
+	Provider string // as the file names it: openai, azure, openrouter, vllm, ollama, anthropic, gemini, vertex, bedrock
 	Model    string // the provider's model id
 	BaseURL  string // empty: the adapter's default
 	APIKey   string // empty: none
@@ -25,6 +25,9 @@ type Spec struct {
 	Deployment, APIVersion string
 	// Region is Amazon Bedrock's AWS region (empty: the AWS configuration's).
 	Region string
+	// Project and Location are Vertex AI's Google Cloud project and
+	// location (provider vertex; empty with an express-mode API key).
+	Project, Location string
 	// Responses selects OpenAI's Responses API instead of Chat Completions.
 	Responses bool
 	// HTTPClient is the client to use; nil: the SDK's own.

@@ -21,7 +21,7 @@ import (
 // enums are the closed sets of string values, by "Type.field" (the file's
 // names); the loader rejects anything else.
 var enums = map[string][]string{
-	"ModelSpec.provider":           {"openai", "azure", "openrouter", "vllm", "ollama", "anthropic", "gemini", "bedrock", "scripted"},
+	"ModelSpec.provider":           {"openai", "azure", "openrouter", "vllm", "ollama", "anthropic", "gemini", "vertex", "bedrock", "scripted"},
 	"RuleSpec.action":              {"switch", "retry", "give-up"},
 	"PluginSpec.fail":              {"open", "closed"},
 	"BackoffSpec.jitter":           {"none", "full", "equal"},
