@@ -234,19 +234,28 @@ func parseCommon(body []byte) (map[string]json.RawMessage, *chatRequest, error) 
 	if err := field(fields, "stream", &c.stream); err != nil {
 		return nil, nil, badRequest("stream", "stream: want a boolean")
 	}
+	if err := parseFallbacks(fields, c); err != nil {
+		return nil, nil, err
+	}
+	return fields, c, nil
+}
+
+// parseFallbacks reads the request's own fallback chain, the body field
+// fallbacks that every door takes (at most maxFallbacks route names).
+func parseFallbacks(fields map[string]json.RawMessage, c *chatRequest) error {
 	if err := field(fields, "fallbacks", &c.fallbacks); err != nil {
-		return nil, nil, badRequest("fallbacks", "fallbacks: want a list of route names")
+		return badRequest("fallbacks", "fallbacks: want a list of route names")
 	}
 	if len(c.fallbacks) > maxFallbacks {
-		return nil, nil, badRequest("fallbacks", "fallbacks: at most %d routes, got %d", maxFallbacks, len(c.fallbacks))
+		return badRequest("fallbacks", "fallbacks: at most %d routes, got %d", maxFallbacks, len(c.fallbacks))
 	}
 	for i, f := range c.fallbacks {
 		if f == "" { // also a null, which decodes as ""; no route has that name
 			p := fmt.Sprintf("fallbacks[%d]", i)
-			return nil, nil, badRequest(p, "%s: want a route name (a non-empty string); GET /v1/models lists them", p)
+			return badRequest(p, "%s: want a route name (a non-empty string); GET /v1/models lists them", p)
 		}
 	}
-	return fields, c, nil
+	return nil
 }
 
 // mismatch says what is wrong with the field at path in the client's terms:

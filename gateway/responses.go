@@ -47,6 +47,7 @@ var responsesFields = map[string]bool{
 	"model": true, "input": true, "instructions": true, "stream": true, "tools": true, "tool_choice": true,
 	"max_output_tokens": true, "temperature": true, "top_p": true, "store": true, "metadata": true,
 	"parallel_tool_calls": true, "user": true, "previous_response_id": true, "background": true,
+	"fallbacks": true, // the gateway's own, as on the other doors
 }
 
 // statefulMsg says why a stateful request is refused.
@@ -76,6 +77,9 @@ func (responsesDoor) parse(body []byte, _ http.Header, _ *generation) (*chatRequ
 	}
 	if f, ok := fields["stream"]; ok && json.Unmarshal(f, &cr.stream) != nil {
 		return nil, badRequest("stream", "stream: want a boolean")
+	}
+	if err := parseFallbacks(fields, cr); err != nil {
+		return nil, err
 	}
 	r := &cr.req
 	if f, ok := fields["instructions"]; ok && string(f) != "null" {

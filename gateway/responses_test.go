@@ -146,6 +146,61 @@ func TestResponses_AnswersErrorsInOpenAIsShape(t *testing.T) {
 	require.Empty(t, r.up["backup"].requests())
 }
 
+// The request's own fallbacks run on /v1/responses as on the other doors,
+// whole and streamed, and are never sent upstream; a bad chain is a 400
+// naming the link.
+func TestResponses_TakesTheRequestsOwnFallbacks(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "whole", true: "streamed"}[stream], func(t *testing.T) {
+			r := newRigOf(t, `"rules": []`, []string{"third"})
+			r.up["primary"].play(act{status: http.StatusServiceUnavailable})
+			r.up["backup"].play(act{status: http.StatusTooManyRequests})
+			r.up["third"].play(act{chunks: []string{"Paris."}})
+			var raw *http.Response
+			chain := option.WithJSONSet("fallbacks", []string{"backup", "third"})
+			var got *responses.Response
+			if stream {
+				s := r.client.Responses.NewStreaming(context.Background(), responsesParams("primary"), chain, option.WithResponseInto(&raw))
+				for s.Next() {
+					if ev := s.Current(); ev.Type == "response.completed" {
+						resp := ev.Response
+						got = &resp
+					}
+				}
+				require.NoError(t, s.Err())
+			} else {
+				var err error
+				got, err = r.client.Responses.New(context.Background(), responsesParams("primary"), chain, option.WithResponseInto(&raw))
+				require.NoError(t, err)
+			}
+			require.NotNil(t, got)
+			require.Equal(t, "Paris.", got.OutputText())
+			require.Equal(t, "third", got.Model)
+			require.Equal(t, "third", raw.Header.Get("X-Retryhost-Model"))
+			require.Equal(t, "3", raw.Header.Get("X-Retryhost-Attempts"))
+			hits := r.up["third"].requests()
+			require.NotEmpty(t, hits)
+			require.NotContains(t, hits[len(hits)-1].body, "fallbacks")
+		})
+	}
+	r := newRig(t, `"rules": []`)
+	for _, tc := range []struct {
+		name, chain, param string
+	}{
+		{name: "an empty name", chain: `["backup", ""]`, param: "fallbacks[1]"},
+		{name: "not a list", chain: `"backup"`, param: "fallbacks"},
+		{name: "an unknown route", chain: `["nope"]`, param: "fallbacks[0]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := r.client.Responses.New(context.Background(), responsesParams("primary"), option.WithJSONSet("fallbacks", json.RawMessage(tc.chain)))
+			var oe *oai.Error
+			require.True(t, errors.As(err, &oe), "%v", err)
+			require.Equal(t, tc.param, oe.Param, oe.RawJSON())
+		})
+	}
+	require.Empty(t, r.up["primary"].requests(), "a bad chain reaches no upstream")
+}
+
 func TestResponses_StopsAndFailuresAfterCommit(t *testing.T) {
 	r := newRig(t, `"rules": []`)
 	r.up["primary"].play(act{chunks: []string{"Paris"}, finish: "length"})
