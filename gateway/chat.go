@@ -201,6 +201,10 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 	if c.key = keyOf(r.Context()); c.key != nil && !g.admitKey(ctx, w, d, c, cr.model, cr.fallbacks, estimateTokens(len(body), cr)) {
 		return
 	}
+	if cr.forward != nil {
+		g.forwardStateful(ctx, w, d, c, cr, chain)
+		return
+	}
 	if ok = g.commit(ctx, w, d, c, cr, chain); ok {
 		g.budget.settle(c, held) // committed: the rest of the decoding's charge is given back
 	}

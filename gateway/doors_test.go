@@ -41,7 +41,8 @@ type wireAnswer struct {
 }
 
 type wireGot struct {
-	path   string
+	method string
+	path   string // and the query, if any
 	header http.Header
 	body   map[string]any
 }
@@ -54,7 +55,11 @@ func newWireUp(t *testing.T, answers ...wireAnswer) *wireUp {
 		var body map[string]any
 		_ = json.Unmarshal(b, &body)
 		u.mu.Lock()
-		u.got = append(u.got, wireGot{path: r.URL.Path, header: r.Header.Clone(), body: body})
+		path := r.URL.Path
+		if r.URL.RawQuery != "" {
+			path += "?" + r.URL.RawQuery
+		}
+		u.got = append(u.got, wireGot{method: r.Method, path: path, header: r.Header.Clone(), body: body})
 		a := u.answers[min(len(u.got), len(u.answers))-1]
 		u.mu.Unlock()
 		for k, v := range a.header {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/retryhost/retryhost/driver"
@@ -14,10 +15,11 @@ import (
 	"github.com/retryhost/retryhost/provider/openai"
 )
 
-// The forwarded doors (count_tokens, embeddings) serve endpoints the
-// driver does not model: the request goes to an upstream of the same API
-// as the client's, its body unchanged but for "model", and the answer
-// comes back as the upstream wrote it. They share the chat doors'
+// The forwarded doors (count_tokens, embeddings, a stateful Responses
+// request) serve what the driver does not model: the request goes to an
+// upstream of the same API as the client's, its body unchanged but for
+// "model", and the answer comes back as the upstream wrote it (an event
+// stream flushed as it comes). They share the chat doors'
 // admission (keys, limits, body budget, drain) and access log, and fail
 // over between the route's models: a route's own model, or its group's in
 // the group's order, each tried once; a failure that chainOn moves on from
@@ -200,14 +202,45 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, d door, l 
 	if hd.Get("Content-Type") == "" {
 		hd.Set("Content-Type", "application/json")
 	}
-	_ = http.NewResponseController(w).SetWriteDeadline(g.writeDeadline(ctx))
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(g.writeDeadline(ctx))
 	w.WriteHeader(resp.StatusCode)
 	l.status, l.outcome = resp.StatusCode, "ok"
-	if _, err := io.Copy(w, resp.Body); err != nil {
+	if strings.HasPrefix(hd.Get("Content-Type"), "text/event-stream") {
+		err = g.copyEvents(ctx, rc, w, resp.Body)
+	} else {
+		_, err = io.Copy(w, resp.Body)
+	}
+	if err != nil {
 		l.outcome = "truncated"
 		var we interface{ Timeout() bool }
 		if ctx.Err() != nil || errors.As(err, &we) {
 			l.outcome = "client_closed"
+		}
+	}
+}
+
+// copyEvents copies an upstream's event stream (a stateful Responses
+// request's) to the client as it comes: each read flushed at once, under
+// a write deadline renewed for each, as a relayed stream's are.
+func (g *Gateway) copyEvents(ctx context.Context, rc *http.ResponseController, w io.Writer, r io.Reader) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			_ = rc.SetWriteDeadline(g.writeDeadline(ctx))
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			if ferr := rc.Flush(); ferr != nil {
+				return ferr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
 		}
 	}
 }

@@ -25,6 +25,11 @@ type chatRequest struct {
 	// a provider (by ProviderOptions name) are not sent, having no
 	// faithful translation there; nil when none.
 	unhonoured map[string][]string
+	// forward is a stateful Responses request's body, which goes to the
+	// route's one OpenAI account as it came (see responsesDoor.parse);
+	// stateful names the field that makes it so. nil for any other.
+	forward  map[string]json.RawMessage
+	stateful string
 }
 
 // requestError is a client mistake in the body: 400 with param named.

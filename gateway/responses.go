@@ -18,11 +18,12 @@ import (
 // as a response object or its typed events, errors in OpenAI's shape.
 //
 // A stateful request (previous_response_id, store: true, background:
-// true) is refused with a 400: its state lives in the one upstream account
-// that stored the response, which a fail-over to another model or account
-// would not find, and the gateway stores no responses of its own. Such a
-// client sends the conversation again (input items) with store false or
-// omitted.
+// true) is not translated: its state lives in the one upstream account
+// that stores the response, and the gateway stores no responses of its
+// own. It is forwarded as it came (forwardStateful) when every model of
+// its route is a model of one OpenAI account, failing over between them,
+// and refused with a 400 on any other route, where a fail-over could
+// reach a model that would not find the state.
 func (g *Gateway) responses(w http.ResponseWriter, r *http.Request) { g.serve(w, r, responsesDoor{}) }
 
 // responsesDoor is OpenAI's Responses API: POST /v1/responses.
@@ -42,7 +43,7 @@ func (responsesDoor) encoder(id, model string, cr *chatRequest) encoder {
 
 // responsesFields are the request fields the door reads; any other is
 // refused, since it could not reach every model a request may fail over
-// to (the stateful ones are the forwarding path's).
+// to. A stateful request's fields all go to its account (forward).
 var responsesFields = map[string]bool{
 	"model": true, "input": true, "instructions": true, "stream": true, "tools": true, "tool_choice": true,
 	"max_output_tokens": true, "temperature": true, "top_p": true, "store": true, "metadata": true,
@@ -50,8 +51,13 @@ var responsesFields = map[string]bool{
 	"fallbacks": true, // the gateway's own, as on the other doors
 }
 
-// statefulMsg says why a stateful request is refused.
-const statefulMsg = "the gateway's /v1/responses keeps no state: the response a stateful request refers to is stored by one upstream account, which a fail-over to another model would not find; send the conversation as input items, with store false or omitted"
+// statefulFields make a Responses request stateful: set (not null, not
+// false), its state is stored by the upstream account that answers it.
+var statefulFields = [...]string{"previous_response_id", "store", "background"}
+
+// statefulMsg says why a stateful request is refused on a route that is
+// not one OpenAI account.
+const statefulMsg = "a stateful request's response is stored by the one upstream account that answers it, and only a route whose models are all one OpenAI account (one base URL, key and headers) can keep it there: this route's fail-over could reach a model that would not find it, and the gateway stores no responses of its own. Use such a route, or send the conversation as input items, with store false or omitted"
 
 // parse reads a Responses body into the driver's request: instructions
 // and system or developer messages as the system prompt, message items
@@ -61,17 +67,18 @@ func (responsesDoor) parse(body []byte, _ http.Header, _ *generation) (*chatRequ
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		return nil, badRequest("", "the body is not a JSON object")
 	}
+	cr := &chatRequest{}
+	for _, k := range statefulFields {
+		if f, ok := fields[k]; ok && string(f) != "null" && string(f) != "false" {
+			cr.forward, cr.stateful = fields, k // its other fields are the account's to check
+			break
+		}
+	}
 	for k := range fields {
-		if !responsesFields[k] {
+		if !responsesFields[k] && cr.forward == nil {
 			return nil, badRequest(k, "%s is not supported by the gateway's /v1/responses (it could not reach every model of a fail-over)", k)
 		}
 	}
-	for _, k := range [...]string{"previous_response_id", "store", "background"} {
-		if f, ok := fields[k]; ok && string(f) != "null" && string(f) != "false" {
-			return nil, badRequest(k, "%s: %s", k, statefulMsg)
-		}
-	}
-	cr := &chatRequest{}
 	if err := json.Unmarshal(fields["model"], &cr.model); err != nil || cr.model == "" {
 		return nil, badRequest("model", "model is required, a string naming a route (GET /v1/models lists them)")
 	}
@@ -80,6 +87,10 @@ func (responsesDoor) parse(body []byte, _ http.Header, _ *generation) (*chatRequ
 	}
 	if err := parseFallbacks(fields, cr); err != nil {
 		return nil, err
+	}
+	if cr.forward != nil {
+		delete(cr.forward, "fallbacks") // the gateway's, not the account's
+		return cr, nil
 	}
 	r := &cr.req
 	if f, ok := fields["instructions"]; ok && string(f) != "null" {

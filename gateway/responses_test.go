@@ -101,7 +101,7 @@ func TestResponses_FunctionCallsRoundTrip(t *testing.T) {
 }
 
 func TestResponses_AnswersErrorsInOpenAIsShape(t *testing.T) {
-	r := newRig(t, `"rules": []`)
+	r := newRigOf(t, `"rules": []`, []string{"backup"})
 	r.up["primary"].play(act{status: http.StatusServiceUnavailable})
 	tests := []struct {
 		name   string
@@ -114,17 +114,17 @@ func TestResponses_AnswersErrorsInOpenAIsShape(t *testing.T) {
 			p := responsesParams("backup")
 			p.PreviousResponseID = oai.String("resp_1")
 			return p
-		}(), status: 400, param: "previous_response_id", msg: "keeps no state"},
+		}(), status: 400, param: "previous_response_id", msg: "is not one OpenAI account"},
 		{name: "store", p: func() responses.ResponseNewParams {
 			p := responsesParams("backup")
 			p.Store = oai.Bool(true)
 			return p
-		}(), status: 400, param: "store", msg: "keeps no state"},
+		}(), status: 400, param: "store", msg: "is not one OpenAI account"},
 		{name: "background", p: func() responses.ResponseNewParams {
 			p := responsesParams("backup")
 			p.Background = oai.Bool(true)
 			return p
-		}(), status: 400, param: "background", msg: "keeps no state"},
+		}(), status: 400, param: "background", msg: "is not one OpenAI account"},
 		{name: "an unsupported field", p: func() responses.ResponseNewParams {
 			p := responsesParams("backup")
 			p.Truncation = responses.ResponseNewParamsTruncationAuto

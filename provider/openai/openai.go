@@ -3,11 +3,14 @@ package openai
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 
 	oai "github.com/openai/openai-go/v3"
@@ -40,6 +43,7 @@ type Model struct {
 	host      string     // the server it calls, for telemetry
 	port      int
 	scope     string // RateLimitScope's
+	account   string // Account's
 }
 
 // New returns the chat model id (such as "gpt-4o-mini"), configured by opts.
@@ -65,6 +69,7 @@ func New(id string, opts ...Option) (*Model, error) {
 		return nil, err
 	}
 	host, port, scope := c.server(id)
+	account := c.account()
 	usage := c.azure != nil || host == "api.openai.com" || strings.HasSuffix(host, ".openai.azure.com")
 	if c.streamUsage != nil {
 		usage = *c.streamUsage
@@ -87,6 +92,7 @@ func New(id string, opts ...Option) (*Model, error) {
 		direct:    directPath{ok: len(c.sdkOpts) == 0 && c.maxRetries == 0 && len(params) == 0 && !c.responsesAPI, hc: c.httpClient},
 		host:      host,
 		port:      port,
+		account:   account,
 	}, nil
 }
 
@@ -203,6 +209,34 @@ func (c *config) server(id string) (string, int, string) {
 	}
 	return host, port, scope
 }
+
+// account names the upstream account the model calls: the provider, the
+// base URL, a hash of the API key and of the headers (an OpenAI-Project
+// or OpenAI-Organization header picks a project); "" on Azure, whose
+// deployment path serves no stored responses.
+func (c *config) account() string {
+	if c.azure != nil {
+		return ""
+	}
+	base := cmp.Or(c.baseURL, os.Getenv("OPENAI_BASE_URL"), "https://api.openai.com/v1")
+	h := sha256.New()
+	h.Write([]byte(cmp.Or(c.apiKey, os.Getenv("OPENAI_API_KEY"))))
+	hs := slices.Clone(c.headers)
+	slices.SortFunc(hs, func(a, b [2]string) int { return cmp.Compare(strings.ToLower(a[0]), strings.ToLower(b[0])) })
+	for _, kv := range hs {
+		h.Write([]byte{0})
+		h.Write([]byte(strings.ToLower(kv[0]) + ":" + kv[1]))
+	}
+	return c.provider + " " + strings.TrimRight(base, "/") + " " + hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// Account names the upstream account the model calls: the provider, the
+// base URL, and a hash of the API key and the headers, never the key
+// itself. Two models with one Account reach the same stored responses
+// (the Responses API's store, previous_response_id, background mode),
+// so a gateway may fail over between them a request that refers to one.
+// It is "" on Azure (WithAzure), whose deployment path serves none.
+func (m *Model) Account() string { return m.account }
 
 // RateLimitScope returns the rate limits the model's calls count against
 // (driver.RateLimitScoper; see WithRateLimitScope).

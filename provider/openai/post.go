@@ -27,9 +27,18 @@ import (
 // open returns it (its Class, Retryable and Header set alike); a transport
 // failure is the adapter's, and the context's end its error.
 func (m *Model) Post(ctx context.Context, path string, body []byte, h http.Header) (*http.Response, error) {
+	return m.Send(ctx, http.MethodPost, path, body, h)
+}
+
+// Send is Post with any method, and a nil body for none: how a gateway
+// forwards the calls on a stored response (GET, DELETE, POST …/cancel of
+// responses/{id}) to the account that stores it. path may carry a query.
+func (m *Model) Send(ctx context.Context, method, path string, body []byte, h http.Header) (*http.Response, error) {
 	var raw, out *http.Response
-	opts := append([]option.RequestOption{option.WithRequestBody("application/json", body), option.WithResponseInto(&raw)},
-		adapter.HeaderOptions(h, option.WithHeaderAdd)...)
-	err := m.client.Post(ctx, path, nil, &out, opts...)
+	opts := append([]option.RequestOption{option.WithResponseInto(&raw)}, adapter.HeaderOptions(h, option.WithHeaderAdd)...)
+	if body != nil {
+		opts = append(opts, option.WithRequestBody("application/json", body))
+	}
+	err := m.client.Execute(ctx, method, path, nil, &out, opts...)
 	return adapter.Posted(ctx, raw, out, err, m.openError)
 }
