@@ -36,6 +36,8 @@ sets=(
 	"gateway|BenchmarkRequest\$|2000x"
 	"gateway|HeldStreams/(direct|gateway)|1x"
 	"state/redis|BenchmarkState\$|1s"
+	"gateway/vkey|BenchmarkLookup\$|200ms"
+	"gateway/vkey|(Load100kKeys|StoreLoad100k)/Load|3x"
 )
 work=$(mktemp -d "${TMPDIR:-/tmp}/benchdoc.XXXXXX")
 trap 'rm -rf "$work"' EXIT

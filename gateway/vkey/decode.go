@@ -1,9 +1,14 @@
 package vkey
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
+	"runtime"
 	"strconv"
+	"sync"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // decodeFile decodes a key file's JSON exactly as json.Unmarshal into a
@@ -12,25 +17,33 @@ import (
 // without escapes, no nulls) is read by a decoder that knows the fields;
 // anything else, and every mistake, goes to json.Unmarshal, whose answer
 // is then the answer.
-func decodeFile(data []byte) (*File, error) {
-	if f, ok := fastFile(data); ok {
+func decodeFile(data []byte) (*File, error) { return decodeString(string(data)) }
+
+// decodeString is decodeFile on a string, which the keys decoded on the
+// fast path keep (their strings are parts of it, not copies): one
+// allocation for the file rather than one per string.
+func decodeString(s string) (*File, error) {
+	if f, ok := fastFile(s); ok {
 		return f, nil
 	}
 	var f File
-	if err := json.Unmarshal(data, &f); err != nil {
+	if err := json.Unmarshal(bytesOf(s), &f); err != nil { // it reads data, never writes it
 		return nil, err
 	}
 	return &f, nil
 }
 
+// bytesOf returns s's bytes, not copied: not to be written.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
 // fastFile is the fast path: ok is false at the first byte it does not
 // take, and the input is then json.Unmarshal's.
-func fastFile(data []byte) (*File, bool) {
-	d := decoder{b: data}
+func fastFile(data string) (*File, bool) {
+	d := newDecoder(data)
 	f := &File{}
 	var seenStore, seenKeys bool
-	ok := d.object(func(name []byte) bool {
-		switch string(name) {
+	ok := d.object(func(name string) bool {
+		switch name {
 		case "on_store_down":
 			if seenStore {
 				return false
@@ -44,12 +57,9 @@ func fastFile(data []byte) (*File, bool) {
 				return false
 			}
 			seenKeys = true
-			f.Keys = make([]*Key, 0, len(data)/256+1)
-			return d.array(func() bool {
-				k, ok := d.key()
-				f.Keys = append(f.Keys, k)
-				return ok
-			})
+			var ok bool
+			f.Keys, ok = d.keyArray()
+			return ok
 		}
 		return false
 	})
@@ -57,10 +67,158 @@ func fastFile(data []byte) (*File, bool) {
 	return f, ok && d.i == len(d.b)
 }
 
+// A decoder reads s, through b (its bytes, read only); the strings it
+// returns are parts of s.
 type decoder struct {
-	b []byte
-	i int
+	s    string
+	b    []byte
+	i    int
+	slab []Key // where key takes its next Key from
+	// slabSize is how many Keys a slab holds (0: 256).
+	slabSize int
 }
+
+func newDecoder(s string) decoder { return decoder{s: s, b: bytesOf(s)} }
+
+// parallelMin is the least "keys" array, in bytes, that keyArray reads
+// in parallel chunks.
+const parallelMin = 1 << 20
+
+// keyArray reads the "keys" array: in chunks, one goroutine each, when
+// it is large and the process has more than one CPU, else in one pass.
+func (d *decoder) keyArray() ([]*Key, bool) {
+	d.ws()
+	start := d.i
+	if procs := runtime.GOMAXPROCS(0); procs > 1 && len(d.b)-start >= parallelMin {
+		if keys, end, ok := parallelKeys(d.s, start, 2*procs); ok {
+			d.i = end
+			return keys, true
+		}
+	}
+	d.i = start
+	keys := make([]*Key, 0, (len(d.b)-start)/256+1)
+	ok := d.array(func() bool {
+		k, ok := d.key()
+		keys = append(keys, k)
+		return ok
+	})
+	return keys, ok
+}
+
+// parallelKeys reads the array at b[start] in n chunks at once. Each
+// chunk starts at a guess of where a key object starts (a "{" after "}"
+// and ",", which a string may hold too), found near an n-th of the
+// array; chunk i reads keys until it stands exactly at chunk i+1's
+// start, so that, from the first chunk's true start on, each start is
+// shown to be a true one by the chunk before it. Any chunk that does
+// not land so, or any mistake, is ok false: the caller reads the array
+// in one pass, whose answer is the answer. end is after the "]".
+func parallelKeys(src string, start, n int) (keys []*Key, end int, ok bool) {
+	b := bytesOf(src)
+	if b[start] != '[' {
+		return nil, 0, false
+	}
+	starts := []int{start + 1}
+	for j := 1; j < n; j++ {
+		c := keyStartNear(b, start+j*(len(b)-start)/n)
+		if c > starts[len(starts)-1] {
+			starts = append(starts, c)
+		}
+	}
+	if len(starts) < 2 {
+		return nil, 0, false
+	}
+	parts := make([][]*Key, len(starts))
+	oks := make([]bool, len(starts))
+	var wg sync.WaitGroup
+	for j, s := range starts {
+		next := -1 // the last chunk ends at the "]"
+		if j+1 < len(starts) {
+			next = starts[j+1]
+		}
+		hint := (len(b)-s)/256 + 1
+		if next >= 0 {
+			hint = (next-s)/256 + 1
+		}
+		wg.Go(func() {
+			d := newDecoder(src)
+			d.i = s
+			parts[j], oks[j] = d.keysUntil(next, hint)
+			if next < 0 {
+				end = d.i
+			}
+		})
+	}
+	wg.Wait()
+	total := 0
+	for j := range parts {
+		if !oks[j] {
+			return nil, 0, false
+		}
+		total += len(parts[j])
+	}
+	keys = make([]*Key, 0, total)
+	for _, p := range parts {
+		keys = append(keys, p...)
+	}
+	return keys, end, true
+}
+
+// keysUntil reads keys and the commas between them until, after a comma,
+// it stands at next; or, with next -1, until the array's "]".
+func (d *decoder) keysUntil(next, hint int) ([]*Key, bool) {
+	keys := make([]*Key, 0, hint)
+	for {
+		k, ok := d.key()
+		if !ok {
+			return nil, false
+		}
+		keys = append(keys, k)
+		if next < 0 && d.lit(']') {
+			return keys, true
+		}
+		if !d.lit(',') {
+			return nil, false
+		}
+		d.ws()
+		switch {
+		case d.i == next:
+			return keys, true
+		case next >= 0 && d.i > next:
+			return nil, false
+		}
+	}
+}
+
+// keyStartNear returns where the first "{" at or after i that follows
+// "}" and "," (white space between) is, within 64 KiB; -1 if none.
+func keyStartNear(b []byte, i int) int {
+	limit := min(len(b), i+64<<10)
+	for i < limit {
+		j := bytes.IndexByte(b[i:limit], '{')
+		if j < 0 {
+			return -1
+		}
+		i += j
+		p := i - 1
+		for p >= 0 && isSpace(b[p]) {
+			p--
+		}
+		if p >= 0 && b[p] == ',' {
+			p--
+			for p >= 0 && isSpace(b[p]) {
+				p--
+			}
+			if p >= 0 && b[p] == '}' {
+				return i
+			}
+		}
+		i++
+	}
+	return -1
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 func (d *decoder) ws() {
 	for d.i < len(d.b) {
@@ -83,39 +241,46 @@ func (d *decoder) lit(c byte) bool {
 	return false
 }
 
+// plain marks the bytes a string on the fast path holds as they are:
+// printable ASCII but the quote and the backslash.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // rawStr returns a string's content, quotes excluded, if it has no
 // escape, no control character and is valid UTF-8 (what json.Unmarshal
 // would copy unchanged).
-func (d *decoder) rawStr() ([]byte, bool) {
+func (d *decoder) rawStr() (string, bool) {
 	if !d.lit('"') {
-		return nil, false
+		return "", false
 	}
-	start := d.i
+	b, start := d.b, d.i
 	ascii := true
-	for d.i < len(d.b) {
-		c := d.b[d.i]
-		switch {
+	for i := start; i < len(b); i++ {
+		if plain[b[i]] {
+			continue
+		}
+		switch c := b[i]; {
 		case c == '"':
-			s := d.b[start:d.i]
-			d.i++
-			return s, ascii || utf8.Valid(s)
-		case c == '\\' || c < 0x20:
-			return nil, false
+			d.i = i + 1
+			s := d.s[start:i]
+			return s, ascii || utf8.ValidString(s)
 		case c >= utf8.RuneSelf:
 			ascii = false
+		default: // a backslash or a control character
+			return "", false
 		}
-		d.i++
 	}
-	return nil, false
+	return "", false
 }
 
-func (d *decoder) str() (string, bool) {
-	s, ok := d.rawStr()
-	return string(s), ok
-}
+func (d *decoder) str() (string, bool) { return d.rawStr() }
 
 // object reads {"name": value, ...}, field calling value's reader.
-func (d *decoder) object(field func(name []byte) bool) bool {
+func (d *decoder) object(field func(name string) bool) bool {
 	if !d.lit('{') {
 		return false
 	}
@@ -230,7 +395,11 @@ func (d *decoder) bool() (bool, bool) {
 
 // key reads one key object.
 func (d *decoder) key() (*Key, bool) {
-	k := &Key{}
+	if len(d.slab) == 0 {
+		d.slab = make([]Key, cmp.Or(d.slabSize, 256)) // one allocation for many keys
+	}
+	k := &d.slab[0]
+	d.slab = d.slab[1:]
 	var seen uint16
 	once := func(bit uint16) bool {
 		if seen&bit != 0 {
@@ -239,9 +408,9 @@ func (d *decoder) key() (*Key, bool) {
 		seen |= bit
 		return true
 	}
-	ok := d.object(func(name []byte) bool {
+	ok := d.object(func(name string) bool {
 		var ok bool
-		switch string(name) {
+		switch name {
 		case "id":
 			if !once(1 << 0) {
 				return false
@@ -305,12 +474,12 @@ func (d *decoder) key() (*Key, bool) {
 				return false
 			}
 			k.Metadata = map[string]string{}
-			ok = d.object(func(name []byte) bool {
-				if _, dup := k.Metadata[string(name)]; dup {
+			ok = d.object(func(name string) bool {
+				if _, dup := k.Metadata[name]; dup {
 					return false
 				}
 				v, ok := d.str()
-				k.Metadata[string(name)] = v
+				k.Metadata[name] = v
 				return ok
 			})
 		}
@@ -321,10 +490,10 @@ func (d *decoder) key() (*Key, bool) {
 
 func (d *decoder) budget(b *Budget) bool {
 	var seen uint8
-	return d.object(func(name []byte) bool {
+	return d.object(func(name string) bool {
 		var bit uint8
 		var ok bool
-		switch string(name) {
+		switch name {
 		case "tokens_per_day":
 			bit = 1
 			b.TokensPerDay, ok = d.int64()

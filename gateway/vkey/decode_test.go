@@ -2,7 +2,9 @@ package vkey
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +44,7 @@ func TestDecodeFileIsJSONUnmarshal(t *testing.T) {
 	}
 	data, err := os.ReadFile(writeKeys(t, 50))
 	require.NoError(t, err)
-	_, fast := fastFile(data)
+	_, fast := fastFile(string(data))
 	require.True(t, fast, "a file as retryhost keys writes it takes the fast path")
 	requireSameDecode(t, data)
 
@@ -52,7 +54,7 @@ func TestDecodeFileIsJSONUnmarshal(t *testing.T) {
 		Budget: Budget{CostPerMonth: 2.5}, Expires: time.Date(2027, 1, 2, 3, 4, 5, 6, time.UTC), Created: time.Now(), Metadata: map[string]string{"team": "a"}}}}))
 	data, err = os.ReadFile(path)
 	require.NoError(t, err)
-	_, fast = fastFile(data)
+	_, fast = fastFile(string(data))
 	require.True(t, fast, "a file WriteFile wrote takes the fast path")
 	requireSameDecode(t, data)
 }
@@ -73,4 +75,45 @@ func requireSameDecode(t *testing.T, data []byte) {
 	}
 	require.NoError(t, err, "%q", data)
 	require.Equal(t, want, got, "%q", data)
+}
+
+// TestDecodeLargeFileInChunks: a file large enough to be read in
+// parallel chunks decodes as json.Unmarshal does, when the chunks' guessed
+// starts are true ones and when many are not (strings holding "}, {", a
+// metadata entry named "id"), and when the file is broken late.
+func TestDecodeLargeFileInChunks(t *testing.T) {
+	data, err := os.ReadFile(writeKeys(t, 5000))
+	require.NoError(t, err)
+	require.Greater(t, len(data), parallelMin)
+	requireSameDecode(t, data)
+	start := strings.Index(string(data), "[")
+	keys, end, ok := parallelKeys(string(data), start, 4)
+	require.True(t, ok, "true chunk starts")
+	require.Len(t, keys, 5000)
+	require.Equal(t, "key-4999", keys[4999].ID)
+	require.Equal(t, strings.LastIndex(string(data), "]")+1, end)
+
+	var sb strings.Builder
+	sb.WriteString(`{"keys": [`)
+	for i := range 8000 {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, `{"id": "k%d", "hash": %q, "metadata": {"note": "}, {\"id\": }, {", "id": "}, {"}, "rpm": %d}`, i, Hash(fmt.Sprint(i)), i)
+	}
+	sb.WriteString(`], "on_store_down": "refuse"}`)
+	tricky := sb.String()
+	require.Greater(t, len(tricky), parallelMin)
+	requireSameDecode(t, []byte(tricky))
+	trickyPlain := strings.ReplaceAll(tricky, `\"id\"`, `id`) // strings without escapes: the fast path's
+	_, _, ok = parallelKeys(trickyPlain, strings.Index(trickyPlain, "["), 4)
+	require.False(t, ok, "chunks guessed to start inside strings do not land")
+	f, ok := fastFile(trickyPlain)
+	require.True(t, ok, "the one pass reads it")
+	require.Len(t, f.Keys, 8000)
+	require.Equal(t, int64(4321), f.Keys[4321].RPM)
+	requireSameDecode(t, []byte(trickyPlain))
+
+	broken := []byte(strings.Replace(string(data), `"key-4000"`, `"key-4000`, 1))
+	requireSameDecode(t, broken)
 }

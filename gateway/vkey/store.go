@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	redisstate "github.com/retryhost/retryhost/state/redis"
@@ -53,10 +56,11 @@ var (
 type Backend interface {
 	// Version returns the version (0 for a set never edited).
 	Version(ctx context.Context) (int64, error)
-	// ReadAll reads the version, the records and the settings ("" when
-	// absent) as one snapshot. A version that is not a counter is an
-	// error that wraps state/redis's ErrNotCounter.
-	ReadAll(ctx context.Context) (version int64, records map[string]string, settings string, err error)
+	// ReadAll reads the version, the settings ("" when absent) and the
+	// records as one snapshot, and calls each with every record (by its
+	// key id, in no order) before it returns. A version that is not a
+	// counter is an error that wraps state/redis's ErrNotCounter.
+	ReadAll(ctx context.Context, each func(id, record string)) (version int64, settings string, err error)
 	// Edit gives fn the record of field (found false when there is none)
 	// and, unless fn returns an error (returned as it is), writes the
 	// record fn returns and moves the version, atomically. applied is
@@ -114,14 +118,19 @@ func (s *Store) Load(ctx context.Context) (*Set, int64, error) {
 // Read reads the set like Load, without checking the keys beyond their
 // records' JSON (for retryhost keys, which lists and edits them).
 func (s *Store) Read(ctx context.Context) (*File, int64, error) {
-	v, recs, settings, err := s.b.ReadAll(ctx)
+	var recs []record
+	total := 0
+	v, settings, err := s.b.ReadAll(ctx, func(id, rec string) {
+		recs = append(recs, record{id, rec})
+		total += len(id) + len(rec)
+	})
 	if errors.Is(err, redisstate.ErrNotCounter) {
 		return nil, 0, &FileError{Index: -1, Msg: err.Error()}
 	}
 	if err != nil {
 		return nil, 0, err
 	}
-	f := &File{Keys: make([]*Key, 0, len(recs))}
+	f := &File{}
 	if settings != "" {
 		var st struct {
 			OnStoreDown string `json:"on_store_down"`
@@ -131,39 +140,78 @@ func (s *Store) Read(ctx context.Context) (*File, int64, error) {
 		}
 		f.OnStoreDown = st.OnStoreDown
 	}
-	ids := make([]string, 0, len(recs))
-	total := 0
-	for id, rec := range recs {
-		ids = append(ids, id)
-		total += len(id) + len(rec)
-	}
 	if total > MaxFileBytes {
-		return nil, v, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %d bytes, more than %d", storeRecords, total, MaxFileBytes)}
+		return nil, v, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %d bytes of records, more than %d", storeRecords, total, MaxFileBytes)}
 	}
-	slices.Sort(ids)
-	for i, id := range ids {
-		k, err := decodeRecord(id, recs[id])
-		if err != nil {
-			return nil, v, &FileError{Index: i, ID: id, Msg: err.Error()}
-		}
-		f.Keys = append(f.Keys, k)
+	slices.SortFunc(recs, func(a, b record) int { return strings.Compare(a.id, b.id) })
+	if f.Keys, err = decodeRecords(recs); err != nil {
+		return nil, v, err
 	}
 	return f, v, nil
 }
 
+// A record is a key's id and its record.
+type record struct{ id, rec string }
+
+// decodeRecords decodes recs in order; the error is the first record's,
+// in order, that does not decode, a *FileError naming it. Many records
+// are decoded in chunks, one goroutine per CPU.
+func decodeRecords(recs []record) ([]*Key, error) {
+	keys := make([]*Key, len(recs))
+	decode := func(lo, hi int) error {
+		d := decoder{}
+		for i := lo; i < hi; i++ {
+			k, err := d.record(recs[i].id, recs[i].rec)
+			if err != nil {
+				return &FileError{Index: i, ID: recs[i].id, Msg: err.Error()}
+			}
+			keys[i] = k
+		}
+		return nil
+	}
+	n := runtime.GOMAXPROCS(0)
+	if n < 2 || len(recs) < checkParallelMin {
+		return keys, decode(0, len(recs))
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for j := range n {
+		wg.Go(func() { errs[j] = decode(j*len(recs)/n, (j+1)*len(recs)/n) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return keys, nil
+}
+
 // decodeRecord reads the record of the key id.
 func decodeRecord(id, rec string) (*Key, error) {
+	var d decoder
+	d.slabSize = 1
+	return d.record(id, rec)
+}
+
+// record reads the record of the key id as json.Unmarshal would, on the
+// fast path when it can.
+func (d *decoder) record(id, rec string) (*Key, error) {
 	if len(rec) > MaxRecordBytes {
 		return nil, fmt.Errorf("a record of %d bytes, more than %d", len(rec), MaxRecordBytes)
 	}
-	var k Key
-	if err := json.Unmarshal([]byte(rec), &k); err != nil {
-		return nil, fmt.Errorf("record: %v", err)
+	d.s, d.b, d.i = rec, bytesOf(rec), 0
+	k, ok := d.key()
+	if d.ws(); !ok || d.i != len(d.b) {
+		k = &Key{}
+		if err := json.Unmarshal([]byte(rec), k); err != nil {
+			return nil, fmt.Errorf("record: %v", err)
+		}
 	}
 	if k.ID != id {
 		return nil, fmt.Errorf("the record's id is %q", k.ID)
 	}
-	return &k, nil
+	return k, nil
 }
 
 // encodeRecord checks k as a key file's key and returns its record.

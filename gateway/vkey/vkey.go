@@ -32,8 +32,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
+	"unsafe"
 )
 
 // Errors of a key file.
@@ -238,14 +241,18 @@ func (f *File) Set() (*Set, error) {
 	default:
 		return nil, &FileError{Index: -1, Msg: fmt.Sprintf("on_store_down is %q: want %q or %q", f.OnStoreDown, StoreDownLocal, StoreDownRefuse)}
 	}
-	s := &Set{OnStoreDown: f.OnStoreDown, keys: f.Keys,
-		byHash: make(map[[sha256.Size]byte]*Key, len(f.Keys)), byID: make(map[string]*Key, len(f.Keys))}
-	for i, k := range f.Keys {
-		if k == nil {
-			return nil, &FileError{Index: i, Msg: "null"}
+	bad, badErr := checkKeys(f.Keys)
+	if bad < 0 {
+		if s := indexKeys(f.OnStoreDown, f.Keys); s != nil {
+			return s, nil
 		}
-		if err := k.check(); err != nil {
-			return nil, &FileError{Index: i, ID: k.ID, Msg: err.Error()}
+	}
+	// A key not valid, or two keys with one id or hash: the first
+	// mistake in the file's order is the error.
+	s := &Set{byHash: make(map[[sha256.Size]byte]*Key), byID: make(map[string]*Key)}
+	for i, k := range f.Keys {
+		if i == bad {
+			return nil, badErr
 		}
 		if s.byID[k.ID] != nil {
 			return nil, &FileError{Index: i, ID: k.ID, Msg: "a second key with this id"}
@@ -255,7 +262,79 @@ func (f *File) Set() (*Set, error) {
 		}
 		s.byID[k.ID], s.byHash[k.sum] = k, k
 	}
-	return s, nil
+	panic("vkey: keys indexed as duplicates have none")
+}
+
+// indexKeys returns the Set of keys, all valid, its two maps filled at
+// once (one goroutine each when there are many keys); nil when two keys
+// share an id or a hash.
+func indexKeys(onStoreDown string, keys []*Key) *Set {
+	s := &Set{OnStoreDown: onStoreDown, keys: keys}
+	byHash := func() {
+		s.byHash = make(map[[sha256.Size]byte]*Key, len(keys))
+		for _, k := range keys {
+			s.byHash[k.sum] = k
+		}
+	}
+	byID := func() {
+		s.byID = make(map[string]*Key, len(keys))
+		for _, k := range keys {
+			s.byID[k.ID] = k
+		}
+	}
+	if runtime.GOMAXPROCS(0) > 1 && len(keys) >= checkParallelMin {
+		var wg sync.WaitGroup
+		wg.Go(byHash)
+		byID()
+		wg.Wait()
+	} else {
+		byHash()
+		byID()
+	}
+	if len(s.byHash) != len(keys) || len(s.byID) != len(keys) {
+		return nil
+	}
+	return s
+}
+
+// checkParallelMin is the least number of keys checkKeys checks in
+// parallel chunks.
+const checkParallelMin = 4096
+
+// checkKeys checks keys (and sets each one's sum) and returns the index
+// of the first, in order, that is nil or not valid, with its error; -1
+// if all are valid. A large set is checked in chunks, one goroutine per
+// CPU.
+func checkKeys(keys []*Key) (int, *FileError) {
+	check := func(lo, hi int) (int, *FileError) {
+		for i := lo; i < hi; i++ {
+			k := keys[i]
+			if k == nil {
+				return i, &FileError{Index: i, Msg: "null"}
+			}
+			if err := k.check(); err != nil {
+				return i, &FileError{Index: i, ID: k.ID, Msg: err.Error()}
+			}
+		}
+		return -1, nil
+	}
+	n := runtime.GOMAXPROCS(0)
+	if n < 2 || len(keys) < checkParallelMin {
+		return check(0, len(keys))
+	}
+	bad := make([]int, n)
+	errs := make([]*FileError, n)
+	var wg sync.WaitGroup
+	for j := range n {
+		wg.Go(func() { bad[j], errs[j] = check(j*len(keys)/n, (j+1)*len(keys)/n) })
+	}
+	wg.Wait()
+	for j := range n {
+		if bad[j] >= 0 {
+			return bad[j], errs[j]
+		}
+	}
+	return -1, nil
 }
 
 func (k *Key) check() error {
@@ -333,7 +412,8 @@ func ReadFile(path string) (*File, error) {
 	if len(data) > MaxFileBytes { // grew since
 		return nil, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %d bytes, more than %d", path, len(data), MaxFileBytes)}
 	}
-	f, err := decodeFile(data)
+	// data is not used again: the keys' strings may be parts of it.
+	f, err := decodeString(unsafe.String(unsafe.SliceData(data), len(data)))
 	if err != nil {
 		return nil, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %v", path, err)}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -213,6 +214,16 @@ func BenchmarkLoad100kKeys(b *testing.B) {
 			}
 		}
 	})
+	b.Run("Load-1cpu", func(b *testing.B) {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+		defer reportCPU(b)()
+		for b.Loop() {
+			s, err := Load(path)
+			if err != nil || s.Len() != 100_000 {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("encoding-json", func(b *testing.B) {
 		defer reportCPU(b)()
 		for b.Loop() {
@@ -232,18 +243,28 @@ func BenchmarkLoad100kKeys(b *testing.B) {
 	})
 }
 
-// BenchmarkLookup: a lookup in a set of 100,000 keys (one SHA-256 and
-// one map access, whatever the set's size).
+// BenchmarkLookup is what the key set adds to a request, in a set of 100
+// keys and of 100,000 side by side: the secret's SHA-256, the map lookup,
+// the status and route checks. Each op looks up the next of 4,096 secrets
+// spread over the whole set, as requests of many teams would (not one
+// key that stays in the CPU's cache).
 func BenchmarkLookup(b *testing.B) {
-	for _, n := range []int{10, 100_000} {
+	for _, n := range []int{100, 100_000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			s, err := Load(writeKeys(b, n))
 			require.NoError(b, err)
-			b.ResetTimer()
+			secrets := make([]string, 4096)
+			for i := range secrets {
+				secrets[i] = fmt.Sprint("secret-", i*n/len(secrets))
+			}
+			now := time.Now()
+			i := 0
 			for b.Loop() {
-				if _, ok := s.Lookup("secret-7"); !ok {
+				k, ok := s.Lookup(secrets[i%len(secrets)])
+				if !ok || k.StatusAt(now) != Valid || !k.Allows("gpt-4o") {
 					b.Fatal("not found")
 				}
+				i++
 			}
 		})
 	}
@@ -268,4 +289,48 @@ func BenchmarkLocalAdmit(b *testing.B) {
 func reportCPU(b *testing.B) func() {
 	cpu0 := cpuTime()
 	return func() { b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op") }
+}
+
+// TestSetOfManyKeysNamesTheFirstMistake: in a set large enough to be
+// checked and indexed in parallel, the error is the first mistake in the
+// file's order, whatever its kind and wherever the others are.
+func TestSetOfManyKeysNamesTheFirstMistake(t *testing.T) {
+	const n = 3 * checkParallelMin
+	keys := func() []*Key {
+		ks := make([]*Key, n)
+		for i := range ks {
+			ks[i] = &Key{ID: fmt.Sprint("k", i), Hash: Hash(fmt.Sprint("s", i))}
+		}
+		return ks
+	}
+	s, err := (&File{Keys: keys()}).Set()
+	require.NoError(t, err)
+	require.Equal(t, n, s.Len())
+	k, ok := s.Lookup(fmt.Sprint("s", n-1))
+	require.True(t, ok)
+	require.Equal(t, fmt.Sprint("k", n-1), k.ID)
+
+	for _, tc := range []struct {
+		name  string
+		edit  func(ks []*Key)
+		index int
+		msg   string
+	}{
+		{"an invalid key late", func(ks []*Key) { ks[n-2].RPM = -1 }, n - 2, "must not be negative"},
+		{"a null key", func(ks []*Key) { ks[n/2] = nil }, n / 2, "null"},
+		{"a duplicate id before an invalid key", func(ks []*Key) { ks[n-1].RPM = -1; ks[n-3].ID = "k5" }, n - 3, "a second key with this id"},
+		{"an invalid key before a duplicate id", func(ks []*Key) { ks[n-1].ID = "k5"; ks[n-3].Hash = "md5:0" }, n - 3, "64 hex digits"},
+		{"a duplicate hash", func(ks []*Key) { ks[n-1].Hash = ks[7].Hash }, n - 1, `the same hash as "k7"`},
+		{"a duplicate id in the first chunk", func(ks []*Key) { ks[3].ID = "k1"; ks[n-1].RPM = -1 }, 3, "a second key with this id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ks := keys()
+			tc.edit(ks)
+			_, err := (&File{Keys: ks}).Set()
+			var fe *FileError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, tc.index, fe.Index)
+			require.Contains(t, fe.Msg, tc.msg)
+		})
+	}
 }

@@ -242,6 +242,19 @@ func parseURL(raw string) (target, error) {
 	return t, nil
 }
 
+// resp2 sets t's protocol to RESP2.
+func (t target) resp2() target {
+	switch {
+	case t.failover != nil:
+		t.failover.Protocol = 2
+	case t.cluster != nil:
+		t.cluster.Protocol = 2
+	default:
+		t.single.Protocol = 2
+	}
+	return t
+}
+
 // client configures t's options for op (see configure) and makes the
 // client.
 func (t target) client(op time.Duration) goredis.UniversalClient {

@@ -35,7 +35,8 @@ var ErrNotCounter = errors.New("redis: the version is not a counter")
 // forms) and returns the versioned hash whose keys are name in braces
 // followed by "records", "settings" and "version". Every round trip
 // (each dial, read, write and wait for a pooled connection) is bounded by
-// op, and none is retried. Close closes the connection. It does not wait
+// op, and none is retried. The connection speaks RESP2, whose HGETALL
+// reply is a list that the client reads without building a map. Close closes the connection. It does not wait
 // for the server.
 func OpenVersionedHash(url, name string, op time.Duration) (*VersionedHash, error) {
 	t, err := parseURL(url)
@@ -43,7 +44,7 @@ func OpenVersionedHash(url, name string, op time.Duration) (*VersionedHash, erro
 		return nil, err
 	}
 	tag := "{" + name + "}"
-	return &VersionedHash{c: t.client(op), records: tag + "records", settings: tag + "settings", version: tag + "version"}, nil
+	return &VersionedHash{c: t.resp2().client(op), records: tag + "records", settings: tag + "settings", version: tag + "version"}, nil
 }
 
 // Close closes the connection.
@@ -70,27 +71,36 @@ func (h *VersionedHash) parseVersion(raw string) (int64, error) {
 	return v, nil
 }
 
-// ReadAll reads the version, the records and the settings in one
-// transaction (MULTI/EXEC: a snapshot no edit is halfway through), in one
-// round trip.
-func (h *VersionedHash) ReadAll(ctx context.Context) (version int64, records map[string]string, settings string, err error) {
+// ReadAll reads the version, the settings and the records in one
+// transaction (MULTI/EXEC: a snapshot no edit is halfway through; one
+// round trip), then calls each with every record, in no order.
+func (h *VersionedHash) ReadAll(ctx context.Context, each func(field, record string)) (version int64, settings string, err error) {
 	var ver, set *goredis.StringCmd
-	var recs *goredis.MapStringStringCmd
+	var recs *goredis.Cmd
 	_, err = h.c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		ver = p.Get(ctx, h.version)
-		recs = p.HGetAll(ctx, h.records)
 		set = p.Get(ctx, h.settings)
+		recs = p.Do(ctx, "HGETALL", h.records) // RESP2: field, record, field, record … (no map built)
 		return nil
 	})
 	if err != nil && !errors.Is(err, goredis.Nil) {
-		return 0, nil, "", err
+		return 0, "", err
+	}
+	flat, err := recs.Slice()
+	if err != nil || len(flat)%2 != 0 {
+		return 0, "", fmt.Errorf("redis: unexpected reply to HGETALL %s: %v", h.records, err)
 	}
 	if raw, err := ver.Result(); err == nil {
 		if version, err = h.parseVersion(raw); err != nil {
-			return 0, nil, "", err
+			return 0, "", err
 		}
 	}
-	return version, recs.Val(), set.Val(), nil
+	for i := 0; i < len(flat); i += 2 {
+		field, _ := flat[i].(string)
+		rec, _ := flat[i+1].(string)
+		each(field, rec)
+	}
+	return version, set.Val(), nil
 }
 
 // Edit changes the record of field in a transaction: it WATCHes the

@@ -20,6 +20,13 @@ func openHash(t *testing.T, srv *redistest.Server) *redisstate.VersionedHash {
 	return h
 }
 
+// readAll is h.ReadAll, its records in a map.
+func readAll(ctx context.Context, h *redisstate.VersionedHash) (int64, map[string]string, string, error) {
+	recs := map[string]string{}
+	v, settings, err := h.ReadAll(ctx, func(field, rec string) { recs[field] = rec })
+	return v, recs, settings, err
+}
+
 // TestVersionedHashEditsMoveTheVersion: each edit and each settings write
 // moves the version by one, and a read returns the records, the settings
 // and the version together; an empty hash reads as version 0.
@@ -27,7 +34,7 @@ func TestVersionedHashEditsMoveTheVersion(t *testing.T) {
 	srv := redistest.Start(t)
 	h := openHash(t, srv)
 	ctx := context.Background()
-	v, recs, settings, err := h.ReadAll(ctx)
+	v, recs, settings, err := readAll(ctx, h)
 	require.NoError(t, err)
 	require.Zero(t, v)
 	require.Empty(t, recs)
@@ -47,7 +54,7 @@ func TestVersionedHashEditsMoveTheVersion(t *testing.T) {
 	require.True(t, applied)
 	require.NoError(t, h.SetSettings(ctx, "s"))
 
-	v, recs, settings, err = h.ReadAll(ctx)
+	v, recs, settings, err = readAll(ctx, h)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), v)
 	require.Equal(t, map[string]string{"a": "one+two"}, recs)
@@ -78,7 +85,7 @@ func TestVersionedHashEditLosesToAnotherWrite(t *testing.T) {
 	applied, err = h.Edit(ctx, "a", func(string, bool) (string, error) { return "", boom })
 	require.ErrorIs(t, err, boom)
 	require.False(t, applied)
-	v, recs, _, err := h.ReadAll(ctx)
+	v, recs, _, err := readAll(ctx, h)
 	require.NoError(t, err)
 	require.Zero(t, v)
 	require.Equal(t, map[string]string{"b": "theirs"}, recs)
@@ -93,6 +100,6 @@ func TestVersionedHashVersionNotACounter(t *testing.T) {
 	require.NoError(t, err)
 	_, err = h.Version(context.Background())
 	require.ErrorIs(t, err, redisstate.ErrNotCounter)
-	_, _, _, err = h.ReadAll(context.Background())
+	_, _, _, err = readAll(context.Background(), h)
 	require.ErrorIs(t, err, redisstate.ErrNotCounter)
 }
