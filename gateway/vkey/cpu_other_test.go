@@ -5,4 +5,4 @@ package vkey
 import "time"
 
 // cpuTime is zero where the process's CPU time is not read.
-func cpuTime() time.Duration { return 0 }
+func cpuTime() (time.Duration, int64) { return 0, 0 }
