@@ -294,3 +294,47 @@ func reportCPU(b *testing.B) func() {
 		b.ReportMetric(float64(faults-faults0)/float64(b.N), "faults/op")
 	}
 }
+
+// TestSetOfManyKeysNamesTheFirstMistake: in a set large enough to be
+// checked and indexed in parallel, the error is the first mistake in the
+// file's order, whatever its kind and wherever the others are.
+func TestSetOfManyKeysNamesTheFirstMistake(t *testing.T) {
+	const n = 3 * checkParallelMin
+	keys := func() []*Key {
+		ks := make([]*Key, n)
+		for i := range ks {
+			ks[i] = &Key{ID: fmt.Sprint("k", i), Hash: Hash(fmt.Sprint("s", i))}
+		}
+		return ks
+	}
+	s, err := (&File{Keys: keys()}).Set()
+	require.NoError(t, err)
+	require.Equal(t, n, s.Len())
+	k, ok := s.Lookup(fmt.Sprint("s", n-1))
+	require.True(t, ok)
+	require.Equal(t, fmt.Sprint("k", n-1), k.ID)
+
+	for _, tc := range []struct {
+		name  string
+		edit  func(ks []*Key)
+		index int
+		msg   string
+	}{
+		{"an invalid key late", func(ks []*Key) { ks[n-2].RPM = -1 }, n - 2, "must not be negative"},
+		{"a null key", func(ks []*Key) { ks[n/2] = nil }, n / 2, "null"},
+		{"a duplicate id before an invalid key", func(ks []*Key) { ks[n-1].RPM = -1; ks[n-3].ID = "k5" }, n - 3, "a second key with this id"},
+		{"an invalid key before a duplicate id", func(ks []*Key) { ks[n-1].ID = "k5"; ks[n-3].Hash = "md5:0" }, n - 3, "64 hex digits"},
+		{"a duplicate hash", func(ks []*Key) { ks[n-1].Hash = ks[7].Hash }, n - 1, `the same hash as "k7"`},
+		{"a duplicate id in the first chunk", func(ks []*Key) { ks[3].ID = "k1"; ks[n-1].RPM = -1 }, 3, "a second key with this id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ks := keys()
+			tc.edit(ks)
+			_, err := (&File{Keys: ks}).Set()
+			var fe *FileError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, tc.index, fe.Index)
+			require.Contains(t, fe.Msg, tc.msg)
+		})
+	}
+}
