@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,17 +214,17 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, d door, c *call) 
 }
 
 // screen names the request and answers at once, unread, what it declares
-// wrong: a method other than POST, a compressed body, a body declared
-// larger than WithMaxBodyBytes.
+// wrong: a method other than POST (c.allow's), a compressed body, a body
+// declared larger than WithMaxBodyBytes.
 func (g *Gateway) screen(w http.ResponseWriter, r *http.Request, d door, c *call) bool {
 	l := &c.l
 	l.requestID = requestID(r.Header.Get("X-Request-Id"), l.id)
 	c.hv[0] = l.requestID
 	w.Header()["X-Request-Id"] = c.hv[0:1:1] // on every answer; sent with the first byte, never before commit
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
+	if allow := cmp.Or(c.allow, http.MethodPost); r.Method != allow && (c.allow == "" || !slices.Contains(strings.Split(allow, ", "), r.Method)) {
+		w.Header().Set("Allow", allow)
 		l.status, l.outcome = http.StatusMethodNotAllowed, "client_error"
-		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "method_not_allowed", msg: "retryhost gateway: use POST"})
+		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "method_not_allowed", msg: "retryhost gateway: use " + allow})
 		return false
 	}
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
@@ -464,9 +466,10 @@ func (c *call) close(g *Gateway) {
 // log, the commit hook's state, the flush hook and the opening's inputs and
 // result, in one allocation. Its open runs on an opener (openers.go).
 type call struct {
-	l    accessLog
-	st   reqState
-	hook flushHook
+	allow string // the methods the endpoint takes, as an Allow header lists them; "": POST
+	l     accessLog
+	st    reqState
+	hook  flushHook
 	// hv hold header values (the answer's X-Request-Id, the upstream's,
 	// X-Retryhost-Model, X-Retryhost-Attempts), each a slice of its own.
 	hv [4]string

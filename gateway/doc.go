@@ -14,6 +14,7 @@
 //	POST /v1/chat/completions   streaming (SSE) and not; "model" names a route (a model of the policy)
 //	POST /v1/messages           Anthropic's Messages API, the same rules in Anthropic's format
 //	POST /v1/responses          OpenAI's Responses API, the same rules, any model; a stateful one forwarded to the route's one OpenAI account
+//	GET, DELETE /v1/responses/{id}, POST …/cancel, GET …/input_items  forwarded to the account that stores it
 //	POST /v1/messages/count_tokens  forwarded to the route's Anthropic models, failing over between them
 //	POST /v1/embeddings         forwarded to the route's OpenAI-compatible models, within one vector space
 //	GET  /v1/models             the routes (owned_by: the provider; created: when the policy was loaded)

@@ -162,6 +162,20 @@ func lookup(w http.ResponseWriter, d door, l *accessLog, gen *generation, name s
 // upstream's status, content type and body as they came, or the failure
 // in d's shape (fail).
 func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, d door, l *accessLog, ts []target, path string, fields map[string]json.RawMessage, h http.Header) {
+	g.tryEach(ctx, w, d, l, ts, func(t *target) (*http.Response, error) {
+		fields["model"], _ = json.Marshal(t.id)
+		body, err := json.Marshal(fields)
+		if err != nil { // json.RawMessage members are valid JSON: never
+			return nil, err
+		}
+		return t.post.Post(ctx, path, body, h)
+	})
+}
+
+// tryEach sends the request (send) to each target in turn until one
+// answers with a 2xx or fails in a way that does not move a request on
+// (chainOn), then answers the client as forward says.
+func (g *Gateway) tryEach(ctx context.Context, w http.ResponseWriter, d door, l *accessLog, ts []target, send func(*target) (*http.Response, error)) {
 	var (
 		resp *http.Response
 		err  error
@@ -169,14 +183,8 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, d door, l 
 	)
 	for i := range ts {
 		t = ts[i]
-		fields["model"], _ = json.Marshal(t.id)
-		body, merr := json.Marshal(fields)
-		if merr != nil { // json.RawMessage members are valid JSON: never
-			err = merr
-			break
-		}
 		l.attempts++
-		if resp, err = t.post.Post(ctx, path, body, h); err == nil || ctx.Err() != nil || !chainOn(err) {
+		if resp, err = send(&t); err == nil || ctx.Err() != nil || !chainOn(err) {
 			break
 		}
 		if i < len(ts)-1 {

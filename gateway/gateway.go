@@ -190,6 +190,8 @@ func (g *Gateway) routes() {
 	g.door("/v1/messages/count_tokens", g.authed(messagesDoor{}, g.countTokens))
 	g.door("/v1/embeddings", g.authed(chatDoor{}, g.embeddings))
 	g.door("/v1/responses", g.authed(responsesDoor{}, g.responses))
+	g.door("/v1/responses/{id}", g.authed(responsesDoor{}, g.storedResponse))
+	g.door("/v1/responses/{id}/{op}", g.authed(responsesDoor{}, g.storedResponse))
 	g.mux.HandleFunc("/v1/models", g.modelsAuthed(g.models))
 	g.mux.HandleFunc("/v1/models/{id...}", g.modelsAuthed(g.model))
 	g.mux.Handle("/metrics", g.authed(chatDoor{}, g.metrics.handler().ServeHTTP))

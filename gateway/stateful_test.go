@@ -136,3 +136,117 @@ func TestResponses_StatefulRefusedOffOneAccount(t *testing.T) {
 		require.Empty(t, u.requests())
 	}
 }
+
+// The calls on a stored response (retrieve, resume its stream, list its
+// input items, cancel, delete) go to the account that stores it, with
+// their query; the policy's one OpenAI account needs no route named.
+func TestResponses_StoredResponseCallsGoToTheAccount(t *testing.T) {
+	cancelled := wireAnswer{status: 200, body: `{"id":"resp_2","object":"response","created_at":1,"status":"cancelled","model":"gpt-4.1","output":[]}`}
+	acct := newWireUp(t, oaiStored, oaiEvents, wireAnswer{status: 200, body: `{"object":"list","data":[],"first_id":"","last_id":"","has_more":false}`},
+		cancelled, wireAnswer{status: 200, body: `{"id":"resp_2","object":"response","deleted":true}`}, oaiDown, cancelled)
+	claude := newWireUp(t, antCount(1))
+	r := doorRig(t, `{"models": [`+oaiModel("down", "gpt-4o", acct, "")+`, `+oaiModel("up", "gpt-4.1", acct, "")+`, `+antModel("claude", "claude-x", claude)+`],
+		"groups": [{"name": "account", "models": ["down", "up"]}], "rules": []}`)
+	ctx := context.Background()
+
+	got, err := r.client.Responses.Get(ctx, "resp_2", responses.ResponseGetParams{})
+	require.NoError(t, err)
+	require.Equal(t, responses.ResponseStatusQueued, got.Status)
+	s := r.client.Responses.GetStreaming(ctx, "resp_2", responses.ResponseGetParams{StartingAfter: oai.Int(0)})
+	var types []string
+	for s.Next() {
+		types = append(types, s.Current().Type)
+	}
+	require.NoError(t, s.Err())
+	require.NoError(t, s.Close())
+	require.Equal(t, []string{"response.created", "response.output_text.delta", "response.completed"}, types)
+	_, err = r.client.Responses.InputItems.List(ctx, "resp_2", responses.InputItemListParams{Limit: oai.Int(5)})
+	require.NoError(t, err)
+	got, err = r.client.Responses.Cancel(ctx, "resp_2")
+	require.NoError(t, err)
+	require.Equal(t, responses.ResponseStatusCancelled, got.Status)
+	require.NoError(t, r.client.Responses.Delete(ctx, "resp_2"))
+	var raw *http.Response
+	_, err = r.client.Responses.Cancel(ctx, "resp_2", option.WithResponseInto(&raw)) // the first model's 503 fails over within the account
+	require.NoError(t, err)
+	require.Equal(t, "2", raw.Header.Get("X-Retryhost-Attempts"))
+
+	var calls []string
+	for _, q := range acct.requests() {
+		require.Equal(t, "Bearer sk-upstream", q.header.Get("Authorization"), "the account's key, not the client's")
+		calls = append(calls, q.method+" "+q.path)
+	}
+	require.Equal(t, []string{
+		"GET /v1/responses/resp_2",
+		"GET /v1/responses/resp_2?starting_after=0",
+		"GET /v1/responses/resp_2/input_items?limit=5",
+		"POST /v1/responses/resp_2/cancel",
+		"DELETE /v1/responses/resp_2",
+		"POST /v1/responses/resp_2/cancel",
+		"POST /v1/responses/resp_2/cancel",
+	}, calls)
+	require.Equal(t, true, acct.requests()[1].body["stream"], "the stream's resumption asked for as the client asked")
+	require.Empty(t, claude.requests())
+}
+
+// With several accounts the call names its route in X-Retryhost-Route;
+// without, or naming a route that is not one account, it is a 400, and
+// with no account at all a 404, in OpenAI's shape.
+func TestResponses_StoredResponseCallsNameTheirAccount(t *testing.T) {
+	a, b, c := newWireUp(t, oaiStored), newWireUp(t, oaiStored), newWireUp(t, antCount(1))
+	r := doorRig(t, `{"models": [`+oaiModel("a", "gpt-4.1", a, "")+`, `+oaiModel("b", "gpt-4.1", b, "")+`, `+antModel("claude", "claude-x", c)+`], "rules": []}`)
+	ctx := context.Background()
+	_, err := r.client.Responses.Get(ctx, "resp_2", responses.ResponseGetParams{}, option.WithHeader("X-Retryhost-Route", "b"))
+	require.NoError(t, err)
+	require.Len(t, b.requests(), 1)
+	require.Empty(t, a.requests())
+
+	only := doorRig(t, `{"models": [`+antModel("claude", "claude-x", c)+`], "rules": []}`)
+	for _, tc := range []struct {
+		name   string
+		rig    *rig
+		route  string
+		status int
+		msg    string
+	}{
+		{"two accounts, none named", r, "", 400, `the routes reach 2 OpenAI accounts: name the route whose account stores the response in the X-Retryhost-Route header`},
+		{"a route of another provider", r, "claude", 400, `X-Retryhost-Route: route "claude" is not one OpenAI account`},
+		{"an unknown route", r, "nope", 404, `X-Retryhost-Route: no route named "nope"`},
+		{"no account", only, "", 404, "no route of this gateway stores responses"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []option.RequestOption
+			if tc.route != "" {
+				opts = append(opts, option.WithHeader("X-Retryhost-Route", tc.route))
+			}
+			_, err := tc.rig.client.Responses.Get(ctx, "resp_2", responses.ResponseGetParams{}, opts...)
+			var oe *oai.Error
+			require.True(t, errors.As(err, &oe), "%v", err)
+			require.Equal(t, tc.status, oe.StatusCode, oe.RawJSON())
+			require.Contains(t, oe.Message, tc.msg)
+		})
+	}
+	req, err := http.NewRequest(http.MethodPut, r.srv.URL+"/v1/responses/resp_2", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer client-key")
+	resp, err := r.hc.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	require.Equal(t, "GET, DELETE", resp.Header.Get("Allow"))
+	require.Len(t, b.requests(), 1)
+	require.Empty(t, a.requests())
+	require.Empty(t, c.requests())
+}
+
+// A response the account does not have is the account's 404, its
+// message as the account wrote it.
+func TestResponses_StoredResponseNotFoundIsTheAccounts(t *testing.T) {
+	acct := newWireUp(t, wireAnswer{status: 404, body: `{"error":{"message":"Response with id 'resp_x' not found.","type":"invalid_request_error","param":null,"code":null}}`})
+	r := doorRig(t, `{"models": [`+oaiModel("up", "gpt-4.1", acct, "")+`], "rules": []}`)
+	_, err := r.client.Responses.Get(context.Background(), "resp_x", responses.ResponseGetParams{})
+	var oe *oai.Error
+	require.True(t, errors.As(err, &oe), "%v", err)
+	require.Equal(t, http.StatusNotFound, oe.StatusCode, oe.RawJSON())
+	require.Contains(t, oe.Message, "Response with id 'resp_x' not found.")
+}
