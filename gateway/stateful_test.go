@@ -10,6 +10,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // OpenAI's wire answers of the Responses API.
@@ -249,4 +251,19 @@ func TestResponses_StoredResponseNotFoundIsTheAccounts(t *testing.T) {
 	require.True(t, errors.As(err, &oe), "%v", err)
 	require.Equal(t, http.StatusNotFound, oe.StatusCode, oe.RawJSON())
 	require.Contains(t, oe.Message, "Response with id 'resp_x' not found.")
+}
+
+// A call on a stored response has a server span named by its method.
+func TestResponses_StoredResponseSpanNamesItsMethod(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	acct := newWireUp(t, oaiStored)
+	r := doorRig(t, `{"models": [`+oaiModel("up", "gpt-4.1", acct, "")+`], "rules": []}`, WithTracerProvider(tp))
+	_, err := r.client.Responses.Get(context.Background(), "resp_2", responses.ResponseGetParams{})
+	require.NoError(t, err)
+	spans := rec.Ended()
+	require.Len(t, spans, 1)
+	require.Equal(t, "GET /v1/responses/{id}", spans[0].Name())
+	require.Equal(t, "/v1/responses/{id}", spanAttrs(spans[0])["http.route"].AsString())
 }

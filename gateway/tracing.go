@@ -89,6 +89,10 @@ func (t *tracing) traced(route string, h http.HandlerFunc) http.HandlerFunc {
 	name, op := http.MethodPost+" "+route, operation(route)
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		name := name
+		if r.Method != http.MethodPost { // a call on a stored response (GET, DELETE), or one answered 405
+			name = r.Method + " " + route
+		}
 		ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attrMethod.String(r.Method), attrHTTPRoute.String(route), rhotel.AttrOperation.String(op)))
 		defer span.End()
