@@ -20,10 +20,14 @@ import (
 	"github.com/retryhost/retryhost/policy"
 	_ "github.com/retryhost/retryhost/provider/anthropic" // policy files name it
 	_ "github.com/retryhost/retryhost/provider/bedrock"
+	_ "github.com/retryhost/retryhost/provider/gemini"
 	_ "github.com/retryhost/retryhost/provider/openai"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The Gemini adapter's SDK starts opencensus's worker when it is linked.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
 
 // fakeModel is a bound model: the policy only needs its key.
 type fakeModel struct{ key string }

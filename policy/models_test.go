@@ -362,3 +362,30 @@ func TestAnyModelID(t *testing.T) {
 		policy.Options{Name: "p.json", Getenv: env(map[string]string{"K": "k"})})
 	require.ErrorContains(t, err, `models[0].model: "*" is not for provider azure`)
 }
+
+// A vertex model with an express-mode key needs no project: the key
+// names it, sent in x-goog-api-key, and the path has none. Without a key
+// it takes the Application Default Credentials, and a load without any
+// says so.
+func TestVertexModel(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t, http.StatusServiceUnavailable)
+	p, err := policy.Parse(ctx, []byte(`{"models": [{"name": "flash", "provider": "vertex", "model": "gemini-2.5-flash",
+	  "api_key_env": "K", "base_url": "`+srv.URL+`"}]}`), policy.Options{Getenv: env(map[string]string{"K": "express-key"})})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close(ctx) })
+	prov, id := driver.Describe(p.Models["flash"])
+	require.Equal(t, "vertex", prov)
+	require.Equal(t, "gemini-2.5-flash", id)
+	_, err = p.Models["flash"].Generate(ctx, &driver.Request{Messages: []driver.Message{driver.UserText("hi")}})
+	require.Error(t, err)
+	got := srv.requests()
+	require.NotEmpty(t, got)
+	require.Equal(t, "/v1beta1/publishers/google/models/gemini-2.5-flash:generateContent", got[0].Path)
+	require.Equal(t, "express-key", got[0].Header.Get("X-Goog-Api-Key"))
+
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", t.TempDir()+"/none.json")
+	_, err = policy.Parse(ctx, []byte(`{"models": [{"name": "flash", "provider": "vertex", "model": "gemini-2.5-flash",
+	  "project": "my-project", "location": "us-central1", "base_url": "`+srv.URL+`"}]}`), policy.Options{})
+	require.ErrorContains(t, err, "models[0]: gemini: Vertex AI without an API key needs Application Default Credentials")
+}
