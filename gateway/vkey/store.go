@@ -57,10 +57,10 @@ type Backend interface {
 	// Version returns the version (0 for a set never edited).
 	Version(ctx context.Context) (int64, error)
 	// ReadAll reads the version, the settings ("" when absent) and the
-	// records as one snapshot, and calls each with every record (by its
-	// key id, in no order) before it returns. A version that is not a
-	// counter is an error that wraps state/redis's ErrNotCounter.
-	ReadAll(ctx context.Context, each func(id, record string)) (version int64, settings string, err error)
+	// records as one snapshot: records holds each key id and its record,
+	// one after the other, in no order. A version that is not a counter
+	// is an error that wraps state/redis's ErrNotCounter.
+	ReadAll(ctx context.Context) (version int64, settings string, records []string, err error)
 	// Edit gives fn the record of field (found false when there is none)
 	// and, unless fn returns an error (returned as it is), writes the
 	// record fn returns and moves the version, atomically. applied is
@@ -118,12 +118,7 @@ func (s *Store) Load(ctx context.Context) (*Set, int64, error) {
 // Read reads the set like Load, without checking the keys beyond their
 // records' JSON (for retryhost keys, which lists and edits them).
 func (s *Store) Read(ctx context.Context) (*File, int64, error) {
-	var recs []record
-	total := 0
-	v, settings, err := s.b.ReadAll(ctx, func(id, rec string) {
-		recs = append(recs, record{id, rec})
-		total += len(id) + len(rec)
-	})
+	v, settings, flat, err := s.b.ReadAll(ctx)
 	if errors.Is(err, redisstate.ErrNotCounter) {
 		return nil, 0, &FileError{Index: -1, Msg: err.Error()}
 	}
@@ -139,6 +134,12 @@ func (s *Store) Read(ctx context.Context) (*File, int64, error) {
 			return nil, v, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %v", storeSettings, err)}
 		}
 		f.OnStoreDown = st.OnStoreDown
+	}
+	recs := make([]record, len(flat)/2)
+	total := 0
+	for i := range recs {
+		recs[i] = record{flat[2*i], flat[2*i+1]}
+		total += len(recs[i].id) + len(recs[i].rec)
 	}
 	if total > MaxFileBytes {
 		return nil, v, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %d bytes of records, more than %d", storeRecords, total, MaxFileBytes)}

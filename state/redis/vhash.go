@@ -73,8 +73,9 @@ func (h *VersionedHash) parseVersion(raw string) (int64, error) {
 
 // ReadAll reads the version, the settings and the records in one
 // transaction (MULTI/EXEC: a snapshot no edit is halfway through; one
-// round trip), then calls each with every record, in no order.
-func (h *VersionedHash) ReadAll(ctx context.Context, each func(field, record string)) (version int64, settings string, err error) {
+// round trip). records holds each field and its record, one after the
+// other, in no order.
+func (h *VersionedHash) ReadAll(ctx context.Context) (version int64, settings string, records []string, err error) {
 	var ver, set *goredis.StringCmd
 	var recs *goredis.Cmd
 	_, err = h.c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
@@ -84,23 +85,22 @@ func (h *VersionedHash) ReadAll(ctx context.Context, each func(field, record str
 		return nil
 	})
 	if err != nil && !errors.Is(err, goredis.Nil) {
-		return 0, "", err
+		return 0, "", nil, err
 	}
 	flat, err := recs.Slice()
 	if err != nil || len(flat)%2 != 0 {
-		return 0, "", fmt.Errorf("redis: unexpected reply to HGETALL %s: %v", h.records, err)
+		return 0, "", nil, fmt.Errorf("redis: unexpected reply to HGETALL %s: %v", h.records, err)
 	}
 	if raw, err := ver.Result(); err == nil {
 		if version, err = h.parseVersion(raw); err != nil {
-			return 0, "", err
+			return 0, "", nil, err
 		}
 	}
-	for i := 0; i < len(flat); i += 2 {
-		field, _ := flat[i].(string)
-		rec, _ := flat[i+1].(string)
-		each(field, rec)
+	records = make([]string, len(flat))
+	for i, v := range flat {
+		records[i], _ = v.(string)
 	}
-	return version, set.Val(), nil
+	return version, set.Val(), records, nil
 }
 
 // Edit changes the record of field in a transaction: it WATCHes the

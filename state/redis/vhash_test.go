@@ -22,8 +22,11 @@ func openHash(t *testing.T, srv *redistest.Server) *redisstate.VersionedHash {
 
 // readAll is h.ReadAll, its records in a map.
 func readAll(ctx context.Context, h *redisstate.VersionedHash) (int64, map[string]string, string, error) {
+	v, settings, flat, err := h.ReadAll(ctx)
 	recs := map[string]string{}
-	v, settings, err := h.ReadAll(ctx, func(field, rec string) { recs[field] = rec })
+	for i := 0; i+1 < len(flat); i += 2 {
+		recs[flat[i]] = flat[i+1]
+	}
 	return v, recs, settings, err
 }
 
