@@ -84,10 +84,25 @@ var clientAnswer = []string{"Paris", " is the capital", " of France."}
 // rejects the request, gpt-cut's connection drops after its first
 // content; emb-ok embeds (vector i of input i is i+1+j/8 at
 // j, as many as dimensions asks, else 8), emb-down and emb-limited fail.
+// It stores responses as OpenAI's account does: gpt-ok's stateful
+// Responses request, and GET /v1/responses/{id}, answer stored response
+// resp_up (after the request's previous_response_id).
 func clientsOpenAI(w http.ResponseWriter, r *http.Request) {
+	stored := func(previous string) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": "resp_up", "object": "response", "created_at": 1764374400,
+			"status": "completed", "model": "gpt-ok", "previous_response_id": previous, "store": true,
+			"output": []any{map[string]any{"type": "message", "id": "msg_up", "role": "assistant", "status": "completed",
+				"content": []any{map[string]any{"type": "output_text", "text": strings.Join(clientAnswer, ""), "annotations": []any{}}}}}})
+	}
+	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/") {
+		stored("")
+		return
+	}
 	var req struct {
 		Model          string `json:"model"`
 		Stream         bool   `json:"stream"`
+		Previous       string `json:"previous_response_id"`
 		Input          any    `json:"input"`
 		EncodingFormat string `json:"encoding_format"`
 		Dimensions     int    `json:"dimensions"`
@@ -161,6 +176,8 @@ func clientsOpenAI(w http.ResponseWriter, r *http.Request) {
 				strconv.Quote(clientAnswer[0])+`},"logprobs":null,"finish_reason":null}]}`+"\n\n")
 		}
 		cutConnection(w)
+	case r.URL.Path == "/v1/responses" && req.Model == "gpt-ok":
+		stored(req.Previous)
 	case r.URL.Path == "/v1/chat/completions" && req.Model == "gpt-ok":
 		tool := ""
 		if len(req.Tools) > 0 {

@@ -352,10 +352,20 @@ check('openai-node responses 429 stream', () =>
     for await (const _ of s);
   }, OpenAI.RateLimitError, 429));
 
+check('openai-node responses stateful to the one account', async () => {
+  const r = await oai.responses.create({ model: 'gpt', input, previous_response_id: 'resp_1', store: true });
+  assert.equal(r.id, 'resp_up');
+  assert.equal(r.previous_response_id, 'resp_1');
+  assert.equal(r.output_text, ANSWER);
+  const got = await oai.responses.retrieve('resp_up');
+  assert.equal(got.id, 'resp_up');
+});
+
 check('openai-node responses 400 stateful', () =>
-  rejects(() => oai.responses.create({ model: 'gpt', input, previous_response_id: 'resp_1' }), OpenAI.BadRequestError, 400, (e) => {
+  rejects(() => oai.responses.create({ model: 'claude', input, previous_response_id: 'resp_1' }), OpenAI.BadRequestError, 400, (e) => {
     assert.equal(e.type, 'invalid_request_error');
     assert.equal(e.param, 'previous_response_id');
+    assert.match(e.message, /is not one OpenAI account/);
   }));
 
 check('openai-node responses 400 unsupported field', () =>
