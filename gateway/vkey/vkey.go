@@ -187,7 +187,9 @@ func (k *Key) Allows(route string) bool {
 }
 
 // Set is a key file parsed, by hash and by id. It is read-only once made
-// and safe for concurrent use.
+// and safe for concurrent use. Its keys' strings may share the memory of
+// the file or records they were read from, which stays allocated while
+// any of its keys is in use.
 type Set struct {
 	OnStoreDown string
 	keys        []*Key
