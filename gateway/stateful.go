@@ -24,15 +24,21 @@ func (g *Gateway) forwardStateful(ctx context.Context, w http.ResponseWriter, d 
 	account := ""
 	for i, rt := range chain {
 		rts, acct := c.gen.accountTargets(rt)
-		what := "route " + strconv.Quote(rt.name) + " is not one OpenAI account"
-		if rts != nil && account != "" && acct != account {
-			what = "fallbacks[" + strconv.Itoa(i-1) + "]: route " + strconv.Quote(rt.name) + " is another OpenAI account than route " + strconv.Quote(chain[0].name) + "'s"
+		what := ""
+		if i > 0 {
+			what = "fallbacks[" + strconv.Itoa(i-1) + "]: "
 		}
-		if rts == nil || (account != "" && acct != account) {
-			refuse(w, d, l, "invalid_request", cr.stateful, "retryhost gateway: "+cr.stateful+": "+what+": "+statefulMsg)
-			return
+		switch {
+		case rts == nil:
+			what += "route " + strconv.Quote(rt.name) + " is not one OpenAI account"
+		case account != "" && acct != account:
+			what += "route " + strconv.Quote(rt.name) + " is another OpenAI account than route " + strconv.Quote(chain[0].name) + "'s"
+		default:
+			account, ts = acct, append(ts, rts...)
+			continue
 		}
-		account, ts = acct, append(ts, rts...)
+		refuse(w, d, l, "invalid_request", cr.stateful, "retryhost gateway: "+cr.stateful+": "+what+": "+statefulMsg)
+		return
 	}
 	g.forward(ctx, w, d, l, ts, "responses", cr.forward, nil)
 }

@@ -134,6 +134,13 @@ func TestResponses_StatefulRefusedOffOneAccount(t *testing.T) {
 		require.Equal(t, "previous_response_id", oe.Param)
 		require.Contains(t, oe.Message, `fallbacks[0]: route "b" is another OpenAI account than route "a"'s`)
 	})
+	t.Run("fallbacks to another provider", func(t *testing.T) {
+		_, err := r.client.Responses.New(context.Background(), statefulParams("a"), option.WithJSONSet("fallbacks", []string{"claude"}))
+		var oe *oai.Error
+		require.True(t, errors.As(err, &oe), "%v", err)
+		require.Equal(t, http.StatusBadRequest, oe.StatusCode, oe.RawJSON())
+		require.Contains(t, oe.Message, `fallbacks[0]: route "claude" is not one OpenAI account`)
+	})
 	for _, u := range []*wireUp{a, b, c} {
 		require.Empty(t, u.requests())
 	}
