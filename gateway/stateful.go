@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -67,6 +68,10 @@ func (gen *generation) accountTargets(rt *route) ([]target, string) {
 	return ts, account
 }
 
+// responseID is what a response id is made of (OpenAI's: resp_ and
+// letters and digits).
+var responseID = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
 // routeHeader names the route whose account stores a response, on the
 // calls that refer to one by id (storedResponse), which carry no model.
 const routeHeader = "X-Retryhost-Route"
@@ -104,6 +109,10 @@ func (g *Gateway) storedResponse(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, body, ok := g.admit(w, r, d, c)
 	if !ok {
+		return
+	}
+	if !responseID.MatchString(id) { // nor a dot segment, which would name another path of the account
+		refuse(w, d, l, "invalid_request", "response_id", "retryhost gateway: "+strconv.Quote(id)+" is not a response id (letters, digits, '_', '-')")
 		return
 	}
 	rt, ts := g.storedAccount(w, d, l, c.gen, r.Header.Get(routeHeader))
