@@ -107,85 +107,105 @@ func (s *Store) Version(ctx context.Context) (int64, error) { return s.b.Version
 // file: a record that is not valid is a *FileError naming its key, with
 // the version of the set that has it. The keys are in id order.
 func (s *Store) Load(ctx context.Context) (*Set, int64, error) {
-	f, v, err := s.Read(ctx)
+	f, inMemory, v, err := s.read(ctx, true)
 	if err != nil {
 		return nil, v, err
 	}
-	set, err := f.Set()
+	set, err := f.set(inMemory)
 	return set, v, err
 }
 
 // Read reads the set like Load, without checking the keys beyond their
 // records' JSON (for retryhost keys, which lists and edits them).
 func (s *Store) Read(ctx context.Context) (*File, int64, error) {
+	f, _, v, err := s.read(ctx, false)
+	return f, v, err
+}
+
+// read is Load's and Read's: the set in id order and, with check, each
+// key checked, with the keys again in the order they are in memory (the
+// order of the reply), for the set's maps.
+func (s *Store) read(ctx context.Context, check bool) (f *File, inMemory []*Key, v int64, err error) {
 	v, settings, flat, err := s.b.ReadAll(ctx)
 	if errors.Is(err, redisstate.ErrNotCounter) {
-		return nil, 0, &FileError{Index: -1, Msg: err.Error()}
+		return nil, nil, 0, &FileError{Index: -1, Msg: err.Error()}
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
-	f := &File{}
+	f = &File{}
 	if settings != "" {
 		var st struct {
 			OnStoreDown string `json:"on_store_down"`
 		}
 		if err := json.Unmarshal([]byte(settings), &st); err != nil {
-			return nil, v, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %v", storeSettings, err)}
+			return nil, nil, v, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %v", storeSettings, err)}
 		}
 		f.OnStoreDown = st.OnStoreDown
 	}
-	recs := make([]record, len(flat)/2)
+	n := len(flat) / 2
 	total := 0
-	for i := range recs {
-		recs[i] = record{flat[2*i], flat[2*i+1]}
-		total += len(recs[i].id) + len(recs[i].rec)
+	for _, s := range flat {
+		total += len(s)
 	}
 	if total > MaxFileBytes {
-		return nil, v, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %d bytes of records, more than %d", storeRecords, total, MaxFileBytes)}
+		return nil, nil, v, &FileError{Index: -1, Msg: fmt.Sprintf("%s: %d bytes of records, more than %d", storeRecords, total, MaxFileBytes)}
 	}
-	slices.SortFunc(recs, func(a, b record) int { return strings.Compare(a.id, b.id) })
-	if f.Keys, err = decodeRecords(recs); err != nil {
-		return nil, v, err
+	// The records are decoded (and checked) in the reply's order, the
+	// order of their memory, which a large set reads several times faster
+	// than in id order; their order by id is a permutation of it.
+	inMemory, ok := decodeRecords(flat, check)
+	order := make([]int32, n)
+	for i := range order {
+		order[i] = int32(i)
 	}
-	return f, v, nil
+	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(flat[2*a], flat[2*b]) })
+	f.Keys = make([]*Key, n)
+	for j, i := range order {
+		if f.Keys[j] = inMemory[i]; !ok && f.Keys[j] == nil { // the first mistake in id order
+			id, rec := flat[2*i], flat[2*i+1]
+			k, err := decodeRecord(id, rec)
+			if err == nil {
+				err = k.check()
+			}
+			return nil, nil, v, &FileError{Index: j, ID: id, Msg: err.Error()}
+		}
+	}
+	return f, inMemory, v, nil
 }
 
-// A record is a key's id and its record.
-type record struct{ id, rec string }
-
-// decodeRecords decodes recs in order; the error is the first record's,
-// in order, that does not decode, a *FileError naming it. Many records
-// are decoded in chunks, one goroutine per CPU.
-func decodeRecords(recs []record) ([]*Key, error) {
-	keys := make([]*Key, len(recs))
-	decode := func(lo, hi int) error {
+// decodeRecords decodes the records of flat (a key id, its record, …)
+// and, with check, checks each key; a record that is not valid is a nil
+// key, and ok false. Many records are decoded in chunks, one goroutine
+// per CPU.
+func decodeRecords(flat []string, check bool) (keys []*Key, ok bool) {
+	keys = make([]*Key, len(flat)/2)
+	decode := func(lo, hi int) bool {
+		ok := true
 		d := decoder{}
 		for i := lo; i < hi; i++ {
-			k, err := d.record(recs[i].id, recs[i].rec)
+			k, err := d.record(flat[2*i], flat[2*i+1])
+			if err == nil && check {
+				err = k.check()
+			}
 			if err != nil {
-				return &FileError{Index: i, ID: recs[i].id, Msg: err.Error()}
+				k, ok = nil, false
 			}
 			keys[i] = k
 		}
-		return nil
+		return ok
 	}
 	n := runtime.GOMAXPROCS(0)
-	if n < 2 || len(recs) < checkParallelMin {
-		return keys, decode(0, len(recs))
+	if n < 2 || len(keys) < checkParallelMin {
+		return keys, decode(0, len(keys))
 	}
-	errs := make([]error, n)
+	oks := make([]bool, n)
 	var wg sync.WaitGroup
 	for j := range n {
-		wg.Go(func() { errs[j] = decode(j*len(recs)/n, (j+1)*len(recs)/n) })
+		wg.Go(func() { oks[j] = decode(j*len(keys)/n, (j+1)*len(keys)/n) })
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return keys, nil
+	return keys, !slices.Contains(oks, false)
 }
 
 // decodeRecord reads the record of the key id.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -146,4 +148,67 @@ func TestStoreDownIsAnError(t *testing.T) {
 	require.Error(t, err)
 	_, hash := NewSecret()
 	require.Error(t, s.Create(context.Background(), &Key{ID: "a", Hash: hash}))
+}
+
+// TestStoreLoadOfManyKeysNamesTheFirstMistake: a set on Redis large
+// enough to be decoded and checked in parallel, in the reply's order, is
+// in id order, and its error is the first mistake in id order, whichever
+// its kind: a record that is not JSON, a key that breaks a rule, a hash
+// two keys share.
+func TestStoreLoadOfManyKeysNamesTheFirstMistake(t *testing.T) {
+	srv := redistest.Start(t)
+	const n = 3 * checkParallelMin
+	fillStore(t, srv, n)
+	s := store(t, srv)
+	ctx := context.Background()
+	set, _, err := s.Load(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, set.Len())
+	ids := make([]string, n)
+	for i, k := range set.Keys() {
+		ids[i] = k.ID
+	}
+	require.True(t, slices.IsSorted(ids), "the keys are in id order")
+	k, ok := set.Lookup("secret-777")
+	require.True(t, ok)
+	require.Equal(t, "key-777", k.ID)
+
+	index := func(id string) int { i, _ := slices.BinarySearch(ids, id); return i }
+	rec := func(id, hash, extra string) string {
+		return fmt.Sprintf(`{"id":%q,"hash":%q%s}`, id, hash, extra)
+	}
+	for _, tc := range []struct {
+		name string
+		set  map[string]string // id → record
+		id   string            // the key the error names
+		msg  string
+	}{
+		{"a rule broken before a record not JSON", map[string]string{"key-9000": "{", "key-5000": rec("key-5000", Hash("x"), `,"rpm":-1`)},
+			"key-5000", "must not be negative"},
+		{"a record not JSON before a rule broken", map[string]string{"key-5000": "{", "key-9000": rec("key-9000", Hash("x"), `,"rpm":-1`)},
+			"key-5000", "record:"},
+		{"a hash two keys share", map[string]string{"key-7000": rec("key-7000", Hash("secret-3"), "")},
+			"key-7000", `the same hash as "key-3"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for id, r := range tc.set {
+				_, err := srv.Do("HSET", storeRecords, id, r)
+				require.NoError(t, err)
+			}
+			_, _, err := s.Load(ctx)
+			var fe *FileError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, tc.id, fe.ID)
+			require.Equal(t, index(tc.id), fe.Index)
+			require.Contains(t, fe.Msg, tc.msg)
+			for id := range tc.set { // as it was
+				i, _ := strconv.Atoi(strings.TrimPrefix(id, "key-"))
+				_, err := srv.Do("HSET", storeRecords, id, rec(id, Hash(fmt.Sprint("secret-", i)), ""))
+				require.NoError(t, err)
+			}
+		})
+	}
+	set, _, err = s.Load(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, set.Len())
 }

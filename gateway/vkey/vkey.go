@@ -235,7 +235,11 @@ func Parse(data []byte) (*Set, error) {
 }
 
 // Set checks the file and returns it as a Set.
-func (f *File) Set() (*Set, error) {
+func (f *File) Set() (*Set, error) { return f.set(nil) }
+
+// set is Set; checked, when not nil, are f.Keys already checked, in the
+// order they are in memory (in which the maps are filled faster).
+func (f *File) set(checked []*Key) (*Set, error) {
 	switch f.OnStoreDown {
 	case "":
 		f.OnStoreDown = StoreDownLocal
@@ -243,9 +247,13 @@ func (f *File) Set() (*Set, error) {
 	default:
 		return nil, &FileError{Index: -1, Msg: fmt.Sprintf("on_store_down is %q: want %q or %q", f.OnStoreDown, StoreDownLocal, StoreDownRefuse)}
 	}
-	bad, badErr := checkKeys(f.Keys)
+	bad, badErr := -1, (*FileError)(nil)
+	if checked == nil {
+		bad, badErr = checkKeys(f.Keys)
+		checked = f.Keys
+	}
 	if bad < 0 {
-		if s := indexKeys(f.OnStoreDown, f.Keys); s != nil {
+		if s := indexKeys(f.OnStoreDown, f.Keys, checked); s != nil {
 			return s, nil
 		}
 	}
@@ -264,23 +272,23 @@ func (f *File) Set() (*Set, error) {
 		}
 		s.byID[k.ID], s.byHash[k.sum] = k, k
 	}
-	panic("vkey: keys indexed as duplicates have none")
+	return nil, &FileError{Index: -1, Msg: "two keys with one id or hash"} // not reached: the loop finds them
 }
 
 // indexKeys returns the Set of keys, all valid, its two maps filled at
-// once (one goroutine each when there are many keys); nil when two keys
-// share an id or a hash.
-func indexKeys(onStoreDown string, keys []*Key) *Set {
+// once (one goroutine each when there are many keys) from inMemory (the
+// same keys, in any order); nil when two keys share an id or a hash.
+func indexKeys(onStoreDown string, keys, inMemory []*Key) *Set {
 	s := &Set{OnStoreDown: onStoreDown, keys: keys}
 	byHash := func() {
 		s.byHash = make(map[[sha256.Size]byte]*Key, len(keys))
-		for _, k := range keys {
+		for _, k := range inMemory {
 			s.byHash[k.sum] = k
 		}
 	}
 	byID := func() {
 		s.byID = make(map[string]*Key, len(keys))
-		for _, k := range keys {
+		for _, k := range inMemory {
 			s.byID[k.ID] = k
 		}
 	}
