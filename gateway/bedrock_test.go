@@ -21,8 +21,9 @@ import (
 
 // bedrockUpstream answers every call as Bedrock would with a recorded
 // transcript: its body (a Converse answer or an error), or its events as
-// an AWS event stream (ConverseStream). It records the paths it was asked.
-func bedrockUpstream(t *testing.T, transcript string) (*httptest.Server, chan string) {
+// an AWS event stream (ConverseStream). It records the paths it was asked
+// and the bodies it got.
+func bedrockUpstream(t *testing.T, transcript string) (*httptest.Server, chan string, *bodyLog) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "testdata", "wire", "bedrock", transcript+".json"))
 	require.NoError(t, err)
@@ -52,9 +53,10 @@ func bedrockUpstream(t *testing.T, transcript string) (*httptest.Server, chan st
 		}
 		body = stream.Bytes()
 	}
-	paths := make(chan string, 16)
+	paths, log := make(chan string, 16), &bodyLog{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
+		b, _ := io.ReadAll(r.Body)
+		log.add(b)
 		select {
 		case paths <- r.URL.Path:
 		default:
@@ -66,7 +68,7 @@ func bedrockUpstream(t *testing.T, transcript string) (*httptest.Server, chan st
 		_, _ = w.Write(body)
 	}))
 	t.Cleanup(srv.Close)
-	return srv, paths
+	return srv, paths, log
 }
 
 // bedrockRig serves a policy whose route name is a Bedrock model
@@ -78,22 +80,17 @@ func bedrockRig(t *testing.T, name, transcript string) (*rig, chan string) {
 }
 
 // bedrockRigOf is bedrockRig with the other model of provider other
-// (openai or anthropic) and rules. The adapter signs with the AWS default
-// chain's credentials: static ones from the environment here.
+// (openai or anthropic) and rules.
 func bedrockRigOf(t *testing.T, name, transcript, other, rules string) (*rig, chan string) {
 	t.Helper()
-	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	awsEnv(t)
 	r := &rig{t: t, up: map[string]*upstream{}, logs: &testkit.LogBuffer{}}
 	var models []string
 	var paths chan string
 	for _, n := range []string{"primary", "backup"} {
 		if n == name {
 			var srv *httptest.Server
-			srv, paths = bedrockUpstream(t, transcript)
+			srv, paths, _ = bedrockUpstream(t, transcript)
 			models = append(models, fmt.Sprintf(`{"name": %q, "provider": "bedrock", "model": "anthropic.claude-3-5-haiku-20241022-v1:0", "region": "us-east-1", "base_url": %q}`,
 				n, srv.URL))
 			continue
@@ -108,6 +105,17 @@ func bedrockRigOf(t *testing.T, name, transcript, other, rules string) (*rig, ch
 	}
 	r.serve(fmt.Sprintf(`{"models": [%s], %s}`, strings.Join(models, ", "), rules))
 	return r, paths
+}
+
+// awsEnv gives the Bedrock adapter, which signs with the AWS default
+// chain's credentials, static ones from the environment, and no files.
+func awsEnv(t *testing.T) {
+	t.Helper()
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 }
 
 // An OpenAI client's streamed chat completion is answered by a Bedrock

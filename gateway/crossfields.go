@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/provider/anthropic"
+	"github.com/retryhost/retryhost/provider/bedrock"
 	"github.com/retryhost/retryhost/provider/gemini"
 )
 
@@ -278,6 +280,88 @@ func geminiToolChoice(raw json.RawMessage) map[string]any {
 		return map[string]any{"mode": "ANY", "allowedFunctionNames": []string{fn.Function.Name}}
 	}
 	return nil
+}
+
+// toBedrockFields translates a Chat Completions request's tool_choice
+// (auto: none sent, the model's default; required: any; a named function:
+// that tool), response_format (json_schema: outputConfig's JSON schema)
+// and reasoning_effort (a Claude model's thinking budget, by
+// anthropicThinking's rules) into a bedrock.Options for the Bedrock
+// upstreams named by providers. Values it cannot translate are left out;
+// it returns those of the fall-back mapping (docs/gateway.md), for Claude
+// models and for the others: a tool_choice of none beside tools (Converse
+// cannot forbid calls), a response_format of json_object (Converse takes
+// a schema, not a JSON mode) or one it does not know, more stop sequences
+// than Converse takes (the adapter sends none then), and a
+// reasoning_effort the model cannot honour (any but none and minimal on
+// a model that is not Claude).
+func toBedrockFields(r *driver.Request, fields map[string]json.RawMessage, providers []string) (claude, others []string) {
+	var o bedrock.Options
+	var dropped []string
+	switch tc := fields["tool_choice"]; {
+	case len(r.Tools) == 0 || len(tc) == 0 || isNull(tc):
+	case string(tc) == `"none"`:
+		dropped = append(dropped, "tool_choice")
+	default:
+		if fc := geminiToolChoice(tc); fc != nil && fc["mode"] == "ANY" {
+			o.ToolChoice = "any"
+			if names, ok := fc["allowedFunctionNames"].([]string); ok {
+				o.ToolChoice, o.ToolName = "tool", names[0]
+			}
+		}
+	}
+	switch mime, schema, ok := geminiResponseFormat(fields["response_format"]); {
+	case !ok || (mime != "" && schema == nil):
+		dropped = append(dropped, "response_format")
+	case schema != nil:
+		var rf struct {
+			JSONSchema struct {
+				Name string `json:"name"`
+			} `json:"json_schema"`
+		}
+		_ = json.Unmarshal(fields["response_format"], &rf)
+		o.JSONSchema, o.SchemaName = schema, rf.JSONSchema.Name
+	}
+	if len(r.StopSequences) > bedrock.MaxStopSequences {
+		dropped = append(dropped, "stop")
+	}
+	claude, others = dropped, slices.Clone(dropped)
+	var effort string
+	if field(fields, "reasoning_effort", &effort) == nil && effort != "" {
+		forced := o.ToolChoice != ""
+		switch thinking, _, ok := anthropicThinking(r, effort, forced); {
+		case !ok:
+			claude = append(claude, "reasoning_effort")
+		case thinking != nil:
+			o.ThinkingBudget = thinking["budget_tokens"].(int)
+		}
+		if b, known := effortBudget[effort]; !known || b.anthropic > 0 {
+			others = append(others, "reasoning_effort")
+		}
+	}
+	if o.ToolChoice != "" || o.JSONSchema != nil || o.ThinkingBudget > 0 {
+		if r.ProviderOptions == nil {
+			r.ProviderOptions = make(map[string]any, len(providers))
+		}
+		for _, p := range providers {
+			r.ProviderOptions[p] = o
+		}
+	}
+	return claude, others
+}
+
+// bedrockOthers is the name chatRequest.unhonoured and generation.provOf
+// give the Bedrock models of provider prov that are not Claude, which
+// honour less than its Claude ones under the same ProviderOptions entry.
+func bedrockOthers(prov string) string { return prov + "\x00others" }
+
+// bedrockOthersOf is bedrockOthers of each of provs.
+func bedrockOthersOf(provs []string) []string {
+	out := make([]string, len(provs))
+	for i, p := range provs {
+		out[i] = bedrockOthers(p)
+	}
+	return out
 }
 
 func setProviderOptions(r *driver.Request, providers []string, fields map[string]any) {

@@ -74,7 +74,7 @@ type chatDoor struct{}
 func (chatDoor) newID() string { return newID("chatcmpl-rh") }
 
 func (chatDoor) parse(body []byte, _ http.Header, gen *generation) (*chatRequest, error) {
-	return parseChat(body, gen.providers, gen.anthropic, gen.gemini)
+	return parseChat(body, gen.upstreams)
 }
 
 func (chatDoor) encoder(id, model string, cr *chatRequest) encoder {

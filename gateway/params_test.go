@@ -56,8 +56,9 @@ func recordingGemini(t *testing.T, transcript string) (*httptest.Server, *bodyLo
 }
 
 // crossRig serves a policy whose primary is an OpenAI-compatible model and
-// whose backup (the fall-back of defaultRules) is of provider fallback,
-// "anthropic" or "gemini"; backupSpec is added to the backup's model
+// whose backup (the fall-back of defaultRules) is of provider fallback:
+// "anthropic", "gemini", "bedrock" (a Claude model) or "bedrock-llama" (a
+// model that is not Claude); backupSpec is added to the backup's model
 // entry. received returns the body the backup got last.
 func crossRig(t *testing.T, fallback, backupSpec string) (r *rig, received func() map[string]any) {
 	t.Helper()
@@ -80,6 +81,15 @@ func crossRig(t *testing.T, fallback, backupSpec string) (r *rig, received func(
 	case "gemini":
 		srv, log := recordingGemini(t, "text")
 		backup = fmt.Sprintf(`{"name": "backup", "provider": "gemini", "model": "gemini-2.5-flash", "base_url": %q, "api_key_env": "UPSTREAM_KEY"%s}`, srv.URL, backupSpec)
+		received = func() map[string]any { return log.last(t) }
+	case "bedrock", "bedrock-llama":
+		awsEnv(t)
+		srv, _, log := bedrockUpstream(t, "text")
+		id := "anthropic.claude-sonnet-4-20250514-v1:0"
+		if fallback == "bedrock-llama" {
+			id = "meta.llama3-3-70b-instruct-v1:0"
+		}
+		backup = fmt.Sprintf(`{"name": "backup", "provider": "bedrock", "model": %q, "region": "us-east-1", "base_url": %q%s}`, id, srv.URL, backupSpec)
 		received = func() map[string]any { return log.last(t) }
 	default:
 		t.Fatalf("no fall-back provider %q", fallback)
@@ -235,6 +245,95 @@ func TestParametersCrossAFallBack(t *testing.T) {
 			func(t *testing.T, b map[string]any) {
 				require.EqualValues(t, 1024, at(b, "generationConfig", "thinkingConfig", "thinkingBudget"))
 			}},
+		{"max_completion_tokens as maxTokens", "bedrock",
+			func(p *oai.ChatCompletionNewParams) { p.MaxCompletionTokens = oai.Int(300) },
+			func(t *testing.T, b map[string]any) {
+				require.EqualValues(t, 300, at(b, "inferenceConfig", "maxTokens"))
+			}},
+		{"max_tokens as maxTokens", "bedrock",
+			func(p *oai.ChatCompletionNewParams) { p.MaxTokens = oai.Int(200) },
+			func(t *testing.T, b map[string]any) {
+				require.EqualValues(t, 200, at(b, "inferenceConfig", "maxTokens"))
+			}},
+		{"temperature above Converse's range is clamped to 1", "bedrock",
+			func(p *oai.ChatCompletionNewParams) { p.Temperature = oai.Float(1.5) },
+			func(t *testing.T, b map[string]any) { require.Equal(t, 1.0, at(b, "inferenceConfig", "temperature")) }},
+		{"temperature in Converse's range", "bedrock",
+			func(p *oai.ChatCompletionNewParams) { p.Temperature = oai.Float(0.25) },
+			func(t *testing.T, b map[string]any) { require.Equal(t, 0.25, at(b, "inferenceConfig", "temperature")) }},
+		{"top_p as topP", "bedrock",
+			func(p *oai.ChatCompletionNewParams) { p.TopP = oai.Float(0.5) },
+			func(t *testing.T, b map[string]any) { require.Equal(t, 0.5, at(b, "inferenceConfig", "topP")) }},
+		{"stop as stopSequences", "bedrock",
+			func(p *oai.ChatCompletionNewParams) {
+				p.Stop = oai.ChatCompletionNewParamsStopUnion{OfStringArray: []string{"END", "STOP"}}
+			},
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, []any{"END", "STOP"}, at(b, "inferenceConfig", "stopSequences"))
+			}},
+		{"tools as toolSpec, tool_choice required as any", "bedrock",
+			func(p *oai.ChatCompletionNewParams) {
+				p.Tools = []oai.ChatCompletionToolUnionParam{weatherTool}
+				p.ToolChoice = oai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: oai.String("required")}
+			},
+			func(t *testing.T, b map[string]any) {
+				tools := at(b, "toolConfig", "tools").([]any)
+				require.Len(t, tools, 1)
+				spec := at(tools[0].(map[string]any), "toolSpec").(map[string]any)
+				require.Equal(t, "get_weather", spec["name"])
+				require.Equal(t, "Weather now", spec["description"])
+				require.Equal(t, map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}},
+					"required": []any{"city"}}, at(spec, "inputSchema", "json"))
+				require.Equal(t, map[string]any{"any": map[string]any{}}, at(b, "toolConfig", "toolChoice"))
+			}},
+		{"a named tool_choice as toolChoice tool", "bedrock",
+			func(p *oai.ChatCompletionNewParams) {
+				p.Tools = []oai.ChatCompletionToolUnionParam{weatherTool}
+				p.ToolChoice = oai.ToolChoiceOptionFunctionToolChoice(oai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"})
+			},
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, map[string]any{"tool": map[string]any{"name": "get_weather"}}, at(b, "toolConfig", "toolChoice"))
+			}},
+		{"tool_choice auto as the default", "bedrock",
+			func(p *oai.ChatCompletionNewParams) {
+				p.Tools = []oai.ChatCompletionToolUnionParam{weatherTool}
+				p.ToolChoice = oai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: oai.String("auto")}
+			},
+			func(t *testing.T, b map[string]any) {
+				require.NotNil(t, at(b, "toolConfig", "tools"))
+				require.Nil(t, at(b, "toolConfig", "toolChoice"))
+			}},
+		{"response_format json_schema as outputConfig's JSON schema", "bedrock",
+			func(p *oai.ChatCompletionNewParams) {
+				p.ResponseFormat = oai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+					JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "city", Schema: citySchema, Strict: oai.Bool(true)}}}
+			},
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, "json_schema", at(b, "outputConfig", "textFormat", "type"))
+				def := at(b, "outputConfig", "textFormat", "structure", "jsonSchema").(map[string]any)
+				require.Equal(t, "city", def["name"])
+				var schema map[string]any
+				require.NoError(t, json.Unmarshal([]byte(def["schema"].(string)), &schema))
+				require.Equal(t, citySchema, schema)
+			}},
+		{"reasoning_effort as a Claude thinking budget, maxTokens above it", "bedrock",
+			func(p *oai.ChatCompletionNewParams) { p.ReasoningEffort = shared.ReasoningEffortMedium },
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, map[string]any{"type": "enabled", "budget_tokens": 8192.0}, at(b, "additionalModelRequestFields", "thinking"))
+				require.EqualValues(t, 8192+4096, at(b, "inferenceConfig", "maxTokens"))
+			}},
+		{"reasoning_effort as a Claude thinking budget within the client's max tokens", "bedrock",
+			func(p *oai.ChatCompletionNewParams) {
+				p.ReasoningEffort = shared.ReasoningEffortHigh
+				p.MaxCompletionTokens = oai.Int(10000)
+			},
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, map[string]any{"type": "enabled", "budget_tokens": 5000.0}, at(b, "additionalModelRequestFields", "thinking"))
+				require.EqualValues(t, 10000, at(b, "inferenceConfig", "maxTokens"))
+			}},
+		{"reasoning_effort minimal as no thinking on a model that is not Claude", "bedrock-llama",
+			func(p *oai.ChatCompletionNewParams) { p.ReasoningEffort = shared.ReasoningEffortMinimal },
+			func(t *testing.T, b map[string]any) { require.Nil(t, b["additionalModelRequestFields"]) }},
 	} {
 		t.Run(tc.fallback+"/"+tc.name, func(t *testing.T) {
 			r, received := crossRig(t, tc.fallback, "")
@@ -297,6 +396,29 @@ func TestParameterTheFallBackCannotHonourIsDropped(t *testing.T) {
 				p.Stop = oai.ChatCompletionNewParamsStopUnion{OfStringArray: []string{"a", "b", "c", "d", "e", "f"}}
 			},
 			"stop", func(b map[string]any) any { return at(b, "generationConfig", "stopSequences") }},
+		{"response_format json_object on Bedrock", "bedrock",
+			func(p *oai.ChatCompletionNewParams) {
+				p.ResponseFormat = oai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}
+			},
+			"response_format", func(b map[string]any) any { return b["outputConfig"] }},
+		{"tool_choice none beside tools on Bedrock", "bedrock",
+			func(p *oai.ChatCompletionNewParams) {
+				p.Tools = []oai.ChatCompletionToolUnionParam{weatherTool}
+				p.ToolChoice = oai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: oai.String("none")}
+			},
+			"tool_choice", func(b map[string]any) any { return at(b, "toolConfig", "toolChoice") }},
+		{"more stop sequences than Converse takes", "bedrock",
+			func(p *oai.ChatCompletionNewParams) {
+				stops := make([]string, 2501)
+				for i := range stops {
+					stops[i] = fmt.Sprint("s", i)
+				}
+				p.Stop = oai.ChatCompletionNewParamsStopUnion{OfStringArray: stops}
+			},
+			"stop", func(b map[string]any) any { return at(b, "inferenceConfig", "stopSequences") }},
+		{"reasoning_effort on a Bedrock model that is not Claude", "bedrock-llama",
+			func(p *oai.ChatCompletionNewParams) { p.ReasoningEffort = shared.ReasoningEffortHigh },
+			"reasoning_effort", func(b map[string]any) any { return b["additionalModelRequestFields"] }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, received := crossRig(t, tc.fallback, "")
@@ -355,6 +477,44 @@ func TestModelThatSkipsUnsupportedParamsIsPassedOver(t *testing.T) {
 			require.Equal(t, tc.answered, cc.Model)
 			for _, n := range []string{"backup", "third"} {
 				require.Equal(t, n == tc.answered, len(r.up[n].requests()) == 1, "%s was asked", n)
+			}
+		})
+	}
+	require.Empty(t, droppedLogs(t, r.logs.String()), "a skipped model drops nothing")
+}
+
+// A Bedrock model that is not Claude, with "unsupported_params": "skip",
+// is passed over for a request whose reasoning_effort it cannot honour,
+// and falls back for one it can (no thinking for minimal).
+func TestBedrockModelThatSkipsUnsupportedParamsIsPassedOver(t *testing.T) {
+	awsEnv(t)
+	r := &rig{t: t, up: map[string]*upstream{}, logs: &testkit.LogBuffer{}}
+	for _, n := range []string{"primary", "third"} {
+		r.up[n] = newUpstream(n)
+	}
+	srv, paths, _ := bedrockUpstream(t, "text")
+	r.serve(fmt.Sprintf(`{"models": [
+		{"name": "primary", "provider": "openai", "model": "up-primary", "base_url": %q, "api_key_env": "UPSTREAM_KEY"},
+		{"name": "backup", "provider": "bedrock", "model": "meta.llama3-3-70b-instruct-v1:0", "region": "us-east-1", "base_url": %q, "unsupported_params": "skip"},
+		{"name": "third", "provider": "openai", "model": "up-third", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}],
+		"rules": [
+			{"when": {"status_range": [500, 599]}, "action": "switch", "model": "backup"},
+			{"when": {"status_range": [500, 599]}, "action": "switch", "model": "third"}
+		]}`, r.up["primary"].url(), srv.URL, r.up["third"].url()))
+	for _, tc := range []struct {
+		effort   shared.ReasoningEffort
+		answered string
+	}{{shared.ReasoningEffortHigh, "third"}, {shared.ReasoningEffortMinimal, "backup"}} {
+		t.Run(string(tc.effort), func(t *testing.T) {
+			r.up["primary"].play(act{status: 503})
+			p := params("primary")
+			p.ReasoningEffort = tc.effort
+			cc, err := r.client.Chat.Completions.New(context.Background(), p)
+			require.NoError(t, err)
+			require.Equal(t, tc.answered, cc.Model)
+			require.Equal(t, tc.answered == "backup", len(paths) == 1, "the Bedrock model was asked")
+			for len(paths) > 0 {
+				<-paths
 			}
 		})
 	}

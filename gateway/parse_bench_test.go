@@ -18,7 +18,7 @@ func BenchmarkParseChat(b *testing.B) {
 	providers := []string{"openai"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := parseChat(body, providers, nil, nil); err != nil {
+		if _, err := parseChat(body, upstreams{providers: providers}); err != nil {
 			b.Fatal(err)
 		}
 	}

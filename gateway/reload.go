@@ -14,6 +14,7 @@ import (
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/policy"
 	"github.com/retryhost/retryhost/provider/anthropic"
+	"github.com/retryhost/retryhost/provider/bedrock"
 	"github.com/retryhost/retryhost/provider/gemini"
 	"github.com/retryhost/retryhost/provider/openai"
 )
@@ -178,15 +179,12 @@ func (g *Gateway) abandonReload(ctx context.Context, cause error) error {
 	return fmt.Errorf("%w: %w", ErrReloadAbandoned, cause)
 }
 
-// generation is one loaded policy with its routes. Requests hold a
-// reference while they run; the gateway holds one while it is current.
-type generation struct {
-	pol    *policy.Policy
-	routes map[string]*route
-	byKey  map[driver.Model]string // a model → its route name
-	names  []string                // sorted
-	// providers are the ProviderOptions names of the policy's
-	// OpenAI-compatible models: forwarded fields go there.
+// upstreams names the providers of a policy's models (by ProviderOptions
+// name) by the API they speak: a door translates its request's fields for
+// each (parseChat, parseMessages).
+type upstreams struct {
+	// providers are those of its OpenAI-compatible models: forwarded
+	// fields go there.
 	providers []string
 	// anthropic are those of its Anthropic models, which get the
 	// Messages door's fields.
@@ -194,9 +192,24 @@ type generation struct {
 	// gemini are those of its Gemini models, which get the fields that
 	// have a translation there (toGeminiFields).
 	gemini []string
+	// bedrock are those of its Bedrock models, which get the fields that
+	// have a translation there as a bedrock.Options (toBedrockFields).
+	bedrock []string
+}
+
+// generation is one loaded policy with its routes. Requests hold a
+// reference while they run; the gateway holds one while it is current.
+type generation struct {
+	pol    *policy.Policy
+	routes map[string]*route
+	byKey  map[driver.Model]string // a model → its route name
+	names  []string                // sorted
+	upstreams
 	// provOf names the provider (by ProviderOptions name) of each of its
-	// Anthropic and Gemini models, by model name: the attempts whose
-	// request may lack parameters they cannot honour (chatRequest.unhonoured).
+	// Anthropic, Gemini and Bedrock models, by model name: the attempts
+	// whose request may lack parameters they cannot honour
+	// (chatRequest.unhonoured). A Bedrock model that is not Claude is
+	// named by bedrockOthers, since it honours less than a Claude one.
 	provOf  map[string]string
 	created int64 // when the policy was loaded (Unix seconds), for /v1/models
 	// hooked are the models the file built over the gateway's own upstream
@@ -250,9 +263,9 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	// A provider name whose models all speak Chat Completions gets the
 	// forwarded fields; one shared with a Responses API model does not
 	// (ProviderOptions are keyed by provider name, not by model).
-	chat, anth, gem := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	chat, anth, gem, bed := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for name, m := range p.Models {
-		g.addRoute(gen, name, m, chat, anth, gem)
+		g.addRoute(gen, name, m, chat, anth, gem, bed)
 	}
 	for prov, ok := range chat {
 		if ok && !anth[prov] {
@@ -265,8 +278,13 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 		}
 	}
 	for prov := range gem {
-		if _, shared := chat[prov]; !shared && !anth[prov] {
+		if _, shared := chat[prov]; !shared && !anth[prov] && !bed[prov] {
 			gen.gemini = append(gen.gemini, prov)
+		}
+	}
+	for prov := range bed {
+		if _, shared := chat[prov]; !shared && !anth[prov] && !gem[prov] {
+			gen.bedrock = append(gen.bedrock, prov)
 		}
 	}
 	if base := p.Runner.Base(); gen.any[base] {
@@ -276,6 +294,7 @@ func (g *Gateway) load(ctx context.Context) (*generation, error) {
 	slices.Sort(gen.providers)
 	slices.Sort(gen.anthropic)
 	slices.Sort(gen.gemini)
+	slices.Sort(gen.bedrock)
 	gen.refs.Store(1)
 	return gen, nil
 }
@@ -345,9 +364,9 @@ func (g *Gateway) gatewayDefaults(o *policy.Options) {
 	}
 }
 
-// addRoute adds the route name of model m to gen, and notes in chat, anth
-// and gem which API m's provider speaks.
-func (g *Gateway) addRoute(gen *generation, name string, m driver.Model, chat, anth, gem map[string]bool) {
+// addRoute adds the route name of model m to gen, and notes in chat,
+// anth, gem and bed which API m's provider speaks.
+func (g *Gateway) addRoute(gen *generation, name string, m driver.Model, chat, anth, gem, bed map[string]bool) {
 	if bound := g.src.opts.Models[name]; bound == nil && g.client != nil {
 		gen.hooked[m] = true
 	}
@@ -381,6 +400,13 @@ func (g *Gateway) addRoute(gen *generation, name string, m driver.Model, chat, a
 	if gm, ok := inner.(*gemini.Model); ok {
 		gem[gm.Provider()] = true
 		gen.provOf[name] = gm.Provider()
+	}
+	if bm, ok := inner.(*bedrock.Model); ok {
+		bed[bm.Provider()] = true
+		gen.provOf[name] = bm.Provider()
+		if !bm.Claude() {
+			gen.provOf[name] = bedrockOthers(bm.Provider())
+		}
 	}
 }
 

@@ -54,11 +54,11 @@ var gatewayFields = map[string]bool{"model": true, "stream": true, "fallbacks": 
 
 // parseChat reads the body into the driver's request (the fields it
 // models, for every provider) and keeps every other field, and the
-// original messages and tools, raw for OpenAI-compatible upstreams
-// (forward), and translates the fields the Anthropic and Gemini upstreams
-// named by anthropic and gemini understand differently (toAnthropicFields,
-// toGeminiFields).
-func parseChat(body []byte, providers, anthropic, gemini []string) (*chatRequest, error) {
+// original messages and tools, raw for the OpenAI-compatible upstreams of
+// to (forward), and translates the fields its Anthropic, Gemini and
+// Bedrock upstreams understand differently (toAnthropicFields,
+// toGeminiFields, toBedrockFields).
+func parseChat(body []byte, to upstreams) (*chatRequest, error) {
 	fields, c, err := parseCommon(body)
 	if err != nil {
 		return nil, err
@@ -80,12 +80,17 @@ func parseChat(body []byte, providers, anthropic, gemini []string) (*chatRequest
 	if err := chatLimits(fields, r); err != nil {
 		return nil, err
 	}
-	forward(r, fields, providers)
-	if len(anthropic) > 0 {
-		c.unhonour(anthropic, toAnthropicFields(r, fields, anthropic))
+	forward(r, fields, to.providers)
+	if len(to.anthropic) > 0 {
+		c.unhonour(to.anthropic, toAnthropicFields(r, fields, to.anthropic))
 	}
-	if len(gemini) > 0 {
-		c.unhonour(gemini, toGeminiFields(r, fields, gemini))
+	if len(to.gemini) > 0 {
+		c.unhonour(to.gemini, toGeminiFields(r, fields, to.gemini))
+	}
+	if len(to.bedrock) > 0 {
+		claude, others := toBedrockFields(r, fields, to.bedrock)
+		c.unhonour(to.bedrock, claude)
+		c.unhonour(bedrockOthersOf(to.bedrock), others)
 	}
 	return c, nil
 }

@@ -14,7 +14,7 @@ import (
 func FuzzParseChat(f *testing.F) {
 	f.Add(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	f.Fuzz(func(t *testing.T, body string) {
-		c, err := parseChat([]byte(body), []string{"openai"}, nil, nil)
+		c, err := parseChat([]byte(body), upstreams{providers: []string{"openai"}})
 		requireParsed(t, body, "openai", c, err)
 	})
 }

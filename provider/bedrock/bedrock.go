@@ -28,6 +28,19 @@ import (
 // ProviderError.Provider and the Request.ProviderOptions entry it reads.
 const provider = "bedrock"
 
+// MaxTemperature is the highest temperature Converse's models take (Claude,
+// Nova, Llama, Mistral and Cohere alike): a request's Temperature above
+// it is sent as it, with a Warning.
+const MaxTemperature = 1.0
+
+// MaxStopSequences is the most stop sequences Converse takes: a request
+// with more is sent with none, and a Warning.
+const MaxStopSequences = 2500
+
+// thinkingAnswerTokens is the room for the answer a thinking budget gets
+// on top of it as maxTokens, when the request sets no MaxOutputTokens.
+const thinkingAnswerTokens = 4096
+
 // ErrNoRegion is New's error when neither WithRegion nor the AWS
 // configuration (AWS_REGION, the profile's region) names a region.
 var ErrNoRegion = errors.New("bedrock: no AWS region: set one with WithRegion, AWS_REGION or the profile's region")
@@ -106,6 +119,38 @@ func WithGuardrail(id, version string) Option {
 // WithHTTPClient sets the HTTP client. Default: a new one over
 // http.DefaultTransport.
 func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
+
+// Options are the Converse settings of one request that the driver's
+// Request does not model. A Request.ProviderOptions entry for the model's
+// provider may be an Options (or *Options) instead of a map[string]any
+// (which is Fields alone); the retryhost gateway sets one on a request
+// that reaches a Bedrock model from another API's door. The zero value
+// sends nothing more.
+type Options struct {
+	// Fields are merged into additionalModelRequestFields, under
+	// WithParam's, as a map entry is.
+	Fields map[string]any
+	// ToolChoice is toolConfig.toolChoice, sent when the request has
+	// tools: "any" (the model must call a tool) or "tool" (it must call
+	// ToolName). "" and "auto" send none: the model's default, auto.
+	// Converse takes it on the models that support it (Claude, Mistral
+	// Large, Nova); others refuse the call.
+	ToolChoice, ToolName string
+	// JSONSchema, when not nil, asks for an answer that is JSON matching
+	// it (outputConfig.textFormat, type json_schema), named SchemaName.
+	JSONSchema map[string]any
+	SchemaName string
+	// ThinkingBudget, when positive, turns a Claude model's extended
+	// thinking on with that budget in tokens
+	// (additionalModelRequestFields.thinking); with no MaxOutputTokens,
+	// maxTokens is the budget plus 4096 for the answer. A model that is not
+	// Claude ([Model.Claude]) is sent none, with a Warning.
+	ThinkingBudget int
+	// TopK, when positive, is a Claude model's top_k
+	// (additionalModelRequestFields.top_k). A model that is not Claude is
+	// sent none, with a Warning.
+	TopK int
+}
 
 // Model is a model of Amazon Bedrock's Converse API. It is safe for
 // concurrent use.
@@ -203,6 +248,11 @@ func (m *Model) Provider() string { return m.provider }
 // ModelID returns the model id given to New.
 func (m *Model) ModelID() string { return m.id }
 
+// Claude reports whether the model's id names one of Anthropic's Claude
+// models ("anthropic.claude" in it, also in an inference profile's id):
+// the models that take Options.ThinkingBudget and Options.TopK.
+func (m *Model) Claude() bool { return strings.Contains(m.id, "anthropic.claude") }
+
 // RateLimitScope names the quota the model's calls count against: the
 // provider, endpoint (which names the region), API key and model id
 // (SigV4 credentials are resolved at call time, so they are not in it).
@@ -210,7 +260,7 @@ func (m *Model) RateLimitScope() string { return m.scope }
 
 // Generate makes one Converse call.
 func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Response, error) {
-	in, err := m.request(req)
+	in, warnings, err := m.request(req)
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +272,7 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 	out, err := m.client.Converse(ctx, &bedrockruntime.ConverseInput{
 		ModelId: in.ModelId, Messages: in.Messages, System: in.System, InferenceConfig: in.InferenceConfig,
 		ToolConfig: in.ToolConfig, AdditionalModelRequestFields: in.AdditionalModelRequestFields, GuardrailConfig: guard,
+		OutputConfig: in.OutputConfig,
 	}, m.callOptions(req))
 	if err != nil {
 		return nil, m.callError(ctx, rec, err)
@@ -239,7 +290,7 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 	if err := d.stop(out.StopReason, true); err != nil {
 		return nil, err
 	}
-	return &driver.Response{Content: collect(parts), Finish: d.finish, Usage: d.usage, Headers: rec.Header,
+	return &driver.Response{Content: collect(parts), Finish: d.finish, Usage: d.usage, Headers: rec.Header, Warnings: warnings,
 		Meta: abi.ResponseMeta{ID: rec.Header.Get("X-Amzn-Requestid"), ModelID: m.id}}, nil
 }
 
@@ -266,7 +317,7 @@ func collect(parts []abi.Part) []abi.Part {
 // response is read before Stream returns, so an HTTP error is Stream's
 // error.
 func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream, error) {
-	in, err := m.request(req)
+	in, warnings, err := m.request(req)
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +330,7 @@ func (m *Model) Stream(ctx context.Context, req *driver.Request) (driver.Stream,
 		return nil, m.callError(ctx, rec, err)
 	}
 	src := newSource(cancel, m.provider, out.GetStream())
-	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart})
+	s := adapter.NewStream(ctx, m.provider, src, abi.Part{Kind: abi.KindStreamStart, Warnings: warnings})
 	s.SetHeader(rec.Header)
 	return s, nil
 }
@@ -308,58 +359,119 @@ func (m *Model) callOptions(req *driver.Request) func(*bedrockruntime.Options) {
 }
 
 // request translates a driver request into ConverseStream's input (whose
-// fields Converse's share).
-func (m *Model) request(req *driver.Request) (*bedrockruntime.ConverseStreamInput, error) {
+// fields Converse's share), with the warnings of what it did not send as
+// asked.
+func (m *Model) request(req *driver.Request) (*bedrockruntime.ConverseStreamInput, []abi.Warning, error) {
 	id := m.id
 	if id == driver.AnyModelID {
 		if id = req.ModelID; id == "" {
-			return nil, errors.New("bedrock: the model is \"*\" and the request names no model")
+			return nil, nil, errors.New("bedrock: the model is \"*\" and the request names no model")
 		}
+	}
+	opts, err := m.options(req)
+	if err != nil {
+		return nil, nil, err
 	}
 	in := &bedrockruntime.ConverseStreamInput{ModelId: aws.String(id)}
 	if req.System != "" {
 		in.System = append(in.System, &types.SystemContentBlockMemberText{Value: req.System})
 	}
-	in.InferenceConfig = inferenceConfig(req)
+	var warnings []abi.Warning
+	in.InferenceConfig, warnings = inferenceConfig(req)
 	if len(req.Tools) > 0 {
-		tc, err := toolConfig(req.Tools)
+		tc, err := toolConfig(req.Tools, opts)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		in.ToolConfig = tc
 	}
-	if extra := m.extraFields(req); len(extra) > 0 {
+	if opts.JSONSchema != nil {
+		b, err := json.Marshal(opts.JSONSchema)
+		if err != nil {
+			return nil, nil, fmt.Errorf("bedrock: the JSON schema: %w", err)
+		}
+		def := types.JsonSchemaDefinition{Schema: aws.String(string(b))}
+		if opts.SchemaName != "" {
+			def.Name = aws.String(opts.SchemaName)
+		}
+		in.OutputConfig = &types.OutputConfig{TextFormat: &types.OutputFormat{Type: types.OutputFormatTypeJsonSchema,
+			Structure: &types.OutputFormatStructureMemberJsonSchema{Value: def}}}
+	}
+	extra, ws := m.extraFields(opts)
+	warnings = append(warnings, ws...)
+	if _, own := m.params["thinking"]; !own && opts.ThinkingBudget > 0 && m.Claude() && req.MaxOutputTokens <= 0 {
+		if in.InferenceConfig == nil {
+			in.InferenceConfig = &types.InferenceConfiguration{}
+		}
+		in.InferenceConfig.MaxTokens = aws.Int32(int32(min(opts.ThinkingBudget+thinkingAnswerTokens, 1<<31-1)))
+	}
+	if len(extra) > 0 {
 		in.AdditionalModelRequestFields = document.NewLazyDocument(extra)
 	}
 	for _, msg := range req.Messages {
 		if err := addMessage(in, &msg); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return in, nil
+	return in, warnings, nil
 }
 
-// inferenceConfig is the request's sampling settings; nil with none set.
-func inferenceConfig(req *driver.Request) *types.InferenceConfiguration {
+// options returns the request's ProviderOptions entry for the model's
+// provider as Options: a map[string]any is Fields alone.
+func (m *Model) options(req *driver.Request) (Options, error) {
+	switch po := req.ProviderOptions[m.provider].(type) {
+	case nil:
+		return Options{}, nil
+	case map[string]any:
+		return Options{Fields: po}, nil
+	case Options:
+		return po, nil
+	case *Options:
+		if po == nil {
+			return Options{}, nil
+		}
+		return *po, nil
+	default:
+		return Options{}, fmt.Errorf("bedrock: ProviderOptions[%q] is %T, want map[string]any or bedrock.Options", m.provider, po)
+	}
+}
+
+// inferenceConfig is the request's sampling settings (nil with none set),
+// and the warnings of those it did not send as asked: a temperature above
+// MaxTemperature (sent as it), more stop sequences than MaxStopSequences
+// (none sent).
+func inferenceConfig(req *driver.Request) (*types.InferenceConfiguration, []abi.Warning) {
+	var warnings []abi.Warning
 	ic := &types.InferenceConfiguration{StopSequences: req.StopSequences}
+	if n := len(req.StopSequences); n > MaxStopSequences {
+		// Converse refuses the call (ValidationException) with more: an
+		// answer that runs past a stop beats none.
+		ic.StopSequences = nil
+		warnings = append(warnings, abi.Warning{Type: "unsupported", Feature: "stop",
+			Message: fmt.Sprintf("%d stop sequences are more than Converse's %d; none were sent", n, MaxStopSequences)})
+	}
 	if req.MaxOutputTokens > 0 {
 		ic.MaxTokens = aws.Int32(int32(min(req.MaxOutputTokens, 1<<31-1)))
 	}
-	if req.Temperature != nil {
-		ic.Temperature = aws.Float32(float32(*req.Temperature))
+	if t := req.Temperature; t != nil {
+		ic.Temperature = aws.Float32(float32(min(*t, MaxTemperature)))
+		if *t > MaxTemperature {
+			warnings = append(warnings, abi.Warning{Type: "compatibility", Feature: "temperature",
+				Message: fmt.Sprintf("temperature %g is above Converse's maximum of 1; 1 was sent", *t)})
+		}
 	}
 	if req.TopP != nil {
 		ic.TopP = aws.Float32(float32(*req.TopP))
 	}
 	if ic.MaxTokens != nil || ic.Temperature != nil || ic.TopP != nil || len(ic.StopSequences) > 0 {
-		return ic
+		return ic, warnings
 	}
-	return nil
+	return nil, warnings
 }
 
-// toolConfig is the tools' specifications; a tool with no schema takes
-// any object.
-func toolConfig(tools []driver.Tool) (*types.ToolConfiguration, error) {
+// toolConfig is the tools' specifications, a tool with no schema taking
+// any object, and the tool choice of opts.
+func toolConfig(tools []driver.Tool, opts Options) (*types.ToolConfiguration, error) {
 	tc := &types.ToolConfiguration{}
 	for _, t := range tools {
 		schema := map[string]any{"type": "object", "properties": map[string]any{}}
@@ -376,24 +488,56 @@ func toolConfig(tools []driver.Tool) (*types.ToolConfiguration, error) {
 		}
 		tc.Tools = append(tc.Tools, &types.ToolMemberToolSpec{Value: spec})
 	}
+	switch opts.ToolChoice {
+	case "", "auto":
+	case "any":
+		tc.ToolChoice = &types.ToolChoiceMemberAny{}
+	case "tool":
+		if opts.ToolName == "" {
+			return nil, errors.New("bedrock: tool choice \"tool\" names no tool")
+		}
+		tc.ToolChoice = &types.ToolChoiceMemberTool{Value: types.SpecificToolChoice{Name: aws.String(opts.ToolName)}}
+	default:
+		return nil, fmt.Errorf("bedrock: unknown tool choice %q", opts.ToolChoice)
+	}
 	return tc, nil
 }
 
-// extraFields are the model's own request fields, then the request's
-// ProviderOptions for what they leave unset.
-func (m *Model) extraFields(req *driver.Request) map[string]any {
+// extraFields are the model's own request fields, then opts' for what
+// they leave unset: its Fields, and a Claude model's thinking and top_k.
+// A model that is not Claude gets neither, and a warning for each asked.
+func (m *Model) extraFields(opts Options) (map[string]any, []abi.Warning) {
 	extra := maps.Clone(m.params)
-	if po, ok := req.ProviderOptions[m.provider].(map[string]any); ok {
+	add := func(k string, v any) {
+		if _, set := m.params[k]; set {
+			return
+		}
 		if extra == nil {
 			extra = map[string]any{}
 		}
-		for k, v := range po {
-			if _, set := m.params[k]; !set {
-				extra[k] = v
-			}
+		extra[k] = v
+	}
+	for k, v := range opts.Fields {
+		add(k, v)
+	}
+	var warnings []abi.Warning
+	if opts.ThinkingBudget > 0 {
+		if m.Claude() {
+			add("thinking", map[string]any{"type": "enabled", "budget_tokens": opts.ThinkingBudget})
+		} else {
+			warnings = append(warnings, abi.Warning{Type: "unsupported", Feature: "thinking",
+				Message: "a thinking budget is sent to Claude models only; none was sent"})
 		}
 	}
-	return extra
+	if opts.TopK > 0 {
+		if m.Claude() {
+			add("top_k", opts.TopK)
+		} else {
+			warnings = append(warnings, abi.Warning{Type: "unsupported", Feature: "top_k",
+				Message: "top_k is sent to Claude models only; none was sent"})
+		}
+	}
+	return extra, warnings
 }
 
 // addMessage adds msg to in: a system message's text to the system

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -332,4 +333,107 @@ func TestAnyModelSendsTheRequestsModel(t *testing.T) {
 
 	_, err = m.Stream(context.Background(), conformance.Request())
 	require.ErrorContains(t, err, "names no model")
+}
+
+// sent streams req through a model of id (or the default Claude one) and
+// returns the body the loopback endpoint got and the stream's warnings.
+func sent(t *testing.T, id string, req *driver.Request) (map[string]any, []abi.Warning) {
+	t.Helper()
+	srv, _, bodies := capture(t, false)
+	if id == "" {
+		id = "anthropic.claude-3-5-haiku-20241022-v1:0"
+	}
+	m, err := bedrock.New(id, bedrock.WithBaseURL(srv.URL), bedrock.WithRegion("us-east-1"),
+		bedrock.WithCredentials(creds), bedrock.WithHTTPClient(srv.Client()))
+	require.NoError(t, err)
+	st, err := m.Stream(context.Background(), req)
+	require.NoError(t, err)
+	parts, err := wiretest.Collect(st, 100)
+	require.NoError(t, err)
+	var body map[string]any
+	require.NoError(t, json.Unmarshal(<-bodies, &body))
+	return body, parts[0].Warnings
+}
+
+// Options in a request's ProviderOptions entry reach Converse in its own
+// fields: the tool choice in toolConfig, a JSON schema in outputConfig, a
+// Claude model's thinking budget and top_k in additionalModelRequestFields.
+// What Converse would refuse is not sent, with a warning naming it.
+func TestOptionsTranslation(t *testing.T) {
+	tools := []driver.Tool{{Name: "get_weather", Schema: `{"type":"object"}`}}
+	hot, schema := 1.5, map[string]any{"type": "object", "required": []any{"city"}}
+	for _, tc := range []struct {
+		name     string
+		id       string
+		req      driver.Request
+		want     map[string]any // top-level body fields
+		warnings []string       // features warned about
+	}{
+		{name: "tool choice any", req: driver.Request{Tools: tools, ProviderOptions: map[string]any{"bedrock": bedrock.Options{ToolChoice: "any"}}},
+			want: map[string]any{"toolConfig": map[string]any{"toolChoice": map[string]any{"any": map[string]any{}},
+				"tools": []any{map[string]any{"toolSpec": map[string]any{"name": "get_weather", "inputSchema": map[string]any{"json": map[string]any{"type": "object"}}}}}}}},
+		{name: "tool choice of one tool", req: driver.Request{Tools: tools, ProviderOptions: map[string]any{"bedrock": &bedrock.Options{ToolChoice: "tool", ToolName: "get_weather"}}},
+			want: map[string]any{"toolConfig": map[string]any{"toolChoice": map[string]any{"tool": map[string]any{"name": "get_weather"}},
+				"tools": []any{map[string]any{"toolSpec": map[string]any{"name": "get_weather", "inputSchema": map[string]any{"json": map[string]any{"type": "object"}}}}}}}},
+		{name: "JSON schema", req: driver.Request{ProviderOptions: map[string]any{"bedrock": bedrock.Options{JSONSchema: schema, SchemaName: "city"}}},
+			want: map[string]any{"outputConfig": map[string]any{"textFormat": map[string]any{"type": "json_schema",
+				"structure": map[string]any{"jsonSchema": map[string]any{"name": "city", "schema": `{"required":["city"],"type":"object"}`}}}}}},
+		{name: "thinking budget with room for the answer", req: driver.Request{ProviderOptions: map[string]any{"bedrock": bedrock.Options{ThinkingBudget: 2048, TopK: 20}}},
+			want: map[string]any{"additionalModelRequestFields": map[string]any{"thinking": map[string]any{"type": "enabled", "budget_tokens": 2048.0}, "top_k": 20.0},
+				"inferenceConfig": map[string]any{"maxTokens": 2048.0 + 4096}}},
+		{name: "thinking budget within the request's max tokens", req: driver.Request{MaxOutputTokens: 3000, ProviderOptions: map[string]any{"bedrock": bedrock.Options{ThinkingBudget: 1500}}},
+			want: map[string]any{"additionalModelRequestFields": map[string]any{"thinking": map[string]any{"type": "enabled", "budget_tokens": 1500.0}},
+				"inferenceConfig": map[string]any{"maxTokens": 3000.0}}},
+		{name: "no thinking or top_k for a model that is not Claude", id: "meta.llama3-70b-instruct-v1:0",
+			req:      driver.Request{ProviderOptions: map[string]any{"bedrock": bedrock.Options{ThinkingBudget: 2048, TopK: 20, Fields: map[string]any{"x": 1}}}},
+			want:     map[string]any{"additionalModelRequestFields": map[string]any{"x": 1.0}},
+			warnings: []string{"thinking", "top_k"}},
+		{name: "temperature above 1 sent as 1", req: driver.Request{Temperature: &hot},
+			want: map[string]any{"inferenceConfig": map[string]any{"temperature": 1.0}}, warnings: []string{"temperature"}},
+		{name: "stop sequences at the limit", req: driver.Request{StopSequences: stops(bedrock.MaxStopSequences)},
+			want: map[string]any{"inferenceConfig": map[string]any{"stopSequences": anys(stops(bedrock.MaxStopSequences))}}},
+		{name: "more stop sequences than Converse takes: none", req: driver.Request{StopSequences: stops(bedrock.MaxStopSequences + 1)},
+			want: map[string]any{}, warnings: []string{"stop"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := tc.req
+			req.Messages = conformance.Request().Messages
+			body, warnings := sent(t, tc.id, &req)
+			for _, k := range []string{"modelId", "messages"} {
+				delete(body, k)
+			}
+			require.Equal(t, tc.want, body)
+			var features []string
+			for _, w := range warnings {
+				features = append(features, w.Feature)
+			}
+			require.Equal(t, tc.warnings, features)
+		})
+	}
+}
+
+func stops(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("stop-%d", i)
+	}
+	return out
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func TestOptionsOfTheWrongTypeAreAnError(t *testing.T) {
+	srv, _, _ := capture(t, false)
+	_, err := model(t, srv).Stream(context.Background(), &driver.Request{Messages: conformance.Request().Messages,
+		ProviderOptions: map[string]any{"bedrock": "top_k=5"}})
+	require.ErrorContains(t, err, "want map[string]any or bedrock.Options")
+	_, err = model(t, srv).Stream(context.Background(), &driver.Request{Messages: conformance.Request().Messages,
+		Tools: []driver.Tool{{Name: "f"}}, ProviderOptions: map[string]any{"bedrock": bedrock.Options{ToolChoice: "tool"}}})
+	require.ErrorContains(t, err, "names no tool")
 }

@@ -23,11 +23,19 @@
 // Converse wants the roles to alternate. Tools become toolSpec entries
 // with their schema as inputSchema.json. MaxOutputTokens, Temperature,
 // TopP and StopSequences go in inferenceConfig (maxTokens, temperature,
-// topP, stopSequences); Seed has no Converse field and is not sent.
+// topP, stopSequences); Seed has no Converse field and is not sent. A
+// Temperature above 1 (MaxTemperature, the most Converse's models take)
+// is sent as 1, and more than 2500 stop sequences (MaxStopSequences) as
+// none, each with a Warning on stream-start and in Response.Warnings.
 // Request.ProviderOptions["bedrock"], a map[string]any, is merged into
 // additionalModelRequestFields (the model's own parameters, such as
 // {"top_k": 40} or Claude's {"thinking": {…}}); WithParam's fields win
-// over it. A model id of "*" sends Request.ModelID.
+// over it. The entry may be an Options instead: its Fields are merged the
+// same way, its ToolChoice becomes toolConfig.toolChoice, its JSONSchema
+// outputConfig.textFormat, and on a Claude model (Model.Claude) its
+// ThinkingBudget and TopK become additionalModelRequestFields' thinking
+// and top_k (another model is sent neither, with a Warning). A model id
+// of "*" sends Request.ModelID.
 //
 // # Stream mapping
 //
