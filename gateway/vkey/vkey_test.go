@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -224,6 +225,31 @@ func BenchmarkLoad100kKeys(b *testing.B) {
 			}
 		}
 	})
+	// Load-fresh is serve's load at start: each op a fresh process (this
+	// test binary, running TestLoadInAFreshProcess), whose heap has not
+	// grown yet, so that every page the load touches is a fault; its
+	// load's wall time, CPU and faults are reported (the ns/op is the
+	// whole process's).
+	b.Run("Load-fresh", func(b *testing.B) {
+		var wall, cpu, faults int64
+		for b.Loop() {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestLoadInAFreshProcess$", "-test.count=1")
+			cmd.Env = append(os.Environ(), "VKEY_FRESH_FILE="+path)
+			out, err := cmd.Output()
+			if err != nil {
+				b.Fatalf("%v: %s", err, out)
+			}
+			_, line, ok := strings.Cut(string(out), "fresh-load ")
+			var w, c, f, n int64
+			if _, err := fmt.Sscan(line, &w, &c, &f, &n); !ok || err != nil || n != 100_000 {
+				b.Fatalf("the child printed %q", out)
+			}
+			wall, cpu, faults = wall+w, cpu+c, faults+f
+		}
+		b.ReportMetric(float64(wall)/float64(b.N), "load-ns/op")
+		b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(faults)/float64(b.N), "faults/op")
+	})
 	b.Run("encoding-json", func(b *testing.B) {
 		defer reportCPU(b)()
 		for b.Loop() {
@@ -241,6 +267,23 @@ func BenchmarkLoad100kKeys(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestLoadInAFreshProcess is BenchmarkLoad100kKeys/Load-fresh's child:
+// with VKEY_FRESH_FILE set it loads that file and prints the load's wall
+// time, CPU time (ns) and page faults, and the number of keys.
+func TestLoadInAFreshProcess(t *testing.T) {
+	path := os.Getenv("VKEY_FRESH_FILE")
+	if path == "" {
+		t.Skip("BenchmarkLoad100kKeys/Load-fresh runs it")
+	}
+	cpu0, faults0 := cpuTime()
+	t0 := time.Now()
+	s, err := Load(path)
+	wall := time.Since(t0)
+	cpu, faults := cpuTime()
+	require.NoError(t, err)
+	fmt.Printf("fresh-load %d %d %d %d\n", wall.Nanoseconds(), (cpu - cpu0).Nanoseconds(), faults-faults0, s.Len())
 }
 
 // BenchmarkLookup is what the key set adds to a request, in a set of 100
