@@ -110,11 +110,19 @@ func (g *Gateway) logAccess(ctx context.Context, r *http.Request, l *accessLog, 
 
 // logRefused writes the access-log line (and counts the request) of a
 // request refused before it reached a door's handler: a missing or wrong
-// API key, an unknown path. Its id is the client's X-Request-Id, if valid.
-func (g *Gateway) logRefused(r *http.Request, status int, outcome string) {
+// API key, an unknown path. Its id is the one its answer carries
+// (refusedID).
+func (g *Gateway) logRefused(r *http.Request, w http.ResponseWriter, status int, outcome string) {
 	l := accessLog{status: status, outcome: outcome, start: time.Now()}
-	l.requestID = requestID(r.Header.Get("X-Request-Id"), "")
+	l.requestID = w.Header().Get("X-Request-Id")
 	g.logAccess(r.Context(), r, &l, nil)
+}
+
+// refusedID names the answer of a request that no door's handler reads
+// (a refused key, an unknown path, the model endpoints) as a door's
+// answers are named: the client's X-Request-Id if valid, else a new id.
+func refusedID(w http.ResponseWriter, r *http.Request, d door) {
+	setRequestID(w.Header(), d, []string{requestID(r.Header.Get("X-Request-Id"), newID("req_rh"))})
 }
 
 // maxRequestID caps a client's X-Request-Id.
@@ -220,7 +228,7 @@ func (g *Gateway) screen(w http.ResponseWriter, r *http.Request, d door, c *call
 	l := &c.l
 	l.requestID = requestID(r.Header.Get("X-Request-Id"), l.id)
 	c.hv[0] = l.requestID
-	w.Header()["X-Request-Id"] = c.hv[0:1:1] // on every answer; sent with the first byte, never before commit
+	setRequestID(w.Header(), d, c.hv[0:1:1]) // on every answer; sent with the first byte, never before commit
 	if allow := cmp.Or(c.allow, http.MethodPost); r.Method != allow && (c.allow == "" || !slices.Contains(strings.Split(allow, ", "), r.Method)) {
 		w.Header().Set("Allow", allow)
 		l.status, l.outcome = http.StatusMethodNotAllowed, "client_error"

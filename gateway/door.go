@@ -68,6 +68,17 @@ func writeErr(w http.ResponseWriter, d door, e apiError) {
 	_, _ = w.Write(append(d.appendError(nil, &e), '\n'))
 }
 
+// setRequestID names an answer by its request id v (one value): in
+// X-Request-Id on every door, and in request-id on Anthropic's, where
+// Anthropic's API sends it and its SDKs read it (a response's
+// _request_id, an error's requestID).
+func setRequestID(h http.Header, d door, v []string) {
+	h["X-Request-Id"] = v
+	if _, ok := d.(messagesDoor); ok {
+		h["Request-Id"] = v
+	}
+}
+
 // chatDoor is OpenAI's Chat Completions: POST /v1/chat/completions.
 type chatDoor struct{}
 

@@ -29,10 +29,12 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 
 // modelsAuthed wraps a model endpoint with the API key check, refusing
 // in the format of the client: Anthropic's for a request with
-// anthropic-version (what anthropic-sdk-go sends), else OpenAI's.
+// anthropic-version (what anthropic-sdk-go sends), else OpenAI's. Its
+// answers carry a request id, as the doors' do.
 func (g *Gateway) modelsAuthed(h http.HandlerFunc) http.HandlerFunc {
 	chat, msgs := g.authed(chatDoor{}, h), g.authed(messagesDoor{}, h)
 	return func(w http.ResponseWriter, r *http.Request) {
+		refusedID(w, r, modelsDoor(r))
 		if modelsDoor(r) == (messagesDoor{}) {
 			msgs(w, r)
 			return

@@ -204,7 +204,7 @@ func (g *Gateway) routes() {
 		e := apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "not_found",
 			msg: fmt.Sprintf("retryhost gateway: no endpoint %s %s", r.Method, r.URL.Path)}
 		writeErr(w, modelsDoor(r), e)
-		g.logRefused(r, e.status, "not_found")
+		g.logRefused(r, w, e.status, "not_found")
 	}))
 }
 

@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -158,5 +160,63 @@ func TestRefusedRequestsAreLogged(t *testing.T) {
 		if w.id != "" {
 			require.Equal(t, w.id, recs[i]["request_id"])
 		}
+	}
+}
+
+// Every answer names its request id, in X-Request-Id and, on Anthropic's
+// door and model endpoints, in request-id (Anthropic's SDKs read it as a
+// response's request id and an error's): the client's X-Request-Id, else
+// the gateway's. Also the answers no door reads: a refused key, an
+// unknown path, the model list.
+func TestEveryAnswerNamesItsRequestID(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, []string{"backup"}, WithAPIKeys("client-key"))
+	r.up["backup"].play(act{chunks: []string{"Paris."}})
+	msg := `{"model":"backup","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
+	ant := []string{"X-Api-Key", "client-key", "Anthropic-Version", "2023-06-01"}
+	tests := []struct {
+		name, method, path, body string
+		hdr                      []string
+		status                   int
+		anthropic                bool
+	}{
+		{name: "a message", path: "/v1/messages", body: msg, hdr: ant, status: 200, anthropic: true},
+		{name: "a rejected message", path: "/v1/messages", body: `{"model":"backup"}`, hdr: ant, status: 400, anthropic: true},
+		{name: "a token count refused", path: "/v1/messages/count_tokens", body: `{"model":"primary","messages":[]}`, hdr: ant, status: 400, anthropic: true},
+		{name: "a wrong key on messages", path: "/v1/messages", body: msg, hdr: []string{"X-Api-Key", "wrong"}, status: 401, anthropic: true},
+		{name: "an unknown path, Anthropic's client", path: "/v1/messages/batches", body: `{}`, hdr: ant, status: 404, anthropic: true},
+		{name: "the models, Anthropic's client", method: http.MethodGet, path: "/v1/models", hdr: ant, status: 200, anthropic: true},
+		{name: "a chat completion refused", path: "/v1/chat/completions", body: `{"model":"nope","messages":[]}`, hdr: []string{"Authorization", "Bearer client-key"}, status: 400},
+		{name: "a wrong key on chat", path: "/v1/chat/completions", body: `{}`, hdr: []string{"Authorization", "Bearer wrong"}, status: 401},
+		{name: "an unknown path", path: "/v1/nope", body: `{}`, hdr: []string{"Authorization", "Bearer client-key"}, status: 404},
+		{name: "the models", method: http.MethodGet, path: "/v1/models/primary", hdr: []string{"Authorization", "Bearer client-key"}, status: 200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, client := range []string{"", "req-from-client"} {
+				req, err := http.NewRequest(cmp.Or(tc.method, http.MethodPost), r.srv.URL+tc.path, strings.NewReader(tc.body))
+				require.NoError(t, err)
+				for i := 0; i+1 < len(tc.hdr); i += 2 {
+					req.Header.Set(tc.hdr[i], tc.hdr[i+1])
+				}
+				if client != "" {
+					req.Header.Set("X-Request-Id", client)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				require.NoError(t, err)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				require.Equal(t, tc.status, resp.StatusCode)
+				id := resp.Header.Get("X-Request-Id")
+				require.NotEmpty(t, id)
+				if client != "" {
+					require.Equal(t, client, id)
+				}
+				if tc.anthropic {
+					require.Equal(t, id, resp.Header.Get("Request-Id"))
+				} else {
+					require.Empty(t, resp.Header.Get("Request-Id"), "OpenAI's shape has no request-id")
+				}
+			}
+		})
 	}
 }

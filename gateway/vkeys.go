@@ -120,8 +120,11 @@ func virtualKey(r *http.Request, s *vkey.Set, now time.Time) (*vkey.Key, string)
 func (g *Gateway) refuseKey(w http.ResponseWriter, r *http.Request, d door, msg string) {
 	g.stats.unauthorized.Add(1)
 	w.Header().Set("WWW-Authenticate", `Bearer realm="retryhost"`)
+	if w.Header().Get("X-Request-Id") == "" {
+		refusedID(w, r, d)
+	}
 	writeErr(w, d, apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key", msg: msg})
-	g.logRefused(r, http.StatusUnauthorized, "unauthorized")
+	g.logRefused(r, w, http.StatusUnauthorized, "unauthorized")
 }
 
 // estimateTokens is what a request is charged at admission against its
