@@ -59,6 +59,9 @@ var statefulFields = [...]string{"previous_response_id", "store", "background"}
 // not one OpenAI account.
 const statefulMsg = "a stateful request's response is stored by the one upstream account that answers it, and only a route whose models are all one OpenAI account (one base URL, key and headers) can keep it there: this route's fail-over could reach a model that would not find it, and the gateway stores no responses of its own. Use such a route, or send the conversation as input items, with store false or omitted"
 
+// itemRefMsg says why an item_reference is refused and what to send.
+const itemRefMsg = "the gateway's /v1/responses keeps no state: a fail-over to another model would not find the item; send the item itself (a client that refers to the items of earlier responses does so with store false)"
+
 // parse reads a Responses body into the driver's request: instructions
 // and system or developer messages as the system prompt, message items
 // (text), function_call and function_call_output items, function tools.
@@ -168,6 +171,7 @@ func parseResponsesInput(raw json.RawMessage, r *driver.Request) error {
 	}
 	var items []struct {
 		Type      string          `json:"type"`
+		ID        string          `json:"id"`
 		Role      string          `json:"role"`
 		Content   json.RawMessage `json:"content"`
 		CallID    string          `json:"call_id"`
@@ -184,6 +188,9 @@ func parseResponsesInput(raw json.RawMessage, r *driver.Request) error {
 	}
 	for i, it := range items {
 		at := "input[" + strconv.Itoa(i) + "]"
+		if it.Type == "" && it.Role == "" && it.ID != "" {
+			it.Type = "item_reference" // its type is optional
+		}
 		switch it.Type {
 		case "", "message":
 			text, err := responsesText(it.Content)
@@ -222,6 +229,8 @@ func parseResponsesInput(raw json.RawMessage, r *driver.Request) error {
 				out = os
 			}
 			r.Messages = append(r.Messages, driver.Message{Role: driver.RoleTool, Content: []driver.Content{{ToolCallID: it.CallID, ToolResult: out}}})
+		case "item_reference":
+			return badRequest(at, "%s: an item_reference names an item an upstream account stored, and %s", at, itemRefMsg)
 		default:
 			return badRequest(at+".type", "%s: items of type %q are not supported by the gateway's /v1/responses (message, function_call and function_call_output are)", at, it.Type)
 		}

@@ -130,6 +130,14 @@ func TestResponses_AnswersErrorsInOpenAIsShape(t *testing.T) {
 			p.Truncation = responses.ResponseNewParamsTruncationAuto
 			return p
 		}(), status: 400, param: "truncation", msg: "not supported"},
+		{name: "an item_reference", p: func() responses.ResponseNewParams {
+			p := responsesParams("backup")
+			p.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+				responses.ResponseInputItemParamOfMessage("Capital of France?", responses.EasyInputMessageRoleUser),
+				responses.ResponseInputItemParamOfItemReference("msg_1"),
+			}}
+			return p
+		}(), status: 400, param: "input[1]", msg: "with store false"},
 		{name: "unknown route", p: responsesParams("nope"), status: 404, param: "model", msg: `no route named "nope"`},
 		{name: "the upstream down", p: responsesParams("primary"), status: 502},
 	}
