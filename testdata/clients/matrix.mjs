@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
-import { APICallError, embed, embedMany, generateText, jsonSchema, streamText, tool } from 'ai';
+import { APICallError, embed, embedMany, generateText, jsonSchema, stepCountIs, streamText, tool } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createAnthropic } from '@ai-sdk/anthropic';
 
@@ -283,6 +283,20 @@ check('openai-node responses function call stream', async () => {
   assert.equal(call?.arguments, args);
 });
 
+check('openai-node responses input items', async () => {
+  const r = await oai.responses.create({
+    model: 'claude',
+    input: [
+      { role: 'developer', content: 'Answer briefly.' },
+      { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Capital of France?' }] },
+      { type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'Paris.' }] },
+      { role: 'user', content: 'Say it again.' },
+    ],
+    max_output_tokens: 64, temperature: 0.2,
+  });
+  assert.equal(r.output_text, ANSWER);
+});
+
 check('openai-node responses function call output round trip', async () => {
   const r = await oai.responses.create({
     model: 'claude',
@@ -450,6 +464,21 @@ check('openai-node embeddings 404', () =>
     assert.equal(e.code, 'model_not_found');
   }));
 
+// ---- openai-node: models ----
+
+check('openai-node models list', async () => {
+  const ids = [];
+  for await (const m of oai.models.list()) ids.push(m.id);
+  for (const id of ['gpt', 'claude', 'emb', 'emb-group']) assert.ok(ids.includes(id), `${id} in ${ids}`);
+});
+
+check('openai-node models retrieve', async () => {
+  const m = await oai.models.retrieve('claude');
+  assert.equal(m.id, 'claude');
+  assert.equal(m.object, 'model');
+  await rejects(() => oai.models.retrieve('nope'), OpenAI.NotFoundError, 404);
+});
+
 // ---- Anthropic's SDK: messages ----
 
 check('anthropic-sdk messages json', async () => {
@@ -462,6 +491,53 @@ check('anthropic-sdk messages json', async () => {
   assert.equal(data.model, 'claude');
   assert.equal(data.usage.input_tokens, 14);
   assert.equal(response.headers.get('x-retryhost-model'), 'claude');
+});
+
+check('anthropic-sdk messages request id', async () => {
+  const { request_id } = await ant.messages.create({ model: 'claude', max_tokens: 256, messages }).withResponse();
+  assert.ok(request_id, 'the request-id header the SDK reads');
+  await rejects(() => ant.messages.create({ model: 'nope', max_tokens: 256, messages }), Anthropic.NotFoundError, 404, (e) => {
+    assert.ok(e.requestID, 'an error carries the request id too');
+  });
+});
+
+check('anthropic-sdk messages system blocks and content blocks', async () => {
+  for (const model of ['claude', 'gpt']) {
+    const m = await ant.messages.create({
+      model, max_tokens: 256,
+      system: [{ type: 'text', text: 'Answer briefly.', cache_control: { type: 'ephemeral' } }],
+      messages: [
+        { role: 'user', content: [{ type: 'text', text: 'Capital of France?' }] },
+        { role: 'assistant', content: [{ type: 'text', text: 'Paris.' }] },
+        { role: 'user', content: 'Say it again.' },
+      ],
+    });
+    assert.equal(m.content[0].text, ANSWER, model);
+  }
+});
+
+check('anthropic-sdk messages tool result round trip', async () => {
+  for (const model of ['claude', 'gpt']) {
+    const m = await ant.messages.create({
+      model, max_tokens: 256, tools: [antTool],
+      messages: [
+        { role: 'user', content: 'Weather in Paris?' },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: 'sunny' }] },
+      ],
+    });
+    assert.equal(m.type, 'message', model);
+  }
+});
+
+check('anthropic-sdk models', async () => {
+  const ids = [];
+  for await (const m of ant.models.list()) ids.push(m.id);
+  assert.ok(ids.includes('claude'), `claude in ${ids}`);
+  const m = await ant.models.retrieve('claude');
+  assert.equal(m.id, 'claude');
+  assert.equal(m.type, 'model');
+  await rejects(() => ant.models.retrieve('nope'), Anthropic.NotFoundError, 404);
 });
 
 check('anthropic-sdk messages json from OpenAI', async () => {
@@ -669,6 +745,45 @@ check('ai-sdk/openai responses tool call', async () => {
   const r = await generateText({ model: vOpenAI.responses('gpt'), prompt, tools: vTools, maxRetries: 0 });
   assert.equal(r.toolCalls[0]?.toolName, 'get_weather');
   assert.deepEqual(r.toolCalls[0].input, { city: 'Paris' });
+});
+
+const vToolsRun = {
+  get_weather: tool({
+    description: 'The weather in a city',
+    inputSchema: jsonSchema({ type: 'object', properties: { city: { type: 'string' } }, required: ['city'] }),
+    execute: async ({ city }) => `sunny in ${city}`,
+  }),
+};
+
+check('ai-sdk/openai responses tool loop', async () => {
+  const r = await generateText({
+    model: vOpenAI.responses('claude'), prompt, tools: vToolsRun, stopWhen: stepCountIs(2), maxRetries: 0,
+    providerOptions: { openai: { store: false } },
+  });
+  assert.equal(r.steps.length, 2);
+  assert.equal(r.steps[0].toolResults[0]?.output, 'sunny in Paris');
+});
+
+check('ai-sdk/openai responses conversation', async () => {
+  const opts = { providerOptions: { openai: { store: false } }, maxRetries: 0 };
+  const first = await generateText({ model: vOpenAI.responses('gpt'), prompt, ...opts });
+  const next = await generateText({
+    model: vOpenAI.responses('gpt'), ...opts,
+    messages: [{ role: 'user', content: prompt }, ...first.response.messages, { role: 'user', content: 'Say it again.' }],
+  });
+  assert.equal(next.text, ANSWER);
+});
+
+check('ai-sdk/openai responses 400 item_reference', async () => {
+  // By default the provider refers to the items of earlier responses by
+  // id, which only the upstream that stored them could resolve.
+  const first = await generateText({ model: vOpenAI.responses('gpt'), prompt, maxRetries: 0 });
+  await rejects(() => generateText({
+    model: vOpenAI.responses('gpt'), maxRetries: 0,
+    messages: [{ role: 'user', content: prompt }, ...first.response.messages, { role: 'user', content: 'Say it again.' }],
+  }), APICallError, 400, (e) => {
+    assert.match(e.message, /store/, 'the refusal says what to do');
+  });
 });
 
 check('ai-sdk/openai chat.completions generateText', async () => {
