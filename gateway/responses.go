@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -18,7 +19,7 @@ import (
 // as a response object or its typed events, errors in OpenAI's shape.
 //
 // A stateful request (previous_response_id, store: true, background:
-// true) is not translated: its state lives in the one upstream account
+// true, an item_reference input item) is not translated: its state lives in the one upstream account
 // that stores the response, and the gateway stores no responses of its
 // own. It is forwarded as it came (forwardStateful) when every model of
 // its route is a model of one OpenAI account, failing over between them,
@@ -59,8 +60,29 @@ var statefulFields = [...]string{"previous_response_id", "store", "background"}
 // not one OpenAI account.
 const statefulMsg = "a stateful request's response is stored by the one upstream account that answers it, and only a route whose models are all one OpenAI account (one base URL, key and headers) can keep it there: this route's fail-over could reach a model that would not find it, and the gateway stores no responses of its own. Use such a route, or send the conversation as input items, with store false or omitted"
 
-// itemRefMsg says why an item_reference is refused and what to send.
-const itemRefMsg = "the gateway's /v1/responses keeps no state: a fail-over to another model would not find the item; send the item itself (a client that refers to the items of earlier responses does so with store false)"
+// itemReference returns the param of the first item_reference among a
+// Responses input's items (its type is optional: an item with an id and
+// no role), "" when there is none. Such an item names an item an upstream
+// account stored, which makes the request stateful.
+func itemReference(input json.RawMessage) string {
+	if len(input) == 0 || input[0] != '[' || !bytes.Contains(input, []byte(`"id"`)) {
+		return ""
+	}
+	var items []struct {
+		Type string          `json:"type"`
+		ID   string          `json:"id"`
+		Role json.RawMessage `json:"role"`
+	}
+	if json.Unmarshal(input, &items) != nil {
+		return "" // the input's checks say what is wrong with it
+	}
+	for i, it := range items {
+		if it.Type == "item_reference" || (it.Type == "" && it.Role == nil && it.ID != "") {
+			return "input[" + strconv.Itoa(i) + "]"
+		}
+	}
+	return ""
+}
 
 // parse reads a Responses body into the driver's request: instructions
 // and system or developer messages as the system prompt, message items
@@ -76,6 +98,9 @@ func (responsesDoor) parse(body []byte, _ http.Header, _ *generation) (*chatRequ
 			cr.forward, cr.stateful = fields, k // its other fields are the account's to check
 			break
 		}
+	}
+	if at := itemReference(fields["input"]); at != "" && cr.forward == nil {
+		cr.forward, cr.stateful = fields, at
 	}
 	for k := range fields {
 		if !responsesFields[k] && cr.forward == nil {
@@ -171,7 +196,6 @@ func parseResponsesInput(raw json.RawMessage, r *driver.Request) error {
 	}
 	var items []struct {
 		Type      string          `json:"type"`
-		ID        string          `json:"id"`
 		Role      string          `json:"role"`
 		Content   json.RawMessage `json:"content"`
 		CallID    string          `json:"call_id"`
@@ -188,9 +212,6 @@ func parseResponsesInput(raw json.RawMessage, r *driver.Request) error {
 	}
 	for i, it := range items {
 		at := "input[" + strconv.Itoa(i) + "]"
-		if it.Type == "" && it.Role == "" && it.ID != "" {
-			it.Type = "item_reference" // its type is optional
-		}
 		switch it.Type {
 		case "", "message":
 			text, err := responsesText(it.Content)
@@ -229,8 +250,6 @@ func parseResponsesInput(raw json.RawMessage, r *driver.Request) error {
 				out = os
 			}
 			r.Messages = append(r.Messages, driver.Message{Role: driver.RoleTool, Content: []driver.Content{{ToolCallID: it.CallID, ToolResult: out}}})
-		case "item_reference":
-			return badRequest(at, "%s: an item_reference names an item an upstream account stored, and %s", at, itemRefMsg)
 		default:
 			return badRequest(at+".type", "%s: items of type %q are not supported by the gateway's /v1/responses (message, function_call and function_call_output are)", at, it.Type)
 		}

@@ -137,7 +137,7 @@ func TestResponses_AnswersErrorsInOpenAIsShape(t *testing.T) {
 				responses.ResponseInputItemParamOfItemReference("msg_1"),
 			}}
 			return p
-		}(), status: 400, param: "input[1]", msg: "with store false"},
+		}(), status: 400, param: "input[1]", msg: "is not one OpenAI account"},
 		{name: "unknown route", p: responsesParams("nope"), status: 404, param: "model", msg: `no route named "nope"`},
 		{name: "the upstream down", p: responsesParams("primary"), status: 502},
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
@@ -75,6 +76,32 @@ func TestResponses_StatefulGoesToTheRoutesOneAccount(t *testing.T) {
 	last := acct.requests()[2]
 	require.Equal(t, true, last.body["stream"])
 	require.Equal(t, "resp_1", last.body["previous_response_id"])
+}
+
+// An item_reference input item (typed, or with its optional type left
+// out) names an item the account stored: the request goes to the one
+// account as it came, like one with previous_response_id; a message item
+// that has an id of its own is no reference.
+func TestResponses_ItemReferenceGoesToTheAccount(t *testing.T) {
+	acct := newWireUp(t, oaiStored)
+	r := doorRig(t, `{"models": [`+oaiModel("up", "gpt-4.1", acct, "")+`], "rules": []}`)
+	for i, item := range []string{`{"type": "item_reference", "id": "msg_1"}`, `{"id": "msg_1"}`} {
+		p := responsesParams("up")
+		p.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+			responses.ResponseInputItemParamOfMessage("Capital of France?", responses.EasyInputMessageRoleUser)}}
+		got, err := r.client.Responses.New(context.Background(), p, option.WithJSONSet("input.1", json.RawMessage(item)))
+		require.NoError(t, err)
+		require.Equal(t, "resp_2", got.ID)
+		reqs := acct.requests()
+		require.Len(t, reqs, i+1)
+		require.Equal(t, "POST /v1/responses", reqs[i].method+" "+reqs[i].path)
+		input, _ := reqs[i].body["input"].([]any)
+		require.Len(t, input, 2, "sent as it came")
+		require.Equal(t, "msg_1", input[1].(map[string]any)["id"])
+	}
+	require.Equal(t, "", itemReference(json.RawMessage(`[{"type": "message", "id": "msg_1", "role": "assistant", "content": "Paris."}]`)))
+	require.Equal(t, "", itemReference(json.RawMessage(`[{"id": "msg_1", "role": "assistant", "content": "Paris."}]`)))
+	require.Equal(t, "input[1]", itemReference(json.RawMessage(`[{"role": "user", "content": "hi"}, {"id": "msg_1"}]`)))
 }
 
 // A stateful request's own fallbacks that name routes of its account

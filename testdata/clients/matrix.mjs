@@ -774,15 +774,26 @@ check('ai-sdk/openai responses conversation', async () => {
   assert.equal(next.text, ANSWER);
 });
 
-check('ai-sdk/openai responses 400 item_reference', async () => {
+check('ai-sdk/openai responses item_reference to the one account', async () => {
   // By default the provider refers to the items of earlier responses by
-  // id, which only the upstream that stored them could resolve.
+  // id: a stateful request, which a route of one OpenAI account takes.
   const first = await generateText({ model: vOpenAI.responses('gpt'), prompt, maxRetries: 0 });
-  await rejects(() => generateText({
+  const next = await generateText({
     model: vOpenAI.responses('gpt'), maxRetries: 0,
     messages: [{ role: 'user', content: prompt }, ...first.response.messages, { role: 'user', content: 'Say it again.' }],
+  });
+  assert.equal(next.text, ANSWER);
+  assert.equal(next.response.id, 'resp_up', "the account's own response, forwarded");
+});
+
+check('ai-sdk/openai responses 400 item_reference', async () => {
+  // On a route of another provider only the items themselves will do.
+  const first = await generateText({ model: vOpenAI.responses('claude'), prompt, maxRetries: 0 });
+  await rejects(() => generateText({
+    model: vOpenAI.responses('claude'), maxRetries: 0,
+    messages: [{ role: 'user', content: prompt }, ...first.response.messages, { role: 'user', content: 'Say it again.' }],
   }), APICallError, 400, (e) => {
-    assert.match(e.message, /store/, 'the refusal says what to do');
+    assert.match(e.message, /store false/, 'the refusal says what to do');
   });
 });
 
