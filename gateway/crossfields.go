@@ -37,22 +37,86 @@ var effortBudget = map[string]struct{ anthropic, gemini int }{
 // minThinkingBudget is the smallest thinking budget Anthropic's API takes.
 const minThinkingBudget = 1024
 
-// toOpenAIFields translates a Messages request's tool_choice and
-// metadata.user_id (as `user`, the end-user id OpenAI's API takes) for the
-// OpenAI-compatible upstreams named by providers. A metadata that is not
-// an object with a string user_id is left out (an Anthropic upstream
-// judges it).
-func toOpenAIFields(r *driver.Request, fields map[string]json.RawMessage, providers []string) error {
-	var tc *struct {
+// messagesExtras are the fields of a Messages request, beyond the
+// driver's, that upstreams of the other APIs get translated.
+type messagesExtras struct {
+	toolChoice *struct {
 		Type                   string `json:"type"`
 		Name                   string `json:"name"`
 		DisableParallelToolUse bool   `json:"disable_parallel_tool_use"`
 	}
-	if err := field(fields, "tool_choice", &tc); err != nil {
-		return badRequest("tool_choice", "tool_choice: want an object with a type")
+	topK     int
+	thinking thinkingAsked
+	budget   int    // the thinking budget, with thinkingOn
+	user     string // metadata.user_id
+}
+
+// thinkingAsked is what a Messages request's thinking block asks.
+type thinkingAsked int
+
+const (
+	thinkingUnset   thinkingAsked = iota
+	thinkingOn                    // {"type": "enabled", "budget_tokens": N}
+	thinkingOff                   // {"type": "disabled"}
+	thinkingUnknown               // any other: no translation
+)
+
+// readMessagesExtras reads the fields toOpenAIFields, toGeminiMessages
+// and toBedrockMessages translate. A tool_choice that is not an object
+// with a type is the client's mistake; a top_k, thinking or metadata of
+// the wrong shape is left out (an Anthropic upstream judges it).
+func readMessagesExtras(fields map[string]json.RawMessage) (*messagesExtras, error) {
+	x := &messagesExtras{}
+	if err := field(fields, "tool_choice", &x.toolChoice); err != nil {
+		return nil, badRequest("tool_choice", "tool_choice: want an object with a type")
 	}
+	_ = json.Unmarshal(fields["top_k"], &x.topK)
+	if raw := fields["thinking"]; len(raw) > 0 && !isNull(raw) {
+		var th struct {
+			Type         string `json:"type"`
+			BudgetTokens int    `json:"budget_tokens"`
+		}
+		x.thinking = thinkingUnknown
+		if json.Unmarshal(raw, &th) == nil {
+			switch {
+			case th.Type == "enabled" && th.BudgetTokens > 0:
+				x.thinking, x.budget = thinkingOn, th.BudgetTokens
+			case th.Type == "disabled":
+				x.thinking = thinkingOff
+			}
+		}
+	}
+	var md struct {
+		UserID string `json:"user_id"`
+	}
+	if raw := fields["metadata"]; len(raw) > 0 && json.Unmarshal(raw, &md) == nil {
+		x.user = md.UserID
+	}
+	return x, nil
+}
+
+// budgetEffort is the Chat Completions reasoning_effort a thinking budget
+// becomes: the effort of effortBudget's nearest budget at or below it.
+func budgetEffort(budget int) string {
+	switch {
+	case budget >= effortBudget["high"].anthropic:
+		return "high"
+	case budget >= effortBudget["medium"].anthropic:
+		return "medium"
+	}
+	return "low"
+}
+
+// toOpenAIFields translates a Messages request's tool_choice,
+// metadata.user_id (as `user`, the end-user id OpenAI's API takes) and
+// thinking budget (as reasoning_effort, budgetEffort) for the
+// OpenAI-compatible upstreams named by providers. It returns the
+// parameters of the fall-back mapping (docs/gateway.md) it could not
+// translate: top_k (OpenAI's API has none) and a thinking block of a type
+// it does not know.
+func toOpenAIFields(r *driver.Request, x *messagesExtras, providers []string) (dropped []string) {
 	out := map[string]any{}
-	if tc != nil {
+	if tc := x.toolChoice; tc != nil {
 		switch tc.Type {
 		case "auto", "none":
 			out["tool_choice"] = tc.Type
@@ -65,14 +129,100 @@ func toOpenAIFields(r *driver.Request, fields map[string]json.RawMessage, provid
 			out["parallel_tool_calls"] = false
 		}
 	}
-	var md struct {
-		UserID string `json:"user_id"`
+	if x.user != "" {
+		out["user"] = x.user
 	}
-	if raw := fields["metadata"]; len(raw) > 0 && json.Unmarshal(raw, &md) == nil && md.UserID != "" {
-		out["user"] = md.UserID
+	switch x.thinking {
+	case thinkingOn:
+		out["reasoning_effort"] = budgetEffort(x.budget)
+	case thinkingUnknown:
+		dropped = append(dropped, "thinking")
+	}
+	if x.topK > 0 {
+		dropped = append(dropped, "top_k")
 	}
 	setProviderOptions(r, providers, out)
-	return nil
+	return dropped
+}
+
+// toGeminiMessages translates a Messages request's top_k
+// (generationConfig.topK), thinking (thinkingConfig.thinkingBudget: the
+// budget, at most Gemini's 24,576; disabled: 0) and, with tools,
+// tool_choice (functionCallingConfig: auto AUTO, none NONE, any ANY, a
+// tool ANY allowing only it) for the Gemini upstreams named by providers.
+// It returns the parameters it could not translate: a thinking block of
+// a type it does not know, and more stop sequences than the API takes
+// (the adapter sends none then).
+func toGeminiMessages(r *driver.Request, x *messagesExtras, providers []string) (dropped []string) {
+	gc := map[string]any{}
+	if x.topK > 0 {
+		gc["topK"] = x.topK
+	}
+	switch x.thinking {
+	case thinkingOn:
+		gc["thinkingConfig"] = map[string]any{"thinkingBudget": min(x.budget, effortBudget["max"].gemini)}
+	case thinkingOff:
+		gc["thinkingConfig"] = map[string]any{"thinkingBudget": 0}
+	case thinkingUnknown:
+		dropped = append(dropped, "thinking")
+	}
+	if len(r.StopSequences) > gemini.MaxStopSequences {
+		dropped = append(dropped, "stop_sequences")
+	}
+	out := map[string]any{}
+	if len(gc) > 0 {
+		out["generationConfig"] = gc
+	}
+	if tc := x.toolChoice; tc != nil && len(r.Tools) > 0 {
+		switch tc.Type {
+		case "auto", "none", "any":
+			mode := map[string]string{"auto": "AUTO", "none": "NONE", "any": "ANY"}[tc.Type]
+			out["toolConfig"] = map[string]any{"functionCallingConfig": map[string]any{"mode": mode}}
+		case "tool":
+			out["toolConfig"] = map[string]any{"functionCallingConfig": map[string]any{"mode": "ANY", "allowedFunctionNames": []string{tc.Name}}}
+		}
+	}
+	setProviderOptions(r, providers, out)
+	return dropped
+}
+
+// toBedrockMessages translates a Messages request's tool_choice (auto:
+// none sent; any; a tool), and for Claude models its thinking budget and
+// top_k, into a bedrock.Options for the Bedrock upstreams named by
+// providers. It returns the parameters it could not translate, for Claude
+// models and for the others: a tool_choice of none beside tools, more
+// stop sequences than Converse takes, a thinking block of a type it does
+// not know, and on a model that is not Claude top_k and thinking.
+func toBedrockMessages(r *driver.Request, x *messagesExtras, providers []string) (claude, others []string) {
+	var o bedrock.Options
+	var dropped []string
+	if tc := x.toolChoice; tc != nil && len(r.Tools) > 0 {
+		switch tc.Type {
+		case "none":
+			dropped = append(dropped, "tool_choice")
+		case "any":
+			o.ToolChoice = "any"
+		case "tool":
+			o.ToolChoice, o.ToolName = "tool", tc.Name
+		}
+	}
+	if len(r.StopSequences) > bedrock.MaxStopSequences {
+		dropped = append(dropped, "stop_sequences")
+	}
+	if x.thinking == thinkingUnknown {
+		dropped = append(dropped, "thinking")
+	}
+	claude, others = dropped, slices.Clone(dropped)
+	if x.thinking == thinkingOn {
+		o.ThinkingBudget = x.budget
+		others = append(others, "thinking")
+	}
+	if x.topK > 0 {
+		o.TopK = x.topK
+		others = append(others, "top_k")
+	}
+	setBedrockOptions(r, providers, o)
+	return claude, others
 }
 
 // toAnthropicFields translates a Chat Completions request's tool_choice,
@@ -339,15 +489,22 @@ func toBedrockFields(r *driver.Request, fields map[string]json.RawMessage, provi
 			others = append(others, "reasoning_effort")
 		}
 	}
-	if o.ToolChoice != "" || o.JSONSchema != nil || o.ThinkingBudget > 0 {
-		if r.ProviderOptions == nil {
-			r.ProviderOptions = make(map[string]any, len(providers))
-		}
-		for _, p := range providers {
-			r.ProviderOptions[p] = o
-		}
-	}
+	setBedrockOptions(r, providers, o)
 	return claude, others
+}
+
+// setBedrockOptions sets o, unless it is the zero Options, as the
+// ProviderOptions entry of the Bedrock upstreams named by providers.
+func setBedrockOptions(r *driver.Request, providers []string, o bedrock.Options) {
+	if o.ToolChoice == "" && o.JSONSchema == nil && o.ThinkingBudget == 0 && o.TopK == 0 {
+		return
+	}
+	if r.ProviderOptions == nil {
+		r.ProviderOptions = make(map[string]any, len(providers))
+	}
+	for _, p := range providers {
+		r.ProviderOptions[p] = o
+	}
 }
 
 // bedrockOthers is the name chatRequest.unhonoured and generation.provOf

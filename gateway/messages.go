@@ -24,7 +24,7 @@ func (messagesDoor) newID() string { return newID("msg_rh") }
 // parse reads a Messages body; the client's anthropic-beta header (the
 // beta features its fields may need) goes to the upstreams too.
 func (messagesDoor) parse(body []byte, h http.Header, gen *generation) (*chatRequest, error) {
-	cr, err := parseMessages(body, gen.anthropic, gen.providers)
+	cr, err := parseMessages(body, gen.upstreams)
 	if err == nil {
 		if beta := h.Values("Anthropic-Beta"); len(beta) > 0 {
 			cr.req.Headers = http.Header{"Anthropic-Beta": beta}
@@ -92,9 +92,11 @@ func anthropicErrorType(e *apiError) string {
 // (model, stream, fallbacks) goes, as the client sent it, to Anthropic
 // upstreams (anthropic: their ProviderOptions names), so that system
 // blocks, images, cache_control, thinking, tool_choice, metadata, top_k
-// and fields newer than this code reach them unchanged. OpenAI-compatible
-// upstreams (openai) get the driver's fields and tool_choice translated.
-func parseMessages(body []byte, anthropic, openai []string) (*chatRequest, error) {
+// and fields newer than this code reach them unchanged. The
+// OpenAI-compatible, Gemini and Bedrock upstreams of to get the driver's
+// fields, and the others that have a translation there
+// (toOpenAIFields, toGeminiMessages, toBedrockMessages).
+func parseMessages(body []byte, to upstreams) (*chatRequest, error) {
 	fields, c, err := parseCommon(body)
 	if err != nil {
 		return nil, err
@@ -150,16 +152,29 @@ func parseMessages(body []byte, anthropic, openai []string) (*chatRequest, error
 	if err := field(fields, "stop_sequences", &r.StopSequences); err != nil {
 		return nil, badRequest("stop_sequences", "stop_sequences: want a list of strings")
 	}
-	if len(anthropic) > 0 {
+	if len(to.anthropic) > 0 {
 		if m, ok := unsignedThinkingDropped(fields["messages"]); ok {
 			fields["messages"] = m // what Anthropic upstreams get; the driver's messages are read already
 		}
 	}
-	forward(r, fields, anthropic)
-	if len(openai) > 0 {
-		if err := toOpenAIFields(r, fields, openai); err != nil {
-			return nil, err
-		}
+	forward(r, fields, to.anthropic)
+	if len(to.providers)+len(to.gemini)+len(to.bedrock) == 0 {
+		return c, nil
+	}
+	x, err := readMessagesExtras(fields)
+	if err != nil {
+		return nil, err
+	}
+	if len(to.providers) > 0 {
+		c.unhonour(to.providers, toOpenAIFields(r, x, to.providers))
+	}
+	if len(to.gemini) > 0 {
+		c.unhonour(to.gemini, toGeminiMessages(r, x, to.gemini))
+	}
+	if len(to.bedrock) > 0 {
+		claude, others := toBedrockMessages(r, x, to.bedrock)
+		c.unhonour(to.bedrock, claude)
+		c.unhonour(bedrockOthersOf(to.bedrock), others)
 	}
 	return c, nil
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -62,15 +63,30 @@ func recordingGemini(t *testing.T, transcript string) (*httptest.Server, *bodyLo
 // entry. received returns the body the backup got last.
 func crossRig(t *testing.T, fallback, backupSpec string) (r *rig, received func() map[string]any) {
 	t.Helper()
+	return crossRigFrom(t, "openai", fallback, backupSpec)
+}
+
+// crossRigFrom is crossRig with a primary of provider from: "openai" or
+// "anthropic"; fallback may be "openai" too.
+func crossRigFrom(t *testing.T, from, fallback, backupSpec string) (r *rig, received func() map[string]any) {
+	t.Helper()
 	r = &rig{t: t, up: map[string]*upstream{}, logs: &testkit.LogBuffer{}}
 	primary := newUpstream("primary")
 	r.up["primary"] = primary
+	primaryURL := primary.url()
+	if from == "anthropic" {
+		primaryURL = primary.srv.URL
+	}
 	var backup string
 	switch fallback {
-	case "anthropic":
+	case "anthropic", "openai":
 		u := newUpstream("backup")
 		r.up["backup"] = u
-		backup = fmt.Sprintf(`{"name": "backup", "provider": "anthropic", "model": "up-backup", "base_url": %q, "api_key_env": "UPSTREAM_KEY"%s}`, u.srv.URL, backupSpec)
+		base := u.srv.URL
+		if fallback == "openai" {
+			base = u.url()
+		}
+		backup = fmt.Sprintf(`{"name": "backup", "provider": %q, "model": "up-backup", "base_url": %q, "api_key_env": "UPSTREAM_KEY"%s}`, fallback, base, backupSpec)
 		received = func() map[string]any {
 			hits := u.requests()
 			require.NotEmpty(t, hits, "the fall-back upstream got no request")
@@ -94,8 +110,8 @@ func crossRig(t *testing.T, fallback, backupSpec string) (r *rig, received func(
 	default:
 		t.Fatalf("no fall-back provider %q", fallback)
 	}
-	r.serve(fmt.Sprintf(`{"models": [{"name": "primary", "provider": "openai", "model": "up-primary", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}, %s], %s}`,
-		primary.url(), backup, defaultRules))
+	r.serve(fmt.Sprintf(`{"models": [{"name": "primary", "provider": %q, "model": "up-primary", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}, %s], %s}`,
+		from, primaryURL, backup, defaultRules))
 	return r, received
 }
 
@@ -516,6 +532,218 @@ func TestBedrockModelThatSkipsUnsupportedParamsIsPassedOver(t *testing.T) {
 			for len(paths) > 0 {
 				<-paths
 			}
+		})
+	}
+	require.Empty(t, droppedLogs(t, r.logs.String()), "a skipped model drops nothing")
+}
+
+// messagesWeatherTool is a Messages API tool, with the fields a request
+// sets beside it.
+const messagesWeatherTool = `"tools": [{"name": "get_weather", "description": "Weather now",
+	"input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]`
+
+var weatherSchema = map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}},
+	"required": []any{"city"}}
+
+// Each parameter an Anthropic Messages client sets reaches the fall-back
+// model in that provider's own name and shape: the Anthropic primary
+// answers 503, the request fails over to an OpenAI-compatible, Gemini or
+// Bedrock model, and the fall-back upstream's body is checked.
+func TestMessagesParametersCrossAFallBack(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fallback string
+		fields   string // added to the request body
+		check    func(t *testing.T, body map[string]any)
+	}{
+		{"max_tokens", "openai", ``, func(t *testing.T, b map[string]any) {
+			require.EqualValues(t, 256, cmp.Or(b["max_completion_tokens"], b["max_tokens"]))
+		}},
+		{"temperature", "openai", `"temperature": 0.5`, func(t *testing.T, b map[string]any) { require.Equal(t, 0.5, b["temperature"]) }},
+		{"top_p", "openai", `"top_p": 0.5`, func(t *testing.T, b map[string]any) { require.Equal(t, 0.5, b["top_p"]) }},
+		{"stop_sequences as stop", "openai", `"stop_sequences": ["END", "STOP"]`, func(t *testing.T, b map[string]any) {
+			require.Equal(t, []any{"END", "STOP"}, b["stop"])
+		}},
+		{"system as a system message", "openai", `"system": "Be brief."`, func(t *testing.T, b map[string]any) {
+			msg := b["messages"].([]any)[0].(map[string]any)
+			require.Contains(t, []any{"system", "developer"}, msg["role"])
+			require.Equal(t, "Be brief.", msg["content"])
+		}},
+		{"tools as functions, tool_choice any as required", "openai", messagesWeatherTool + `, "tool_choice": {"type": "any"}`,
+			func(t *testing.T, b map[string]any) {
+				fn := at(b["tools"].([]any)[0].(map[string]any), "function").(map[string]any)
+				require.Equal(t, "get_weather", fn["name"])
+				require.Equal(t, weatherSchema, fn["parameters"])
+				require.Equal(t, "required", b["tool_choice"])
+			}},
+		{"tool_choice tool as a function", "openai", messagesWeatherTool + `, "tool_choice": {"type": "tool", "name": "get_weather"}`,
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}, b["tool_choice"])
+			}},
+		{"thinking budget as reasoning_effort", "openai", `"thinking": {"type": "enabled", "budget_tokens": 10000}`,
+			func(t *testing.T, b map[string]any) { require.Equal(t, "medium", b["reasoning_effort"]) }},
+
+		{"max_tokens as maxOutputTokens", "gemini", ``, func(t *testing.T, b map[string]any) {
+			require.EqualValues(t, 256, at(b, "generationConfig", "maxOutputTokens"))
+		}},
+		{"temperature", "gemini", `"temperature": 0.5`, func(t *testing.T, b map[string]any) {
+			require.Equal(t, 0.5, at(b, "generationConfig", "temperature"))
+		}},
+		{"top_p as topP", "gemini", `"top_p": 0.5`, func(t *testing.T, b map[string]any) {
+			require.Equal(t, 0.5, at(b, "generationConfig", "topP"))
+		}},
+		{"top_k as topK", "gemini", `"top_k": 40`, func(t *testing.T, b map[string]any) {
+			require.EqualValues(t, 40, at(b, "generationConfig", "topK"))
+		}},
+		{"stop_sequences as stopSequences", "gemini", `"stop_sequences": ["END"]`, func(t *testing.T, b map[string]any) {
+			require.Equal(t, []any{"END"}, at(b, "generationConfig", "stopSequences"))
+		}},
+		{"system as systemInstruction", "gemini", `"system": [{"type": "text", "text": "Be brief."}]`, func(t *testing.T, b map[string]any) {
+			require.Equal(t, "Be brief.", at(b["systemInstruction"].(map[string]any)["parts"].([]any)[0].(map[string]any), "text"))
+		}},
+		{"tools as functionDeclarations, tool_choice tool as ANY of it", "gemini", messagesWeatherTool + `, "tool_choice": {"type": "tool", "name": "get_weather"}`,
+			func(t *testing.T, b map[string]any) {
+				d := at(b["tools"].([]any)[0].(map[string]any), "functionDeclarations").([]any)[0].(map[string]any)
+				require.Equal(t, "get_weather", d["name"])
+				require.Equal(t, weatherSchema, d["parametersJsonSchema"])
+				require.Equal(t, map[string]any{"mode": "ANY", "allowedFunctionNames": []any{"get_weather"}},
+					at(b, "toolConfig", "functionCallingConfig"))
+			}},
+		{"tool_choice none as NONE", "gemini", messagesWeatherTool + `, "tool_choice": {"type": "none"}`,
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, map[string]any{"mode": "NONE"}, at(b, "toolConfig", "functionCallingConfig"))
+			}},
+		{"thinking budget as thinkingBudget, at most Gemini's", "gemini", `"max_tokens": 40000, "thinking": {"type": "enabled", "budget_tokens": 30000}`,
+			func(t *testing.T, b map[string]any) {
+				require.EqualValues(t, 24576, at(b, "generationConfig", "thinkingConfig", "thinkingBudget"))
+			}},
+		{"thinking disabled as a thinkingBudget of 0", "gemini", `"thinking": {"type": "disabled"}`,
+			func(t *testing.T, b map[string]any) {
+				require.EqualValues(t, 0, at(b, "generationConfig", "thinkingConfig", "thinkingBudget"))
+			}},
+
+		{"max_tokens as maxTokens", "bedrock", ``, func(t *testing.T, b map[string]any) {
+			require.EqualValues(t, 256, at(b, "inferenceConfig", "maxTokens"))
+		}},
+		{"temperature", "bedrock", `"temperature": 0.5`, func(t *testing.T, b map[string]any) {
+			require.Equal(t, 0.5, at(b, "inferenceConfig", "temperature"))
+		}},
+		{"top_p as topP", "bedrock", `"top_p": 0.5`, func(t *testing.T, b map[string]any) {
+			require.Equal(t, 0.5, at(b, "inferenceConfig", "topP"))
+		}},
+		{"top_k as a Claude model's top_k", "bedrock", `"top_k": 40`, func(t *testing.T, b map[string]any) {
+			require.EqualValues(t, 40, at(b, "additionalModelRequestFields", "top_k"))
+		}},
+		{"stop_sequences as stopSequences", "bedrock", `"stop_sequences": ["END"]`, func(t *testing.T, b map[string]any) {
+			require.Equal(t, []any{"END"}, at(b, "inferenceConfig", "stopSequences"))
+		}},
+		{"system as system text", "bedrock", `"system": "Be brief."`, func(t *testing.T, b map[string]any) {
+			require.Equal(t, []any{map[string]any{"text": "Be brief."}}, b["system"])
+		}},
+		{"tools as toolSpec, tool_choice tool as toolChoice tool", "bedrock", messagesWeatherTool + `, "tool_choice": {"type": "tool", "name": "get_weather"}`,
+			func(t *testing.T, b map[string]any) {
+				spec := at(at(b, "toolConfig", "tools").([]any)[0].(map[string]any), "toolSpec").(map[string]any)
+				require.Equal(t, weatherSchema, at(spec, "inputSchema", "json"))
+				require.Equal(t, map[string]any{"tool": map[string]any{"name": "get_weather"}}, at(b, "toolConfig", "toolChoice"))
+			}},
+		{"tool_choice any as toolChoice any", "bedrock", messagesWeatherTool + `, "tool_choice": {"type": "any"}`,
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, map[string]any{"any": map[string]any{}}, at(b, "toolConfig", "toolChoice"))
+			}},
+		{"thinking as a Claude model's thinking", "bedrock", `"max_tokens": 4000, "thinking": {"type": "enabled", "budget_tokens": 2000}`,
+			func(t *testing.T, b map[string]any) {
+				require.Equal(t, map[string]any{"type": "enabled", "budget_tokens": 2000.0}, at(b, "additionalModelRequestFields", "thinking"))
+				require.EqualValues(t, 4000, at(b, "inferenceConfig", "maxTokens"))
+			}},
+	} {
+		t.Run(tc.fallback+"/"+tc.name, func(t *testing.T) {
+			r, received := crossRigFrom(t, "anthropic", tc.fallback, "")
+			r.up["primary"].play(act{status: 503})
+			resp, body := r.rawMessages(messagesBody(tc.fields))
+			require.Equal(t, http.StatusOK, resp.StatusCode, body)
+			require.Contains(t, body, `"model":"backup"`)
+			tc.check(t, received())
+		})
+	}
+}
+
+// messagesBody is a Messages request for the route primary with fields
+// added (a max_tokens among them replaces the default 256).
+func messagesBody(fields string) string {
+	body := map[string]any{}
+	if err := json.Unmarshal([]byte(`{"model": "primary", "max_tokens": 256, "messages": [{"role": "user", "content": "Weather in Paris?"}]`+
+		map[bool]string{true: "", false: ", "}[fields == ""]+fields+`}`), &body); err != nil {
+		panic(err)
+	}
+	b, _ := json.Marshal(body)
+	return string(b)
+}
+
+// A Messages parameter the fall-back model's provider cannot honour is
+// not sent there: one warning naming the model and the parameter, and a
+// count in retryhost_gateway_params_dropped_total{model,param}.
+func TestMessagesParameterTheFallBackCannotHonourIsDropped(t *testing.T) {
+	stops := make([]string, 6)
+	for i := range stops {
+		stops[i] = fmt.Sprint("s", i)
+	}
+	six, _ := json.Marshal(stops)
+	for _, tc := range []struct {
+		name     string
+		fallback string
+		fields   string
+		param    string
+		absent   func(body map[string]any) any
+	}{
+		{"top_k on OpenAI", "openai", `"top_k": 40`, "top_k", func(b map[string]any) any { return b["top_k"] }},
+		{"a thinking type with no translation on OpenAI", "openai", `"thinking": {"type": "adaptive"}`, "thinking",
+			func(b map[string]any) any { return b["reasoning_effort"] }},
+		{"more stop sequences than Gemini takes", "gemini", `"stop_sequences": ` + string(six), "stop_sequences",
+			func(b map[string]any) any { return at(b, "generationConfig", "stopSequences") }},
+		{"tool_choice none beside tools on Bedrock", "bedrock", messagesWeatherTool + `, "tool_choice": {"type": "none"}`, "tool_choice",
+			func(b map[string]any) any { return at(b, "toolConfig", "toolChoice") }},
+		{"top_k on a Bedrock model that is not Claude", "bedrock-llama", `"top_k": 40`, "top_k",
+			func(b map[string]any) any { return b["additionalModelRequestFields"] }},
+		{"thinking on a Bedrock model that is not Claude", "bedrock-llama", `"max_tokens": 4000, "thinking": {"type": "enabled", "budget_tokens": 2000}`, "thinking",
+			func(b map[string]any) any { return b["additionalModelRequestFields"] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, received := crossRigFrom(t, "anthropic", tc.fallback, "")
+			r.up["primary"].play(act{status: 503})
+			resp, body := r.rawMessages(messagesBody(tc.fields))
+			require.Equal(t, http.StatusOK, resp.StatusCode, body)
+			require.Nil(t, tc.absent(received()))
+			require.Equal(t, [][2]string{{"backup", tc.param}}, droppedLogs(t, r.logs.String()))
+			require.Contains(t, r.metricsText(),
+				fmt.Sprintf(`retryhost_gateway_params_dropped_total{model="backup",param=%q} 1`, tc.param))
+		})
+	}
+}
+
+// A model with "unsupported_params": "skip" is passed over for a
+// Messages request with a parameter it cannot honour.
+func TestMessagesModelThatSkipsUnsupportedParamsIsPassedOver(t *testing.T) {
+	r := &rig{t: t, up: map[string]*upstream{}, logs: &testkit.LogBuffer{}}
+	for _, n := range []string{"primary", "backup", "third"} {
+		r.up[n] = newUpstream(n)
+	}
+	r.serve(fmt.Sprintf(`{"models": [
+		{"name": "primary", "provider": "anthropic", "model": "up-primary", "base_url": %q, "api_key_env": "UPSTREAM_KEY"},
+		{"name": "backup", "provider": "openai", "model": "up-backup", "base_url": %q, "api_key_env": "UPSTREAM_KEY", "unsupported_params": "skip"},
+		{"name": "third", "provider": "anthropic", "model": "up-third", "base_url": %q, "api_key_env": "UPSTREAM_KEY"}],
+		"rules": [
+			{"when": {"status_range": [500, 599]}, "action": "switch", "model": "backup"},
+			{"when": {"status_range": [500, 599]}, "action": "switch", "model": "third"}
+		]}`, r.up["primary"].srv.URL, r.up["backup"].url(), r.up["third"].srv.URL))
+	for _, tc := range []struct{ fields, answered string }{{`"top_k": 40`, "third"}, {`"top_p": 0.5`, "backup"}} {
+		t.Run(tc.fields, func(t *testing.T) {
+			for _, u := range r.up {
+				u.reset()
+			}
+			r.up["primary"].play(act{status: 503})
+			resp, body := r.rawMessages(messagesBody(tc.fields))
+			require.Equal(t, http.StatusOK, resp.StatusCode, body)
+			require.Contains(t, body, `"model":"`+tc.answered+`"`)
 		})
 	}
 	require.Empty(t, droppedLogs(t, r.logs.String()), "a skipped model drops nothing")

@@ -206,7 +206,7 @@ type generation struct {
 	names  []string                // sorted
 	upstreams
 	// provOf names the provider (by ProviderOptions name) of each of its
-	// Anthropic, Gemini and Bedrock models, by model name: the attempts
+	// adapters' models, by model name: the attempts
 	// whose request may lack parameters they cannot honour
 	// (chatRequest.unhonoured). A Bedrock model that is not Claude is
 	// named by bedrockOthers, since it honours less than a Claude one.
@@ -392,6 +392,7 @@ func (g *Gateway) addRoute(gen *generation, name string, m driver.Model, chat, a
 	if om, ok := inner.(*openai.Model); ok {
 		ok, seen := chat[om.Provider()]
 		chat[om.Provider()] = (ok || !seen) && !om.ResponsesAPI()
+		gen.provOf[name] = om.Provider()
 	}
 	if am, ok := inner.(*anthropic.Model); ok {
 		anth[am.Provider()] = true

@@ -52,7 +52,7 @@ func requireParsed(t *testing.T, body, provider string, c *chatRequest, err erro
 func FuzzParseMessages(f *testing.F) {
 	f.Add(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
 	f.Fuzz(func(t *testing.T, body string) {
-		c, err := parseMessages([]byte(body), []string{"anthropic"}, []string{"openai"})
+		c, err := parseMessages([]byte(body), upstreams{anthropic: []string{"anthropic"}, providers: []string{"openai"}})
 		if !requireParsed(t, body, "anthropic", c, err) {
 			return
 		}
