@@ -23,7 +23,7 @@ func (g *Gateway) countTokens(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	fields, name, ok := g.rawBody(ctx, w, d, c, body, 0) // counting is not billed: a request of the key's RPM
+	fields, name, ok := g.rawBody(ctx, w, d, c, body, nil) // counting is not billed: a request of the key's RPM
 	if !ok {
 		return
 	}
@@ -45,5 +45,5 @@ func (g *Gateway) countTokens(w http.ResponseWriter, r *http.Request) {
 	if beta := r.Header.Values("Anthropic-Beta"); len(beta) > 0 {
 		h = http.Header{"Anthropic-Beta": beta}
 	}
-	g.forward(ctx, w, d, l, ts, "v1/messages/count_tokens", fields, h)
+	g.forward(ctx, w, d, c, ts, "v1/messages/count_tokens", fields, h, false)
 }

@@ -34,7 +34,7 @@ func (g *Gateway) embeddings(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	fields, name, ok := g.rawBody(ctx, w, d, c, body, int64(len(body)/4))
+	fields, name, ok := g.rawBody(ctx, w, d, c, body, func(f map[string]json.RawMessage) int64 { return embeddingTokens(f["input"]) })
 	if !ok {
 		return
 	}
@@ -76,7 +76,7 @@ func (g *Gateway) embeddings(w http.ResponseWriter, r *http.Request) {
 			" is more than the "+strconv.Itoa(space.Dimensions)+" of route "+strconv.Quote(name)+"'s vectors")
 		return
 	}
-	g.forward(ctx, w, d, l, ts, "embeddings", fields, nil)
+	g.forward(ctx, w, d, c, ts, "embeddings", fields, nil, true)
 }
 
 // grouped reports whether rt is a group.
@@ -141,4 +141,34 @@ func checkEmbeddingInput(raw json.RawMessage) (string, string) {
 		}
 	}
 	return "", ""
+}
+
+// embeddingTokens estimates the tokens of an embeddings request's input,
+// what its key is charged at admission: a string's bytes over 4 (at least
+// one token), each of strings alike, a token array's tokens as they are
+// counted. An input that is none of these (refused after admission) is
+// its bytes over 4.
+func embeddingTokens(raw json.RawMessage) int64 {
+	text := func(s string) int64 { return max(1, int64(len(s)/4)) }
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return text(s)
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(raw, &list) != nil {
+		return int64(len(raw) / 4)
+	}
+	var n int64
+	for _, e := range list {
+		e = bytes.TrimSpace(e)
+		switch {
+		case json.Unmarshal(e, &s) == nil:
+			n += text(s)
+		case bytes.HasPrefix(e, []byte("[")):
+			n += int64(bytes.Count(e, []byte(","))) + 1 // a token array's tokens
+		default:
+			n++ // a token
+		}
+	}
+	return n
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/retryhost/retryhost/abi"
 	"github.com/retryhost/retryhost/driver"
 	"github.com/retryhost/retryhost/provider/anthropic"
 	"github.com/retryhost/retryhost/provider/openai"
@@ -121,8 +122,9 @@ func refuse(w http.ResponseWriter, d door, l *accessLog, code, param, msg string
 // rawBody reads a forwarded request's body as a JSON object and its
 // "model", then admits it under the client's virtual key, if it has one,
 // charging est tokens; false with the answer written when it is not a
-// JSON object with a model or the key refuses it.
-func (g *Gateway) rawBody(ctx context.Context, w http.ResponseWriter, d door, c *call, body []byte, est int64) (map[string]json.RawMessage, string, bool) {
+// JSON object with a model or the key refuses it. est, if not nil,
+// estimates the request's tokens from its fields (none: 0).
+func (g *Gateway) rawBody(ctx context.Context, w http.ResponseWriter, d door, c *call, body []byte, est func(map[string]json.RawMessage) int64) (map[string]json.RawMessage, string, bool) {
 	l := &c.l
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
@@ -134,8 +136,14 @@ func (g *Gateway) rawBody(ctx context.Context, w http.ResponseWriter, d door, c 
 		refuse(w, d, l, "invalid_request", "model", "retryhost gateway: model is required, a string naming a route (GET /v1/models lists them)")
 		return nil, "", false
 	}
-	if c.key != nil && !g.admitKey(ctx, w, d, c, model, nil, est) {
-		return nil, "", false
+	if c.key != nil {
+		var n int64
+		if est != nil {
+			n = est(fields)
+		}
+		if !g.admitKey(ctx, w, d, c, model, nil, n) {
+			return nil, "", false
+		}
 	}
 	return fields, model, true
 }
@@ -160,9 +168,10 @@ func lookup(w http.ResponseWriter, d door, l *accessLog, gen *generation, name s
 // set to the target's id, until one answers with a 2xx or fails in a way
 // that does not move a request on (chainOn), then answers the client: the
 // upstream's status, content type and body as they came, or the failure
-// in d's shape (fail).
-func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, d door, l *accessLog, ts []target, path string, fields map[string]json.RawMessage, h http.Header) {
-	g.tryEach(ctx, w, d, l, ts, func(t *target) (*http.Response, error) {
+// in d's shape (fail). A billed door's answer is read for its usage as it
+// goes by (usageTap), for the request's accounting.
+func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, d door, c *call, ts []target, path string, fields map[string]json.RawMessage, h http.Header, billed bool) {
+	g.tryEach(ctx, w, d, c, ts, billed, func(t *target) (*http.Response, error) {
 		fields["model"], _ = json.Marshal(t.id)
 		body, err := json.Marshal(fields)
 		if err != nil { // json.RawMessage members are valid JSON: never
@@ -174,17 +183,32 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, d door, l 
 
 // tryEach sends the request (send) to each target in turn until one
 // answers with a 2xx or fails in a way that does not move a request on
-// (chainOn), then answers the client as forward says.
-func (g *Gateway) tryEach(ctx context.Context, w http.ResponseWriter, d door, l *accessLog, ts []target, send func(*target) (*http.Response, error)) {
+// (chainOn), then answers the client as forward says. Each try is an
+// attempt of the request's trail (its request log line); the one that
+// answered carries the usage its answer reported when billed, which the
+// request's key is charged (settleKey) and its accounting counts.
+func (g *Gateway) tryEach(ctx context.Context, w http.ResponseWriter, d door, c *call, ts []target, billed bool, send func(*target) (*http.Response, error)) {
 	var (
-		resp *http.Response
-		err  error
-		t    target
+		resp  *http.Response
+		err   error
+		t     target
+		tried time.Time // the last attempt's start
 	)
+	l, tr := &c.l, &c.st.acct
+	tr.start, tr.prices = l.start, c.gen.pol.Prices
 	for i := range ts {
 		t = ts[i]
 		l.attempts++
-		if resp, err = send(&t); err == nil || ctx.Err() != nil || !chainOn(err) {
+		tried = time.Now()
+		if resp, err = send(&t); err != nil {
+			a := acctAttempt{model: t.name, number: l.attempts, outcome: driver.AttemptFailed, ended: true,
+				start: tried.Sub(l.start), duration: time.Since(tried), failOver: i > 0, class: classify(err).class}
+			if pe := lastProviderError(err); pe != nil {
+				a.status = pe.Status
+			}
+			tr.add(a)
+		}
+		if err == nil || ctx.Err() != nil || !chainOn(err) {
 			break
 		}
 		if i < len(ts)-1 {
@@ -198,7 +222,10 @@ func (g *Gateway) tryEach(ctx context.Context, w http.ResponseWriter, d door, l 
 		return
 	}
 	defer resp.Body.Close()
+	a := acctAttempt{model: t.name, number: l.attempts, outcome: driver.AttemptSucceeded, ended: true,
+		start: tried.Sub(l.start), failOver: l.attempts > 1}
 	l.commitAt = time.Since(l.start)
+	a.ttfc = l.commitAt - a.start
 	hd := w.Header()
 	hd.Set("X-Retryhost-Model", t.name)
 	hd.Set("X-Retryhost-Attempts", strconv.Itoa(l.attempts))
@@ -214,18 +241,36 @@ func (g *Gateway) tryEach(ctx context.Context, w http.ResponseWriter, d door, l 
 	_ = rc.SetWriteDeadline(g.writeDeadline(ctx))
 	w.WriteHeader(resp.StatusCode)
 	l.status, l.outcome = resp.StatusCode, "ok"
-	if strings.HasPrefix(hd.Get("Content-Type"), "text/event-stream") {
-		err = g.copyEvents(ctx, rc, w, resp.Body)
+	sse := strings.HasPrefix(hd.Get("Content-Type"), "text/event-stream")
+	var (
+		body io.Reader = resp.Body
+		tap  *usageTap
+	)
+	if billed {
+		tap = newUsageTap(sse)
+		body = io.TeeReader(resp.Body, tap)
+	}
+	if sse {
+		err = g.copyEvents(ctx, rc, w, body)
 	} else {
-		_, err = io.Copy(w, resp.Body)
+		_, err = io.Copy(w, body)
 	}
 	if err != nil {
 		l.outcome = "truncated"
+		a.outcome, a.class = driver.AttemptTruncated, abi.ClassNetwork.String()
 		var we interface{ Timeout() bool }
 		if ctx.Err() != nil || errors.As(err, &we) {
 			l.outcome = "client_closed"
 		}
 	}
+	a.duration = time.Since(tried)
+	if tap != nil {
+		if u, ok := tap.usage(); ok {
+			a.usage = u
+			l.inputToks, l.outputToks = u.InputTokens, u.OutputTokens
+		}
+	}
+	tr.add(a)
 }
 
 // copyEvents copies an upstream's event stream (a stateful Responses

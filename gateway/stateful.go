@@ -41,7 +41,7 @@ func (g *Gateway) forwardStateful(ctx context.Context, w http.ResponseWriter, d 
 		refuse(w, d, l, "invalid_request", cr.stateful, "retryhost gateway: "+cr.stateful+": "+what+": "+statefulMsg)
 		return
 	}
-	g.forward(ctx, w, d, l, ts, "responses", cr.forward, nil)
+	g.forward(ctx, w, d, c, ts, "responses", cr.forward, nil, true)
 }
 
 // accountTargets returns the models of rt as forward targets, and their
@@ -132,7 +132,7 @@ func (g *Gateway) storedResponse(w http.ResponseWriter, r *http.Request) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = nil
 	}
-	g.tryEach(ctx, w, d, l, ts, func(t *target) (*http.Response, error) {
+	g.tryEach(ctx, w, d, c, ts, false, func(t *target) (*http.Response, error) {
 		return t.oai.Send(ctx, r.Method, path, body, nil)
 	})
 }
