@@ -197,3 +197,44 @@ func TestAnthropicFailsOverToBedrock(t *testing.T) {
 	require.Equal(t, "backup", string(m.Model))
 	require.Equal(t, "Hello, world.", m.Content[0].Text)
 }
+
+// A Bedrock guardrail that intervenes before any content of the model's
+// (ConverseStream's messageStop guardrail_intervened, no text) fails over
+// as a refusal to an OpenAI-compatible model, for a streamed request and
+// for one answered whole.
+func TestBedrockStreamedGuardrailFailsOverToOpenAI(t *testing.T) {
+	r, paths := bedrockRig(t, "primary", "guardrail_no_content")
+	r.up["backup"].play(act{chunks: []string{"Paris", "."}})
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "Paris.", got.text)
+	require.Equal(t, map[string]bool{"backup": true}, got.models)
+	require.Equal(t, "/model/anthropic.claude-3-5-haiku-20241022-v1:0/converse-stream", <-paths)
+
+	r.up["backup"].play(act{chunks: []string{"Paris", "."}})
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "backup", cc.Model)
+	require.Equal(t, "Paris.", cc.Choices[0].Message.Content)
+}
+
+// A guardrail that intervenes after its blocked message came as text is a
+// content-filter finish: a request answered whole is judged at its end,
+// so a finish rule moves it to another model before the client sees the
+// message; a stream has committed on the text and gets it, finish
+// content_filter.
+func TestBedrockGuardrailAfterTextIsAContentFilterFinish(t *testing.T) {
+	r, _ := bedrockRigOf(t, "primary", "guardrail_after_text", "openai",
+		`"rules": [{"when": {"finish": ["content-filter"]}, "action": "switch", "model": "backup"}]`)
+	r.up["backup"].play(act{chunks: []string{"Paris", "."}})
+	cc, err := r.client.Chat.Completions.New(context.Background(), params("primary"))
+	require.NoError(t, err)
+	require.Equal(t, "backup", cc.Model)
+	require.Equal(t, "Paris.", cc.Choices[0].Message.Content)
+
+	got := r.stream("primary")
+	require.NoError(t, got.err)
+	require.Equal(t, "Sorry, the model cannot answer this question.", got.text)
+	require.Equal(t, "content_filter", got.finish)
+	require.Equal(t, map[string]bool{"primary": true}, got.models)
+}
