@@ -178,15 +178,9 @@ func New(id string, opts ...Option) (*Model, error) {
 	for _, o := range opts {
 		o(&c)
 	}
-	if strings.TrimSpace(id) == "" {
-		return nil, errors.New("bedrock: empty model id")
-	}
+	var key string
 	var err error
-	if c.provider, err = adapter.ProviderName(provider, provider, c.provider, c.providerSet); err != nil {
-		return nil, err
-	}
-	key, err := adapter.ModelKey(provider, c.provider, id, c.key, c.keySet)
-	if err != nil {
+	if c.provider, key, err = adapter.Names(provider, id, c.provider, c.providerSet, c.key, c.keySet); err != nil {
 		return nil, err
 	}
 	if c.baseURL != "" {
@@ -194,12 +188,9 @@ func New(id string, opts ...Option) (*Model, error) {
 			return nil, err
 		}
 	}
-	hdr := http.Header{}
-	for _, h := range c.headers {
-		if err := adapter.CheckHeader("bedrock", h[0]); err != nil {
-			return nil, err
-		}
-		hdr.Add(h[0], h[1])
+	hdr, err := adapter.Headers("bedrock", c.headers)
+	if err != nil {
+		return nil, err
 	}
 	if c.guardrail != nil && (aws.ToString(c.guardrail.GuardrailIdentifier) == "" || aws.ToString(c.guardrail.GuardrailVersion) == "") {
 		return nil, errors.New("bedrock: a guardrail needs an identifier and a version")

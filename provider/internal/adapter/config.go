@@ -1,7 +1,9 @@
 package adapter
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -51,6 +53,38 @@ func ModelKey(provider, name, id, key string, set bool) (string, error) {
 		return "", err
 	}
 	return key, nil
+}
+
+// Names checks what a model's New starts with, the same way for every
+// adapter built over an SDK of its own: the model id (not blank), the
+// provider name (ProviderName, def being provider) and the model key
+// (ModelKey), which it returns. provider prefixes the errors.
+func Names(provider, id, name string, nameSet bool, key string, keySet bool) (string, string, error) {
+	if strings.TrimSpace(id) == "" {
+		return "", "", errors.New(provider + ": empty model id")
+	}
+	name, err := ProviderName(provider, provider, name, nameSet)
+	if err != nil {
+		return "", "", err
+	}
+	if key, err = ModelKey(provider, name, id, key, keySet); err != nil {
+		return "", "", err
+	}
+	return name, key, nil
+}
+
+// Headers returns the headers a model's WithHeader options added, in
+// order, as one http.Header (a name given twice has both values), each
+// name checked by CheckHeader; provider prefixes the error.
+func Headers(provider string, headers [][2]string) (http.Header, error) {
+	hdr := make(http.Header, len(headers))
+	for _, h := range headers {
+		if err := CheckHeader(provider, h[0]); err != nil {
+			return nil, err
+		}
+		hdr.Add(h[0], h[1])
+	}
+	return hdr, nil
 }
 
 // CheckHeader rejects a header that could not be sent.
