@@ -125,8 +125,14 @@ func (s *jsonScan) reset() {
 	s.buf = s.buf[:0]
 }
 
+// structural are the bytes that start or end a string or a container.
+var structural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true}
+
+const structuralBytes = `"{}[]`
+
 // feed reads the next bytes of the text.
 func (s *jsonScan) feed(p []byte) {
+	next := [len(structuralBytes)]int{-1, -1, -1, -1, -1}
 	for i := 0; i < len(p); i++ {
 		b := p[i]
 		if s.capAt > 0 && !s.over {
@@ -145,11 +151,16 @@ func (s *jsonScan) feed(p []byte) {
 			if !s.naming && s.capAt == 0 {
 				// Skip to the next quote or backslash: most of a long
 				// string (a base64 vector) goes by here.
-				j := bytes.IndexAny(p[i:], `"\`)
+				j := bytes.IndexByte(p[i:], '"')
 				if j < 0 {
+					j = len(p) - i
+				}
+				if k := bytes.IndexByte(p[i:i+j], '\\'); k >= 0 {
+					j = k
+				}
+				if i += j; i == len(p) {
 					return
 				}
-				i += j
 				b = p[i]
 			}
 			switch b {
@@ -171,6 +182,27 @@ func (s *jsonScan) feed(p []byte) {
 				}
 			}
 			continue
+		}
+		if s.depth > s.matched+1 && s.capAt == 0 && !structural[b] {
+			// Below the path only where strings and containers start
+			// and end matters: skip to the nearest (most of an
+			// embeddings answer, its vectors' numbers, goes by here).
+			// next keeps each byte's next place in p, each found by
+			// one scan past the last.
+			j := len(p)
+			for k := range next {
+				if next[k] < i {
+					next[k] = len(p)
+					if n := bytes.IndexByte(p[i:], structuralBytes[k]); n >= 0 {
+						next[k] = i + n
+					}
+				}
+				j = min(j, next[k])
+			}
+			if i = j; i == len(p) {
+				return
+			}
+			b = p[i]
 		}
 		switch b {
 		case '"':

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -339,4 +340,37 @@ func TestCountTokens_HeldToItsKey(t *testing.T) {
 	require.Equal(t, "/v1/messages/count_tokens", l["path"])
 	require.EqualValues(t, 0, l["input_tokens"], "a count is not billed")
 	require.Empty(t, lim.all())
+}
+
+// BenchmarkUsageTap reads an embeddings answer of 256 vectors of 1,536
+// floats, or of base64, as the forwarded door passes it on, beside the
+// copy alone.
+func BenchmarkUsageTap(b *testing.B) {
+	for _, format := range []string{"float", "base64"} {
+		vecs := make([][]float32, 256)
+		for i := range vecs {
+			vecs[i] = make([]float32, 1536)
+			for j := range vecs[i] {
+				vecs[i][j] = -0.0123456789 * float32(j%7)
+			}
+		}
+		ans := []byte(embeddingAnswer(format, vecs...).body)
+		buf := make([]byte, 32<<10)
+		for _, tapped := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/tap=%v", format, tapped), func(b *testing.B) {
+				b.SetBytes(int64(len(ans)))
+				for b.Loop() {
+					var r io.Reader = bytes.NewReader(ans)
+					tap := newUsageTap(false)
+					if tapped {
+						r = io.TeeReader(r, tap)
+					}
+					_, _ = io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf)
+					if _, ok := tap.usage(); ok != tapped {
+						b.Fatal("usage read:", ok)
+					}
+				}
+			})
+		}
+	}
 }
