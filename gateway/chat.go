@@ -346,7 +346,7 @@ func (g *Gateway) routeRequest(w http.ResponseWriter, r *http.Request, d door, c
 		l.status, l.outcome = http.StatusBadRequest, "client_error"
 		var re *requestError
 		errors.As(err, &re)
-		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: "invalid_request", msg: re.msg, param: re.param})
+		writeErr(w, d, apiError{status: l.status, typ: "invalid_request_error", code: cmp.Or(re.code, "invalid_request"), msg: re.msg, param: re.param})
 		return nil, nil, false
 	}
 	l.stream = cr.stream

@@ -43,8 +43,22 @@ func (messagesDoor) appendError(b []byte, e *apiError) []byte {
 	b = appendJSONString(b, anthropicErrorType(e))
 	b = append(b, `,"message":`...)
 	b = appendJSONString(b, e.msg)
+	if e.code == threadUnsupported {
+		b = append(b, `,"details":{"error_code":"`+threadUnsupported+`","unsupported":[`...)
+		b = appendJSONString(b, e.param)
+		b = append(b, "]}"...)
+	}
 	return append(b, "}}"...)
 }
+
+// threadUnsupported is the error code of a request in a message thread
+// (Anthropic's beta: the conversation held by the server between turns),
+// which the gateway refuses: the thread is held by the Anthropic account
+// that answered its last turn, which a fail-over to another model would
+// not reach, and the gateway holds no conversations of its own. Anthropic's
+// SDKs read the code in the error's details and send the turn again with
+// its whole history, unthreaded (their tool runners do so by default).
+const threadUnsupported = "thread_unsupported_request"
 
 // passthrough: an upstream body that is an Anthropic error object.
 func (messagesDoor) passthrough(body []byte) bool {
@@ -100,6 +114,11 @@ func parseMessages(body []byte, to upstreams) (*chatRequest, error) {
 	fields, c, err := parseCommon(body)
 	if err != nil {
 		return nil, err
+	}
+	if raw, ok := fields["thread"]; ok && !isNull(raw) {
+		return nil, &requestError{param: "thread", code: threadUnsupported, msg: "thread: message threads are not supported by the gateway: " +
+			"a thread is held by the one Anthropic account that answered its last turn, which a fail-over to another model would not reach, " +
+			"and the gateway holds no conversations of its own; send the turn with its whole history and no thread"}
 	}
 	r := &c.req
 	if raw, ok := fields["system"]; ok && !isNull(raw) {

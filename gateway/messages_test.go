@@ -656,3 +656,36 @@ func TestMessagesMaxTokensRequired(t *testing.T) {
 		require.JSONEq(t, `1`, string(hits[0].body[key]), "%s: %s", model, hits[0].raw)
 	}
 }
+
+// A request in one of Anthropic's message threads (the conversation the
+// server holds between turns) is refused on every route, before any
+// upstream: the thread is the one account's that answered its last turn,
+// which a fail-over would not reach. The error's details carry the code
+// on which Anthropic's SDKs send the turn again whole, unthreaded; a null
+// thread is no thread.
+func TestMessages_RefusesAThreadWithTheCodeSDKsReplayOn(t *testing.T) {
+	r := newRigOf(t, `"rules": []`, []string{"primary"})
+	r.up["primary"].play(act{chunks: []string{"Paris."}})
+	for _, thread := range []string{`{"type":"create"}`, `{"type":"continue","previous_message_id":"msg_1"}`} {
+		resp, body := r.rawMessages(`{"model":"primary","max_tokens":16,"thread":` + thread + `,"messages":[{"role":"user","content":"hi"}]}`)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+		var env struct {
+			Type  string
+			Error struct {
+				Type, Message string
+				Details       struct {
+					ErrorCode   string   `json:"error_code"`
+					Unsupported []string `json:"unsupported"`
+				}
+			}
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &env), body)
+		require.Equal(t, "invalid_request_error", env.Error.Type)
+		require.Equal(t, "thread_unsupported_request", env.Error.Details.ErrorCode)
+		require.Equal(t, []string{"thread"}, env.Error.Details.Unsupported)
+		require.Contains(t, env.Error.Message, "whole history")
+	}
+	require.Empty(t, r.up["primary"].requests())
+	resp, body := r.rawMessages(`{"model":"primary","max_tokens":16,"thread":null,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+}

@@ -32,9 +32,10 @@ type chatRequest struct {
 	stateful string
 }
 
-// requestError is a client mistake in the body: 400 with param named.
+// requestError is a client mistake in the body: 400 with param named,
+// and the error's code when it is not invalid_request.
 type requestError struct {
-	param, msg string
+	param, msg, code string
 }
 
 func (e *requestError) Error() string { return e.msg }
