@@ -235,7 +235,7 @@ func openAIAnswer(w http.ResponseWriter, stream bool, tool string) {
 
 // clientsAnthropic is a loopback Anthropic upstream whose behaviour is its
 // model id: claude-ok answers (a tool use when the request has tools) and
-// counts 14 tokens, claude-limited is rate-limited, claude-down
+// counts 14 tokens (15 with the token-counting beta header), claude-limited is rate-limited, claude-down
 // overloaded, claude-cut's stream drops after its first content.
 func clientsAnthropic(w http.ResponseWriter, r *http.Request) {
 	var req struct {
@@ -270,7 +270,11 @@ func clientsAnthropic(w http.ResponseWriter, r *http.Request) {
 		cutConnection(w)
 	case r.URL.Path == "/v1/messages/count_tokens":
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"input_tokens":14}`)
+		n := 14
+		if strings.Contains(r.Header.Get("Anthropic-Beta"), "token-counting-2024-11-01") {
+			n++ // the client's beta header reached the upstream
+		}
+		_, _ = fmt.Fprintf(w, `{"input_tokens":%d}`, n)
 	case r.URL.Path == "/v1/messages":
 		tool := ""
 		if len(req.Tools) > 0 {

@@ -148,6 +148,7 @@ check('openai-node chat.completions stream fail-over', async () => {
 check('openai-node chat.completions 401', () =>
   rejects(() => oaiBadKey.chat.completions.create({ model: 'gpt', messages }), OpenAI.AuthenticationError, 401, (e) => {
     assert.equal(e.code, 'invalid_api_key');
+    assert.ok(e.requestID, 'a request id');
     assert.ok(e.error?.message, 'a message');
   }));
 
@@ -637,6 +638,7 @@ check('anthropic-sdk messages 502 cut', () =>
 check('anthropic-sdk messages 401', () =>
   rejects(() => antBadKey.messages.create({ model: 'claude', max_tokens: 256, messages }), Anthropic.AuthenticationError, 401, (e) => {
     assert.equal(e.type, 'authentication_error');
+    assert.ok(e.requestID, 'a request id');
     assert.equal(e.error?.type, 'error');
   }));
 
@@ -686,6 +688,37 @@ check('anthropic-sdk messages.count_tokens json', async () => {
   const r = await ant.messages.countTokens({ model: 'claude', messages, system: 'Answer briefly.' });
   assert.equal(r.input_tokens, 14);
 });
+
+check('anthropic-sdk beta messages', async () => {
+  const m = await ant.beta.messages.create({ model: 'claude', max_tokens: 256, messages, betas: ['context-management-2025-06-27'] });
+  assert.equal(m.content[0].text, ANSWER);
+  const c = await ant.beta.messages.countTokens({ model: 'claude', messages });
+  assert.equal(c.input_tokens, 15, 'the beta header reached the upstream');
+});
+
+// The tool runner threads its turns (Anthropic's message threads, held by
+// the server) unless the server refuses threads, as the gateway does: it
+// then sends every turn whole, on any route.
+for (const model of ['claude', 'gpt']) {
+  check(`anthropic-sdk beta tool runner on ${model}`, async () => {
+    const runner = ant.beta.messages.toolRunner({
+      model, max_tokens: 256, messages, max_iterations: 2,
+      tools: [{ ...antTool, run: async ({ city }) => `sunny in ${city}` }],
+    });
+    let turns = 0;
+    for await (const m of runner) {
+      turns++;
+      assert.equal(m.stop_reason, 'tool_use', `turn ${turns}`);
+    }
+    assert.equal(turns, 2);
+  });
+}
+
+check('anthropic-sdk beta messages 400 thread', () =>
+  rejects(() => ant.beta.messages.create({ model: 'claude', max_tokens: 256, messages, thread: { type: 'create' } }), Anthropic.BadRequestError, 400, (e) => {
+    assert.equal(e.type, 'invalid_request_error');
+    assert.equal(e.error?.error?.details?.error_code, 'thread_unsupported_request');
+  }));
 
 check('anthropic-sdk messages.count_tokens fail-over', async () => {
   const { data, response } = await ant.messages.countTokens({ model: 'count-group', messages }).withResponse();
@@ -864,6 +897,15 @@ check('ai-sdk/anthropic messages streamText from OpenAI', async () => {
   let text = '';
   for await (const t of r.textStream) text += t;
   assert.equal(text, ANSWER);
+});
+
+check('ai-sdk/anthropic messages tool call stream from OpenAI', async () => {
+  const r = streamText({ model: vAnthropic('gpt'), prompt, tools: vTools, maxRetries: 0, onError: () => {} });
+  for await (const _ of r.fullStream);
+  const calls = await r.toolCalls;
+  assert.equal(calls[0]?.toolName, 'get_weather');
+  assert.deepEqual(calls[0].input, { city: 'Paris' });
+  assert.equal(await r.finishReason, 'tool-calls');
 });
 
 check('ai-sdk/anthropic messages 429', () =>
