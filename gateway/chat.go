@@ -168,7 +168,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, d door) {
 	}
 	defer c.close(g)
 	if c.stream {
-		g.relay(c.ctx, w, l, c.s, c.enc, c.relayHook, r.ProtoMajor >= 2)
+		g.relay(c.ctx, w, l, c.s, c.enc, c.relayHook, &c.hook, r.ProtoMajor >= 2)
 	} else {
 		g.collect(c.ctx, w, d, l, c.s, c.enc)
 	}
@@ -451,6 +451,7 @@ func (c *call) close(g *Gateway) {
 	if c.s != nil {
 		_ = c.s.Close()
 	}
+	c.hook.endTail() // an upstream body's end the relay did not read
 	if c.stopAfter != nil && !c.stopAfter() {
 		// The stop's func has run or runs now: let it finish with w.
 		c.wmu.Lock()
@@ -647,7 +648,10 @@ func (g *Gateway) fail(ctx context.Context, w http.ResponseWriter, d door, l *ac
 // and none is held back; without the hook (a model the gateway's client
 // does not serve), every event is flushed on its own. A failure after
 // commit ends the stream with an in-band error event and no end marker.
-func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc encoder, hook *flushHook, h2 bool) {
+// tails is the request's hook whose upstream body may wait, after its end
+// marker, for the read of its end (flushHook.endTail): the relay sends the
+// answer's end first.
+func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog, s driver.Stream, enc encoder, hook, tails *flushHook, h2 bool) {
 	startEventStream(w.Header(), l)
 	g.metrics.streams.Inc()
 	defer g.metrics.streams.Dec()
@@ -671,7 +675,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, l *accessLog
 			l.outcome = "client_closed"
 			return
 		case err == io.EOF:
-			g.endStream(l, enc, out, usage)
+			g.endStream(l, enc, out, usage, tails)
 			return
 		case err != nil:
 			g.failStream(ctx, l, enc, out, err)
@@ -734,8 +738,9 @@ func (g *Gateway) failStream(ctx context.Context, l *accessLog, enc encoder, out
 	out.send()
 }
 
-// endStream writes the end of an answer the upstream finished.
-func (g *Gateway) endStream(l *accessLog, enc encoder, out *eventWriter, usage *abi.Usage) {
+// endStream writes the end of an answer the upstream finished, then has
+// the upstream body's end read (tails.endTail) when it waits for that.
+func (g *Gateway) endStream(l *accessLog, enc encoder, out *eventWriter, usage *abi.Usage, tails *flushHook) {
 	var u abi.Usage
 	if usage != nil {
 		u = *usage
@@ -747,11 +752,18 @@ func (g *Gateway) endStream(l *accessLog, enc encoder, out *eventWriter, usage *
 	// HTTP/2, in the frame that ends the stream), one write a request fewer
 	// than a flush here and the terminator after it. So a client that left
 	// just now is not seen here: the access log says "ok" for an answer
-	// handed whole to the server. While the gateway drains it is flushed
-	// here: Shutdown returns as the request leaves, before net/http's
-	// flush, and a caller that exits then would cut the end.
-	out.unflushed = !g.draining.Load()
-	if out.send(); out.broken {
+	// handed whole to the server. It is flushed here when the upstream
+	// body's end is still to be read (the client is not to wait on that
+	// read), and while the gateway drains: Shutdown returns as the request
+	// leaves, before net/http's flush, and a caller that exits then would
+	// cut the end.
+	tail := tails.tail.Load() != nil
+	out.unflushed = !tail && !g.draining.Load()
+	out.send()
+	if tail {
+		tails.endTail()
+	}
+	if out.broken {
 		l.outcome = "client_closed"
 		return
 	}

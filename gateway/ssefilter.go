@@ -48,30 +48,59 @@ func (f *sseFilter) RoundTrip(r *http.Request) (*http.Response, error) {
 		resp *http.Response
 		err  error
 	)
-	if f.headerTimeout > 0 && !driver.CommitsAtEnd(r.Context()) {
-		// The child context lives as long as the response body (ended
-		// with the request's, when the attempt ends); only the timer is
-		// stopped once the headers are in.
-		ctx, cancel := context.WithCancelCause(r.Context())
+	hook, _ := r.Context().Value(flushKey{}).(*flushHook)
+	// A streaming client's request (one with the relay's flush hook) runs
+	// under a context of its own that follows the request's cancellation
+	// until its body is closed, but can leave it (detach) once the stream's
+	// end marker is in: the read of the body's end after it (see
+	// eventReader.Close) then outlives the attempt, which ends at the end
+	// marker, so the relay sends the answer's end before that read and the
+	// connection is still kept.
+	var (
+		ctx    = r.Context()
+		cancel context.CancelCauseFunc
+		detach func() bool // nil: the request follows r's context
+	)
+	if hook != nil {
+		parent := ctx
+		ctx, cancel = context.WithCancelCause(context.WithoutCancel(parent))
+		detach = context.AfterFunc(parent, func() { cancel(context.Cause(parent)) })
+	}
+	if f.headerTimeout > 0 && !driver.CommitsAtEnd(ctx) {
+		// The timer is stopped once the headers are in; the context lives
+		// as long as the response body (ended with the request's, when the
+		// attempt ends).
+		if cancel == nil {
+			ctx, cancel = context.WithCancelCause(ctx)
+		}
 		t := time.AfterFunc(f.headerTimeout, func() { cancel(errUpstreamHeaders{}) })
 		resp, err = f.next.RoundTrip(r.WithContext(ctx))
 		if !t.Stop() && context.Cause(ctx) == (errUpstreamHeaders{}) {
 			if err == nil {
 				_ = resp.Body.Close()
 			}
-			return nil, errUpstreamHeaders{}
+			resp, err = nil, errUpstreamHeaders{}
 		}
+	} else if ctx != r.Context() {
+		resp, err = f.next.RoundTrip(r.WithContext(ctx))
 	} else {
 		resp, err = f.next.RoundTrip(r)
 	}
 	if err != nil || resp.Body == nil {
+		if detach != nil {
+			detach()
+			cancel(nil)
+		}
 		return resp, err
 	}
-	hook, _ := r.Context().Value(flushKey{}).(*flushHook)
 	if isEventStream(resp.Header.Get("Content-Type")) {
-		resp.Body = newEventReader(resp.Body, f.skipped, hook)
+		e := newEventReader(resp.Body, f.skipped, hook)
+		if detach != nil {
+			e.detach, e.end = detach, cancel
+		}
+		resp.Body = e
 	} else if hook != nil {
-		resp.Body = &hookedBody{ReadCloser: resp.Body, hook: hook}
+		resp.Body = &hookedBody{ReadCloser: resp.Body, hook: hook, detach: detach, end: cancel}
 	}
 	if hook != nil {
 		hook.bodies.Add(1)
@@ -107,6 +136,10 @@ type flushHook struct {
 	mu     sync.Mutex // held while fn runs: disarm waits for a flush under way
 	fn     func()
 	bodies atomic.Int32 // upstream bodies opened with the hook (ever)
+	// tail is an upstream body closed after its end marker and before its
+	// end: its Close left the read of the rest to endTail, which the relay
+	// runs once the answer's end is sent.
+	tail atomic.Pointer[eventReader]
 }
 
 type flushKey struct{}
@@ -141,11 +174,32 @@ func (h *flushHook) flush() {
 	h.mu.Unlock()
 }
 
+// endTail reads the rest of the body whose Close was left pending (see
+// eventReader.Close), if any, and closes it. Safe to call more than once
+// and from any goroutine.
+func (h *flushHook) endTail() {
+	if e := h.tail.Swap(nil); e != nil {
+		e.readTail()
+		e.closeSrc()
+	}
+}
+
 // hookedBody is an upstream body that is not an event stream: it flushes
 // before every read.
 type hookedBody struct {
 	io.ReadCloser
-	hook *flushHook
+	hook   *flushHook
+	detach func() bool             // see eventReader
+	end    context.CancelCauseFunc // see eventReader
+}
+
+func (b *hookedBody) Close() error {
+	err := b.ReadCloser.Close()
+	if b.end != nil {
+		b.detach()
+		b.end(nil)
+	}
+	return err
 }
 
 func (b *hookedBody) Read(p []byte) (int, error) {
@@ -170,6 +224,11 @@ type eventReader struct {
 	skipped *atomic.Int64
 	hook    *flushHook  // nil: none
 	tail    atomic.Bool // Release came before the body's end (see Close)
+	// With a hook: detach stops the body's request from following the
+	// attempt's cancellation (false when that came already); end ends
+	// the request's own context, once the body is closed.
+	detach func() bool
+	end    context.CancelCauseFunc
 
 	// Read's state.
 	event    []byte // the event being read, its lines as they came; released: event[off:] is not read yet
@@ -195,21 +254,46 @@ func newEventReader(body io.ReadCloser, skipped *atomic.Int64, hook *flushHook) 
 
 // Close closes the body. When its consumer saw the end marker before the
 // body's end (an upstream's chunked body ends in a write of its own after
-// [DONE], which can come a moment later), it first reads the rest, up to
+// [DONE], which can come a moment later), the rest is read first, up to
 // maxTailBytes and for at most tailWait: net/http keeps a connection
 // whose body was read to its end, and drops one closed before it, which
 // would have the next request dial (and, over TLS, shake hands) again.
-// What the relay has encoded is flushed before the wait (the flush hook):
-// only the answer's finish and end marker, which the adapter hands out
-// once the body is closed, come after it.
+//
+// With the relay's flush hook, that read waits until the relay has sent
+// the answer's end: the adapter closes the body at the end marker and
+// hands out the answer's finish only then, so Close detaches the body's
+// request from the attempt (which ends with the finish) and leaves the
+// read and the close to the hook's endTail. Without the hook, or when
+// the request is cancelled already, it reads here, after a flush of what
+// the relay has encoded.
 func (e *eventReader) Close() error {
-	if e.tail.Swap(false) {
-		e.hook.flush()
-		t := time.AfterFunc(tailWait, func() { _ = e.src.Close() })
-		_, _ = io.CopyN(io.Discard, e.src, maxTailBytes)
-		t.Stop()
+	if !e.tail.Swap(false) {
+		return e.closeSrc()
 	}
-	return e.src.Close()
+	if e.hook != nil && e.detach != nil && e.detach() && e.hook.tail.CompareAndSwap(nil, e) {
+		return nil
+	}
+	e.hook.flush()
+	e.readTail()
+	return e.closeSrc()
+}
+
+// readTail reads what is left of the body after its end marker, bounded
+// by maxTailBytes and tailWait.
+func (e *eventReader) readTail() {
+	t := time.AfterFunc(tailWait, func() { _ = e.src.Close() })
+	_, _ = io.CopyN(io.Discard, e.src, maxTailBytes)
+	t.Stop()
+}
+
+// closeSrc closes the body and, with a hook, ends its request's context.
+func (e *eventReader) closeSrc() error {
+	err := e.src.Close()
+	if e.end != nil {
+		e.detach()
+		e.end(nil)
+	}
+	return err
 }
 
 // tailWait is the longest an upstream body's Close waits for the body's
