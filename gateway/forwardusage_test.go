@@ -374,3 +374,30 @@ func BenchmarkUsageTap(b *testing.B) {
 		}
 	}
 }
+
+// A stateful stream cut before its response.completed event reported no
+// usage: its key keeps the estimate it was charged, and its trail says
+// the attempt was cut.
+func TestResponses_StatefulStreamCutKeepsTheEstimate(t *testing.T) {
+	cut := wireAnswer{status: 200, header: map[string]string{"Content-Type": "text/event-stream", "Content-Length": "100000"},
+		body: "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_3\",\"object\":\"response\",\"status\":\"in_progress\",\"output\":[],\"usage\":null}}\n\n"}
+	acct := newWireUp(t, cut)
+	lim := &settleLog{Limiter: vkey.NewLocal()}
+	var sink lockedBuffer
+	r := doorRig(t, `{"models": [`+oaiModel("up", "gpt-4.1", acct, `, "price": {"input": 2, "output": 8}`)+`], "rules": []}`,
+		WithKeySet(keySet(t, &vkey.Key{ID: "team", TPM: 100000, Budget: vkey.Budget{CostPerDay: 1}})), WithLimiter(lim), WithRequestLog(&sink))
+	p := statefulParams("up")
+	p.Background = oai.Bool(false)
+	s := r.oc("secret-team").Responses.NewStreaming(context.Background(), p)
+	for s.Next() {
+	}
+	require.Error(t, s.Err(), "a cut stream is an error to the client")
+	require.NoError(t, s.Close())
+	l := waitLines(t, &sink, 1)[0]
+	require.Equal(t, "truncated", l["outcome"])
+	require.EqualValues(t, 0, l["input_tokens"])
+	trail := l["trail"].([]any)
+	require.Len(t, trail, 1)
+	require.Equal(t, "truncated", trail[0].(map[string]any)["outcome"])
+	require.Empty(t, lim.all(), "the estimate stands: nothing settled")
+}
