@@ -281,27 +281,8 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 	if err := d.stop(out.StopReason, true); err != nil {
 		return nil, err
 	}
-	return &driver.Response{Content: collect(parts), Finish: d.finish, Usage: d.usage, Headers: rec.Header, Warnings: warnings,
+	return &driver.Response{Content: adapter.Collect(parts), Finish: d.finish, Usage: d.usage, Headers: rec.Header, Warnings: warnings,
 		Meta: abi.ResponseMeta{ID: rec.Header.Get("X-Amzn-Requestid"), ModelID: m.id}}, nil
-}
-
-// collect folds decoded parts into a Response's content: one delta per
-// text or reasoning block, the tool calls whole.
-func collect(parts []abi.Part) []abi.Part {
-	var out []abi.Part
-	for _, p := range parts {
-		switch p.Kind {
-		case abi.KindTextDelta, abi.KindReasoningDelta:
-			if n := len(out); n > 0 && out[n-1].Kind == p.Kind && out[n-1].ID == p.ID {
-				out[n-1].Delta += p.Delta
-				continue
-			}
-			out = append(out, p)
-		case abi.KindToolCall:
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // Stream opens one ConverseStream call (an AWS event stream). The HTTP

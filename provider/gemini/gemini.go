@@ -247,27 +247,8 @@ func (m *Model) Generate(ctx context.Context, req *driver.Request) (*driver.Resp
 	}
 	out := &driver.Response{Warnings: warnings, Headers: rec.Header, Finish: d.finish, Usage: d.usage,
 		Meta: abi.ResponseMeta{ID: resp.ResponseID, ModelID: resp.ModelVersion}}
-	out.Content = collect(parts)
+	out.Content = adapter.Collect(parts)
 	return out, nil
-}
-
-// collect folds streamed parts into a Response's content: one delta per
-// text or reasoning block, the tool calls whole.
-func collect(parts []abi.Part) []abi.Part {
-	var out []abi.Part
-	for _, p := range parts {
-		switch p.Kind {
-		case abi.KindTextDelta, abi.KindReasoningDelta:
-			if n := len(out); n > 0 && out[n-1].Kind == p.Kind && out[n-1].ID == p.ID {
-				out[n-1].Delta += p.Delta
-				continue
-			}
-			out = append(out, p)
-		case abi.KindToolCall, abi.KindSource:
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // Stream opens one streamGenerateContent call (server-sent events,

@@ -269,3 +269,23 @@ func TestProviderNameAndModelKey(t *testing.T) {
 		})
 	}
 }
+
+func TestCollect(t *testing.T) {
+	src := &abi.Source{URL: "https://example.com"}
+	parts := []abi.Part{
+		{Kind: abi.KindStreamStart},
+		{Kind: abi.KindReasoningStart, ID: "r"}, {Kind: abi.KindReasoningDelta, ID: "r", Delta: "a"}, {Kind: abi.KindReasoningDelta, ID: "r", Delta: "b"},
+		{Kind: abi.KindTextStart, ID: "t0"}, {Kind: abi.KindTextDelta, ID: "t0", Delta: "Hel"}, {Kind: abi.KindTextDelta, ID: "t0", Delta: "lo"},
+		{Kind: abi.KindTextDelta, ID: "t1", Delta: "!"},
+		{Kind: abi.KindToolInputDelta, ID: "c", Delta: "{}"}, {Kind: abi.KindToolCall, ID: "c"},
+		{Kind: abi.KindSource, Source: src},
+		{Kind: abi.KindFinish},
+	}
+	require.Equal(t, []abi.Part{
+		{Kind: abi.KindReasoningDelta, ID: "r", Delta: "ab"},
+		{Kind: abi.KindTextDelta, ID: "t0", Delta: "Hello"},
+		{Kind: abi.KindTextDelta, ID: "t1", Delta: "!"},
+		{Kind: abi.KindToolCall, ID: "c"},
+		{Kind: abi.KindSource, Source: src},
+	}, Collect(parts))
+}

@@ -166,3 +166,24 @@ func (s *Stream) Close() error {
 	s.release()
 	return nil
 }
+
+// Collect folds the parts of a whole answer, decoded as a stream's, into
+// a Response's Content: one delta per text or reasoning block (its
+// deltas joined), the tool calls and sources whole; the rest (block
+// starts and ends, tool input deltas, finish) is left out.
+func Collect(parts []abi.Part) []abi.Part {
+	var out []abi.Part
+	for _, p := range parts {
+		switch p.Kind {
+		case abi.KindTextDelta, abi.KindReasoningDelta:
+			if n := len(out); n > 0 && out[n-1].Kind == p.Kind && out[n-1].ID == p.ID {
+				out[n-1].Delta += p.Delta
+				continue
+			}
+			out = append(out, p)
+		case abi.KindToolCall, abi.KindSource:
+			out = append(out, p)
+		}
+	}
+	return out
+}
