@@ -189,6 +189,30 @@ func clientsOpenAI(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// hangOr serves gpt-hang's streams: its first content, then nothing
+// until the gateway cancels the request (reported on hung, with the path)
+// or release; other requests go to next.
+func hangOr(hung chan<- string, release <-chan struct{}, next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var req struct{ Model string }
+		if json.Unmarshal(b, &req) != nil || req.Model != "gpt-hang" {
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			next(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, `data: {"id":"chatcmpl-up","object":"chat.completion.chunk","created":1764374400,"model":"gpt-hang","choices":[{"index":0,"delta":{"role":"assistant","content":`+
+			strconv.Quote(clientAnswer[0])+`},"logprobs":null,"finish_reason":null}]}`+"\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+			hung <- r.URL.Path
+		case <-release:
+		}
+	}
+}
+
 func cmpOr(a, b int) int {
 	if a != 0 {
 		return a
@@ -346,7 +370,7 @@ func clientsPolicy(oaiURL, antURL string) string {
 			name, provider, id, url, extra))
 	}
 	model("gpt", "openai", "gpt-ok", oaiURL+"/v1", "")
-	for _, n := range []string{"gpt-limited", "gpt-down", "gpt-bad", "gpt-cut"} {
+	for _, n := range []string{"gpt-limited", "gpt-down", "gpt-bad", "gpt-cut", "gpt-hang"} {
 		model(n, "openai", n, oaiURL+"/v1", "")
 	}
 	space := `, "embedding": {"dimensions": 8, "family": "mock-embed"}`
@@ -375,8 +399,10 @@ func TestServe_TypeScriptClients(t *testing.T) {
 		t.Skip("runs node")
 	}
 	node := nodeClients(t)
-	oaiUp := httptest.NewServer(http.HandlerFunc(clientsOpenAI))
+	hung, release := make(chan string, 16), make(chan struct{})
+	oaiUp := httptest.NewServer(hangOr(hung, release, clientsOpenAI))
 	t.Cleanup(oaiUp.Close)
+	t.Cleanup(func() { close(release) }) // before the Close above: nothing stays held
 	antUp := httptest.NewServer(http.HandlerFunc(clientsAnthropic))
 	t.Cleanup(antUp.Close)
 	pol := filepath.Join(t.TempDir(), "policy.json")
@@ -427,6 +453,27 @@ func TestServe_TypeScriptClients(t *testing.T) {
 	for _, d := range []string{"chat.completions", "messages", "responses", "embeddings", "messages.count_tokens"} {
 		require.Positive(t, doors[d], "no check of %s ran:\n%s", d, out)
 	}
+	// A client's abort reaches the upstream (the checks abort three
+	// streams of gpt-hang, one per door), and nothing stays in flight.
+	for range 3 {
+		select {
+		case <-hung:
+		case <-time.After(30 * time.Second): // a guard against a hang, not a timing assertion
+			t.Fatalf("a stream the client aborted was not cancelled upstream")
+		}
+	}
+	require.Eventually(t, func() bool {
+		req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer k-client")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		m, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(m), "\nretryhost_gateway_inflight_streams 0\n") &&
+			strings.Contains(string(m), "\nretryhost_gateway_inflight_requests 0\n")
+	}, 30*time.Second, 10*time.Millisecond, "nothing in flight once the clients are done")
 	t.Logf("%d checks passed", len(passed))
 	if errOut.Len() > 0 {
 		t.Logf("matrix.mjs's stderr:\n%s", errOut.String())

@@ -193,6 +193,19 @@ check('openai-node chat.completions stream cut after its first content', async (
   assert.equal(text, 'Paris', 'what came before the cut, and no more');
 });
 
+// gpt-hang sends its first content and then nothing until the request is
+// cancelled: the client aborts after the first content, and the test sees
+// the cancellation reach the upstream.
+check('openai-node chat.completions stream aborted by the client', async () => {
+  const stream = await oai.chat.completions.create({ model: 'gpt-hang', messages, stream: true });
+  let text = '';
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta.content ?? '';
+    if (text) stream.controller.abort();
+  }
+  assert.equal(text, 'Paris');
+});
+
 check('openai-node chat.completions 502 cut', () =>
   rejects(() => oai.chat.completions.create({ model: 'gpt-cut', messages }), OpenAI.InternalServerError, 502));
 
@@ -343,6 +356,16 @@ check('openai-node responses stream cut after its first content', async () => {
   assert.ok(!types.includes('response.completed'), 'a cut response does not complete');
   assert.equal(last?.type, 'error', `ends with an error event: ${types.join(' ')}`);
   assert.ok(last.message, 'the error event has a message');
+});
+
+check('openai-node responses stream aborted by the client', async () => {
+  const stream = await oai.responses.create({ model: 'gpt-hang', input, stream: true });
+  let text = '';
+  for await (const ev of stream) {
+    if (ev.type === 'response.output_text.delta') text += ev.delta;
+    if (text) stream.controller.abort();
+  }
+  assert.equal(text, 'Paris');
 });
 
 check('openai-node responses stream helper cut after its first content', () =>
@@ -617,6 +640,16 @@ check('anthropic-sdk messages stream cut after its first content', async () => {
   let text = '';
   stream.on('text', (t) => { text += t; });
   await assert.rejects(() => stream.finalMessage(), (e) => e instanceof Anthropic.APIError && typeof e.type === 'string');
+  assert.equal(text, 'Paris');
+});
+
+check('anthropic-sdk messages stream aborted by the client', async () => {
+  const stream = await ant.messages.create({ model: 'gpt-hang', max_tokens: 256, messages, stream: true });
+  let text = '';
+  for await (const ev of stream) {
+    if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') text += ev.delta.text;
+    if (text) stream.controller.abort();
+  }
   assert.equal(text, 'Paris');
 });
 
