@@ -74,6 +74,10 @@ func nodeClients(t *testing.T) string {
 	return node
 }
 
+// clientsShortMax is the output limit on which the mocks' answer stops
+// for its length (finish_reason length, stop_reason max_tokens).
+const clientsShortMax = 3
+
 // The mock upstreams' answer: the text of every successful chat, and
 // its pieces as streamed.
 var clientAnswer = []string{"Paris", " is the capital", " of France."}
@@ -106,6 +110,8 @@ func clientsOpenAI(w http.ResponseWriter, r *http.Request) {
 		Input          any    `json:"input"`
 		EncodingFormat string `json:"encoding_format"`
 		Dimensions     int    `json:"dimensions"`
+		MaxTokens      int    `json:"max_tokens"`
+		MaxCompletion  int    `json:"max_completion_tokens"`
 		Tools          []struct {
 			Function struct{ Name string } `json:"function"`
 		} `json:"tools"`
@@ -183,7 +189,11 @@ func clientsOpenAI(w http.ResponseWriter, r *http.Request) {
 		if len(req.Tools) > 0 {
 			tool = req.Tools[0].Function.Name
 		}
-		openAIAnswer(w, req.Stream, tool)
+		finish := "stop"
+		if cmpOr(req.MaxCompletion, req.MaxTokens) == clientsShortMax {
+			finish = "length"
+		}
+		openAIAnswer(w, req.Stream, tool, finish)
 	default:
 		oaiErr(http.StatusNotFound, "invalid_request_error", "model_not_found", "", "The model `"+req.Model+"` does not exist on "+r.URL.Path)
 	}
@@ -222,11 +232,11 @@ func cmpOr(a, b int) int {
 
 // openAIAnswer writes gpt-ok's answer: the text, or a call of tool with
 // {"city":"Paris"}, streamed (with usage) or as one chat.completion.
-func openAIAnswer(w http.ResponseWriter, stream bool, tool string) {
+func openAIAnswer(w http.ResponseWriter, stream bool, tool, stop string) {
 	const head = `"id":"chatcmpl-up","created":1764374400,"model":"gpt-ok","system_fingerprint":"fp_up"`
 	usage := fmt.Sprintf(`{"prompt_tokens":11,"completion_tokens":%d,"total_tokens":%d}`, len(clientAnswer), 11+len(clientAnswer))
 	if !stream {
-		msg, finish := `{"role":"assistant","content":`+strconv.Quote(strings.Join(clientAnswer, ""))+`,"refusal":null}`, "stop"
+		msg, finish := `{"role":"assistant","content":`+strconv.Quote(strings.Join(clientAnswer, ""))+`,"refusal":null}`, stop
 		if tool != "" {
 			msg, finish = `{"role":"assistant","content":null,"refusal":null,"tool_calls":[{"id":"call_up1","type":"function","function":{"name":`+
 				strconv.Quote(tool)+`,"arguments":"{\"city\":\"Paris\"}"}}]}`, "tool_calls"
@@ -241,7 +251,7 @@ func openAIAnswer(w http.ResponseWriter, stream bool, tool string) {
 		w.(http.Flusher).Flush()
 	}
 	send(`{"role":"assistant","content":""}`, "null")
-	finish := `"stop"`
+	finish := strconv.Quote(stop)
 	if tool != "" {
 		send(`{"tool_calls":[{"index":0,"id":"call_up1","type":"function","function":{"name":`+strconv.Quote(tool)+`,"arguments":""}}]}`, "null")
 		for _, a := range []string{`{"city":`, `"Paris"}`} {
@@ -266,6 +276,7 @@ func clientsAnthropic(w http.ResponseWriter, r *http.Request) {
 		Model  string `json:"model"`
 		Stream bool   `json:"stream"`
 		Tools  []struct{ Name string }
+		Max    int `json:"max_tokens"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -304,7 +315,11 @@ func clientsAnthropic(w http.ResponseWriter, r *http.Request) {
 		if len(req.Tools) > 0 {
 			tool = req.Tools[0].Name
 		}
-		anthropicAnswer(w, req.Stream, tool)
+		stop := "end_turn"
+		if req.Max == clientsShortMax {
+			stop = "max_tokens"
+		}
+		anthropicAnswer(w, req.Stream, tool, stop)
 	default:
 		antErr(http.StatusNotFound, "not_found_error", "no "+r.URL.Path)
 	}
@@ -321,10 +336,10 @@ func cutConnection(w http.ResponseWriter) {
 
 // anthropicAnswer writes claude-ok's answer: the text, or a use of tool
 // with {"city":"Paris"}, streamed or as one message.
-func anthropicAnswer(w http.ResponseWriter, stream bool, tool string) {
+func anthropicAnswer(w http.ResponseWriter, stream bool, tool, end string) {
 	w.Header().Set("request-id", "req_up")
 	if !stream {
-		content, stop := `[{"type":"text","text":`+strconv.Quote(strings.Join(clientAnswer, ""))+`}]`, "end_turn"
+		content, stop := `[{"type":"text","text":`+strconv.Quote(strings.Join(clientAnswer, ""))+`}]`, end
 		if tool != "" {
 			content, stop = `[{"type":"tool_use","id":"toolu_up1","name":`+strconv.Quote(tool)+`,"input":{"city":"Paris"}}]`, "tool_use"
 		}
@@ -339,7 +354,7 @@ func anthropicAnswer(w http.ResponseWriter, stream bool, tool string) {
 		w.(http.Flusher).Flush()
 	}
 	ev("message_start", `{"type":"message_start","message":{"id":"msg_up","type":"message","role":"assistant","content":[],"model":"claude-ok","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":14,"output_tokens":1}}}`)
-	stop := "end_turn"
+	stop := end
 	if tool != "" {
 		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_up1","name":`+strconv.Quote(tool)+`,"input":{}}}`)
 		for _, a := range []string{`{"city":`, `"Paris"}`} {

@@ -781,6 +781,41 @@ check('anthropic-sdk messages.count_tokens 404', () =>
     assert.equal(e.type, 'not_found_error');
   }));
 
+// ---- a stop for length, on every door, from both providers ----
+// The mocks stop for length when the request's output limit is 3.
+
+for (const model of ['gpt', 'claude']) {
+  check(`openai-node chat.completions length stop from ${model}`, async () => {
+    const c = await oai.chat.completions.create({ model, messages, max_completion_tokens: 3 });
+    assert.equal(c.choices[0].finish_reason, 'length');
+    const s = await oai.chat.completions.stream({ model, messages, max_tokens: 3 }).finalChatCompletion();
+    assert.equal(s.choices[0].finish_reason, 'length');
+  });
+
+  check(`openai-node responses length stop from ${model}`, async () => {
+    const r = await oai.responses.create({ model, input, max_output_tokens: 3 });
+    assert.equal(r.status, 'incomplete');
+    assert.equal(r.incomplete_details?.reason, 'max_output_tokens');
+    const stream = await oai.responses.create({ model, input, max_output_tokens: 3, stream: true });
+    let last = null;
+    for await (const ev of stream) last = ev;
+    assert.equal(last?.type, 'response.incomplete');
+    assert.equal(last.response.incomplete_details?.reason, 'max_output_tokens');
+  });
+
+  check(`anthropic-sdk messages length stop from ${model}`, async () => {
+    const m = await ant.messages.create({ model, max_tokens: 3, messages });
+    assert.equal(m.stop_reason, 'max_tokens');
+    const s = await ant.messages.stream({ model, max_tokens: 3, messages }).finalMessage();
+    assert.equal(s.stop_reason, 'max_tokens');
+  });
+
+  check(`ai-sdk/openai responses length stop from ${model}`, async () => {
+    const r = await generateText({ model: vOpenAI.responses(model), prompt, maxOutputTokens: 3, maxRetries: 0 });
+    assert.equal(r.finishReason, 'length');
+  });
+}
+
 // ---- the Vercel AI SDK ----
 
 const prompt = 'Capital of France?';
