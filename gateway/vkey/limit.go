@@ -3,6 +3,7 @@ package vkey
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,8 +57,28 @@ type Limiter interface {
 // per UTC day and month for the token and spend budgets. It is safe for
 // concurrent use.
 type Local struct {
-	mu sync.Mutex
-	m  map[string]*local
+	m      sync.Map // key id → *local: read without a lock on every request
+	period atomic.Pointer[period]
+}
+
+// period is a UTC day's Period, kept while requests are in it: Period's
+// two time.Date cost more than the rest of an admission.
+type period struct {
+	start, end       int64 // the day's, in ns since 1970
+	day, month       int64
+	dayEnd, monthEnd time.Time
+}
+
+// periodOf returns Period(now), from the day's cached.
+func (l *Local) periodOf(now time.Time) (day, month int64, dayEnd, monthEnd time.Time) {
+	ns := now.UnixNano()
+	if p := l.period.Load(); p != nil && p.start <= ns && ns < p.end {
+		return p.day, p.month, p.dayEnd, p.monthEnd
+	}
+	day, month, dayEnd, monthEnd = Period(now)
+	l.period.Store(&period{start: dayEnd.Add(-24 * time.Hour).UnixNano(), end: dayEnd.UnixNano(),
+		day: day, month: month, dayEnd: dayEnd, monthEnd: monthEnd})
+	return day, month, dayEnd, monthEnd
 }
 
 type local struct {
@@ -81,29 +102,25 @@ func (s *local) roll(day, month int64) {
 }
 
 // NewLocal returns an empty Local.
-func NewLocal() *Local { return &Local{m: map[string]*local{}} }
+func NewLocal() *Local { return &Local{} }
 
 func (l *Local) get(id string) *local {
-	l.mu.Lock()
-	s := l.m[id]
-	if s == nil {
-		s = &local{}
-		l.m[id] = s
+	if s, ok := l.m.Load(id); ok {
+		return s.(*local)
 	}
-	l.mu.Unlock()
-	return s
+	s, _ := l.m.LoadOrStore(id, &local{})
+	return s.(*local)
 }
 
 // Forget drops the counters of every key but those of keep (a reload's
 // key set), so that a key file that changes often does not grow them.
 func (l *Local) Forget(keep *Set) {
-	l.mu.Lock()
-	for id := range l.m {
-		if _, ok := keep.byID[id]; !ok {
-			delete(l.m, id)
+	l.m.Range(func(id, _ any) bool {
+		if _, ok := keep.byID[id.(string)]; !ok {
+			l.m.Delete(id)
 		}
-	}
-	l.mu.Unlock()
+		return true
+	})
 }
 
 // Period returns the UTC day (days since 1970) and month (months since
@@ -149,7 +166,7 @@ func (l *Local) Admit(_ context.Context, k *Key, est int64, now time.Time) Decis
 	s := l.get(k.ID)
 	est = Cost(k, est)
 	ns := now.UnixNano()
-	day, month, dayEnd, monthEnd := Period(now)
+	day, month, dayEnd, monthEnd := l.periodOf(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.roll(day, month)
@@ -201,7 +218,7 @@ func (l *Local) Settle(_ context.Context, k *Key, delta int64, cost float64, now
 		return
 	}
 	s := l.get(k.ID)
-	day, month, _, _ := Period(now)
+	day, month, _, _ := l.periodOf(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// The tokens' delta settles the estimate of the period that charged

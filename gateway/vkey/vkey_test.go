@@ -381,3 +381,16 @@ func TestSetOfManyKeysNamesTheFirstMistake(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalPeriodFollowsTheClock: the in-process limiter's cached day
+// and month are Period's, across a day's and a month's end and back.
+func TestLocalPeriodFollowsTheClock(t *testing.T) {
+	l := NewLocal()
+	end := time.Date(2027, 1, 31, 23, 59, 59, 999_999_999, time.UTC)
+	for _, now := range []time.Time{end.Add(-time.Hour), end, end.Add(1), end.Add(time.Hour), end, end.Add(-48 * time.Hour),
+		end.Add(time.Nanosecond).In(time.FixedZone("east", 5*3600))} {
+		d, m, de, me := Period(now)
+		gd, gm, gde, gme := l.periodOf(now)
+		require.Equal(t, []any{d, m, de, me}, []any{gd, gm, gde, gme}, "%v", now)
+	}
+}
