@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/retryhost/retryhost/gateway/vkey"
 )
@@ -160,22 +161,18 @@ func (g *Gateway) admitKey(ctx context.Context, w http.ResponseWriter, d door, c
 	now := time.Now()
 	dec := g.limiter().Admit(ctx, k, est, now)
 	h := w.Header()
-	// The values share one array: one allocation, not one per header.
-	var vals []string
 	if k.RPM > 0 || k.TPM > 0 {
-		vals = make([]string, 6)
-	}
-	if k.RPM > 0 {
-		vals[0], vals[1], vals[2] = strconv.FormatInt(k.RPM, 10), strconv.FormatInt(dec.RemainingRequests, 10), resetHeader(dec.ResetRequests)
-		h["X-Ratelimit-Limit-Requests"] = vals[0:1:1]
-		h["X-Ratelimit-Remaining-Requests"] = vals[1:2:2]
-		h["X-Ratelimit-Reset-Requests"] = vals[2:3:3]
-	}
-	if k.TPM > 0 {
-		vals[3], vals[4], vals[5] = strconv.FormatInt(k.TPM, 10), strconv.FormatInt(dec.RemainingTokens, 10), resetHeader(dec.ResetTokens)
-		h["X-Ratelimit-Limit-Tokens"] = vals[3:4:4]
-		h["X-Ratelimit-Remaining-Tokens"] = vals[4:5:5]
-		h["X-Ratelimit-Reset-Tokens"] = vals[5:6:6]
+		rh := new(rateHeaders) // the six values, and the bytes they are made of: one allocation
+		if k.RPM > 0 {
+			h["X-Ratelimit-Limit-Requests"] = rh.put(0, strconv.AppendInt(rh.next(), k.RPM, 10))
+			h["X-Ratelimit-Remaining-Requests"] = rh.put(1, strconv.AppendInt(rh.next(), dec.RemainingRequests, 10))
+			h["X-Ratelimit-Reset-Requests"] = rh.put(2, appendReset(rh.next(), dec.ResetRequests))
+		}
+		if k.TPM > 0 {
+			h["X-Ratelimit-Limit-Tokens"] = rh.put(3, strconv.AppendInt(rh.next(), k.TPM, 10))
+			h["X-Ratelimit-Remaining-Tokens"] = rh.put(4, strconv.AppendInt(rh.next(), dec.RemainingTokens, 10))
+			h["X-Ratelimit-Reset-Tokens"] = rh.put(5, appendReset(rh.next(), dec.ResetTokens))
+		}
 	}
 	e := apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded"}
 	switch dec.Reason {
@@ -232,14 +229,49 @@ func (g *Gateway) settleKey(c *call) {
 	}
 }
 
-// resetHeader renders a wait as OpenAI's x-ratelimit-reset-* do ("1s",
-// "6m0s", "20ms").
-func resetHeader(d time.Duration) string {
+// rateHeaders holds a limited key's x-ratelimit-* values, each a slice
+// of its own, and the bytes they are strings of: an answer's six values
+// in one allocation rather than one or two each.
+type rateHeaders struct {
+	v   [6]string
+	buf [6 * 24]byte // a value is at most 20 bytes (an int64; a reset, appendReset)
+	n   int          // of buf, used
+}
+
+// next returns buf's unused part, empty, to append one value to.
+func (rh *rateHeaders) next() []byte { return rh.buf[rh.n:rh.n:len(rh.buf)] }
+
+// put makes b, appended to next's slice, value i and returns it as a
+// header's values. b is never written again: the string may share it.
+func (rh *rateHeaders) put(i int, b []byte) []string {
+	if len(b) > 0 && cap(b) == len(rh.buf)-rh.n { // appended in place
+		rh.v[i] = unsafe.String(&b[0], len(b))
+		rh.n += len(b)
+	} else {
+		rh.v[i] = string(b) // grown elsewhere (not reached: a value fits)
+	}
+	return rh.v[i : i+1 : i+1]
+}
+
+// appendReset appends a wait as OpenAI's x-ratelimit-reset-* render it
+// ("1s", "6m0s", "20ms") to b.
+func appendReset(b []byte, d time.Duration) []byte {
 	if d <= 0 {
-		return "0s"
+		return append(b, "0s"...)
 	}
 	if d < time.Second {
-		return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10) + "ms"
+		return append(strconv.AppendInt(b, int64((d+time.Millisecond-1)/time.Millisecond), 10), "ms"...)
 	}
-	return d.Round(time.Second).String()
+	d = d.Round(time.Second)
+	if d%time.Second != 0 || d >= 1000*time.Hour { // rounded to the largest Duration
+		return append(b, d.String()...)
+	}
+	s := int64(d / time.Second)
+	if h := s / 3600; h > 0 {
+		b = append(strconv.AppendInt(b, h, 10), 'h')
+		b = append(strconv.AppendInt(b, s/60%60, 10), 'm')
+	} else if m := s / 60; m > 0 {
+		b = append(strconv.AppendInt(b, m, 10), 'm')
+	}
+	return append(strconv.AppendInt(b, s%60, 10), 's')
 }

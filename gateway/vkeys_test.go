@@ -3,8 +3,10 @@ package gateway
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -401,4 +403,23 @@ func TestSpendBudgetUnderAnUnpricedPolicyWarns(t *testing.T) {
 	require.NotContains(t, priced.logs.String(), warning)
 	unpriced := keyRig(t, nil, &vkey.Key{ID: "at-start", Budget: vkey.Budget{CostPerDay: 1}})
 	require.Contains(t, unpriced.logs.String(), warning, "at the start too")
+}
+
+// TestResetHeaderRendersAsDurationString: a reset of a second or more is
+// the wait rounded to the second as time.Duration prints it; under a
+// second, whole milliseconds rounded up.
+func TestResetHeaderRendersAsDurationString(t *testing.T) {
+	for _, d := range []time.Duration{-time.Second, 0, 1, time.Millisecond, 999 * time.Millisecond, 999*time.Millisecond + 1,
+		time.Second, 1499 * time.Millisecond, 1500 * time.Millisecond, 59*time.Second + 600*time.Millisecond, time.Minute,
+		61 * time.Second, time.Hour - 1, time.Hour, 25*time.Hour + 3*time.Minute + 4*time.Second, 999 * time.Hour, 1000 * time.Hour,
+		math.MaxInt64} {
+		want := "0s"
+		switch {
+		case d >= time.Second:
+			want = d.Round(time.Second).String()
+		case d > 0:
+			want = strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10) + "ms"
+		}
+		require.Equal(t, want, string(appendReset(nil, d)), "%d", int64(d))
+	}
 }
