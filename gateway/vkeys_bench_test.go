@@ -37,10 +37,12 @@ func BenchmarkRequestVirtualKey(b *testing.B) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer hc.CloseIdleConnections()
 	body := streamBody("primary")
+	// A secret as long as NewSecret's (47 bytes).
+	secret := func(id string) string { return vkey.SecretPrefix + strings.Repeat("0", 43-len(id)) + id }
 	// Limits a benchmark never reaches, so that every request is admitted
 	// and settled.
 	limited := func(id string) *vkey.Key {
-		return &vkey.Key{ID: id, Hash: vkey.Hash("secret-" + id), Routes: []string{"primary"}, RPM: 1 << 40, TPM: 1 << 50,
+		return &vkey.Key{ID: id, Hash: vkey.Hash(secret(id)), Routes: []string{"primary"}, RPM: 1 << 40, TPM: 1 << 50,
 			Budget: vkey.Budget{TokensPerDay: 1 << 60}}
 	}
 	keySet := func(n int) *vkey.Set {
@@ -58,8 +60,8 @@ func BenchmarkRequestVirtualKey(b *testing.B) {
 	}{
 		{"none", "", nil},
 		{"api-key", "plain", []Option{WithAPIKeys("plain")}},
-		{"vkey-1", "secret-key-0", []Option{WithKeySet(keySet(1))}},
-		{"vkey-100k", "secret-key-77777", []Option{WithKeySet(keySet(100_000))}},
+		{"vkey-1", secret("key-0"), []Option{WithKeySet(keySet(1))}},
+		{"vkey-100k", secret("key-77777"), []Option{WithKeySet(keySet(100_000))}},
 		{"none-again", "", nil}, // the baseline again, last: what the rows' order does
 	} {
 		gw, err := New(context.Background(), Bytes("bench", []byte(pol), policy.Options{Getenv: func(string) string { return "k" }}), row.opts...)

@@ -214,12 +214,23 @@ func (s *Set) ByID(id string) (*Key, bool) {
 // who could time it would learn bits of a hash whose preimage they do
 // not have); the hash found is compared again in constant time.
 func (s *Set) Lookup(secret string) (*Key, bool) {
-	sum := sha256.Sum256([]byte(secret))
+	sum := sum256(secret)
 	k := s.byHash[sum]
 	if k == nil || subtle.ConstantTimeCompare(sum[:], k.sum[:]) != 1 {
 		return nil, false
 	}
 	return k, true
+}
+
+// sum256 is secret's SHA-256, hashed from a copy on the stack: the
+// []byte conversion of a string longer than 32 bytes (a NewSecret's is
+// 47) is a heap allocation on every request.
+func sum256(secret string) [sha256.Size]byte {
+	var b [128]byte
+	if len(secret) > len(b) {
+		return sha256.Sum256([]byte(secret))
+	}
+	return sha256.Sum256(b[:copy(b[:], secret)])
 }
 
 // Parse reads a key file's content.
@@ -478,6 +489,6 @@ func NewSecret() (secret, hash string) {
 
 // Hash returns secret's hash as a key file stores it.
 func Hash(secret string) string {
-	sum := sha256.Sum256([]byte(secret))
+	sum := sum256(secret)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -394,3 +394,21 @@ func TestLocalPeriodFollowsTheClock(t *testing.T) {
 		require.Equal(t, []any{d, m, de, me}, []any{gd, gm, gde, gme}, "%v", now)
 	}
 }
+
+// TestLookupAllocatesNothing: finding a key by a secret of NewSecret's
+// length (over the 32 bytes a string converts to on the stack) allocates
+// nothing, found or not.
+func TestLookupAllocatesNothing(t *testing.T) {
+	secret, hash := NewSecret()
+	s, err := (&File{Keys: []*Key{{ID: "a", Hash: hash}}}).Set()
+	require.NoError(t, err)
+	other, _ := NewSecret()
+	require.Zero(t, testing.AllocsPerRun(100, func() {
+		if _, ok := s.Lookup(secret); !ok {
+			t.Fatal("not found")
+		}
+		if _, ok := s.Lookup(other); ok {
+			t.Fatal("found")
+		}
+	}))
+}
