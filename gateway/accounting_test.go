@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -80,6 +81,19 @@ func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
 	return out
 }
 
+// waitLines waits for the request log's n-th line: a stream's client has
+// its [DONE] before the gateway has finished the request, and the metrics
+// are counted before the line is written.
+func (l *lockedBuffer) waitLines(t *testing.T, n int) []map[string]any {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return bytes.Count(l.b.Bytes(), []byte("\n")) >= n
+	}, 10*time.Second, time.Millisecond, "the request log's line %d", n)
+	return l.lines(t)
+}
+
 func TestAccountingOfAFailOverThroughOpenAIClient(t *testing.T) {
 	var sink lockedBuffer
 	r := newPricedRig(t, nil, "", WithRequestLog(&sink))
@@ -88,6 +102,7 @@ func TestAccountingOfAFailOverThroughOpenAIClient(t *testing.T) {
 	got := r.stream("primary")
 	require.NoError(t, got.err)
 	require.Equal(t, "ok", got.text)
+	lines := sink.waitLines(t, 1)
 
 	// The backup billed 11 input and 1 output tokens at 3 and 15 a million.
 	cost := (11*3 + 1*15) / 1e6
@@ -104,7 +119,6 @@ func TestAccountingOfAFailOverThroughOpenAIClient(t *testing.T) {
 	}
 	require.NotContains(t, text, `key="`, "no key label unless asked for")
 
-	lines := sink.lines(t)
 	require.Len(t, lines, 1)
 	l := lines[0]
 	require.Equal(t, "primary", l["route"])
