@@ -176,7 +176,7 @@ func TestAccountingCountsCachedTokensThroughAnthropicClient(t *testing.T) {
 		require.Contains(t, text, want)
 	}
 	require.Contains(t, text, `retryhost_gateway_cost_total{key="anonymous",model="backup",outcome="ok",route="backup"} `)
-	l := sink.lines(t)[0]
+	l := sink.waitLines(t, 1)[0]
 	require.Equal(t, "/v1/messages", l["path"])
 	require.EqualValues(t, 100, l["cached_input_tokens"])
 	require.EqualValues(t, 10, l["cache_write_tokens"])
@@ -188,7 +188,7 @@ func TestRequestLogOfARefusedRequestHasAnEmptyTrail(t *testing.T) {
 	r := newPricedRig(t, nil, "", WithRequestLog(&sink))
 	resp, _ := r.rawStream(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
-	l := sink.lines(t)[0]
+	l := sink.waitLines(t, 1)[0]
 	require.Equal(t, "client_error", l["outcome"])
 	require.Empty(t, l["trail"])
 	require.Contains(t, r.metricsText(), `retryhost_gateway_served_requests_total{model="",outcome="client_error",route=""} 1`)
@@ -231,7 +231,7 @@ func TestRequestLogCountsPluginCallsByOperation(t *testing.T) {
 	r := newRig(t, defaultRules+`, "transforms": [{"plugin": {"builtin": "refusal", "fail": "open"}}]`, WithRequestLog(&sink))
 	r.up["primary"].play(act{chunks: []string{"Paris", " is", " the capital."}})
 	require.NoError(t, r.stream("primary").err)
-	l := sink.lines(t)[0]
+	l := sink.waitLines(t, 1)[0]
 	plugins, ok := l["plugins"].([]any)
 	require.True(t, ok, "the line lists the plugin calls: %v", l)
 	ops := map[string]float64{}
@@ -254,7 +254,7 @@ func TestAccountingCountsAContinuation(t *testing.T) {
 	require.NoError(t, got.err)
 	require.Equal(t, "The capital of France is Paris.", got.text)
 
-	l := sink.lines(t)[0]
+	l := sink.waitLines(t, 1)[0]
 	require.EqualValues(t, 1, l["continuations"], "%v", l)
 	trail := l["trail"].([]any)
 	require.Len(t, trail, 2)

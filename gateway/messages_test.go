@@ -466,12 +466,17 @@ func TestMessagesLimitsMetricsAndLogs(t *testing.T) {
 	require.NoError(t, got.err)
 	require.Equal(t, "SECRET-OUTPUT", got.text)
 
+	// The stream's client has its end before the gateway closes the
+	// request: its count and log line follow.
+	var mb string
+	require.Eventually(t, func() bool {
+		mb = r.metricsText()
+		return strings.Contains(mb, `retryhost_gateway_requests_total{code="200",outcome="ok",route="primary"} 1`)
+	}, 10*time.Second, time.Millisecond)
 	logs := r.logs.String()
 	require.Contains(t, logs, `"path":"/v1/messages"`)
 	require.Contains(t, logs, `"id":"msg_rh`)
 	require.NotContains(t, logs, "SECRET")
-	mb := r.metricsText()
-	require.Contains(t, mb, `retryhost_gateway_requests_total{code="200",outcome="ok",route="primary"} 1`)
 	require.Contains(t, mb, `retryhost_gateway_requests_total{code="429",outcome="rejected",route=""} 1`)
 }
 
